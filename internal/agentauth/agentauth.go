@@ -1,0 +1,343 @@
+// Package agentauth signs and verifies the requests an agent makes to the orchestrator.
+//
+// Every agent request carries a fresh EdDSA JWT in the Authorization header, signed with the
+// runner's ed25519 private key. The token is bound to the request it travels with (method, full
+// URL, SHA-256 of the body), lives at most 60 seconds and carries a unique id, so a captured token
+// cannot be replayed, moved to another endpoint, or reused with another body. The orchestrator only
+// ever holds public keys; a leaked database cannot be used to impersonate an agent.
+package agentauth
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+)
+
+const (
+	// Audience is the aud claim of every agent token; it keeps tokens minted for other systems
+	// that might share a key format from being accepted here.
+	Audience = "outpost-orchestrator"
+	// MaxLifetime is the longest a token may live (exp - iat).
+	MaxLifetime = 60 * time.Second
+	// DefaultSkew is the clock difference tolerated between agent and orchestrator.
+	DefaultSkew = 60 * time.Second
+	// scheme is the Authorization scheme; a distinct scheme keeps agent tokens apart from admin
+	// bearer tokens in logs and middleware.
+	scheme = "Outpost-Agent "
+)
+
+// Claims are the JWT claims of an agent request token.
+type Claims struct {
+	jwt.RegisteredClaims
+	// Org is the organisation the runner belongs to.
+	Org string `json:"org"`
+	// Method is the HTTP method of the request the token was minted for.
+	Method string `json:"htm"`
+	// URL is the canonical URL of that request (see CanonicalURL).
+	URL string `json:"htu"`
+	// BodyHash is the unpadded base64url SHA-256 of the request body (of the empty body for GET).
+	BodyHash string `json:"bh"`
+}
+
+// Signer mints request tokens for one runner.
+type Signer struct {
+	org, runnerID string
+	key           ed25519.PrivateKey
+	kid           string
+	// Now returns the current time; tests replace it.
+	Now func() time.Time
+	// Lifetime is how long minted tokens live (at most MaxLifetime).
+	Lifetime time.Duration
+}
+
+// NewSigner returns a Signer for the runner runnerID of organisation org.
+func NewSigner(org, runnerID string, key ed25519.PrivateKey) *Signer {
+	return &Signer{
+		org: org, runnerID: runnerID, key: key,
+		kid:      keys.Fingerprint(key.Public().(ed25519.PublicKey)),
+		Now:      time.Now,
+		Lifetime: 30 * time.Second,
+	}
+}
+
+// Fingerprint is the fingerprint of the signing key, sent as the token's kid.
+func (s *Signer) Fingerprint() string { return s.kid }
+
+// Sign returns a token for one request.
+func (s *Signer) Sign(method, rawURL string, body []byte) (string, error) {
+	u, err := CanonicalURL(rawURL)
+	if err != nil {
+		return "", err
+	}
+	jti := make([]byte, 16)
+	if _, err := rand.Read(jti); err != nil {
+		return "", fmt.Errorf("token id: %w", err)
+	}
+	now := s.Now()
+	life := s.Lifetime
+	if life <= 0 || life > MaxLifetime {
+		life = MaxLifetime
+	}
+	claims := Claims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer:    s.runnerID,
+			Subject:   s.runnerID,
+			Audience:  jwt.ClaimStrings{Audience},
+			IssuedAt:  jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(life)),
+			ID:        hex.EncodeToString(jti),
+		},
+		Org:      s.org,
+		Method:   strings.ToUpper(method),
+		URL:      u,
+		BodyHash: BodyHash(body),
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims)
+	tok.Header["kid"] = s.kid
+	signed, err := tok.SignedString(s.key)
+	if err != nil {
+		return "", fmt.Errorf("sign agent token: %w", err)
+	}
+	return signed, nil
+}
+
+// Authorize sets the Authorization header of r for the given body.
+func (s *Signer) Authorize(r *http.Request, body []byte) error {
+	tok, err := s.Sign(r.Method, r.URL.String(), body)
+	if err != nil {
+		return err
+	}
+	r.Header.Set("Authorization", scheme+tok)
+	return nil
+}
+
+// BodyHash is the body binding used in the bh claim.
+func BodyHash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// CanonicalURL normalises a URL so that the signer and the verifier compare the same string:
+// lower-case scheme and host, default ports dropped, no fragment, query kept as sent.
+func CanonicalURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("parse URL %q: %w", raw, err)
+	}
+	if u.Scheme == "" || u.Host == "" {
+		return "", fmt.Errorf("URL %q must be absolute (scheme and host)", raw)
+	}
+	u.Scheme = strings.ToLower(u.Scheme)
+	host := strings.ToLower(u.Hostname())
+	port := u.Port()
+	if (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443") {
+		port = ""
+	}
+	if port != "" {
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+		u.Host = host + ":" + port
+	} else {
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+		u.Host = host
+	}
+	u.Fragment = ""
+	u.RawFragment = ""
+	u.User = nil
+	if u.Path == "" {
+		u.Path = "/"
+	}
+	return u.String(), nil
+}
+
+// Reason says why a token was refused; it is the label of the refusal counter.
+type Reason string
+
+// Reasons a token is refused.
+const (
+	ReasonMissing      Reason = "missing"
+	ReasonMalformed    Reason = "malformed"
+	ReasonUnknownKey   Reason = "unknown_key"
+	ReasonBadSignature Reason = "bad_signature"
+	ReasonExpired      Reason = "expired"
+	ReasonNotYetValid  Reason = "not_yet_valid"
+	ReasonLifetime     Reason = "lifetime_too_long"
+	ReasonAudience     Reason = "wrong_audience"
+	ReasonReplayed     Reason = "replayed"
+	ReasonMethod       Reason = "method_mismatch"
+	ReasonURL          Reason = "url_mismatch"
+	ReasonBody         Reason = "body_mismatch"
+	ReasonInternal     Reason = "internal"
+)
+
+// Error is a refused token. Its message is safe to return to the caller: it names the check that
+// failed but never echoes the token.
+type Error struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *Error) Error() string {
+	if e.Detail == "" {
+		return "agent token refused: " + string(e.Reason)
+	}
+	return "agent token refused: " + string(e.Reason) + ": " + e.Detail
+}
+
+// ErrRefused matches every *Error with errors.Is.
+var ErrRefused = errors.New("agent token refused")
+
+// Is makes errors.Is(err, ErrRefused) true for every refusal.
+func (e *Error) Is(target error) bool { return target == ErrRefused }
+
+func refuse(r Reason, format string, args ...any) error {
+	return &Error{Reason: r, Detail: fmt.Sprintf(format, args...)}
+}
+
+// KeyLookup returns the public keys registered for a runner (one or two). A runner that does not
+// exist returns no keys and no error.
+type KeyLookup func(ctx context.Context, org, runnerID string) ([]ed25519.PublicKey, error)
+
+// ReplayCache remembers token ids until they expire. CheckAndStore must be atomic: it returns true
+// when the id was already stored, and otherwise stores it until the given time.
+type ReplayCache interface {
+	CheckAndStore(ctx context.Context, id string, until time.Time) (seen bool, err error)
+}
+
+// Identity is who a verified token speaks for.
+type Identity struct {
+	Org         string
+	RunnerID    string
+	Fingerprint string
+}
+
+// Verifier checks agent tokens.
+type Verifier struct {
+	Keys   KeyLookup
+	Replay ReplayCache
+	// Now returns the current time; tests replace it.
+	Now func() time.Time
+	// Skew is the tolerated clock difference; DefaultSkew when zero.
+	Skew time.Duration
+}
+
+// Verify checks the token on r. requestURL is the absolute URL the client addressed (the
+// orchestrator's external base URL plus r.URL.RequestURI()); body is the request body read in full.
+func (v *Verifier) Verify(ctx context.Context, r *http.Request, requestURL string, body []byte) (Identity, error) {
+	h := r.Header.Get("Authorization")
+	if h == "" {
+		return Identity{}, refuse(ReasonMissing, "no Authorization header")
+	}
+	if !strings.HasPrefix(h, scheme) {
+		return Identity{}, refuse(ReasonMalformed, "Authorization scheme must be %q", strings.TrimSpace(scheme))
+	}
+	raw := strings.TrimSpace(strings.TrimPrefix(h, scheme))
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	skew := v.Skew
+	if skew <= 0 {
+		skew = DefaultSkew
+	}
+
+	var claims Claims
+	var fingerprint string
+	var lookupErr error
+	parser := jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithoutClaimsValidation())
+	_, err := parser.ParseWithClaims(raw, &claims, func(t *jwt.Token) (any, error) {
+		kid, _ := t.Header["kid"].(string)
+		c := t.Claims.(*Claims)
+		if c.Org == "" || c.Issuer == "" {
+			lookupErr = refuse(ReasonMalformed, "token has no org or iss claim")
+			return nil, lookupErr
+		}
+		pubs, err := v.Keys(ctx, c.Org, c.Issuer)
+		if err != nil {
+			lookupErr = &Error{Reason: ReasonInternal, Detail: "key lookup failed"}
+			return nil, fmt.Errorf("key lookup: %w", err)
+		}
+		for _, p := range pubs {
+			if kid == "" || keys.Fingerprint(p) == kid {
+				fingerprint = keys.Fingerprint(p)
+				return p, nil
+			}
+		}
+		lookupErr = refuse(ReasonUnknownKey, "no registered key of runner %q matches the token's key id", c.Issuer)
+		return nil, lookupErr
+	})
+	if err != nil {
+		if lookupErr != nil {
+			return Identity{}, lookupErr
+		}
+		if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+			return Identity{}, refuse(ReasonBadSignature, "signature does not verify with the runner's key")
+		}
+		return Identity{}, refuse(ReasonMalformed, "%v", err)
+	}
+
+	if !containsString(claims.Audience, Audience) {
+		return Identity{}, refuse(ReasonAudience, "aud must be %q", Audience)
+	}
+	if claims.IssuedAt == nil || claims.ExpiresAt == nil || claims.ID == "" {
+		return Identity{}, refuse(ReasonMalformed, "iat, exp and jti are required")
+	}
+	iat, exp := claims.IssuedAt.Time, claims.ExpiresAt.Time
+	if exp.Sub(iat) > MaxLifetime {
+		return Identity{}, refuse(ReasonLifetime, "token lives %s; at most %s allowed", exp.Sub(iat), MaxLifetime)
+	}
+	t := now()
+	if iat.After(t.Add(skew)) {
+		return Identity{}, refuse(ReasonNotYetValid, "issued in the future; check the agent's clock")
+	}
+	if t.After(exp.Add(skew)) {
+		return Identity{}, refuse(ReasonExpired, "expired at %s", exp.UTC().Format(time.RFC3339))
+	}
+	if !strings.EqualFold(claims.Method, r.Method) {
+		return Identity{}, refuse(ReasonMethod, "token is for %s, request is %s", claims.Method, r.Method)
+	}
+	want, err := CanonicalURL(requestURL)
+	if err != nil || claims.URL != want {
+		return Identity{}, refuse(ReasonURL, "token is for another URL")
+	}
+	if claims.BodyHash != BodyHash(body) {
+		return Identity{}, refuse(ReasonBody, "body does not match the token's hash")
+	}
+	if len(claims.ID) < 16 {
+		return Identity{}, refuse(ReasonMalformed, "jti must be at least 16 characters")
+	}
+	// The id is remembered until the token could no longer pass the expiry check.
+	seen, err := v.Replay.CheckAndStore(ctx, claims.Org+"/"+claims.Issuer+"/"+claims.ID, exp.Add(skew))
+	if err != nil {
+		return Identity{}, &Error{Reason: ReasonInternal, Detail: "replay cache unavailable"}
+	}
+	if seen {
+		return Identity{}, refuse(ReasonReplayed, "token id was already used")
+	}
+	return Identity{Org: claims.Org, RunnerID: claims.Issuer, Fingerprint: fingerprint}, nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

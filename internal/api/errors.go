@@ -1,0 +1,110 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Sentinel errors. Use errors.Is(err, api.ErrNotFound) and friends; *Error carries the details.
+var (
+	ErrNotFound        = errors.New("not found")
+	ErrConflict        = errors.New("conflict")
+	ErrInvalid         = errors.New("invalid request")
+	ErrUnauthorized    = errors.New("unauthorized")
+	ErrForbidden       = errors.New("forbidden")
+	ErrTooLarge        = errors.New("request too large")
+	ErrRateLimited     = errors.New("rate limited")
+	ErrUnavailable     = errors.New("orchestrator unavailable")
+	ErrOffsetMismatch  = errors.New("log offset mismatch")
+	ErrStaleFencing    = errors.New("stale fencing number")
+	ErrUnsupportedType = errors.New("unsupported media type")
+)
+
+// Error codes in the JSON error body.
+const (
+	CodeNotFound       = "not_found"
+	CodeConflict       = "conflict"
+	CodeInvalid        = "invalid_argument"
+	CodeUnauthorized   = "unauthorized"
+	CodeForbidden      = "forbidden"
+	CodeTooLarge       = "too_large"
+	CodeRateLimited    = "rate_limited"
+	CodeUnavailable    = "unavailable"
+	CodeInternal       = "internal"
+	CodeOffsetMismatch = "offset_mismatch"
+	CodeStaleFencing   = "stale_fencing"
+	CodeMediaType      = "unsupported_media_type"
+)
+
+// ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail says what is wrong and where.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field is the JSON path of the offending field, when one is to blame (e.g. "job.pod_template").
+	Field string `json:"field,omitempty"`
+	// CommittedOffset is set on offset_mismatch.
+	CommittedOffset *int64 `json:"committed_offset,omitempty"`
+}
+
+// Error is an error response from the orchestrator.
+type Error struct {
+	StatusCode int
+	Code       string
+	Message    string
+	Field      string
+	// CommittedOffset is set for log offset mismatches.
+	CommittedOffset *int64
+	// RequestID is the server's X-Request-Id, for support.
+	RequestID string
+}
+
+func (e *Error) Error() string {
+	msg := e.Message
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	if e.RequestID != "" {
+		return fmt.Sprintf("orchestrator: %s (HTTP %d, %s, request %s)", msg, e.StatusCode, e.Code, e.RequestID)
+	}
+	return fmt.Sprintf("orchestrator: %s (HTTP %d, %s)", msg, e.StatusCode, e.Code)
+}
+
+// Is maps the error onto the package's sentinels.
+func (e *Error) Is(target error) bool {
+	switch target {
+	case ErrNotFound:
+		return e.StatusCode == http.StatusNotFound
+	case ErrConflict:
+		return e.StatusCode == http.StatusConflict
+	case ErrInvalid:
+		return e.StatusCode == http.StatusBadRequest || e.StatusCode == http.StatusUnprocessableEntity
+	case ErrUnauthorized:
+		return e.StatusCode == http.StatusUnauthorized
+	case ErrForbidden:
+		return e.StatusCode == http.StatusForbidden
+	case ErrTooLarge:
+		return e.StatusCode == http.StatusRequestEntityTooLarge
+	case ErrRateLimited:
+		return e.StatusCode == http.StatusTooManyRequests
+	case ErrUnavailable:
+		return e.StatusCode >= 500
+	case ErrOffsetMismatch:
+		return e.Code == CodeOffsetMismatch
+	case ErrStaleFencing:
+		return e.Code == CodeStaleFencing
+	case ErrUnsupportedType:
+		return e.StatusCode == http.StatusUnsupportedMediaType
+	}
+	return false
+}
+
+// Permanent reports whether retrying the same request cannot succeed.
+func (e *Error) Permanent() bool {
+	return e.StatusCode != http.StatusTooManyRequests && e.StatusCode < 500
+}

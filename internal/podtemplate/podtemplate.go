@@ -1,0 +1,140 @@
+// Package podtemplate checks the pod template a runner gives its Jobs. The same checks run at plan
+// time in the provider, on registration in the orchestrator and at claim time in the agent, so a
+// template that breaks the runner's contract is refused as early as possible with the same message.
+//
+// The contract: the template is a Kubernetes PodTemplateSpec in JSON; it has a container named
+// "main" (the one that runs Terraform/OpenTofu); it leaves to the runner the fields the runner
+// owns (restart policy, service account, the command of "main", labels under outpost.dev/).
+package podtemplate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// MainContainer is the name of the container the runner drives.
+const MainContainer = "main"
+
+// ErrInvalid matches every validation error of this package.
+var ErrInvalid = errors.New("invalid pod template")
+
+// Error is a validation error with the JSON path of the offending field.
+type Error struct {
+	// Path is a dotted path inside the template, e.g. "spec.containers[0].command".
+	Path string
+	// Message says what is wrong and what to do.
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Path == "" {
+		return e.Message
+	}
+	return e.Path + ": " + e.Message
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+// Parse validates a template and returns it decoded. An empty string is the minimal valid
+// template: a single "main" container the agent fills in.
+func Parse(raw string) (*corev1.PodTemplateSpec, error) {
+	if strings.TrimSpace(raw) == "" {
+		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: MainContainer}}}}, nil
+	}
+	var generic any
+	if err := json.Unmarshal([]byte(raw), &generic); err != nil {
+		return nil, &Error{Message: "not valid JSON: " + describeJSONError(raw, err) + "; in Terraform, build it with jsonencode({...})"}
+	}
+	if _, ok := generic.(map[string]any); !ok {
+		return nil, &Error{Message: "must be a JSON object with \"metadata\" and \"spec\" (a Kubernetes PodTemplateSpec)"}
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
+	dec.DisallowUnknownFields()
+	var tpl corev1.PodTemplateSpec
+	if err := dec.Decode(&tpl); err != nil {
+		return nil, &Error{Message: "not a Kubernetes PodTemplateSpec: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	if err := Check(&tpl); err != nil {
+		return nil, err
+	}
+	return &tpl, nil
+}
+
+// Check validates a decoded template against the runner's contract.
+func Check(tpl *corev1.PodTemplateSpec) error {
+	for k := range tpl.Labels {
+		if strings.HasPrefix(k, "outpost.dev/") {
+			return &Error{Path: "metadata.labels." + k, Message: "labels under outpost.dev/ are set by the runner; remove it"}
+		}
+	}
+	spec := tpl.Spec
+	if spec.RestartPolicy != "" && spec.RestartPolicy != corev1.RestartPolicyNever {
+		return &Error{Path: "spec.restartPolicy", Message: fmt.Sprintf("the runner sets restartPolicy to Never (a deployment must not re-run by itself); remove %q", spec.RestartPolicy)}
+	}
+	if spec.ServiceAccountName != "" || spec.DeprecatedServiceAccount != "" { //nolint:staticcheck // the deprecated field must be refused too
+		return &Error{Path: "spec.serviceAccountName", Message: "the runner sets the service account from job.service_account; remove it from the pod template"}
+	}
+	mainAt := -1
+	for i, c := range spec.Containers {
+		if c.Name == MainContainer {
+			mainAt = i
+		}
+	}
+	if mainAt < 0 {
+		names := make([]string, 0, len(spec.Containers))
+		for _, c := range spec.Containers {
+			names = append(names, fmt.Sprintf("%q", c.Name))
+		}
+		return &Error{Path: "spec.containers", Message: fmt.Sprintf("needs a container named %q (the one that runs Terraform/OpenTofu); found [%s]", MainContainer, strings.Join(names, ", "))}
+	}
+	main := spec.Containers[mainAt]
+	at := fmt.Sprintf("spec.containers[%d]", mainAt)
+	if len(main.Command) > 0 {
+		return &Error{Path: at + ".command", Message: "the command of \"main\" is set by the runner; remove it (use env or image to customise)"}
+	}
+	if len(main.Args) > 0 {
+		return &Error{Path: at + ".args", Message: "the args of \"main\" are set by the runner; remove them"}
+	}
+	return nil
+}
+
+// Normalize returns the canonical form of a template (compact JSON, object keys sorted), so that
+// two templates differing only in key order or whitespace compare equal. Empty stays empty.
+func Normalize(raw string) (string, error) {
+	if strings.TrimSpace(raw) == "" {
+		return "", nil
+	}
+	var v any
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return "", &Error{Message: "not valid JSON: " + describeJSONError(raw, err)}
+	}
+	out, err := json.Marshal(v)
+	if err != nil {
+		return "", fmt.Errorf("re-encode pod template: %w", err)
+	}
+	return string(out), nil
+}
+
+// describeJSONError turns a byte offset into a line and column a person can find.
+func describeJSONError(raw string, err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		line, col := 1, 1
+		for i := int64(0); i < se.Offset-1 && int(i) < len(raw); i++ {
+			if raw[i] == '\n' {
+				line++
+				col = 1
+			} else {
+				col++
+			}
+		}
+		return fmt.Sprintf("%s at line %d, column %d", se.Error(), line, col)
+	}
+	return err.Error()
+}
