@@ -1,0 +1,570 @@
+// Package statebackend serves Terraform/OpenTofu state over the CLIs' built-in `http` backend
+// protocol, on top of package statestore (Secrets + Leases). The agent runs it in the cluster so
+// that job pods of either CLI reach their state over HTTP with a per-job token and need no
+// Kubernetes permissions at all (the stock `kubernetes` backend needs list/get/update on every
+// Secret of the namespace).
+//
+// Protocol (what Terraform 1.11's and OpenTofu's internal/backend/remote-state/http/client.go
+// send and accept), on /v1/states/{key} where {key} is the URL-path-escaped state key:
+//
+//	GET     200 + state body; 204 when there is no state (both CLIs treat 204 and 404 as
+//	        "no state"; 404 is kept for unknown routes)
+//	POST    write (PUT accepted too); `?ID=<lock id>` when the CLI holds the lock. 200 on
+//	        success; 400 not a state; 409 lock lost or concurrent write; 413 too large;
+//	        423 locked by someone else (body: the holder's lock info)
+//	DELETE  200 (also when absent); 423 while locked
+//	LOCK    body = lock info JSON; 200 on success; 423 + the current holder's lock info JSON
+//	        on conflict (the CLIs parse it and print "already locked: ID=…" with the info)
+//	UNLOCK  body = lock info JSON with the ID: 200 when released (or not locked); 409 +
+//	        current lock info when another ID holds it. An empty body is a force-unlock:
+//	        Terraform's `force-unlock` sends no body (its http client only remembers lock info
+//	        of locks it took itself), OpenTofu's sends {"ID": <the id given>}, which unlocks
+//	        through the normal path.
+//
+// Authentication is HTTP basic auth (the CLIs' username/password, or TF_HTTP_USERNAME /
+// TF_HTTP_PASSWORD), checked per request by an Authorizer that also decides which state keys
+// the caller may touch and names the lock holder.
+//
+// Lock lifetime: a Lease lock expires unless renewed, and the CLIs never renew, so the Handler
+// renews every lock it granted while its holder is alive, and stops when the holder unlocks,
+// when ReleaseLocksOf is called for the holder, when the Authorizer (implementing
+// HolderLiveness) reports the holder gone, or when the Handler is closed. A lock whose holder
+// died therefore expires one lock duration later and the next run proceeds; force-unlock works
+// at any time. See ReleaseLocksOf and HolderLiveness.
+package statebackend
+
+import (
+	"bytes"
+	"context"
+	"crypto/md5"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+)
+
+// PathPrefix is where the handler serves states: PathPrefix + url.PathEscape(key).
+const PathPrefix = "/v1/states/"
+
+// Defaults of the handler options.
+const (
+	DefaultMaxBodyBytes = 64 << 20
+	DefaultMaxLockHold  = 12 * time.Hour
+	maxLockBodyBytes    = 64 << 10
+)
+
+// Errors an Authorizer returns to select the HTTP status; any other error is a 503 (the
+// authorizer could not decide, e.g. the orchestrator is unreachable) so the CLI retries.
+var (
+	// ErrUnauthenticated: credentials missing or wrong → 401 (CLI: "requires auth").
+	ErrUnauthenticated = errors.New("invalid credentials")
+	// ErrForbidden: valid credentials, but not for this state key → 403 (CLI: "invalid auth").
+	ErrForbidden = errors.New("not allowed to access this state")
+)
+
+// Authorizer authenticates a request and authorises it for one state key. The agent implements
+// it with per-job tokens: username = job id, password = job token, and a job may only touch the
+// state key of its own claim. The returned holder ("job/<id>/<attempt>") names the lock holder
+// and the writer in the state history.
+type Authorizer interface {
+	Authorize(ctx context.Context, username, password, stateKey string) (holder string, err error)
+}
+
+// HolderLiveness is optionally implemented by the Authorizer. When it is, the handler asks it
+// before every lock renewal and stops renewing the locks of a holder reported gone (the job
+// finished, failed, was cancelled or lost its lease), so the lock expires one lock duration
+// later even if nobody calls ReleaseLocksOf. Without it, locks are renewed until they are
+// unlocked, released with ReleaseLocksOf, or held for the maximum hold time (WithMaxLockHold).
+type HolderLiveness interface {
+	HolderAlive(ctx context.Context, holder string) (bool, error)
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithMaxBodyBytes sets the largest accepted state upload (default 64 MiB); larger → 413.
+func WithMaxBodyBytes(n int64) Option { return func(h *Handler) { h.maxBody = n } }
+
+// WithRenewInterval sets how often held locks are renewed (default: a third of the store's
+// lock duration).
+func WithRenewInterval(d time.Duration) Option { return func(h *Handler) { h.renewEvery = d } }
+
+// WithMaxLockHold bounds how long a lock is renewed when the Authorizer does not implement
+// HolderLiveness (default 12 h); after that it is left to expire.
+func WithMaxLockHold(d time.Duration) Option { return func(h *Handler) { h.maxHold = d } }
+
+// Handler is the http.Handler of the state backend.
+type Handler struct {
+	store      *statestore.Store
+	authz      Authorizer
+	liveness   HolderLiveness
+	log        *slog.Logger
+	maxBody    int64
+	renewEvery time.Duration
+	maxHold    time.Duration
+
+	baseCtx  context.Context
+	stop     context.CancelFunc
+	mu       sync.Mutex
+	renewals map[string]*renewal // by state key
+	wg       sync.WaitGroup
+}
+
+type renewal struct {
+	key, lockID, holder string
+	cancel              context.CancelFunc
+}
+
+// NewHandler returns the state backend over store. Call Close when shutting down to stop the
+// lock renewals (the locks then expire on their own).
+func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, opts ...Option) *Handler {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Handler{
+		store: store, authz: authz, log: logger,
+		maxBody: DefaultMaxBodyBytes, renewEvery: store.LockDuration() / 3, maxHold: DefaultMaxLockHold,
+		baseCtx: ctx, stop: cancel, renewals: map[string]*renewal{},
+	}
+	if l, ok := authz.(HolderLiveness); ok {
+		h.liveness = l
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
+}
+
+// Close stops every lock renewal and waits for the renewal goroutines to end. Locks are not
+// released: a new agent (or the same one after a restart, see ResumeRenewals) can keep renewing
+// them; otherwise they expire.
+func (h *Handler) Close() {
+	h.stop()
+	h.wg.Wait()
+}
+
+// ReleaseLocksOf releases every lock held by holder and stops renewing them. The agent calls it
+// when a job attempt has ended for certain (its pod or process is gone), so the next run does
+// not even wait for the lease to expire. It returns the state keys it unlocked.
+func (h *Handler) ReleaseLocksOf(ctx context.Context, holder string) ([]string, error) {
+	h.mu.Lock()
+	for key, r := range h.renewals {
+		if r.holder == holder {
+			r.cancel()
+			delete(h.renewals, key)
+		}
+	}
+	h.mu.Unlock()
+	locks, err := h.store.ListLocks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var released []string
+	var errs []error
+	for _, l := range locks {
+		if l.Lock.Info.Holder != holder {
+			continue
+		}
+		err := h.store.Unlock(ctx, l.Key, l.Lock.Info.ID)
+		switch {
+		case err == nil:
+			released = append(released, l.Key)
+			h.log.LogAttrs(ctx, slog.LevelInfo, "released lock of ended holder", slog.String("state_key", l.Key),
+				slog.String("holder", holder), slog.String("lock_id", l.Lock.Info.ID))
+		case errors.Is(err, statestore.ErrNotLocked), errors.Is(err, statestore.ErrLockMismatch):
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return released, errors.Join(errs...)
+}
+
+// ResumeRenewals adopts the unexpired locks found in the store whose holders HolderLiveness
+// reports alive, and renews them from now on. An agent calls it after it starts (or becomes
+// leader), so that locks of jobs that outlived the previous agent process do not expire under
+// them. Without HolderLiveness it does nothing: locks of unknown liveness are left to expire.
+func (h *Handler) ResumeRenewals(ctx context.Context) (int, error) {
+	if h.liveness == nil {
+		return 0, nil
+	}
+	locks, err := h.store.ListLocks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	now := time.Now()
+	for _, l := range locks {
+		if l.Lock.Expired(now) || l.Key == "" {
+			continue
+		}
+		alive, err := h.liveness.HolderAlive(ctx, l.Lock.Info.Holder)
+		if err != nil || !alive {
+			continue
+		}
+		h.startRenewal(l.Key, l.Lock.Info.ID, l.Lock.Info.Holder)
+		n++
+	}
+	return n, nil
+}
+
+// ServeHTTP implements the http backend protocol (see the package documentation).
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &statusWriter{ResponseWriter: w}
+	var key, holder string
+	defer func() {
+		h.log.LogAttrs(r.Context(), slog.LevelDebug, "state request", slog.String("method", r.Method),
+			slog.String("state_key", key), slog.String("holder", holder), slog.Int("status", rw.status),
+			slog.Int64("bytes_out", rw.n), slog.Duration("duration", time.Since(start)))
+	}()
+	escaped := r.URL.EscapedPath()
+	if !strings.HasPrefix(escaped, PathPrefix) {
+		writeError(rw, http.StatusNotFound, "not_found", "no such route; states live under "+PathPrefix+"{url-escaped key}")
+		return
+	}
+	k, err := url.PathUnescape(strings.TrimPrefix(escaped, PathPrefix))
+	if err == nil {
+		err = statestore.ValidateKey(k)
+	}
+	if err != nil {
+		writeError(rw, http.StatusBadRequest, "invalid_key", err.Error())
+		return
+	}
+	key = k
+
+	user, pass, ok := r.BasicAuth()
+	if !ok {
+		rw.Header().Set("WWW-Authenticate", `Basic realm="outpost-state", charset="UTF-8"`)
+		writeError(rw, http.StatusUnauthorized, "unauthenticated", "basic authentication required (the backend's username/password or TF_HTTP_USERNAME/TF_HTTP_PASSWORD)")
+		return
+	}
+	holder, err = h.authz.Authorize(r.Context(), user, pass, key)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		rw.Header().Set("WWW-Authenticate", `Basic realm="outpost-state", charset="UTF-8"`)
+		writeError(rw, http.StatusUnauthorized, "unauthenticated", "invalid credentials")
+		return
+	case errors.Is(err, ErrForbidden):
+		writeError(rw, http.StatusForbidden, "forbidden", fmt.Sprintf("not allowed to access state %q", key))
+		return
+	case err != nil:
+		h.log.LogAttrs(r.Context(), slog.LevelError, "state authorization failed", slog.String("state_key", key), slog.String("error", err.Error()))
+		writeError(rw, http.StatusServiceUnavailable, "authorizer_unavailable", "could not check credentials; retry")
+		return
+	}
+
+	switch r.Method {
+	case http.MethodGet:
+		h.get(rw, r, key)
+	case http.MethodPost, http.MethodPut:
+		h.put(rw, r, key, holder)
+	case http.MethodDelete:
+		h.delete(rw, r, key)
+	case "LOCK":
+		h.lock(rw, r, key, holder)
+	case "UNLOCK":
+		h.unlock(rw, r, key, holder)
+	default:
+		rw.Header().Set("Allow", "GET, POST, PUT, DELETE, LOCK, UNLOCK")
+		writeError(rw, http.StatusMethodNotAllowed, "method_not_allowed", "method "+r.Method+" not supported")
+	}
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request, key string) {
+	data, gen, err := h.store.Read(r.Context(), key)
+	if errors.Is(err, statestore.ErrNotFound) {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err != nil {
+		h.storeError(w, r, key, "read", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.Header().Set("ETag", `"`+gen.SHA256+`"`)
+	w.Header().Set("X-Outpost-State-Generation", strconv.FormatInt(gen.Generation, 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+}
+
+func (h *Handler) put(w http.ResponseWriter, r *http.Request, key, holder string) {
+	body, ok := h.readBody(w, r, h.maxBody)
+	if !ok {
+		return
+	}
+	if sum := r.Header.Get("Content-MD5"); sum != "" {
+		want, err := base64.StdEncoding.DecodeString(sum)
+		got := md5.Sum(body)
+		if err != nil || !bytes.Equal(want, got[:]) {
+			writeError(w, http.StatusBadRequest, "checksum_mismatch", "the body does not match its Content-MD5 header (damaged in transit?); nothing was written")
+			return
+		}
+	}
+	lockID := r.URL.Query().Get("ID")
+	gen, err := h.store.Write(r.Context(), key, body, statestore.WriteOptions{LockID: lockID, Writer: holder})
+	if err != nil {
+		h.storeError(w, r, key, "write", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"generation": gen.Generation, "sha256": gen.SHA256, "size": gen.Size})
+}
+
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key string) {
+	err := h.store.Delete(r.Context(), key)
+	if err != nil && !errors.Is(err, statestore.ErrNotFound) {
+		h.storeError(w, r, key, "delete", err)
+		return
+	}
+	h.stopRenewal(key, "")
+	writeJSON(w, http.StatusOK, map[string]any{"deleted": key})
+}
+
+func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder string) {
+	body, ok := h.readBody(w, r, maxLockBodyBytes)
+	if !ok {
+		return
+	}
+	var info statestore.LockInfo
+	if err := json.Unmarshal(body, &info); err != nil || info.ID == "" {
+		writeError(w, http.StatusBadRequest, "invalid_lock_info", "LOCK needs the lock info JSON with an ID")
+		return
+	}
+	info.Holder = holder
+	if err := h.store.Lock(r.Context(), key, info); err != nil {
+		h.storeError(w, r, key, "lock", err)
+		return
+	}
+	h.startRenewal(key, info.ID, holder)
+	writeJSON(w, http.StatusOK, info)
+}
+
+func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder string) {
+	body, ok := h.readBody(w, r, maxLockBodyBytes)
+	if !ok {
+		return
+	}
+	var info statestore.LockInfo
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &info); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_lock_info", "UNLOCK needs the lock info JSON (or an empty body to force-unlock)")
+			return
+		}
+	}
+	var err error
+	if info.ID == "" {
+		var prev *statestore.HeldLock
+		prev, err = h.store.ForceUnlock(r.Context(), key)
+		if prev != nil {
+			h.log.LogAttrs(r.Context(), slog.LevelWarn, "state force-unlocked over HTTP", slog.String("state_key", key),
+				slog.String("by", holder), slog.String("previous_holder", prev.Info.Holder), slog.String("lock_id", prev.Info.ID))
+			h.stopRenewal(key, prev.Info.ID)
+		}
+	} else {
+		err = h.store.Unlock(r.Context(), key, info.ID)
+		if err == nil {
+			h.stopRenewal(key, info.ID)
+		}
+	}
+	if err != nil && !errors.Is(err, statestore.ErrNotLocked) {
+		h.storeError(w, r, key, "unlock", err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// readBody reads at most limit bytes of the request body; it answers 413 (and returns false)
+// when the body is larger.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit))
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body exceeds the limit of %d bytes", limit))
+		return nil, false
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
+		return nil, false
+	}
+	return body, true
+}
+
+// storeError maps store errors to the statuses the CLIs understand. Lock conflicts answer with
+// the current lock info JSON (what the CLIs parse); everything else with a JSON error body.
+func (h *Handler) storeError(w http.ResponseWriter, r *http.Request, key, op string, err error) {
+	var locked *statestore.LockedError
+	var mismatch *statestore.LockMismatchError
+	switch {
+	case errors.As(err, &locked):
+		writeJSON(w, http.StatusLocked, locked.Lock.Info)
+	case errors.As(err, &mismatch):
+		if mismatch.Lock != nil {
+			writeJSON(w, http.StatusConflict, mismatch.Lock.Info)
+		} else {
+			writeError(w, http.StatusConflict, "lock_lost", err.Error())
+		}
+	case errors.Is(err, statestore.ErrInvalidState):
+		writeError(w, http.StatusBadRequest, "invalid_state", err.Error())
+	case errors.Is(err, statestore.ErrInvalidKey):
+		writeError(w, http.StatusBadRequest, "invalid_key", err.Error())
+	case errors.Is(err, statestore.ErrTooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+	case errors.Is(err, statestore.ErrConflict):
+		writeError(w, http.StatusConflict, "conflict", err.Error())
+	case errors.Is(err, statestore.ErrCorrupt), errors.Is(err, statestore.ErrEncryption), errors.Is(err, statestore.ErrKeyCollision):
+		h.log.LogAttrs(r.Context(), slog.LevelError, "state "+op+" failed", slog.String("state_key", key), slog.String("error", err.Error()))
+		writeError(w, http.StatusInternalServerError, "state_unreadable", err.Error())
+	case r.Context().Err() != nil:
+		// The client went away; nobody reads this answer.
+		writeError(w, http.StatusServiceUnavailable, "canceled", "request canceled")
+	default:
+		h.log.LogAttrs(r.Context(), slog.LevelError, "state "+op+" failed", slog.String("state_key", key), slog.String("error", err.Error()))
+		writeError(w, http.StatusServiceUnavailable, "storage_unavailable", err.Error())
+	}
+}
+
+func (h *Handler) startRenewal(key, lockID, holder string) {
+	ctx, cancel := context.WithCancel(h.baseCtx)
+	r := &renewal{key: key, lockID: lockID, holder: holder, cancel: cancel}
+	h.mu.Lock()
+	if old := h.renewals[key]; old != nil {
+		if old.lockID == lockID {
+			h.mu.Unlock()
+			cancel()
+			return
+		}
+		old.cancel()
+	}
+	h.renewals[key] = r
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		defer h.forget(r)
+		h.renew(ctx, r)
+	}()
+}
+
+func (h *Handler) stopRenewal(key, lockID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r := h.renewals[key]; r != nil && (lockID == "" || r.lockID == lockID) {
+		r.cancel()
+		delete(h.renewals, key)
+	}
+}
+
+func (h *Handler) forget(r *renewal) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.renewals[r.key] == r {
+		delete(h.renewals, r.key)
+	}
+	r.cancel()
+}
+
+// renew keeps one lock alive while its holder is (see HolderLiveness and WithMaxLockHold).
+func (h *Handler) renew(ctx context.Context, r *renewal) {
+	t := time.NewTicker(h.renewEvery)
+	defer t.Stop()
+	started := time.Now()
+	attrs := []slog.Attr{slog.String("state_key", r.key), slog.String("lock_id", r.lockID), slog.String("holder", r.holder)}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if h.liveness != nil {
+			alive, err := h.liveness.HolderAlive(ctx, r.holder)
+			if err == nil && !alive {
+				h.log.LogAttrs(ctx, slog.LevelInfo, "lock holder is gone; its lock is left to expire", attrs...)
+				return
+			}
+		} else if time.Since(started) > h.maxHold {
+			h.log.LogAttrs(ctx, slog.LevelWarn, "lock held longer than the maximum hold time; no longer renewed", attrs...)
+			return
+		}
+		err := h.store.Renew(ctx, r.key, r.lockID)
+		switch {
+		case err == nil:
+		case errors.Is(err, statestore.ErrLockMismatch):
+			h.log.LogAttrs(ctx, slog.LevelWarn, "lock lost (force-unlocked or taken over); renewal stopped", attrs...)
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			h.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", append(attrs, slog.String("error", err.Error()))...)
+		}
+	}
+}
+
+// RenewedLocks returns the state keys whose locks this handler currently renews (for metrics
+// and tests).
+func (h *Handler) RenewedLocks() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.renewals))
+	for k := range h.renewals {
+		out = append(out, k)
+	}
+	return out
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var b errorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, status, b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,381 @@
+package statestore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// maxLockInfoSize bounds the lock info kept in the Lease annotation (objects allow 256 KiB of
+// annotations in total; a lock info is normally ~300 bytes).
+const maxLockInfoSize = 16 << 10
+
+const lockRetries = 8
+
+// LockInfo is the Terraform/OpenTofu lock info. Its JSON has exactly the field names the CLIs
+// send in a LOCK request and parse from a 409/423 response, so it passes through unchanged.
+type LockInfo struct {
+	// ID is the lock ID the CLI generated (a UUID); it must be presented to unlock, and with
+	// locked writes (`?ID=`).
+	ID        string
+	Operation string
+	Info      string
+	Who       string
+	Version   string
+	Created   time.Time
+	Path      string
+	// Holder is Outpost's addition: who holds the lock in the agent's terms (the job id and
+	// attempt, as returned by the state backend's Authorizer). It becomes the Lease's
+	// holderIdentity; when empty, ID is used. The CLIs ignore the extra JSON field.
+	Holder string `json:",omitempty"`
+}
+
+// HeldLock is a lock as stored in the Lease.
+type HeldLock struct {
+	Info        LockInfo
+	AcquireTime time.Time
+	RenewTime   time.Time
+	Duration    time.Duration
+}
+
+// Expires is when the lock expires unless renewed.
+func (h HeldLock) Expires() time.Time { return h.RenewTime.Add(h.Duration) }
+
+// Expired reports whether the lock has expired at now (and may be taken over).
+func (h HeldLock) Expired(now time.Time) bool { return now.After(h.Expires()) }
+
+// Lock takes the lock of key for info (info.ID is required). It succeeds if the state is
+// unlocked, if the previous lock expired (renewTime + leaseDurationSeconds < now: the holder
+// died or stopped renewing), or if info.ID already holds it (idempotent). Otherwise it returns a
+// *LockedError (errors.Is ErrLocked) carrying the current holder's lock info. Every change of
+// the Lease is a resourceVersion compare-and-swap, so two racing lockers cannot both win.
+func (s *Store) Lock(ctx context.Context, key string, info LockInfo) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if info.ID == "" {
+		return fmt.Errorf("state %q: lock info has no ID", key)
+	}
+	holder := info.Holder
+	if holder == "" {
+		holder = info.ID
+	}
+	raw, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	if len(raw) > maxLockInfoSize {
+		return fmt.Errorf("state %q: lock info is %d bytes, at most %d allowed", key, len(raw), maxLockInfoSize)
+	}
+	hash := StateHash(key)
+	leases := s.client.CoordinationV1().Leases(s.namespace)
+	for range lockRetries {
+		lease, held, err := s.getLease(ctx, key)
+		if err != nil {
+			return err
+		}
+		now := s.opts.Now()
+		mt := metav1.NewMicroTime(now)
+		secs := int32(s.opts.LockDuration.Round(time.Second) / time.Second)
+		if lease == nil {
+			lease = &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{
+					Name:        "tflock-" + hash,
+					Namespace:   s.namespace,
+					Labels:      baseLabels(hash, roleLock),
+					Annotations: map[string]string{AnnotationStateKey: key, AnnotationLockInfo: string(raw)},
+				},
+				Spec: coordinationv1.LeaseSpec{
+					HolderIdentity: &holder, LeaseDurationSeconds: &secs,
+					AcquireTime: &mt, RenewTime: &mt, LeaseTransitions: new(int32),
+				},
+			}
+			_, err := leases.Create(ctx, lease, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("state %q: create lock: %w", key, err)
+			}
+			s.logLock(ctx, "state locked", key, info, nil)
+			return nil
+		}
+		if held != nil && held.Info.ID == info.ID {
+			// Already ours (a retried LOCK): refresh it, so that it is good for a whole
+			// lock duration from now like a fresh lock.
+			lease.Spec.RenewTime = &mt
+			_, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("state %q: refresh lock: %w", key, err)
+			}
+			return nil
+		}
+		if held != nil && !held.Expired(now) {
+			return &LockedError{Key: key, Lock: *held}
+		}
+		transitions := int32(0)
+		if lease.Spec.LeaseTransitions != nil {
+			transitions = *lease.Spec.LeaseTransitions
+		}
+		if held != nil {
+			transitions++
+		}
+		lease.Spec.HolderIdentity = &holder
+		lease.Spec.LeaseDurationSeconds = &secs
+		lease.Spec.AcquireTime, lease.Spec.RenewTime = &mt, &mt
+		lease.Spec.LeaseTransitions = &transitions
+		if lease.Annotations == nil {
+			lease.Annotations = map[string]string{}
+		}
+		lease.Annotations[AnnotationLockInfo] = string(raw)
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("state %q: take lock: %w", key, err)
+		}
+		s.logLock(ctx, "state locked", key, info, held)
+		return nil
+	}
+	return fmt.Errorf("state %q: lock: %w (gave up after %d attempts)", key, ErrConflict, lockRetries)
+}
+
+func (s *Store) logLock(ctx context.Context, msg, key string, info LockInfo, previous *HeldLock) {
+	attrs := []slog.Attr{slog.String("state_key", key), slog.String("lock_id", info.ID),
+		slog.String("holder", info.Holder), slog.String("operation", info.Operation)}
+	if previous != nil {
+		msg += " (took over an expired lock)"
+		attrs = append(attrs, slog.String("previous_holder", previous.Info.Holder),
+			slog.String("previous_lock_id", previous.Info.ID), slog.Time("previous_expired_at", previous.Expires()))
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, msg, attrs...)
+}
+
+// Renew extends the lock held by lockID by another lock duration. It returns a
+// *LockMismatchError when lockID no longer holds the lock (it was force-unlocked, or it expired
+// and was taken over), which tells a renewal loop to stop.
+func (s *Store) Renew(ctx context.Context, key, lockID string) error {
+	return s.updateHeld(ctx, key, lockID, func(l *coordinationv1.Lease) {
+		mt := metav1.NewMicroTime(s.opts.Now())
+		l.Spec.RenewTime = &mt
+	})
+}
+
+// Unlock releases the lock held by lockID. A different ID gets a *LockMismatchError carrying
+// the current lock; an unlocked state gets ErrNotLocked.
+func (s *Store) Unlock(ctx context.Context, key, lockID string) error {
+	err := s.updateHeld(ctx, key, lockID, release)
+	if err == nil {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "state unlocked", slog.String("state_key", key), slog.String("lock_id", lockID))
+	}
+	var lme *LockMismatchError
+	if errors.As(err, &lme) && lme.Lock == nil {
+		return fmt.Errorf("state %q: %w", key, ErrNotLocked)
+	}
+	return err
+}
+
+// ForceUnlock releases the lock of key whoever holds it and returns the lock that was released
+// (nil and ErrNotLocked when the state was not locked). It is the recovery path the CLIs'
+// force-unlock command reaches; the previous holder's later writes are refused because its
+// lock ID no longer holds the lock.
+func (s *Store) ForceUnlock(ctx context.Context, key string) (*HeldLock, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	leases := s.client.CoordinationV1().Leases(s.namespace)
+	for range lockRetries {
+		lease, held, err := s.getLease(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if held == nil {
+			return nil, fmt.Errorf("state %q: %w", key, ErrNotLocked)
+		}
+		release(lease)
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("state %q: force-unlock: %w", key, err)
+		}
+		s.log.LogAttrs(ctx, slog.LevelWarn, "state force-unlocked", slog.String("state_key", key),
+			slog.String("lock_id", held.Info.ID), slog.String("holder", held.Info.Holder))
+		return held, nil
+	}
+	return nil, fmt.Errorf("state %q: force-unlock: %w (gave up after %d attempts)", key, ErrConflict, lockRetries)
+}
+
+// LockInfo returns the current lock of key, or nil when it is not locked. An expired lock that
+// nobody took over is still returned (check HeldLock.Expired).
+func (s *Store) LockInfo(ctx context.Context, key string) (*HeldLock, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	_, held, err := s.getLease(ctx, key)
+	return held, err
+}
+
+// KeepAlive renews the lock held by lockID every interval until ctx is done (then it returns
+// nil) or the lock is lost (then it returns the *LockMismatchError of Renew). Transient API
+// errors are logged and retried at the next tick; the lock duration should cover a few missed
+// renewals (interval ≤ duration/3).
+func (s *Store) KeepAlive(ctx context.Context, key, lockID string, interval time.Duration) error {
+	if interval <= 0 {
+		interval = s.opts.LockDuration / 3
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		err := s.Renew(ctx, key, lockID)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLockMismatch), errors.Is(err, ErrKeyCollision):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		default:
+			s.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", slog.String("state_key", key),
+				slog.String("lock_id", lockID), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// KeyedLock is one entry of ListLocks.
+type KeyedLock struct {
+	Key  string
+	Lock HeldLock
+}
+
+// ListLocks returns every held lock of the namespace (expired ones included), for an agent
+// that restarts and has to decide which locks to keep renewing.
+func (s *Store) ListLocks(ctx context.Context) ([]KeyedLock, error) {
+	sel := fmt.Sprintf("%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelRole, roleLock)
+	var out []KeyedLock
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: 500}
+	for {
+		list, err := s.client.CoordinationV1().Leases(s.namespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list locks: %w", err)
+		}
+		for i := range list.Items {
+			l := &list.Items[i]
+			if held := heldFromLease(l); held != nil {
+				out = append(out, KeyedLock{Key: l.Annotations[AnnotationStateKey], Lock: *held})
+			}
+		}
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// checkWriteLock enforces the locking rules of writes (see WriteOptions.LockID).
+func (s *Store) checkWriteLock(ctx context.Context, key, lockID string) error {
+	_, held, err := s.getLease(ctx, key)
+	if err != nil {
+		return err
+	}
+	if lockID == "" {
+		if held != nil && !held.Expired(s.opts.Now()) {
+			return &LockedError{Key: key, Lock: *held}
+		}
+		return nil
+	}
+	if held == nil || held.Info.ID != lockID {
+		return &LockMismatchError{Key: key, LockID: lockID, Lock: held}
+	}
+	return nil
+}
+
+// updateHeld applies change to the Lease if lockID holds it, with compare-and-swap retries.
+func (s *Store) updateHeld(ctx context.Context, key, lockID string, change func(*coordinationv1.Lease)) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	leases := s.client.CoordinationV1().Leases(s.namespace)
+	for range lockRetries {
+		lease, held, err := s.getLease(ctx, key)
+		if err != nil {
+			return err
+		}
+		if held == nil || held.Info.ID != lockID {
+			return &LockMismatchError{Key: key, LockID: lockID, Lock: held}
+		}
+		change(lease)
+		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
+		if apierrors.IsConflict(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("state %q: update lock: %w", key, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("state %q: update lock: %w (gave up after %d attempts)", key, ErrConflict, lockRetries)
+}
+
+func release(l *coordinationv1.Lease) {
+	l.Spec.HolderIdentity = nil
+	l.Spec.AcquireTime, l.Spec.RenewTime = nil, nil
+	delete(l.Annotations, AnnotationLockInfo)
+}
+
+// getLease returns the Lease of key (nil if absent) and the lock it holds (nil if free).
+func (s *Store) getLease(ctx context.Context, key string) (*coordinationv1.Lease, *HeldLock, error) {
+	l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, LeaseName(key), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("state %q: read lock: %w", key, err)
+	}
+	if got := l.Annotations[AnnotationStateKey]; got != key {
+		return nil, nil, fmt.Errorf("%w: lease %s belongs to state key %q, not %q", ErrKeyCollision, l.Name, got, key)
+	}
+	return l, heldFromLease(l), nil
+}
+
+func heldFromLease(l *coordinationv1.Lease) *HeldLock {
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity == "" {
+		return nil
+	}
+	h := &HeldLock{}
+	if raw := l.Annotations[AnnotationLockInfo]; raw != "" {
+		// An unreadable annotation still leaves a held lock (with only the holder known):
+		// treating it as free would let a second writer in.
+		_ = json.Unmarshal([]byte(raw), &h.Info)
+	}
+	h.Info.Holder = *l.Spec.HolderIdentity
+	if l.Spec.AcquireTime != nil {
+		h.AcquireTime = l.Spec.AcquireTime.Time
+	}
+	switch {
+	case l.Spec.RenewTime != nil:
+		h.RenewTime = l.Spec.RenewTime.Time
+	default:
+		h.RenewTime = h.AcquireTime // zero if both are missing: expired long ago
+	}
+	if l.Spec.LeaseDurationSeconds != nil {
+		h.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return h
+}

@@ -1,0 +1,99 @@
+package statestore
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Label and annotation keys on the objects this package owns.
+const (
+	// LabelManagedBy / ManagedByValue mark every object of the store, so that an operator can
+	// list them and so that the store never touches an object it did not create.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "outpost-agent"
+	// LabelState carries the hash of the state key: it ties a manifest, its chunks and its
+	// lock together and lets garbage collection select chunks without reading them.
+	LabelState = "outpost.dev/state"
+	// LabelRole is "manifest", "chunk" or "lock".
+	LabelRole = "outpost.dev/role"
+	// LabelGeneration is the generation a chunk belongs to (a decimal integer, so that label
+	// selectors can compare it with < and >).
+	LabelGeneration = "outpost.dev/generation"
+	// AnnotationStateKey holds the raw state key (object names only carry its hash).
+	AnnotationStateKey = "outpost.dev/state-key"
+	// AnnotationLockInfo holds the Terraform lock info JSON of the current lock holder.
+	AnnotationLockInfo = "outpost.dev/lock-info"
+
+	roleManifest = "manifest"
+	roleChunk    = "chunk"
+	roleLock     = "lock"
+
+	// SecretTypeManifest and SecretTypeChunk are the Secret types of the store's objects.
+	// Distinct types make the objects recognisable in `kubectl get secrets` and keep other
+	// tooling that looks for Opaque secrets away from them.
+	SecretTypeManifest = "outpost.dev/state-manifest"
+	SecretTypeChunk    = "outpost.dev/state-chunk"
+
+	// MaxKeyLength bounds state keys; the key is stored in an annotation (objects allow
+	// 256 KiB of annotations in total) and appears in URLs and messages.
+	MaxKeyLength = 1024
+
+	hashLength = 32 // base32 characters = 160 bits of SHA-256
+)
+
+var hashEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// StateHash returns the name-safe hash of a state key: the first 160 bits of SHA-256(key) in
+// lowercase base32 (32 characters of [a-z2-7]). It is a valid DNS-1123 label and label value,
+// so keys of any shape (slashes, capitals, underscores, Unicode) map to valid object names —
+// unlike the stock backend, which rejects workspaces that are not DNS-1123.
+func StateHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return strings.ToLower(hashEncoding.EncodeToString(sum[:]))[:hashLength]
+}
+
+// ManifestName is the name of the manifest Secret of a state.
+func ManifestName(key string) string { return "tfstate-" + StateHash(key) }
+
+// ChunkName is the name of chunk i of generation gen of a state.
+func ChunkName(key string, gen int64, i int) string {
+	return chunkName(StateHash(key), gen, i)
+}
+
+func chunkName(hash string, gen int64, i int) string {
+	return fmt.Sprintf("tfstate-%s-g%d-%d", hash, gen, i)
+}
+
+// LeaseName is the name of the Lease that locks a state.
+func LeaseName(key string) string { return "tflock-" + StateHash(key) }
+
+// ValidateKey checks that a state key can be stored: non-empty, at most MaxKeyLength bytes,
+// valid UTF-8 without control characters.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty", ErrInvalidKey)
+	case len(key) > MaxKeyLength:
+		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidKey, len(key), MaxKeyLength)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidKey)
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: %q contains a control character", ErrInvalidKey, key)
+		}
+	}
+	return nil
+}
+
+func baseLabels(hash, role string) map[string]string {
+	return map[string]string{
+		LabelManagedBy: ManagedByValue,
+		LabelState:     hash,
+		LabelRole:      role,
+	}
+}

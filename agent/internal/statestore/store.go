@@ -1,0 +1,673 @@
+package statestore
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Defaults of Options.
+const (
+	// DefaultChunkSize leaves ~124 KiB of headroom under the 1 MiB limit on a Secret's data,
+	// and keeps each request well under etcd's default 1.5 MiB request limit.
+	DefaultChunkSize       = 900 * 1024
+	DefaultKeepGenerations = 5
+	DefaultLockDuration    = 60 * time.Second
+	DefaultParallelism     = 4
+	DefaultMaxStateSize    = 512 << 20
+	maxChunkSize           = 1000 * 1024
+	maxLayDownAttempts     = 32
+)
+
+// Options tune a Store. The zero value is valid and gives the defaults.
+type Options struct {
+	// ChunkSize is the most bytes of (compressed, possibly sealed) state per chunk Secret.
+	// Default DefaultChunkSize; values above 1000 KiB are clamped.
+	ChunkSize int
+	// KeepGenerations is how many generations (the current one included) are kept for
+	// History, ReadGeneration and Restore. Default 5, minimum 1.
+	KeepGenerations int
+	// LockDuration is the lease duration of locks: a lock that is not renewed within it
+	// expires and can be taken over. Default 60 s; rounded to whole seconds, at least 1 s.
+	LockDuration time.Duration
+	// EncryptionKey, if set (32 bytes), seals every chunk with AES-256-GCM before it is
+	// stored. Off by default: Kubernetes encryption at rest for Secrets is the first line of
+	// defence; this is for clusters where it is not enabled or not trusted.
+	EncryptionKey []byte
+	// DecryptionKeys are older keys still accepted for reading, so that keys can be rotated:
+	// states written with an old key are re-sealed with EncryptionKey on their next write.
+	DecryptionKeys [][]byte
+	// CompressionLevel is the gzip level (gzip.BestSpeed … gzip.BestCompression). 0 means
+	// gzip.DefaultCompression.
+	CompressionLevel int
+	// Parallelism bounds concurrent chunk requests per read or write. Default 4.
+	Parallelism int
+	// MaxStateSize refuses larger states (uncompressed) with ErrTooLarge. Default 512 MiB.
+	MaxStateSize int64
+	// Logger receives operational messages (never state contents). Default: slog.Default().
+	Logger *slog.Logger
+	// Now is the clock used for lock expiry and timestamps. Default time.Now.
+	Now func() time.Time
+	// BeforeManifestSwap, if set, runs after every chunk of a new generation is written and
+	// before the manifest is swapped. A non-nil error aborts the write exactly as a crash at
+	// that point would: nothing is cleaned up and the previous generation stays current. It
+	// exists for fault-injection tests.
+	BeforeManifestSwap func(ctx context.Context, key string, generation int64) error
+}
+
+// Store keeps Terraform/OpenTofu states in Secrets of one namespace and locks them with Leases
+// in the same namespace. It is safe for concurrent use; concurrent writers of one state are
+// serialised by the manifest compare-and-swap (and, in normal use, by the lock).
+type Store struct {
+	client    kubernetes.Interface
+	namespace string
+	opts      Options
+	log       *slog.Logger
+	sealer    *sealer            // nil when encryption is off
+	openers   map[string]*sealer // by key id, for reading
+}
+
+// New returns a Store over namespace. It panics on an invalid EncryptionKey or DecryptionKeys
+// (a configuration error that must not be discovered at the first write); use NewChecked to get
+// an error instead.
+func New(client kubernetes.Interface, namespace string, opts Options) *Store {
+	s, err := NewChecked(client, namespace, opts)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// NewChecked is New with configuration errors returned instead of panicking.
+func NewChecked(client kubernetes.Interface, namespace string, opts Options) (*Store, error) {
+	if opts.ChunkSize <= 0 {
+		opts.ChunkSize = DefaultChunkSize
+	}
+	opts.ChunkSize = min(opts.ChunkSize, maxChunkSize)
+	if opts.KeepGenerations <= 0 {
+		opts.KeepGenerations = DefaultKeepGenerations
+	}
+	if opts.LockDuration <= 0 {
+		opts.LockDuration = DefaultLockDuration
+	}
+	// Leases count whole seconds; anything shorter would expire the moment it is taken.
+	opts.LockDuration = max(opts.LockDuration.Round(time.Second), time.Second)
+	if opts.CompressionLevel == 0 {
+		opts.CompressionLevel = gzip.DefaultCompression
+	}
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = DefaultParallelism
+	}
+	if opts.MaxStateSize <= 0 {
+		opts.MaxStateSize = DefaultMaxStateSize
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	s := &Store{client: client, namespace: namespace, opts: opts, log: opts.Logger, openers: map[string]*sealer{}}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if _, err := gzip.NewWriterLevel(nil, opts.CompressionLevel); err != nil {
+		return nil, fmt.Errorf("statestore: %w", err)
+	}
+	if opts.EncryptionKey != nil {
+		sl, err := newSealer(opts.EncryptionKey)
+		if err != nil {
+			return nil, err
+		}
+		s.sealer = sl
+		s.openers[sl.keyID] = sl
+	}
+	for _, k := range opts.DecryptionKeys {
+		sl, err := newSealer(k)
+		if err != nil {
+			return nil, err
+		}
+		s.openers[sl.keyID] = sl
+	}
+	return s, nil
+}
+
+// Namespace is the namespace the Store keeps its objects in.
+func (s *Store) Namespace() string { return s.namespace }
+
+// LockDuration is the lease duration of the locks this Store takes.
+func (s *Store) LockDuration() time.Duration { return s.opts.LockDuration }
+
+// WriteOptions qualify a Write.
+type WriteOptions struct {
+	// LockID, when set, must be the ID of the lock currently held on the state (the `?ID=`
+	// the CLI sends with a locked write). A lock that expired but was not taken over still
+	// counts. When empty, the write is refused while anyone holds an unexpired lock.
+	LockID string
+	// Writer and Source are recorded in the generation's history entry for audit.
+	Writer string
+	Source string
+}
+
+// Write stores state as the new current generation of key and returns it. The body must be a
+// Terraform/OpenTofu state (see ParseState); otherwise ErrInvalidState is returned and nothing
+// is written. Writing the same bytes as the current generation is a no-op that returns the
+// current generation. See the package documentation for the write protocol and its crash
+// safety.
+func (s *Store) Write(ctx context.Context, key string, state []byte, opts WriteOptions) (Generation, error) {
+	if err := ValidateKey(key); err != nil {
+		return Generation{}, err
+	}
+	if int64(len(state)) > s.opts.MaxStateSize {
+		return Generation{}, fmt.Errorf("state %q: %w: %d bytes, at most %d allowed", key, ErrTooLarge, len(state), s.opts.MaxStateSize)
+	}
+	meta, err := ParseState(state)
+	if err != nil {
+		var ise *InvalidStateError
+		if errors.As(err, &ise) {
+			ise.Key = key
+		}
+		return Generation{}, err
+	}
+	if err := s.checkWriteLock(ctx, key, opts.LockID); err != nil {
+		return Generation{}, err
+	}
+	if opts.Source == "" {
+		opts.Source = "write"
+	}
+	return s.write(ctx, key, state, meta, opts, false)
+}
+
+func (s *Store) write(ctx context.Context, key string, state []byte, meta StateMeta, opts WriteOptions, forceNew bool) (Generation, error) {
+	hash := StateHash(key)
+	cur, err := s.getManifest(ctx, key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return Generation{}, err
+	}
+	sum := sha256Hex(state)
+	if cur != nil && !forceNew && cur.current.SHA256 == sum && cur.current.Size == int64(len(state)) && s.sealedAsConfigured(cur.current) {
+		return cur.current, nil
+	}
+
+	stream, err := compress(state, s.opts.CompressionLevel)
+	if err != nil {
+		return Generation{}, fmt.Errorf("state %q: compress: %w", key, err)
+	}
+	payload := s.opts.ChunkSize
+	if s.sealer != nil {
+		payload -= gcmNonceSize + gcmTagSize
+	}
+	plain := split(stream, payload)
+
+	var base int64
+	if cur != nil {
+		base = cur.current.Generation
+	}
+	g := Generation{
+		SHA256: sum, Size: int64(len(state)), Chunks: len(plain), Encoding: EncodingGzip,
+		Lineage: meta.Lineage, Serial: meta.Serial, TerraformVersion: meta.TerraformVersion,
+		ClientEncrypted: meta.ClientEncrypted, UpdatedAt: s.opts.Now().UTC(),
+		Writer: opts.Writer, Source: opts.Source,
+	}
+	if s.sealer != nil {
+		g.Encryption, g.KeyID = EncryptionAESGCM, s.sealer.keyID
+	}
+	gen, stored, err := s.layDown(ctx, key, hash, base+1, plain)
+	if err != nil {
+		return Generation{}, err
+	}
+	g.Generation, g.StoredSize = gen, stored
+
+	if hook := s.opts.BeforeManifestSwap; hook != nil {
+		if err := hook(ctx, key, gen); err != nil {
+			return Generation{}, err
+		}
+	}
+	// Check the lock again right before the swap: laying down a large state takes seconds,
+	// during which an expired lock may have been taken over or force-unlocked. This narrows
+	// the window in which a writer that lost its lock can still commit to one API round trip.
+	if err := s.checkWriteLock(ctx, key, opts.LockID); err != nil {
+		s.deleteGeneration(context.WithoutCancel(ctx), key, hash, gen)
+		return Generation{}, err
+	}
+
+	history := []Generation{g}
+	if cur != nil {
+		history = append(history, cur.history...)
+	}
+	if len(history) > s.opts.KeepGenerations {
+		history = history[:s.opts.KeepGenerations]
+	}
+	sec, err := s.manifestSecret(key, hash, g, history)
+	if err != nil {
+		return Generation{}, err
+	}
+	if cur == nil {
+		_, err = s.client.CoreV1().Secrets(s.namespace).Create(ctx, sec, metav1.CreateOptions{})
+	} else {
+		sec.ResourceVersion = cur.obj.ResourceVersion
+		_, err = s.client.CoreV1().Secrets(s.namespace).Update(ctx, sec, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		// Did our swap land after all (a retried request whose first attempt succeeded)?
+		now, rerr := s.getManifest(context.WithoutCancel(ctx), key)
+		switch landed := rerr == nil && now.current.Generation == gen && now.current.SHA256 == sum; {
+		case landed:
+		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
+			// Definitely lost: our chunks are referenced by nobody; remove them now rather
+			// than leaving them to the next write's garbage collection.
+			s.deleteGeneration(context.WithoutCancel(ctx), key, hash, gen)
+			ce := &ConflictError{Key: key, Expected: base}
+			if now != nil {
+				ce.Current = now.current.Generation
+			}
+			return Generation{}, ce
+		default:
+			// Unknown outcome: leave the chunks; if the swap did not land they are orphans
+			// that the next successful write removes.
+			return Generation{}, fmt.Errorf("state %q: swap manifest to generation %d: %w", key, gen, err)
+		}
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "state written",
+		slog.String("state_key", key), slog.Int64("generation", gen), slog.Int64("size", g.Size),
+		slog.Int64("stored_size", g.StoredSize), slog.Int("chunks", g.Chunks), slog.String("writer", g.Writer))
+
+	kept := make([]int64, len(history))
+	for i, h := range history {
+		kept[i] = h.Generation
+	}
+	if err := s.collect(ctx, hash, gen, kept); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "state garbage collection failed; it is retried after the next write",
+			slog.String("state_key", key), slog.Int64("generation", gen), slog.String("error", err.Error()))
+	}
+	return g, nil
+}
+
+// sealedAsConfigured reports whether a generation is stored the way this Store would store it
+// now (so an identical rewrite can be skipped); a key change forces a re-seal.
+func (s *Store) sealedAsConfigured(g Generation) bool {
+	if s.sealer == nil {
+		return g.Encryption == ""
+	}
+	return g.Encryption == EncryptionAESGCM && g.KeyID == s.sealer.keyID
+}
+
+// layDown writes the chunks of a new generation, starting at generation first. Chunk 0 is
+// created first: whoever creates it owns the generation number, so a generation left behind by
+// a crashed writer (or taken by a concurrent one) is skipped, never shared.
+func (s *Store) layDown(ctx context.Context, key, hash string, first int64, plain [][]byte) (int64, int64, error) {
+	secrets := s.client.CoreV1().Secrets(s.namespace)
+	n := len(plain)
+	for gen := first; gen < first+maxLayDownAttempts; gen++ {
+		sealed := make([][]byte, n)
+		var stored int64
+		for i, p := range plain {
+			if s.sealer != nil {
+				b, err := s.sealer.seal(p, chunkAAD(hash, gen, i, n))
+				if err != nil {
+					return 0, 0, err
+				}
+				sealed[i] = b
+			} else {
+				sealed[i] = p
+			}
+			stored += int64(len(sealed[i]))
+		}
+		_, err := secrets.Create(ctx, s.chunkSecret(key, hash, gen, 0, n, sealed[0]), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			s.log.LogAttrs(ctx, slog.LevelDebug, "generation taken, trying the next",
+				slog.String("state_key", key), slog.Int64("generation", gen))
+			continue
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("state %q: write chunk 0 of generation %d: %w", key, gen, err)
+		}
+		eg, ectx := errgroup.WithContext(ctx)
+		eg.SetLimit(s.opts.Parallelism)
+		for i := 1; i < n; i++ {
+			eg.Go(func() error {
+				sec := s.chunkSecret(key, hash, gen, i, n, sealed[i])
+				_, err := secrets.Create(ectx, sec, metav1.CreateOptions{})
+				if apierrors.IsAlreadyExists(err) {
+					// A leftover of a dead writer of this generation whose chunk 0 was
+					// already collected; we own the generation now (we created chunk 0).
+					if err = secrets.Delete(ectx, sec.Name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
+						_, err = secrets.Create(ectx, sec, metav1.CreateOptions{})
+					}
+				}
+				if err != nil {
+					return fmt.Errorf("state %q: write chunk %d of generation %d: %w", key, i, gen, err)
+				}
+				return nil
+			})
+		}
+		if err := eg.Wait(); err != nil {
+			s.deleteGeneration(context.WithoutCancel(ctx), key, hash, gen)
+			return 0, 0, err
+		}
+		return gen, stored, nil
+	}
+	return 0, 0, fmt.Errorf("state %q: %w: generations %d to %d are all taken", key, ErrConflict, first, first+maxLayDownAttempts-1)
+}
+
+func (s *Store) chunkSecret(key, hash string, gen int64, i, n int, data []byte) *corev1.Secret {
+	labels := baseLabels(hash, roleChunk)
+	labels[LabelGeneration] = strconv.FormatInt(gen, 10)
+	immutable := true
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      chunkName(hash, gen, i),
+			Namespace: s.namespace,
+			Labels:    labels,
+			Annotations: map[string]string{
+				AnnotationStateKey:  key,
+				annotationChunk:     fmt.Sprintf("%d/%d", i, n),
+				annotationChunkHash: sha256Hex(data),
+			},
+		},
+		Type:      SecretTypeChunk,
+		Immutable: &immutable,
+		Data:      map[string][]byte{chunkDataKey: data},
+	}
+}
+
+// deleteGeneration removes every chunk of one generation (best effort; failures are logged and
+// left to garbage collection).
+func (s *Store) deleteGeneration(ctx context.Context, key, hash string, gen int64) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	sel := fmt.Sprintf("%s=%s,%s=%s,%s=%s,%s=%d", LabelManagedBy, ManagedByValue, LabelState, hash, LabelRole, roleChunk, LabelGeneration, gen)
+	if err := s.client.CoreV1().Secrets(s.namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "could not delete chunks of an abandoned generation; garbage collection will",
+			slog.String("state_key", key), slog.Int64("generation", gen), slog.String("error", err.Error()))
+	}
+}
+
+// collect deletes the chunks of every generation below current that is not kept: generations
+// that fell out of the history and orphans of failed writes. Generations above current are never
+// touched (they may be a concurrent writer's work in progress; see the package documentation).
+// One DeleteCollection call with a label selector does it without reading any chunk data.
+func (s *Store) collect(ctx context.Context, hash string, current int64, kept []int64) error {
+	var old []string
+	for _, g := range kept {
+		if g < current {
+			old = append(old, strconv.FormatInt(g, 10))
+		}
+	}
+	sel := fmt.Sprintf("%s=%s,%s=%s,%s=%s,%s<%d", LabelManagedBy, ManagedByValue, LabelState, hash, LabelRole, roleChunk, LabelGeneration, current)
+	if len(old) > 0 {
+		sel += fmt.Sprintf(",%s notin (%s)", LabelGeneration, strings.Join(old, ","))
+	}
+	return s.client.CoreV1().Secrets(s.namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
+}
+
+// GC deletes chunk Secrets of key that no kept generation references (orphans of failed writes
+// and generations beyond the history). Writes do this on their own; GC is for operators.
+func (s *Store) GC(ctx context.Context, key string) error {
+	m, err := s.getManifest(ctx, key)
+	if err != nil {
+		return err
+	}
+	return s.collect(ctx, StateHash(key), m.current.Generation, m.kept())
+}
+
+// Read returns the current state of key and its generation. It returns ErrNotFound (wrapped)
+// when the state does not exist and a *CorruptError when it cannot be reassembled exactly.
+func (s *Store) Read(ctx context.Context, key string) ([]byte, Generation, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, Generation{}, err
+	}
+	for attempt := 0; ; attempt++ {
+		m, err := s.getManifest(ctx, key)
+		if err != nil {
+			return nil, Generation{}, err
+		}
+		data, err := s.readGeneration(ctx, key, m.current)
+		if err == nil {
+			return data, m.current, nil
+		}
+		if attempt == 0 && errors.Is(err, ErrCorrupt) {
+			// A writer may have committed and collected in between: look again once.
+			if again, rerr := s.getManifest(ctx, key); rerr == nil && again.current.Generation != m.current.Generation {
+				continue
+			}
+		}
+		return nil, m.current, err
+	}
+}
+
+// History returns the kept generations of key, newest (current) first.
+func (s *Store) History(ctx context.Context, key string) ([]Generation, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	m, err := s.getManifest(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return m.history, nil
+}
+
+// ReadGeneration returns one kept generation of key (see History), verified like Read.
+func (s *Store) ReadGeneration(ctx context.Context, key string, gen int64) ([]byte, Generation, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, Generation{}, err
+	}
+	m, err := s.getManifest(ctx, key)
+	if err != nil {
+		return nil, Generation{}, err
+	}
+	g, ok := m.find(gen)
+	if !ok {
+		return nil, Generation{}, &GenerationNotFoundError{Key: key, Generation: gen, Kept: m.kept()}
+	}
+	data, err := s.readGeneration(ctx, key, g)
+	return data, g, err
+}
+
+// Restore makes an old generation current again by writing its bytes as a new generation (the
+// history is never rewritten, so a restore can itself be undone). It is refused while the state
+// is locked by anyone: force-unlock first if the holder is gone.
+func (s *Store) Restore(ctx context.Context, key string, gen int64) (Generation, error) {
+	data, _, err := s.ReadGeneration(ctx, key, gen)
+	if err != nil {
+		return Generation{}, err
+	}
+	meta, err := ParseState(data)
+	if err != nil {
+		return Generation{}, err
+	}
+	if err := s.checkWriteLock(ctx, key, ""); err != nil {
+		return Generation{}, err
+	}
+	return s.write(ctx, key, data, meta, WriteOptions{Source: fmt.Sprintf("restore of generation %d", gen)}, true)
+}
+
+// Delete removes the state (manifest, every chunk, the lock Lease). It is refused while the
+// state is locked (unexpired); force-unlock first. Deleting the manifest first makes the state
+// disappear atomically; chunks and the Lease follow. A missing state returns ErrNotFound after
+// removing any leftover chunks.
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if err := s.checkWriteLock(ctx, key, ""); err != nil {
+		return err
+	}
+	hash := StateHash(key)
+	secrets := s.client.CoreV1().Secrets(s.namespace)
+	m, err := s.getManifest(ctx, key)
+	found := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorrupt) {
+		return err
+	}
+	if found {
+		rv := m.obj.ResourceVersion
+		err := secrets.Delete(ctx, m.obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+		if apierrors.IsConflict(err) {
+			return &ConflictError{Key: key, Expected: m.current.Generation}
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("state %q: delete manifest: %w", key, err)
+		}
+	} else if errors.Is(err, ErrCorrupt) {
+		if err := secrets.Delete(ctx, "tfstate-"+hash, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("state %q: delete manifest: %w", key, err)
+		}
+		found = true
+	}
+	sel := fmt.Sprintf("%s=%s,%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelState, hash, LabelRole, roleChunk)
+	if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+		return fmt.Errorf("state %q: delete chunks: %w", key, err)
+	}
+	if err := s.client.CoordinationV1().Leases(s.namespace).Delete(ctx, "tflock-"+hash, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("state %q: delete lock: %w", key, err)
+	}
+	if !found {
+		return fmt.Errorf("state %q: %w", key, ErrNotFound)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "state deleted", slog.String("state_key", key))
+	return nil
+}
+
+// StateInfo is one entry of List.
+type StateInfo struct {
+	Key     string
+	Current Generation
+	// Generations is how many generations are kept.
+	Generations int
+}
+
+// List returns every state of the namespace, sorted by key. Only manifests are read (they are
+// small); a manifest that cannot be parsed is logged and skipped.
+func (s *Store) List(ctx context.Context) ([]StateInfo, error) {
+	sel := fmt.Sprintf("%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelRole, roleManifest)
+	var out []StateInfo
+	opts := metav1.ListOptions{LabelSelector: sel, Limit: 250}
+	for {
+		list, err := s.client.CoreV1().Secrets(s.namespace).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list states: %w", err)
+		}
+		for i := range list.Items {
+			sec := &list.Items[i]
+			key := sec.Annotations[AnnotationStateKey]
+			m, err := parseManifest(key, sec)
+			if err != nil || sec.Name != ManifestName(key) {
+				s.log.LogAttrs(ctx, slog.LevelWarn, "skipping unreadable state manifest", slog.String("secret", sec.Name), slog.Any("error", err))
+				continue
+			}
+			out = append(out, StateInfo{Key: key, Current: m.current, Generations: len(m.history)})
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	slices.SortFunc(out, func(a, b StateInfo) int { return strings.Compare(a.Key, b.Key) })
+	return out, nil
+}
+
+func (s *Store) getManifest(ctx context.Context, key string) (*manifest, error) {
+	name := ManifestName(key)
+	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("state %q: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("state %q: read manifest: %w", key, err)
+	}
+	return parseManifest(key, sec)
+}
+
+// readGeneration fetches, checks and reassembles the chunks of one generation.
+func (s *Store) readGeneration(ctx context.Context, key string, g Generation) ([]byte, error) {
+	hash := StateHash(key)
+	corrupt := func(chunk int, object string, reason error, detail string) error {
+		return &CorruptError{Key: key, Generation: g.Generation, Chunk: chunk, Object: object, Reason: reason, Detail: detail}
+	}
+	var opener *sealer
+	switch g.Encryption {
+	case "":
+	case EncryptionAESGCM:
+		opener = s.openers[g.KeyID]
+		if opener == nil {
+			return nil, fmt.Errorf("state %q generation %d is encrypted with key %s: %w", key, g.Generation, g.KeyID, ErrEncryption)
+		}
+	default:
+		return nil, fmt.Errorf("state %q generation %d: unknown encryption %q: %w", key, g.Generation, g.Encryption, ErrEncryption)
+	}
+
+	parts := make([][]byte, g.Chunks)
+	missing := make([]bool, g.Chunks)
+	secrets := s.client.CoreV1().Secrets(s.namespace)
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(s.opts.Parallelism)
+	for i := range g.Chunks {
+		eg.Go(func() error {
+			name := chunkName(hash, g.Generation, i)
+			sec, err := secrets.Get(ectx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				missing[i] = true
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("state %q: read chunk %d of generation %d: %w", key, i, g.Generation, err)
+			}
+			data := sec.Data[chunkDataKey]
+			if want := sec.Annotations[annotationChunkHash]; want != "" && want != sha256Hex(data) {
+				return corrupt(i, name, ErrChecksum, "chunk content does not match its SHA-256")
+			}
+			if sec.Labels[LabelGeneration] != strconv.FormatInt(g.Generation, 10) || sec.Annotations[annotationChunk] != fmt.Sprintf("%d/%d", i, g.Chunks) {
+				return corrupt(i, name, ErrChecksum, "chunk belongs to another generation or position")
+			}
+			if opener != nil {
+				plain, err := opener.open(data, chunkAAD(hash, g.Generation, i, g.Chunks))
+				if err != nil {
+					return corrupt(i, name, ErrChecksum, "chunk fails authentication: "+err.Error())
+				}
+				data = plain
+			}
+			parts[i] = data
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, err
+	}
+	var nmissing, first = 0, -1
+	for i, m := range missing {
+		if m {
+			nmissing++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if nmissing == g.Chunks {
+		return nil, corrupt(-1, chunkName(hash, g.Generation, 0), ErrGenerationMissing,
+			fmt.Sprintf("none of its %d chunk secrets exist (deleted generation?)", g.Chunks))
+	}
+	if nmissing > 0 {
+		return nil, corrupt(first, chunkName(hash, g.Generation, first), ErrChunkMissing,
+			fmt.Sprintf("%d of %d chunk secrets missing", nmissing, g.Chunks))
+	}
+	state, err := decompress(bytes.Join(parts, nil), g.Size)
+	if err != nil {
+		return nil, corrupt(-1, "", ErrChecksum, "compressed stream damaged: "+err.Error())
+	}
+	if got := sha256Hex(state); got != g.SHA256 {
+		return nil, corrupt(-1, "", ErrChecksum, fmt.Sprintf("SHA-256 of the state is %s, manifest says %s", got, g.SHA256))
+	}
+	return state, nil
+}
