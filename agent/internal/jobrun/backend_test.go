@@ -1,0 +1,203 @@
+package jobrun
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// parseBackend parses a backend override file the way Terraform does (HCL native syntax) and
+// returns the backend type and its attributes as plain Go values.
+func parseBackend(t *testing.T, src string) (string, map[string]any) {
+	t.Helper()
+	f, diags := hclsyntax.ParseConfig([]byte(src), backendFileName, hcl.InitialPos)
+	if diags.HasErrors() {
+		t.Fatalf("backend file does not parse: %v\n%s", diags, src)
+	}
+	body, ok := f.Body.(*hclsyntax.Body)
+	if !ok {
+		t.Fatalf("not a native syntax body: %T", f.Body)
+	}
+	if len(body.Blocks) != 1 || body.Blocks[0].Type != "terraform" {
+		t.Fatalf("want one terraform block:\n%s", src)
+	}
+	inner := body.Blocks[0].Body
+	if len(inner.Blocks) != 1 || inner.Blocks[0].Type != "backend" || len(inner.Blocks[0].Labels) != 1 {
+		t.Fatalf("want one backend block:\n%s", src)
+	}
+	be := inner.Blocks[0]
+	out := map[string]any{}
+	for name, attr := range be.Body.Attributes {
+		v, diags := attr.Expr.Value(nil)
+		if diags.HasErrors() {
+			t.Fatalf("attribute %s: %v", name, diags)
+		}
+		switch v.Type() {
+		case cty.String:
+			out[name] = v.AsString()
+		case cty.Bool:
+			out[name] = v.True()
+		case cty.Number:
+			i, _ := v.AsBigFloat().Int64()
+			out[name] = int(i)
+		default:
+			t.Fatalf("attribute %s has type %s", name, v.Type().FriendlyName())
+		}
+	}
+	return be.Labels[0], out
+}
+
+func TestBackendConfigPerStorageType(t *testing.T) {
+	cases := []struct {
+		name     string
+		storage  api.StateStorage
+		stateKey string
+		kind     string
+		want     map[string]any
+	}{
+		{
+			name:     "kubernetes",
+			storage:  api.StateStorage{ID: "k", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: "outpost-state"}},
+			stateKey: "team-a/app.prod",
+			kind:     "http",
+			want: map[string]any{
+				"address":        "http://outpost-agent.outpost-system.svc:8080/v1/states/team-a%2Fapp.prod",
+				"lock_address":   "http://outpost-agent.outpost-system.svc:8080/v1/states/team-a%2Fapp.prod",
+				"unlock_address": "http://outpost-agent.outpost-system.svc:8080/v1/states/team-a%2Fapp.prod",
+				"lock_method":    "LOCK", "unlock_method": "UNLOCK", "update_method": "POST",
+				"retry_max": 10, "retry_wait_min": 1, "retry_wait_max": 30,
+			},
+		},
+		{
+			name:     "s3 with prefix",
+			storage:  api.StateStorage{ID: "s", Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-states", Region: "eu-west-1", PathPrefix: "/outpost/"}},
+			stateKey: "app/prod",
+			kind:     "s3",
+			want:     map[string]any{"bucket": "tf-states", "region": "eu-west-1", "key": "outpost/app/prod/terraform.tfstate", "use_lockfile": true},
+		},
+		{
+			name:     "s3 without prefix",
+			storage:  api.StateStorage{ID: "s", Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-states", Region: "us-east-1"}},
+			stateKey: "app",
+			kind:     "s3",
+			want:     map[string]any{"bucket": "tf-states", "region": "us-east-1", "key": "app/terraform.tfstate", "use_lockfile": true},
+		},
+		{
+			name:     "gcs",
+			storage:  api.StateStorage{ID: "g", Type: api.StateStorageGCS, GCS: &api.GCSStateSpec{Bucket: "tf-states", PathPrefix: "outpost"}},
+			stateKey: "app/prod",
+			kind:     "gcs",
+			want:     map[string]any{"bucket": "tf-states", "prefix": "outpost/app/prod"},
+		},
+		{
+			name:     "azurerm",
+			storage:  api.StateStorage{ID: "a", Type: api.StateStorageAzureRM, AzureRM: &api.AzureRMStateSpec{StorageAccountName: "acct", ContainerName: "tfstate", ResourceGroupName: "rg", PathPrefix: "outpost"}},
+			stateKey: "app",
+			kind:     "azurerm",
+			want:     map[string]any{"storage_account_name": "acct", "container_name": "tfstate", "resource_group_name": "rg", "key": "outpost/app/terraform.tfstate", "use_azuread_auth": true},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			src, err := backendConfig(tc.storage, tc.stateKey, "http://outpost-agent.outpost-system.svc:8080/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			kind, attrs := parseBackend(t, src)
+			if kind != tc.kind || !reflect.DeepEqual(attrs, tc.want) {
+				t.Fatalf("backend %q %v\nwant %q %v\nfile:\n%s", kind, attrs, tc.kind, tc.want, src)
+			}
+			for _, secret := range []string{"password", "username", "token"} {
+				if strings.Contains(src, secret) {
+					t.Errorf("backend file mentions %q; credentials must come from the environment", secret)
+				}
+			}
+		})
+	}
+}
+
+func TestBackendConfigErrors(t *testing.T) {
+	for name, tc := range map[string]struct {
+		st   api.StateStorage
+		url  string
+		want string
+	}{
+		"kubernetes without state URL": {api.StateStorage{ID: "k", Type: api.StateStorageKubernetes}, "", "OUTPOST_STATE_URL"},
+		"s3 without bucket":            {api.StateStorage{ID: "s", Type: api.StateStorageS3}, "", "no s3 bucket"},
+		"unknown type":                 {api.StateStorage{ID: "x", Type: "consul"}, "", "unknown type"},
+	} {
+		if _, err := backendConfig(tc.st, "k", tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
+		}
+	}
+}
+
+func TestBackendEnvCarriesCredentials(t *testing.T) {
+	k := api.StateStorage{Type: api.StateStorageKubernetes}
+	got := backendEnv(k, "dep-1", "opj_secret", "", "http://agent:8080")
+	want := []string{"TF_HTTP_USERNAME=dep-1", "TF_HTTP_PASSWORD=opj_secret"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("env = %v, want %v", got, want)
+	}
+	if got := backendEnv(k, "dep-1", "opj_secret", "PEM", "https://agent:8443"); len(got) != 3 || got[2] != "TF_HTTP_CLIENT_CA_CERTIFICATE_PEM=PEM" {
+		t.Fatalf("https state URL with CA bundle: env = %v", got)
+	}
+	if got := backendEnv(api.StateStorage{Type: api.StateStorageS3}, "dep-1", "opj_secret", "", ""); got != nil {
+		t.Fatalf("s3 must not get the job token: %v", got)
+	}
+}
+
+func TestHCLStringEscapes(t *testing.T) {
+	for _, s := range []string{`plain`, `q"uote`, `back\slash`, "new\nline", "${not_interp}", "%{if x}", "$$", "tab\tand\x01ctl", "ünïcode"} {
+		src := "x = " + hclString(s) + "\n"
+		f, diags := hclsyntax.ParseConfig([]byte(src), "t.tf", hcl.InitialPos)
+		if diags.HasErrors() {
+			t.Fatalf("%q: %v", s, diags)
+		}
+		body, ok := f.Body.(*hclsyntax.Body)
+		if !ok {
+			t.Fatalf("not a native syntax body: %T", f.Body)
+		}
+		v, diags := body.Attributes["x"].Expr.Value(nil)
+		if diags.HasErrors() || v.AsString() != s {
+			t.Errorf("hclString(%q) reads back as %#v (%v)", s, v, diags)
+		}
+	}
+}
+
+func TestWriteConfigFilesReplacesPlantedLinks(t *testing.T) {
+	dir, outside := sandbox(t)
+	victim := filepath.Join(outside, "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{backendFileName, variablesFileName} {
+		if err := os.Symlink(victim, filepath.Join(dir, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := map[string]json.RawMessage{"name": json.RawMessage(`"x"`), "n": json.RawMessage(`3`)}
+	if err := writeConfigFiles(dir, "terraform {}\n", vars); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Fatalf("wrote through a planted symlink: %q", b)
+	}
+	var got map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, variablesFileName))
+	if err != nil || json.Unmarshal(b, &got) != nil || got["name"] != "x" || got["n"] != float64(3) {
+		t.Fatalf("variables file = %s (%v)", b, err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, variablesFileName)); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("variables file mode %v, want 0600", fi.Mode().Perm())
+	}
+}

@@ -1,0 +1,156 @@
+package jobrun
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// defaultTokenFile is where the agent mounts the per-job token in a Job's pod.
+const defaultTokenFile = "/var/run/outpost/job/token"
+
+// config is the job runner's configuration. Every setting is a flag of `outpost-agent job` that
+// defaults to its environment variable, as for the agent itself; the agent sets the variables.
+// The token itself is never taken from the environment or the command line (both are visible
+// in /proc and in the pod spec), only from a file.
+type config struct {
+	APIURL       string // OUTPOST_API_URL, required
+	TokenFile    string // OUTPOST_JOB_TOKEN_FILE
+	StateURL     string // OUTPOST_STATE_URL, required for kubernetes state storage
+	CLI          string // OUTPOST_CLI: terraform, tofu or an absolute path
+	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<job id>
+	CABundleFile string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
+}
+
+func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	var c config
+	fs := flag.NewFlagSet("outpost-agent job", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: outpost-agent job [flags]\n\nRuns one Outpost deployment: the entrypoint of a Job's main container.\n"+
+			"Exit code: the CLI's; 2 = job runner error before the CLI ran; 3 = outputs could not be uploaded;\n"+
+			"128+N = stopped by signal N.\n\nFlags (each defaults to its environment variable):\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.APIURL, "api-url", env("OUTPOST_API_URL", ""), "orchestrator base URL (OUTPOST_API_URL)")
+	fs.StringVar(&c.TokenFile, "token-file", env("OUTPOST_JOB_TOKEN_FILE", defaultTokenFile), "file holding the per-job token (OUTPOST_JOB_TOKEN_FILE)")
+	fs.StringVar(&c.StateURL, "state-url", env("OUTPOST_STATE_URL", ""), "base URL of the agent's state backend (OUTPOST_STATE_URL)")
+	fs.StringVar(&c.CLI, "cli", env("OUTPOST_CLI", "terraform"), "terraform, tofu or an absolute path (OUTPOST_CLI)")
+	fs.StringVar(&c.WorkDir, "work-dir", env("OUTPOST_WORK_DIR", ""), "work directory; default $TMPDIR/outpost-job-<job id> (OUTPOST_WORK_DIR)")
+	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env("OUTPOST_CA_BUNDLE_FILE", ""), "extra PEM CA certificates (OUTPOST_CA_BUNDLE_FILE)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.APIURL == "" {
+		return c, fmt.Errorf("OUTPOST_API_URL is not set; the agent sets it to the orchestrator's URL")
+	}
+	if c.StateURL != "" && !strings.HasPrefix(c.StateURL, "http://") && !strings.HasPrefix(c.StateURL, "https://") {
+		return c, fmt.Errorf("OUTPOST_STATE_URL %q must start with http:// or https://", c.StateURL)
+	}
+	return c, nil
+}
+
+// readToken reads the per-job token file.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read the job token (OUTPOST_JOB_TOKEN_FILE): %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("the job token file %s is empty", path)
+	}
+	return tok, nil
+}
+
+// newHTTPClient returns the client for the orchestrator: proxies from the environment, the
+// system trust store plus the CA bundle, TLS 1.2 or later. It also returns the bundle's PEM,
+// which the http backend gets for an https state URL.
+func newHTTPClient(caFile string) (*http.Client, string, error) {
+	tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
+	if def, ok := http.DefaultTransport.(*http.Transport); ok {
+		tr = def.Clone() // keeps the standard timeouts and HTTP/2
+	}
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	var pemData string
+	if caFile != "" {
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("read OUTPOST_CA_BUNDLE_FILE: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, "", fmt.Errorf("OUTPOST_CA_BUNDLE_FILE %s holds no PEM certificate", caFile)
+		}
+		tr.TLSClientConfig.RootCAs = pool
+		pemData = string(b)
+	}
+	return &http.Client{Transport: tr, Timeout: time.Minute}, pemData, nil
+}
+
+var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// validateSpec checks what the job runner relies on. The orchestrator validated the
+// deployment already; this guards against a different orchestrator version or a bug, with an
+// error that says what is wrong instead of a confusing CLI failure later.
+func validateSpec(s *api.JobSpec) error {
+	if !jobIDPattern.MatchString(s.JobID) {
+		return fmt.Errorf("job_id %q is not a valid job id", s.JobID)
+	}
+	switch s.Operation {
+	case api.OperationPlan, api.OperationApply, api.OperationDestroy:
+	default:
+		return fmt.Errorf("operation %q is not one of plan, apply, destroy", s.Operation)
+	}
+	switch src := s.Source; {
+	case (src.Inline == nil) == (src.Git == nil):
+		return fmt.Errorf("source must have exactly one of inline or git")
+	case src.Inline != nil && len(src.Inline.ArchiveTarGz) == 0:
+		return fmt.Errorf("source.inline.archive_tar_gz is empty")
+	case src.Git != nil && src.Git.URL == "":
+		return fmt.Errorf("source.git.url is empty")
+	case src.Git != nil && (filepath.IsAbs(src.Git.Path) || strings.HasPrefix(src.Git.Path, "/") || hasDotDot(src.Git.Path)):
+		return fmt.Errorf("source.git.path %q must be a relative path without '..'", src.Git.Path)
+	}
+	if err := api.ValidateStateKey("state_key", s.StateKey); err != nil {
+		return err
+	}
+	for name := range s.Variables {
+		if !json.Valid(s.Variables[name]) {
+			return fmt.Errorf("variables.%s is not valid JSON", name)
+		}
+	}
+	return nil
+}
+
+func hasDotDot(p string) bool {
+	for _, part := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if part == ".." {
+			return true
+		}
+	}
+	return false
+}

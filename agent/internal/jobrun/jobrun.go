@@ -1,0 +1,383 @@
+// Package jobrun is the job runner: `outpost-agent job`, the entrypoint of the main container
+// of every deployment Job (or of the process the agent's process executor starts).
+//
+// It fetches the job's spec from the orchestrator with the per-job token, lays out the
+// Terraform/OpenTofu source (inline archive or git), points the backend at the runner's state
+// storage (for kubernetes storage, the agent's http backend), runs init and then plan, apply or
+// destroy with the configured CLI, streams the combined output to the orchestrator by byte
+// offset and to its own stdout, uploads the outputs after an apply or destroy, and exits with
+// the CLI's exit code.
+//
+// Exit codes:
+//
+//	0..    the CLI's exit code (of init when init failed, else of plan/apply/destroy)
+//	2      ExitRunnerError: the job runner failed before the CLI ran (configuration, token, spec
+//	       fetch or validation, source layout, backend file); the reason is in the log
+//	3      ExitOutputsFailed: the CLI succeeded but its outputs could not be read or uploaded
+//	128+N  the CLI was ended by signal N, or the job was stopped by signal N before the CLI
+//	       (or its next phase) started; 130 when ctx ended without a signal
+package jobrun
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Exit codes of the job runner itself; see the package documentation.
+const (
+	ExitRunnerError   = 2
+	ExitOutputsFailed = 3
+	ExitInterrupted   = 130
+)
+
+const (
+	// finalFlushTimeout bounds delivering the rest of the log after the CLI exited. A Pod's
+	// default termination grace period is 30 s; the log copy in stdout remains either way.
+	finalFlushTimeout = 20 * time.Second
+	// outputsTimeout bounds the output upload, retries included.
+	outputsTimeout = 2 * time.Minute
+	// killGrace is what the network work after the CLI still gets once a kill was requested.
+	killGrace = 3 * time.Second
+	userAgent = "outpost-agent-job"
+)
+
+// specRetry is patient: a Job may start while the orchestrator restarts, and a job that cannot
+// fetch its spec cannot do anything else.
+var specRetry = api.RetryPolicy{MaxAttempts: 8, BaseDelay: 500 * time.Millisecond, MaxDelay: 15 * time.Second}
+
+// Main runs the job and returns the process exit code. args are the arguments after `job`.
+// stdout receives the complete log (what the orchestrator receives, so `kubectl logs` shows it
+// even when the orchestrator is unreachable); stderr only gets errors that occur before there is
+// a log, such as a missing OUTPOST_API_URL. SIGTERM and SIGINT are handled as described on
+// stopper; ctx ending counts as the first of them.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
+	defer signal.Stop(sigs)
+	return run(ctx, args, os.Getenv, sigs, stdout, stderr)
+}
+
+// run is Main with its environment and signals injectable, for tests.
+func run(ctx context.Context, args []string, getenv func(string) string, sigs <-chan os.Signal, stdout, stderr io.Writer) int {
+	cfg, err := loadConfig(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
+		return ExitRunnerError
+	}
+	token, err := readToken(cfg.TokenFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
+		return ExitRunnerError
+	}
+	hc, caPEM, err := newHTTPClient(cfg.CABundleFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
+		return ExitRunnerError
+	}
+	opts := []api.Option{api.WithHTTPClient(hc), api.WithUserAgent(userAgent)}
+	client, err := api.NewJobClient(cfg.APIURL, token, append(opts, api.WithRetryPolicy(specRetry))...)
+	if err != nil {
+		fmt.Fprintf(stderr, "outpost-agent job: OUTPOST_API_URL: %v\n", err)
+		return ExitRunnerError
+	}
+	// The streamer does its own retrying so that new output keeps buffering meanwhile.
+	logClient, _ := api.NewJobClient(cfg.APIURL, token, append(opts, api.WithRetryPolicy(api.RetryPolicy{MaxAttempts: 1}))...)
+
+	st := newStopper(ctx, sigs)
+	defer st.close()
+	console := &lockedWriter{w: stdout}
+	stream := newLogStreamer(logClient, console, streamerOptions{OnStop: func(reason string) { st.request(nil, reason) }})
+	out := newRedactor(teeWriter{console, stream}, token)
+
+	j := &job{cfg: cfg, token: token, caPEM: caPEM, client: client, out: out, st: st}
+	code := j.run()
+
+	_ = out.Flush()
+	flushCtx, cancel := boundedContext(finalFlushTimeout, st)
+	stats := stream.Close(flushCtx)
+	cancel()
+	fmt.Fprintf(console, "[outpost: log: %d bytes written, %d delivered to the orchestrator%s]\n", stats.Produced, stats.Delivered, describeLoss(stats))
+	return code
+}
+
+func describeLoss(s logStats) string {
+	var parts []string
+	if s.Truncated {
+		parts = append(parts, "truncated by the orchestrator")
+	}
+	if s.GaveUp != nil {
+		parts = append(parts, "delivery stopped: "+oneLine(s.GaveUp))
+	}
+	if s.Dropped > 0 {
+		parts = append(parts, fmt.Sprintf("%d bytes dropped", s.Dropped))
+	}
+	if s.Pending > 0 {
+		parts = append(parts, fmt.Sprintf("%d bytes undelivered at exit", s.Pending))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(parts, "; ")
+}
+
+// boundedContext is a context for the network work after the CLI: it ends after timeout, or
+// killGrace after a kill request, so a second signal makes the job runner exit soon without
+// giving up on the log at once.
+func boundedContext(timeout time.Duration, st *stopper) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	go func() {
+		select {
+		case <-st.killed:
+			t := time.NewTimer(killGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel()
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// job is one run of the job runner.
+type job struct {
+	cfg    config
+	token  string
+	caPEM  string
+	client *api.JobClient
+	out    *redactor // the log: redacted, to stdout and the orchestrator
+	st     *stopper
+}
+
+// fail logs a job runner error and returns ExitRunnerError.
+func (j *job) fail(format string, args ...any) int {
+	fmt.Fprintf(j.out, "==> error: "+format+"\n", args...)
+	return ExitRunnerError
+}
+
+func (j *job) run() int {
+	start := time.Now()
+	netCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-j.st.interrupted:
+			cancel()
+		case <-netCtx.Done():
+		}
+	}()
+	spec, err := j.client.Spec(netCtx)
+	if err != nil {
+		if j.st.isInterrupted() {
+			return j.st.exitCode()
+		}
+		return j.fail("fetch the job spec: %v%s", err, specHint(err))
+	}
+	if err := validateSpec(spec); err != nil {
+		return j.fail("the job spec cannot be used: %v", err)
+	}
+	// TF_LOG=trace would print the backend's Basic credentials in this form.
+	j.out.add(base64.StdEncoding.EncodeToString([]byte(spec.JobID + ":" + j.token)))
+
+	cliPath, err := resolveCLI(j.cfg.CLI)
+	if err != nil {
+		return j.fail("%v", err)
+	}
+	cli := strings.TrimSuffix(filepath.Base(cliPath), ".exe")
+	fmt.Fprintf(j.out, "==> outpost job %s (attempt %d): %s on runner %s, state key %q, %s, %s state storage %q\n",
+		spec.JobID, spec.Attempt, spec.Operation, spec.RunnerID, spec.StateKey, cliVersion(cliPath), spec.StateStorage.Type, spec.StateStorage.ID)
+
+	workDir, cleanup, err := prepareWorkDir(j.cfg.WorkDir, spec.JobID)
+	if err != nil {
+		return j.fail("%v", err)
+	}
+	defer cleanup()
+	srcDir := filepath.Join(workDir, "source")
+	if err := os.RemoveAll(srcDir); err != nil {
+		return j.fail("clear %s: %v", srcDir, err)
+	}
+	if err := os.Mkdir(srcDir, 0o700); err != nil {
+		return j.fail("create %s: %v", srcDir, err)
+	}
+	if spec.Source.Git != nil {
+		j.out.add(gitSecrets(spec.Source.Git.URL)...)
+	}
+	gitCtx, gitCancel := context.WithCancel(netCtx)
+	configDir, err := layoutSource(gitCtx, spec.Source, srcDir, j.out)
+	gitCancel()
+	if err != nil {
+		if j.st.isInterrupted() {
+			return j.st.exitCode()
+		}
+		return j.fail("lay out the source: %v", err)
+	}
+	backend, err := backendConfig(spec.StateStorage, spec.StateKey, j.cfg.StateURL)
+	if err != nil {
+		return j.fail("%v", err)
+	}
+	if err := writeConfigFiles(configDir, backend, spec.Variables); err != nil {
+		return j.fail("%v", err)
+	}
+
+	env := append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"},
+		backendEnv(spec.StateStorage, spec.JobID, j.token, j.caPEM, j.cfg.StateURL)...)
+	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, operationArgs(spec.Operation)}
+	for _, args := range phases {
+		if j.st.isInterrupted() {
+			fmt.Fprintf(j.out, "==> stopped before %s %s\n", cli, args[0])
+			return j.st.exitCode()
+		}
+		// A blank line first: the phases are easy to find in a long log.
+		fmt.Fprintf(j.out, "\n==> %s %s\n", cli, strings.Join(args, " "))
+		code, err := runCLI(j.st, cliRun{Path: cliPath, Args: args, Dir: configDir, Env: env, Stdout: j.out, Stderr: j.out, Log: j.out})
+		if err != nil {
+			return j.fail("%v", err)
+		}
+		if code != 0 {
+			fmt.Fprintf(j.out, "==> %s %s failed with exit code %d after %s\n", cli, args[0], code, since(start))
+			return code
+		}
+	}
+	if spec.Operation != api.OperationPlan {
+		if code := j.uploadOutputs(cli, cliPath, configDir, env); code != 0 {
+			return code
+		}
+	}
+	fmt.Fprintf(j.out, "==> %s succeeded in %s\n", spec.Operation, since(start))
+	return 0
+}
+
+// operationArgs are the CLI arguments of the job's operation. Every operation waits up to 60 s
+// for the state lock: a previous run's lock may still be held briefly, e.g. while the agent's
+// state backend fails over.
+func operationArgs(op string) []string {
+	switch op {
+	case api.OperationPlan:
+		return []string{"plan", "-input=false", "-no-color", "-lock-timeout=60s"}
+	case api.OperationDestroy:
+		return []string{"destroy", "-auto-approve", "-input=false", "-no-color", "-lock-timeout=60s"}
+	}
+	return []string{"apply", "-auto-approve", "-input=false", "-no-color", "-lock-timeout=60s"}
+}
+
+// uploadOutputs reads the outputs from the new state and uploads them. After an apply these are
+// the configuration's outputs; after a destroy they are empty, and uploading the empty set
+// records that nothing is deployed any more. A plan changes no state and uploads nothing. The
+// values never go to the log: only the CLI's stderr does.
+func (j *job) uploadOutputs(cli, cliPath, configDir string, env []string) int {
+	fmt.Fprintf(j.out, "\n==> %s output -json\n", cli)
+	var buf strings.Builder
+	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"output", "-json", "-no-color"}, Dir: configDir, Env: env, Stdout: &buf, Stderr: j.out, Log: j.out})
+	if err != nil || code != 0 {
+		fmt.Fprintf(j.out, "==> error: %s output failed (exit code %d, %v); the outputs were not uploaded\n", cli, code, err)
+		return ExitOutputsFailed
+	}
+	outs, err := parseOutputs([]byte(buf.String()))
+	if err != nil {
+		fmt.Fprintf(j.out, "==> error: %v; the outputs were not uploaded\n", err)
+		return ExitOutputsFailed
+	}
+	ctx, cancel := boundedContext(outputsTimeout, j.st)
+	defer cancel()
+	if err := j.client.PutOutputs(ctx, outs); err != nil {
+		fmt.Fprintf(j.out, "==> error: upload the outputs: %v\n", err)
+		return ExitOutputsFailed
+	}
+	sensitive := 0
+	for _, o := range outs {
+		if o.Sensitive {
+			sensitive++
+		}
+	}
+	fmt.Fprintf(j.out, "uploaded %d outputs (%d sensitive)\n", len(outs), sensitive)
+	return 0
+}
+
+// prepareWorkDir creates the work directory. A directory the job runner chose itself is removed
+// afterwards; one given by OUTPOST_WORK_DIR belongs to whoever set it (the process executor
+// cleans it up after the final report, and may keep files of its own there).
+func prepareWorkDir(dir, jobID string) (string, func(), error) {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", nil, fmt.Errorf("create the work directory: %w", err)
+		}
+		return dir, func() {}, nil
+	}
+	dir = filepath.Join(os.TempDir(), "outpost-job-"+jobID)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, fmt.Errorf("create the work directory: %w", err)
+	}
+	return dir, func() { _ = os.RemoveAll(dir) }, nil
+}
+
+func specHint(err error) string {
+	switch {
+	case errors.Is(err, api.ErrUnauthorized):
+		return " (the orchestrator refused the job token: it expired, or the job already finished)"
+	case errors.Is(err, api.ErrNotFound):
+		return " (the orchestrator does not know this job)"
+	case errors.Is(err, api.ErrUnavailable):
+		return " (is OUTPOST_API_URL reachable from the job?)"
+	}
+	return ""
+}
+
+// cliVersion is the first line of `<cli> version` for the log header ("Terraform v1.11.4"), or
+// the binary's name when that fails; a CLI that hangs here is given up on after 15 s.
+func cliVersion(path string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "version")
+	cmd.Env = append(os.Environ(), "CHECKPOINT_DISABLE=1")
+	out, err := cmd.Output()
+	line, _, _ := strings.Cut(string(out), "\n")
+	if err != nil || strings.TrimSpace(line) == "" {
+		return filepath.Base(path)
+	}
+	return strings.TrimSpace(line)
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
+
+// lockedWriter serialises writes from the CLI's output, the job runner and the streamer's notices.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// teeWriter copies the log to stdout and the streamer. A failing stdout must not stop delivery
+// to the orchestrator, so its errors are ignored.
+type teeWriter struct {
+	console io.Writer
+	stream  io.Writer
+}
+
+func (t teeWriter) Write(p []byte) (int, error) {
+	_, _ = t.console.Write(p)
+	return t.stream.Write(p)
+}
