@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server's log writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func noEnv(string) string { return "" }
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func get(t *testing.T, url, token string) int {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestRunGeneratesTokenServesAndStops(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	var logs syncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--log-format", "json", "--log-cap", "1MiB"}, noEnv, &logs, ready)
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	tokenFile := filepath.Join(dir, "admin-token")
+	st, err := os.Stat(tokenFile)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("admin token file %v (%v), want mode 0600", st, err)
+	}
+	raw, _ := os.ReadFile(tokenFile)
+	token := strings.TrimSpace(string(raw))
+	if len(token) < 32 {
+		t.Fatalf("generated token %q is too short", token)
+	}
+	if code := get(t, "http://"+addr+"/healthz", ""); code != http.StatusOK {
+		t.Fatalf("healthz: HTTP %d", code)
+	}
+	if code := get(t, "http://"+addr+"/api/v1/orgs/acme/runners", token); code != http.StatusOK {
+		t.Fatalf("admin request with the generated token: HTTP %d", code)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after shutdown: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not stop")
+	}
+	out := logs.String()
+	if strings.Contains(out, token) {
+		t.Fatal("the admin token appeared in the logs")
+	}
+	if !strings.Contains(out, tokenFile) {
+		t.Fatalf("the logs do not say where the token is:\n%s", out)
+	}
+
+	// A restart reuses the kept token.
+	o := &options{dataDir: dir}
+	again, err := adminToken(o, discardLogger())
+	if err != nil || again != token {
+		t.Fatalf("second start read token %q (%v), want the kept one", again, err)
+	}
+}
+
+func TestRunExplainsPortInUse(t *testing.T) {
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	env := map[string]string{
+		"OUTPOST_ORCHESTRATOR_LISTEN":      ln.Addr().String(),
+		"OUTPOST_ORCHESTRATOR_DATA_DIR":    t.TempDir(),
+		"OUTPOST_ORCHESTRATOR_ADMIN_TOKEN": "a-long-enough-admin-token",
+	}
+	err = run(t.Context(), nil, func(k string) string { return env[k] }, &syncBuffer{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "port "+port+" is already in use") || !strings.Contains(err.Error(), "--listen") {
+		t.Fatalf("error %v must name port %s and how to pick another", err, port)
+	}
+}
+
+func TestRunExplainsUnusableDataDir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(file, "data")
+	err := run(t.Context(), []string{"--data-dir", dir, "--admin-token", "a-long-enough-admin-token", "--listen", "127.0.0.1:0"}, noEnv, &syncBuffer{}, nil)
+	if err == nil || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("error %v must name the data directory %s", err, dir)
+	}
+}
+
+func TestFlagsAndSizes(t *testing.T) {
+	for in, want := range map[string]int64{"16MiB": 16 << 20, "512KiB": 512 << 10, "1048576": 1 << 20, "1GiB": 1 << 30} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "-1", "10MB", "lots"} {
+		if _, err := parseSize(bad); err == nil {
+			t.Errorf("parseSize(%q) must fail", bad)
+		}
+	}
+	o, err := parseFlags([]string{"--listen", ":9000"}, func(k string) string {
+		return map[string]string{"OUTPOST_ORCHESTRATOR_LISTEN": ":1", "OUTPOST_ORCHESTRATOR_DATA_DIR": "/env/dir"}[k]
+	}, &syncBuffer{})
+	if err != nil || o.listen != ":9000" || o.dataDir != "/env/dir" {
+		t.Fatalf("flags %+v (%v): the flag must win over the env, the env over the default", o, err)
+	}
+	if err := run(t.Context(), []string{"--log-format", "xml"}, noEnv, &syncBuffer{}, nil); err == nil || !strings.Contains(err.Error(), "json or text") {
+		t.Fatalf("bad log format: %v", err)
+	}
+}

@@ -1,0 +1,140 @@
+package orchestrator
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Log read limits.
+const (
+	defaultLogRead = 1 << 20
+	maxLogRead     = 4 << 20
+)
+
+func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
+	var in api.DeploymentInput
+	if err := decodeJSON(c.body, &in); err != nil {
+		return err
+	}
+	if err := in.Validate(); err != nil {
+		return err
+	}
+	out, err := s.store.createDeployment(r.Context(), c.org, in)
+	if err != nil {
+		return err
+	}
+	s.notify.wake(c.org + "/" + in.RunnerID)
+	writeJSON(w, http.StatusCreated, out)
+	return nil
+}
+
+func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request, c *call) error {
+	q := r.URL.Query()
+	runnerID, status := q.Get("runner_id"), q.Get("status")
+	if runnerID != "" {
+		if err := api.ValidateID("runner_id", runnerID); err != nil {
+			return err
+		}
+	}
+	if status != "" && !validStatus(status) {
+		return invalid("status", "%q is not a deployment status; use one of %s", status, statusList())
+	}
+	list, err := s.store.listDeployments(r.Context(), c.org, runnerID, status)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.List[api.Deployment]{Items: list})
+	return nil
+}
+
+func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	out, err := s.store.getDeployment(r.Context(), c.org, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// queryInt reads an optional non-negative integer query parameter.
+func queryInt(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, invalid(name, "%q is not a non-negative integer", v)
+	}
+	return n, nil
+}
+
+func (s *Server) getLogs(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	offset, err := queryInt(r, "offset", 0)
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit", defaultLogRead)
+	if err != nil {
+		return err
+	}
+	if limit == 0 || limit > maxLogRead {
+		return invalid("limit", "%d is out of range; use 1 to %d bytes", limit, maxLogRead)
+	}
+	out, err := s.store.readLogs(r.Context(), c.org, id, offset, limit)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getOutputs(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	out, err := s.store.getOutputs(r.Context(), c.org, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	list, err := s.store.listEvents(r.Context(), c.org, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, api.List[api.Event]{Items: list})
+	return nil
+}
+
+func (s *Server) cancelDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	out, err := s.store.cancelDeployment(r.Context(), c.org, id)
+	if err != nil {
+		return err
+	}
+	s.notify.wake(c.org + "/" + out.RunnerID)
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

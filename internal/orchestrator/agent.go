@@ -1,0 +1,199 @@
+package orchestrator
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Limits of agent request fields.
+const (
+	maxInstanceLen     = 253
+	maxAgentVersionLen = 128
+	maxRunningEntries  = 10000
+	maxCapacityFree    = api.MaxMaxConcurrency
+	maxEventMessageLen = 64 << 10
+	maxEventReasonLen  = 256
+)
+
+// statusClientClosed is logged and counted when the agent went away during a long poll (the
+// nginx convention); nobody receives it.
+const statusClientClosed = 499
+
+func validatePoll(req *api.PollRequest) error {
+	switch {
+	case req.CapacityFree < 0 || req.CapacityFree > maxCapacityFree:
+		return invalid("capacity_free", "%d is out of range; use 0 to %d", req.CapacityFree, maxCapacityFree)
+	case req.WaitSeconds < 0:
+		return invalid("wait_seconds", "%d is negative; use 0 to %d (longer waits are cut to %d)", req.WaitSeconds, int(MaxPollWait.Seconds()), int(MaxPollWait.Seconds()))
+	case len(req.Instance) > maxInstanceLen:
+		return invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
+	case len(req.AgentVersion) > maxAgentVersionLen:
+		return invalid("agent_version", "is %d characters; at most %d", len(req.AgentVersion), maxAgentVersionLen)
+	case len(req.Running) > maxRunningEntries:
+		return invalid("running", "lists %d jobs; at most %d", len(req.Running), maxRunningEntries)
+	}
+	for i, e := range req.Running {
+		at := fmt.Sprintf("running[%d]", i)
+		if err := api.ValidateID(at+".job_id", e.JobID); err != nil {
+			return err
+		}
+		if e.Attempt < 1 {
+			return invalid(at+".attempt", "%d is not an attempt; attempts count from 1", e.Attempt)
+		}
+		if e.Fencing < 1 {
+			return invalid(at+".fencing", "%d is not a granted fencing number; they count from 1", e.Fencing)
+		}
+	}
+	return nil
+}
+
+// poll is the agent's long poll. It renews the leases the agent restates, then answers at once
+// when there are offers or directives, and otherwise waits for the runner's next wake (a
+// deployment queued, a cancel, a lease settled) until the wait is over. No busy loop: between
+// wakes it only sleeps on a channel.
+func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req api.PollRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return err
+	}
+	if err := validatePoll(&req); err != nil {
+		return err
+	}
+	runnerKey := c.agent.Org + "/" + c.agent.RunnerID
+	s.notify.enter(runnerKey)
+	s.metrics.polls.Inc()
+	defer func() {
+		s.notify.leave(runnerKey)
+		s.metrics.polls.Dec()
+	}()
+	forget, err := s.store.renewLeases(r.Context(), c.agent, &req, s.cfg.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	wait := min(time.Duration(req.WaitSeconds)*time.Second, MaxPollWait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	last := wait <= 0
+	for {
+		woken := s.notify.watch(runnerKey)
+		offers, cancels, maxConcurrency, err := s.store.offers(r.Context(), c.agent, req.CapacityFree)
+		if err != nil {
+			return err
+		}
+		directives := append(append([]api.Directive{}, forget...), cancels...)
+		if len(offers) > 0 || len(directives) > 0 || last {
+			writeJSON(w, http.StatusOK, api.PollResponse{
+				Offers: offers, Directives: directives, MaxConcurrency: maxConcurrency, ServerTime: s.store.timeNow(),
+			})
+			return nil
+		}
+		select {
+		case <-woken:
+		case <-timer.C:
+			last = true
+		case <-s.closing:
+			last = true
+		case <-r.Context().Done():
+			w.WriteHeader(statusClientClosed)
+			return nil
+		}
+	}
+}
+
+// heartbeat renews leases without waiting; directives come with the next poll.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req api.PollRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return err
+	}
+	if err := validatePoll(&req); err != nil {
+		return err
+	}
+	if _, err := s.store.renewLeases(r.Context(), c.agent, &req, s.cfg.LeaseDuration); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, struct{}{})
+	return nil
+}
+
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var req api.ClaimRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return err
+	}
+	switch {
+	case req.Attempt < 1:
+		return invalid("attempt", "%d is not an attempt; claim the attempt the offer names (from 1)", req.Attempt)
+	case req.Instance == "":
+		return invalid("instance", "is required: name the agent process (its pod name), so retries of this claim are recognised")
+	case len(req.Instance) > maxInstanceLen:
+		return invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
+	}
+	out, err := s.store.claim(r.Context(), c.agent, id, req, s.cfg.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func validateEvent(req *api.EventRequest) error {
+	switch {
+	case req.Attempt < 1:
+		return invalid("attempt", "%d is not an attempt; attempts count from 1", req.Attempt)
+	case req.Fencing < 1:
+		return invalid("fencing", "%d is not a granted fencing number; send the one from the claim", req.Fencing)
+	case req.Seq < 0:
+		return invalid("seq", "%d is negative; sequence numbers count from 0 per attempt", req.Seq)
+	case len(req.Message) > maxEventMessageLen:
+		return invalid("message", "is %d bytes; at most %d", len(req.Message), maxEventMessageLen)
+	case len(req.Reason) > maxEventReasonLen:
+		return invalid("reason", "is %d bytes; at most %d", len(req.Reason), maxEventReasonLen)
+	}
+	switch req.Type {
+	case api.EventStarted, api.EventProgress:
+		if req.Result != "" {
+			return invalid("result", "is only allowed on %q events", api.EventFinished)
+		}
+	case api.EventFinished:
+		switch req.Result {
+		case api.StatusSucceeded, api.StatusFailed, api.StatusCanceled:
+		default:
+			return invalid("result", "%q is not a result; a finished event needs succeeded, failed or canceled", req.Result)
+		}
+	default:
+		return invalid("type", "%q is not an event type; use started, progress or finished", req.Type)
+	}
+	return nil
+}
+
+func (s *Server) event(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	var req api.EventRequest
+	if err := decodeJSON(c.body, &req); err != nil {
+		return err
+	}
+	if err := validateEvent(&req); err != nil {
+		return err
+	}
+	out, err := s.store.recordEvent(r.Context(), c.agent, id, req, s.cfg.LeaseDuration)
+	if err != nil {
+		return err
+	}
+	if req.Type == api.EventFinished {
+		// A slot is free again: a waiting poll may now hand out an offer.
+		s.notify.wake(c.agent.Org + "/" + c.agent.RunnerID)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}

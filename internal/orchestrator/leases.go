@@ -1,0 +1,154 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// settleLease applies the lease rules to a job whose lease has run out:
+//
+//   - a running apply or destroy becomes lost: it may have changed infrastructure half-way, so
+//     re-running it without a person looking is not safe;
+//   - a job whose cancel was requested, or whose runner was deleted, ends canceled;
+//   - anything else (claimed, or a running plan) returns to the queue with the next attempt.
+//
+// Every transaction that acts on a job settles it first, so the outcome never depends on when
+// the sweeper last ran. It reports whether rec changed (and was saved).
+func settleLease(tx *bolt.Tx, rec *jobRecord, now time.Time) (bool, error) {
+	if rec.Lease == nil || now.Before(rec.Lease.ExpiresAt) {
+		return false, nil
+	}
+	l := rec.Lease
+	runnerGone := tx.Bucket(bRunners).Get(key(rec.Org, rec.D.RunnerID)) == nil
+	switch {
+	case rec.D.Status == api.StatusRunning && rec.D.Operation != api.OperationPlan:
+		return true, finishJob(tx, rec, api.StatusLost, "lease_expired", fmt.Sprintf(
+			"the agent's lease on attempt %d (instance %q) expired at %s while the %s was running; "+
+				"it is not re-run automatically because it may have changed infrastructure half-way; "+
+				"check the state and start a new deployment",
+			rec.D.Attempt, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Operation), now)
+	case rec.D.CancelRequested:
+		return true, finishJob(tx, rec, api.StatusCanceled, "canceled",
+			fmt.Sprintf("cancel was requested and the agent's lease expired at %s", l.ExpiresAt.Format(time.RFC3339)), now)
+	case runnerGone:
+		return true, finishJob(tx, rec, api.StatusCanceled, "runner_deleted",
+			fmt.Sprintf("runner %q was deleted and its agent's lease expired", rec.D.RunnerID), now)
+	}
+	prev := rec.D.Attempt
+	rec.D.Status = api.StatusQueued
+	rec.D.Attempt++
+	rec.D.ClaimedAt, rec.D.StartedAt = nil, nil
+	rec.D.Reason = "lease_expired"
+	rec.D.Message = fmt.Sprintf("the agent's lease on attempt %d (instance %q) expired at %s before it finished; queued again as attempt %d",
+		prev, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Attempt)
+	rec.Lease = nil
+	return true, saveJob(tx, rec)
+}
+
+// expireLeases settles every lease that has run out and returns the runners ("org/runner")
+// whose jobs changed, so their long polls can be woken.
+func (s *store) expireLeases(ctx context.Context) ([]string, error) {
+	now := s.timeNow()
+	var due [][]byte
+	// A read pass first: most sweeps find nothing and then cost no write transaction.
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bLeased).ForEach(func(k, _ []byte) error {
+			org, runner, job, ok := splitLeaseKey(k)
+			if !ok {
+				return nil
+			}
+			var rec jobRecord
+			found, err := getJSON(tx.Bucket(bJobs), key(org, job), &rec)
+			if err != nil {
+				return err
+			}
+			if !found || rec.Lease == nil || !now.Before(rec.Lease.ExpiresAt) {
+				due = append(due, key(org, runner, job))
+			}
+			return nil
+		})
+	})
+	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	touched := map[string]bool{}
+	err = s.update(ctx, func(tx *bolt.Tx) error {
+		for _, k := range due {
+			org, runner, job, _ := splitLeaseKey(k)
+			rec, err := loadJob(tx, org, job)
+			if err != nil {
+				if _, ok := asRefusal(err); ok {
+					// An index entry without its job cannot be settled; drop it.
+					if err := tx.Bucket(bLeased).Delete(k); err != nil {
+						return err
+					}
+					continue
+				}
+				return err
+			}
+			changed, err := settleLease(tx, rec, now)
+			if err != nil {
+				return err
+			}
+			if changed {
+				touched[org+"/"+runner] = true
+			}
+		}
+		return nil
+	})
+	out := make([]string, 0, len(touched))
+	for k := range touched {
+		out = append(out, k)
+	}
+	return out, err
+}
+
+func splitLeaseKey(k []byte) (org, runner, job string, ok bool) {
+	parts := bytes.Split(k, []byte("/"))
+	if len(parts) != 3 {
+		return "", "", "", false
+	}
+	return string(parts[0]), string(parts[1]), string(parts[2]), true
+}
+
+// Sweep runs one pass of the background sweeper now: it settles expired leases and purges
+// expired agent token ids. The server runs it every SweepInterval; tests with a fake clock call
+// it after moving the clock, instead of waiting.
+func (s *Server) Sweep(ctx context.Context) error {
+	runners, err := s.store.expireLeases(ctx)
+	for _, r := range runners {
+		s.notify.wake(r)
+	}
+	if err != nil {
+		return fmt.Errorf("expire leases: %w", err)
+	}
+	if _, err := s.store.purgeReplay(ctx); err != nil {
+		return fmt.Errorf("purge agent token ids: %w", err)
+	}
+	return nil
+}
+
+// sweepLoop runs Sweep every interval until stop is closed.
+func (s *Server) sweepLoop(interval time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), interval*4)
+			if err := s.Sweep(ctx); err != nil {
+				s.log.Error("sweep failed", "error", err.Error())
+			}
+			cancel()
+		}
+	}
+}

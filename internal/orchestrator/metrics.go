@@ -1,0 +1,93 @@
+package orchestrator
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+)
+
+// metrics are the orchestrator's Prometheus metrics, in a registry of its own so that several
+// servers in one test process do not collide.
+type metrics struct {
+	registry     *prometheus.Registry
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	authFailures *prometheus.CounterVec
+	polls        prometheus.Gauge
+}
+
+// knownAuthReasons are pre-created at zero, so a dashboard (and a test) sees the series before
+// the first failure.
+var knownAuthReasons = []string{
+	string(agentauth.ReasonMissing), string(agentauth.ReasonMalformed), string(agentauth.ReasonUnknownKey),
+	string(agentauth.ReasonBadSignature), string(agentauth.ReasonExpired), string(agentauth.ReasonNotYetValid),
+	string(agentauth.ReasonLifetime), string(agentauth.ReasonAudience), string(agentauth.ReasonReplayed),
+	string(agentauth.ReasonMethod), string(agentauth.ReasonURL), string(agentauth.ReasonBody),
+	string(agentauth.ReasonInternal),
+	authReasonAdminToken, authReasonJobToken, authReasonJobTokenExpired, authReasonRunnerGone,
+}
+
+func newMetrics(st *store) *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_orchestrator_requests_total",
+			Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "outpost_orchestrator_request_duration_seconds",
+			Help:    "HTTP request duration by route pattern; long polls are held up to 30 s.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_orchestrator_auth_failures_total",
+			Help: "Refused credentials by reason: agent token checks (agentauth reasons), admin_token, job_token, job_token_expired, runner_gone.",
+		}, []string{"reason"}),
+		polls: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outpost_orchestrator_long_polls_in_flight",
+			Help: "Agent long polls being held open.",
+		}),
+	}
+	for _, r := range knownAuthReasons {
+		m.authFailures.WithLabelValues(r)
+	}
+	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls,
+		&jobsCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_jobs",
+			"Deployments by status.", []string{"status"}, nil)},
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+func (m *metrics) observe(route string, code int, d time.Duration) {
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+	m.duration.WithLabelValues(route).Observe(d.Seconds())
+}
+
+// jobsCollector reads the per-status counters the store keeps in step with the jobs, so a scrape
+// costs one small read, not a scan of every job.
+type jobsCollector struct {
+	st   *store
+	desc *prometheus.Desc
+}
+
+func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.st.jobCounts(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for _, s := range allStatuses {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), s)
+	}
+}

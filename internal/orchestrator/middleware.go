@@ -1,0 +1,334 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"regexp"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// authKind says who may call a route.
+type authKind int
+
+const (
+	authNone  authKind = iota // /healthz, /metrics
+	authAdmin                 // Authorization: Bearer <admin token>
+	authAgent                 // Authorization: Outpost-Agent <EdDSA JWT>
+	authJob                   // Authorization: Bearer opj_<job token>
+)
+
+// Body kinds of a route.
+const (
+	bodyNone  = ""
+	bodyJSON  = "application/json"
+	bodyOctet = "application/octet-stream"
+)
+
+// Body limits.
+const (
+	limitDefault    = 1 << 20
+	limitDeployment = 16 << 20
+	limitLogAppend  = 1 << 20
+)
+
+// route is one registered endpoint: its pattern, who may call it, what body it takes and its
+// handler. The table of routes is the single place the API surface is defined.
+type route struct {
+	pattern string
+	auth    authKind
+	body    string
+	limit   int64
+	h       func(w http.ResponseWriter, r *http.Request, c *call) error
+}
+
+// call is what the middleware established before the handler runs.
+type call struct {
+	// body is the request body, read in full within the route's limit.
+	body  []byte
+	org   string             // admin routes
+	agent agentauth.Identity // agent routes
+	job   jobTokenClaims     // job routes
+}
+
+type infoKey struct{}
+
+// reqInfo travels in the request context so the outer middleware can log and count what the
+// inner layers learned (the route, who called).
+type reqInfo struct {
+	id        string
+	route     string
+	principal string
+}
+
+func infoOf(ctx context.Context) *reqInfo {
+	if i, ok := ctx.Value(infoKey{}).(*reqInfo); ok {
+		return i
+	}
+	return &reqInfo{}
+}
+
+func requestID(ctx context.Context) string { return infoOf(ctx).id }
+func routeOf(ctx context.Context) string   { return infoOf(ctx).route }
+
+var validRequestID = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+func newRequestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); validRequestID.MatchString(id) {
+		return id
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// statusWriter records the status and size of a response for logs and metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	bytes int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// serveHTTP is the outer middleware: request id, panic recovery, shutdown gate, JSON answers
+// for unknown routes, access log and request metrics. Access logs never hold credentials,
+// bodies or log contents: only method, route, path, status, size, duration and principal.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	info := &reqInfo{id: newRequestID(r)}
+	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
+	sw := &statusWriter{ResponseWriter: w}
+	sw.Header().Set("X-Request-Id", info.id)
+	defer func() {
+		if p := recover(); p != nil {
+			if p == http.ErrAbortHandler { //nolint:errorlint // sentinel compared as net/http does
+				panic(p)
+			}
+			s.log.Error("handler panicked", "request_id", info.id, "route", info.route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if sw.code == 0 {
+				writeRefusal(sw, refuse(http.StatusInternalServerError, api.CodeInternal,
+					"internal error; the orchestrator log has the details under request id %s", info.id))
+			}
+		}
+		routeLabel := info.route
+		if routeLabel == "" {
+			routeLabel = "unmatched"
+		}
+		code := sw.code
+		if code == 0 {
+			code = http.StatusOK
+		}
+		d := time.Since(start)
+		s.metrics.observe(routeLabel, code, d)
+		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
+			slog.String("request_id", info.id), slog.String("method", r.Method), slog.String("route", routeLabel),
+			slog.String("path", r.URL.Path), slog.Int("status", code), slog.Int64("bytes", sw.bytes),
+			slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.String("remote", r.RemoteAddr),
+			slog.String("principal", info.principal))
+	}()
+	if !s.enter() {
+		sw.Header().Set("Retry-After", "1")
+		writeRefusal(sw, refuse(http.StatusServiceUnavailable, api.CodeUnavailable, "the orchestrator is shutting down; retry shortly"))
+		return
+	}
+	defer s.inFlight.Done()
+	if h, pattern := s.mux.Handler(r); pattern == "" {
+		s.notRouted(sw, r, h)
+		return
+	}
+	s.mux.ServeHTTP(sw, r)
+}
+
+// headerCapture runs the mux's own 404/405 handler only to learn its status and Allow header.
+type headerCapture struct {
+	h    http.Header
+	code int
+}
+
+func (c *headerCapture) Header() http.Header         { return c.h }
+func (c *headerCapture) Write(b []byte) (int, error) { return len(b), nil }
+func (c *headerCapture) WriteHeader(code int)        { c.code = code }
+
+func (s *Server) notRouted(w http.ResponseWriter, r *http.Request, h http.Handler) {
+	c := &headerCapture{h: http.Header{}}
+	h.ServeHTTP(c, r)
+	if c.code == http.StatusMethodNotAllowed {
+		w.Header().Set("Allow", c.h.Get("Allow"))
+		writeRefusal(w, refuse(http.StatusMethodNotAllowed, "method_not_allowed",
+			"%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, c.h.Get("Allow")))
+		return
+	}
+	if c.code >= 300 && c.code < 400 {
+		h.ServeHTTP(w, r)
+		return
+	}
+	writeRefusal(w, notFound("no API route matches %s %s; see the OpenAPI document (internal/api/openapi.yaml)", r.Method, r.URL.Path))
+}
+
+// wrap is the per-route middleware: authentication, Content-Type, body limit, then the handler.
+func (s *Server) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		infoOf(r.Context()).route = rt.pattern
+		c := &call{}
+		err := s.prepare(w, r, rt, c)
+		if err == nil {
+			err = rt.h(w, r, c)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+		}
+	})
+}
+
+// fail answers with err and counts refused credentials.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if ref, ok := asRefusal(err); ok && ref.authReason != "" {
+		s.metrics.authFailures.WithLabelValues(ref.authReason).Inc()
+		s.log.Warn("credentials refused", "request_id", requestID(r.Context()), "route", routeOf(r.Context()),
+			"reason", ref.authReason, "remote", r.RemoteAddr)
+	}
+	writeError(w, r, s.log, err)
+}
+
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
+	info := infoOf(r.Context())
+	if rt.auth == authAdmin {
+		if err := s.checkAdmin(r); err != nil {
+			return err
+		}
+		info.principal = "admin"
+		if strings.Contains(rt.pattern, "{org}") {
+			c.org = r.PathValue("org")
+			if err := api.ValidateID("org", c.org); err != nil {
+				return err
+			}
+		}
+	}
+	if err := readBody(w, r, rt, c); err != nil {
+		return err
+	}
+	switch rt.auth {
+	case authAgent:
+		id, err := s.verifier.Verify(r.Context(), r, s.requestURL(r), c.body)
+		if err != nil {
+			var ae *agentauth.Error
+			if !errors.As(err, &ae) {
+				return err
+			}
+			if ae.Reason == agentauth.ReasonInternal {
+				return &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, message: ae.Error(), authReason: string(ae.Reason)}
+			}
+			return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, message: ae.Error(), authReason: string(ae.Reason)}
+		}
+		c.agent = id
+		info.principal = "runner " + id.Org + "/" + id.RunnerID
+	case authJob:
+		raw, ok := bearer(r)
+		if !ok {
+			return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonJobToken,
+				message: "missing job token: send Authorization: Bearer opj_<token> (the token from the claim)"}
+		}
+		claims, err := parseJobToken(s.store.secret, raw)
+		if err != nil {
+			return err
+		}
+		c.job = claims
+		info.principal = fmt.Sprintf("job %s/%s#%d", claims.Org, claims.Job, claims.Attempt)
+	}
+	return nil
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
+}
+
+// checkAdmin compares hashes in constant time, so neither the token's bytes nor its length leak
+// through timing.
+func (s *Server) checkAdmin(r *http.Request) error {
+	tok, ok := bearer(r)
+	if !ok {
+		return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
+			message: "missing admin token: send Authorization: Bearer <admin token>"}
+	}
+	given := sha256.Sum256([]byte(tok))
+	if subtle.ConstantTimeCompare(given[:], s.admin[:]) != 1 {
+		return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
+			message: "the admin token is not valid for this orchestrator"}
+	}
+	return nil
+}
+
+// readBody checks the Content-Type and reads the whole body within the route's limit. Agent
+// routes need the exact bytes before verification (the token signs their hash), and every other
+// route decodes from the same buffer.
+func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
+	if rt.body == bodyNone {
+		return nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" || r.ContentLength != 0 {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || mt != rt.body {
+			return refuse(http.StatusUnsupportedMediaType, api.CodeMediaType,
+				"Content-Type must be %s for %s, got %q", rt.body, rt.pattern, ct)
+		}
+	}
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rt.limit))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return refuse(http.StatusRequestEntityTooLarge, api.CodeTooLarge,
+				"request body is larger than the limit of %s for %s", humanBytes(rt.limit), rt.pattern)
+		}
+		return refuse(http.StatusBadRequest, api.CodeInvalid, "reading the request body failed: %v", err)
+	}
+	if rt.body == bodyJSON && len(data) == 0 {
+		return invalid("", "request body is required: send a JSON object")
+	}
+	c.body = data
+	return nil
+}
+
+func humanBytes(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

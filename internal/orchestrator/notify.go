@@ -1,0 +1,61 @@
+package orchestrator
+
+import "sync"
+
+// notifier wakes the long polls of one runner when something they may answer with changes
+// (a deployment queued, a cancel, a lease settled, the runner's limits). Each runner has a
+// channel that is closed on wake and replaced; a poll takes the channel before it looks at the
+// store, so a wake between the look and the wait is never lost.
+type notifier struct {
+	mu       sync.Mutex
+	channels map[string]chan struct{}
+	inFlight map[string]int
+}
+
+func newNotifier() *notifier {
+	return &notifier{channels: map[string]chan struct{}{}, inFlight: map[string]int{}}
+}
+
+// watch returns the channel that is closed on the runner's next wake.
+func (n *notifier) watch(runner string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch, ok := n.channels[runner]
+	if !ok {
+		ch = make(chan struct{})
+		n.channels[runner] = ch
+	}
+	return ch
+}
+
+// wake wakes every poll of the runner that is waiting now.
+func (n *notifier) wake(runner string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ch, ok := n.channels[runner]; ok {
+		close(ch)
+		delete(n.channels, runner)
+	}
+}
+
+// enter and leave count the polls in flight per runner; a runner with one counts as connected
+// however long ago its poll started.
+func (n *notifier) enter(runner string) {
+	n.mu.Lock()
+	n.inFlight[runner]++
+	n.mu.Unlock()
+}
+
+func (n *notifier) leave(runner string) {
+	n.mu.Lock()
+	if n.inFlight[runner]--; n.inFlight[runner] <= 0 {
+		delete(n.inFlight, runner)
+	}
+	n.mu.Unlock()
+}
+
+func (n *notifier) polling(runner string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.inFlight[runner] > 0
+}

@@ -1,0 +1,156 @@
+// Package orchestratortest starts a real reference orchestrator for tests: real HTTP on a
+// loopback port, a real bbolt database in a temporary directory. Tests of the client, the
+// provider and the agent use it instead of mocks.
+//
+//	inst := orchestratortest.Start(t)
+//	admin, _ := api.NewAdminClient(inst.URL, "acme", inst.AdminToken)
+//	...
+//	inst.Restart(t) // same data, same address: clients keep working
+//
+// The server is closed when the test ends.
+package orchestratortest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+)
+
+// Option adjusts the server's configuration before it starts.
+type Option func(*orchestrator.Config)
+
+// WithClock replaces the server's clock (leases, token expiry, timestamps), so a test can move
+// time instead of waiting. Call Instance.Server.Sweep after moving it to settle expired leases
+// at once.
+func WithClock(now func() time.Time) Option {
+	return func(c *orchestrator.Config) { c.Now = now }
+}
+
+// WithLeaseDuration sets how long a claim or renewal keeps a job's lease (default 90 s).
+func WithLeaseDuration(d time.Duration) Option {
+	return func(c *orchestrator.Config) { c.LeaseDuration = d }
+}
+
+// WithLogCap sets the most log bytes kept per deployment (default 16 MiB).
+func WithLogCap(n int64) Option {
+	return func(c *orchestrator.Config) { c.LogCapBytes = n }
+}
+
+// WithConfig lets a test change any other field of the configuration. DataDir and AdminToken
+// are set by Start and should be left alone.
+func WithConfig(fn func(*orchestrator.Config)) Option { return Option(fn) }
+
+// Instance is a running orchestrator.
+type Instance struct {
+	// URL is the base URL, e.g. http://127.0.0.1:41234; it stays the same across Restart.
+	URL string
+	// AdminToken is the bearer token of the admin API.
+	AdminToken string
+	// DataDir is the server's data directory (a t.TempDir).
+	DataDir string
+	// Server is the running server; it changes on Restart.
+	Server *orchestrator.Server
+
+	mu   sync.Mutex
+	cfg  orchestrator.Config
+	http *httptest.Server
+	addr string
+}
+
+// Start starts an orchestrator on a free loopback port with a fresh data directory. The
+// background sweeper runs every 200 ms, so expired leases settle quickly in tests that use
+// short leases.
+func Start(t testing.TB, opts ...Option) *Instance {
+	t.Helper()
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatalf("orchestratortest: admin token: %v", err)
+	}
+	cfg := orchestrator.Config{
+		DataDir:       t.TempDir(),
+		AdminToken:    "test-admin-" + hex.EncodeToString(b),
+		SweepInterval: 200 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	inst := &Instance{AdminToken: cfg.AdminToken, DataDir: cfg.DataDir, cfg: cfg}
+	inst.start(t, "127.0.0.1:0")
+	t.Cleanup(func() { inst.stop(t) })
+	return inst
+}
+
+func (i *Instance) start(t testing.TB, addr string) {
+	t.Helper()
+	srv, err := orchestrator.New(i.cfg)
+	if err != nil {
+		t.Fatalf("orchestratortest: start orchestrator: %v", err)
+	}
+	var ln net.Listener
+	// The old listener's port may take a moment to be free again after a restart.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		ln, err = (&net.ListenConfig{}).Listen(context.Background(), "tcp", addr)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		_ = srv.Close()
+		t.Fatalf("orchestratortest: listen on %s: %v", addr, err)
+	}
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	_ = hs.Listener.Close()
+	hs.Listener = ln
+	hs.Start()
+	i.mu.Lock()
+	i.Server, i.http, i.addr, i.URL = srv, hs, ln.Addr().String(), hs.URL
+	i.mu.Unlock()
+}
+
+func (i *Instance) stop(t testing.TB) {
+	t.Helper()
+	i.mu.Lock()
+	srv, hs := i.Server, i.http
+	i.Server, i.http = nil, nil
+	i.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	// Close first: it answers waiting long polls, so closing the HTTP server (which waits for
+	// the answers to be written) does not wait out their 30 s.
+	if err := srv.Close(); err != nil {
+		t.Errorf("orchestratortest: close orchestrator: %v", err)
+	}
+	hs.Close()
+}
+
+// Restart closes the server, as a crash-free process restart would, and starts a new one on the
+// same data directory and the same address, so clients holding URL keep working. Requests in
+// flight during the restart fail (or are retried by the client).
+func (i *Instance) Restart(t testing.TB) {
+	t.Helper()
+	i.mu.Lock()
+	addr := i.addr
+	i.mu.Unlock()
+	i.stop(t)
+	i.start(t, addr)
+}
+
+// Sweep settles expired leases now (see orchestrator.Server.Sweep).
+func (i *Instance) Sweep(t testing.TB) {
+	t.Helper()
+	i.mu.Lock()
+	srv := i.Server
+	i.mu.Unlock()
+	if err := srv.Sweep(context.Background()); err != nil {
+		t.Fatalf("orchestratortest: sweep: %v", err)
+	}
+}

@@ -1,0 +1,305 @@
+package orchestrator
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+func offerIDs(offers []api.Offer) []string {
+	var ids []string
+	for _, o := range offers {
+		ids = append(ids, o.JobID)
+	}
+	return ids
+}
+
+// waitPolling waits until a poll of the runner is held by the server.
+func waitPolling(t *testing.T, h *harness, runner string, done <-chan result) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !h.srv.notify.polling(runner) {
+		select {
+		case r := <-done:
+			t.Fatalf("poll ended before it was held: HTTP %d %s %v", r.code, r.body, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("poll never started")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestOffersGoOnlyToTheirRunner(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	mine := h.setupRunner("acme", "r1", 3)
+	sibling := h.setupRunner("acme", "r2", 3)
+	// Same runner id in another organisation.
+	foreign := h.setupRunner("other", "r1", 3)
+	var ids []string
+	for range 4 {
+		ids = append(ids, h.deploy(api.OperationPlan).ID)
+	}
+	for _, a := range []*agent{sibling, foreign} {
+		if resp := a.poll(api.PollRequest{CapacityFree: 5}); len(resp.Offers) != 0 {
+			t.Fatalf("%s/%s was offered %v", a.org, a.runner, offerIDs(resp.Offers))
+		}
+	}
+	resp := mine.poll(api.PollRequest{CapacityFree: 2})
+	if got := offerIDs(resp.Offers); !slices.Equal(got, ids[:2]) {
+		t.Fatalf("offers %v, want the two oldest %v", got, ids[:2])
+	}
+	if resp.MaxConcurrency != 3 || resp.ServerTime.IsZero() {
+		t.Fatalf("poll response %+v", resp)
+	}
+	// Claims of another runner's job are 404, so nothing leaks across runners or orgs.
+	for _, a := range []*agent{sibling, foreign} {
+		if r := a.post("/api/v1/agent/jobs/"+ids[0]+"/claim", api.ClaimRequest{Attempt: 1, Instance: "x"}); r.code != http.StatusNotFound {
+			t.Fatalf("%s/%s claiming r1's job: HTTP %d, want 404", a.org, a.runner, r.code)
+		}
+	}
+	// max_concurrency counts the jobs already held: 3 - 2 held = 1 more, whatever capacity_free says.
+	c0, c1 := mine.claim(ids[0], 1, "pod"), mine.claim(ids[1], 1, "pod")
+	resp = mine.poll(api.PollRequest{CapacityFree: 5, Running: []api.RunningJob{running(c0, false), running(c1, false)}})
+	if got := offerIDs(resp.Offers); !slices.Equal(got, ids[2:3]) {
+		t.Fatalf("offers with 2 of 3 slots held: %v, want %v", got, ids[2:3])
+	}
+	mine.claim(ids[2], 1, "pod")
+	if r := mine.post("/api/v1/agent/jobs/"+ids[3]+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod"}); r.code != http.StatusConflict {
+		t.Fatalf("claim beyond max_concurrency: HTTP %d, want 409", r.code)
+	}
+}
+
+func TestClaimIsIdempotentAndExclusive(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 2)
+	d := h.deploy(api.OperationApply)
+
+	// Two instances race for the same attempt: exactly one wins.
+	path := "/api/v1/agent/jobs/" + d.ID + "/claim"
+	racing := []<-chan result{
+		a.goPost(path, api.ClaimRequest{Attempt: 1, Instance: "pod-a"}),
+		a.goPost(path, api.ClaimRequest{Attempt: 1, Instance: "pod-b"}),
+	}
+	codes := make([]int, 2)
+	claims := make([]api.Claim, 2)
+	for i, ch := range racing {
+		r := <-ch
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		codes[i] = r.code
+		if r.code == http.StatusOK {
+			r.decode(t, &claims[i])
+		}
+	}
+	slices.Sort(codes)
+	if !slices.Equal(codes, []int{http.StatusOK, http.StatusConflict}) {
+		t.Fatalf("racing claims got %v, want one 200 and one 409", codes)
+	}
+	winner, inst := claims[0], "pod-a"
+	if winner.JobToken == "" {
+		winner, inst = claims[1], "pod-b"
+	}
+	// The winner's retry returns the same grant and the same token.
+	again := a.claim(d.ID, 1, inst)
+	if again.Lease.Fencing != winner.Lease.Fencing || again.JobToken != winner.JobToken {
+		t.Fatalf("re-claim changed the grant: fencing %d→%d, same token %v", winner.Lease.Fencing, again.Lease.Fencing, again.JobToken == winner.JobToken)
+	}
+	if got := h.deployment(d.ID); got.Status != api.StatusClaimed || got.ClaimedAt == nil {
+		t.Fatalf("after claim: %+v", got)
+	}
+	if r := a.post("/api/v1/agent/jobs/"+d.ID+"/claim", api.ClaimRequest{Attempt: 2, Instance: inst}); r.code != http.StatusConflict {
+		t.Fatalf("claim of a wrong attempt: HTTP %d, want 409", r.code)
+	}
+	if r := a.post("/api/v1/agent/jobs/"+d.ID+"/claim", api.ClaimRequest{Attempt: 1}); r.code != http.StatusBadRequest || r.err(t).Field != "instance" {
+		t.Fatalf("claim without instance: HTTP %d %s", r.code, r.body)
+	}
+}
+
+func TestEventsAreIdempotentAndFenced(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 1)
+	d := h.deploy(api.OperationApply)
+	c := a.claim(d.ID, 1, "pod-a")
+	started := api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventStarted, Message: "pod started"}
+	for range 2 {
+		var resp api.EventResponse
+		a.mustOK("/api/v1/agent/jobs/"+d.ID+"/events", started, &resp)
+		if resp.Status != api.StatusRunning {
+			t.Fatalf("status after started: %s", resp.Status)
+		}
+	}
+	exit := 0
+	finished := api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &exit}
+	for range 2 {
+		var resp api.EventResponse
+		a.mustOK("/api/v1/agent/jobs/"+d.ID+"/events", finished, &resp)
+		if resp.Status != api.StatusSucceeded {
+			t.Fatalf("status after finished: %s", resp.Status)
+		}
+	}
+	var events api.List[api.Event]
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
+	if len(events.Items) != 2 || events.Items[0].Type != api.EventStarted || events.Items[1].Result != api.StatusSucceeded {
+		t.Fatalf("events %+v, want started then finished once each", events.Items)
+	}
+	got := h.deployment(d.ID)
+	if got.Status != api.StatusSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.FinishedAt == nil {
+		t.Fatalf("deployment %+v", got)
+	}
+	// The lease is released: the slot is free for the next job.
+	next := h.deploy(api.OperationPlan)
+	if resp := a.poll(api.PollRequest{CapacityFree: 1}); !slices.Equal(offerIDs(resp.Offers), []string{next.ID}) {
+		t.Fatalf("offers after finishing %v", offerIDs(resp.Offers))
+	}
+
+	bad := []struct {
+		req   api.EventRequest
+		field string
+	}{
+		{api.EventRequest{Attempt: 1, Fencing: 1, Seq: 3, Type: "exploded"}, "type"},
+		{api.EventRequest{Attempt: 1, Fencing: 1, Seq: 3, Type: api.EventFinished, Result: "done"}, "result"},
+		{api.EventRequest{Attempt: 0, Fencing: 1, Seq: 3, Type: api.EventProgress}, "attempt"},
+		{api.EventRequest{Attempt: 1, Fencing: 7, Seq: 3, Type: api.EventProgress}, "fencing"},
+	}
+	for _, b := range bad {
+		if r := a.event(d.ID, b.req); r.code != http.StatusBadRequest || r.err(t).Field != b.field {
+			t.Fatalf("event %+v: HTTP %d %s, want 400 on %s", b.req, r.code, r.body, b.field)
+		}
+	}
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
+	if len(events.Items) != 2 {
+		t.Fatalf("refused events were stored: %+v", events.Items)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 2)
+	queued := h.deploy(api.OperationPlan)
+	held := h.deploy(api.OperationApply)
+	c := a.claim(held.ID, 1, "pod-a")
+
+	var d api.Deployment
+	h.mustAdmin(http.MethodPost, orgPath("acme")+"/deployments/"+queued.ID+"/cancel", nil, http.StatusOK, &d)
+	if d.Status != api.StatusCanceled || d.FinishedAt == nil {
+		t.Fatalf("queued deployment after cancel: %+v", d)
+	}
+	if r := h.admin(http.MethodPost, orgPath("acme")+"/deployments/"+queued.ID+"/cancel", nil); r.code != http.StatusConflict {
+		t.Fatalf("cancel of a canceled deployment: HTTP %d, want 409", r.code)
+	}
+	h.mustAdmin(http.MethodPost, orgPath("acme")+"/deployments/"+held.ID+"/cancel", nil, http.StatusOK, &d)
+	if d.Status != api.StatusClaimed || !d.CancelRequested {
+		t.Fatalf("claimed deployment after cancel: %+v", d)
+	}
+	resp := a.poll(api.PollRequest{CapacityFree: 1, WaitSeconds: 5, Running: []api.RunningJob{running(c, true)}})
+	want := api.Directive{Type: api.DirectiveCancel, JobID: held.ID, Attempt: 1, Reason: reasonCancelRequested}
+	if len(resp.Directives) != 1 || resp.Directives[0] != want || len(resp.Offers) != 0 {
+		t.Fatalf("poll after cancel: %+v, want only %+v", resp, want)
+	}
+	var er api.EventResponse
+	a.mustOK("/api/v1/agent/jobs/"+held.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 5, Type: api.EventFinished, Result: api.StatusCanceled}, &er)
+	if er.Status != api.StatusCanceled || !er.CancelRequested {
+		t.Fatalf("event response %+v", er)
+	}
+}
+
+func TestLongPollWaitsAndWakes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 2)
+
+	// Nothing to offer: the poll is held for wait_seconds, then answers empty.
+	start := time.Now()
+	resp := a.poll(api.PollRequest{CapacityFree: 1, WaitSeconds: 1})
+	if el := time.Since(start); el < 900*time.Millisecond || len(resp.Offers) != 0 {
+		t.Fatalf("empty poll returned after %s with %v", el, resp.Offers)
+	}
+
+	// A deployment queued while the poll waits wakes it at once.
+	done := a.goPost(pollPath, api.PollRequest{CapacityFree: 1, WaitSeconds: 20})
+	// While the poll is held the runner counts as connected, even a minute later.
+	waitPolling(t, h, "acme/r1", done)
+	h.clock.Advance(5 * time.Minute)
+	var r api.Runner
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/runners/r1", nil, http.StatusOK, &r)
+	if !r.Status.Connected {
+		t.Fatal("runner with a poll in flight is not connected")
+	}
+	if got := h.metric("outpost_orchestrator_long_polls_in_flight"); got != 1 {
+		t.Fatalf("long_polls_in_flight = %v, want 1", got)
+	}
+	d := h.deploy(api.OperationPlan)
+	res := <-done
+	if res.err != nil || res.code != http.StatusOK {
+		t.Fatalf("woken poll: HTTP %d %v", res.code, res.err)
+	}
+	var pr api.PollResponse
+	res.decode(t, &pr)
+	if res.took > 5*time.Second || !slices.Equal(offerIDs(pr.Offers), []string{d.ID}) {
+		t.Fatalf("woken poll took %s and offered %v, want %s at once", res.took, offerIDs(pr.Offers), d.ID)
+	}
+	// Offers exist: the next poll answers immediately.
+	start = time.Now()
+	if resp := a.poll(api.PollRequest{CapacityFree: 1, WaitSeconds: 20}); len(resp.Offers) != 1 || time.Since(start) > 2*time.Second {
+		t.Fatalf("poll with an offer waiting took %s", time.Since(start))
+	}
+}
+
+func TestClosingAnswersWaitingPolls(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 1)
+	done := a.goPost(pollPath, api.PollRequest{CapacityFree: 1, WaitSeconds: 30})
+	waitPolling(t, h, "acme/r1", done)
+	start := time.Now()
+	h.close()
+	if r := <-done; r.err != nil || r.code != http.StatusOK || time.Since(start) > 5*time.Second {
+		t.Fatalf("poll during Close: HTTP %d (%v) after %s", r.code, r.err, time.Since(start))
+	}
+}
+
+func TestDeletingRunnerCancelsQueued(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 2)
+	queued := h.deploy(api.OperationPlan)
+	held := h.deploy(api.OperationPlan)
+	a.claim(held.ID, 1, "pod-a")
+	h.mustAdmin(http.MethodDelete, orgPath("acme")+"/runners/r1", nil, http.StatusNoContent, nil)
+	if d := h.deployment(queued.ID); d.Status != api.StatusCanceled || d.Reason != "runner_deleted" {
+		t.Fatalf("queued deployment of a deleted runner: %s (%s)", d.Status, d.Reason)
+	}
+	if d := h.deployment(held.ID); !d.CancelRequested || d.Status != api.StatusClaimed {
+		t.Fatalf("held deployment of a deleted runner: %+v", d)
+	}
+	// Its agent can no longer authenticate; when the lease runs out the job ends canceled.
+	if r := a.post(pollPath, api.PollRequest{}); r.code != http.StatusUnauthorized {
+		t.Fatalf("poll of a deleted runner: HTTP %d", r.code)
+	}
+	h.clock.Advance(DefaultLeaseDuration + time.Second)
+	h.sweep()
+	if d := h.deployment(held.ID); d.Status != api.StatusCanceled {
+		t.Fatalf("held deployment after its lease ran out: %s", d.Status)
+	}
+	var list api.List[api.Deployment]
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments?status=canceled", nil, http.StatusOK, &list)
+	if len(list.Items) != 2 || list.Items[0].ID != held.ID || list.Items[0].Source.Inline != nil {
+		t.Fatalf("list of canceled (newest first, no sources): %+v", list.Items)
+	}
+	if got := h.metric(`outpost_orchestrator_jobs{status="canceled"}`); got != 2 {
+		t.Fatalf("jobs{status=canceled} = %v, want 2", got)
+	}
+	if got := h.metric(`outpost_orchestrator_jobs{status="queued"}`); got != 0 {
+		t.Fatalf("jobs{status=queued} = %v, want 0", got)
+	}
+}

@@ -1,0 +1,64 @@
+package orchestrator
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routeTable is the whole API surface. internal/api/openapi.yaml documents exactly these routes;
+// TestOpenAPICoversRoutes fails when the two drift apart.
+func (s *Server) routeTable() []route {
+	const orgs = "/api/v1/orgs/{org}"
+	admin := func(pattern string, body string, limit int64, h func(http.ResponseWriter, *http.Request, *call) error) route {
+		return route{pattern: pattern, auth: authAdmin, body: body, limit: limit, h: h}
+	}
+	return []route{
+		{pattern: "GET /healthz", h: s.handleHealth},
+		{pattern: "GET /metrics", h: s.handleMetrics},
+
+		admin("POST "+orgs+"/runners", bodyJSON, limitDefault, s.createRunner),
+		admin("GET "+orgs+"/runners", bodyNone, 0, s.listRunners),
+		admin("GET "+orgs+"/runners/{id}", bodyNone, 0, s.getRunner),
+		admin("PUT "+orgs+"/runners/{id}", bodyJSON, limitDefault, s.updateRunner),
+		admin("DELETE "+orgs+"/runners/{id}", bodyNone, 0, s.deleteRunner),
+
+		admin("POST "+orgs+"/state-storages", bodyJSON, limitDefault, s.createStorage),
+		admin("GET "+orgs+"/state-storages", bodyNone, 0, s.listStorages),
+		admin("GET "+orgs+"/state-storages/{id}", bodyNone, 0, s.getStorage),
+		admin("PUT "+orgs+"/state-storages/{id}", bodyJSON, limitDefault, s.updateStorage),
+		admin("DELETE "+orgs+"/state-storages/{id}", bodyNone, 0, s.deleteStorage),
+
+		admin("POST "+orgs+"/deployments", bodyJSON, limitDeployment, s.createDeployment),
+		admin("GET "+orgs+"/deployments", bodyNone, 0, s.listDeployments),
+		admin("GET "+orgs+"/deployments/{id}", bodyNone, 0, s.getDeployment),
+		admin("GET "+orgs+"/deployments/{id}/logs", bodyNone, 0, s.getLogs),
+		admin("GET "+orgs+"/deployments/{id}/outputs", bodyNone, 0, s.getOutputs),
+		admin("GET "+orgs+"/deployments/{id}/events", bodyNone, 0, s.listEvents),
+		admin("POST "+orgs+"/deployments/{id}/cancel", bodyNone, 0, s.cancelDeployment),
+
+		{pattern: "POST /api/v1/agent/poll", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.poll},
+		{pattern: "POST /api/v1/agent/heartbeat", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.heartbeat},
+		{pattern: "POST /api/v1/agent/jobs/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},
+		{pattern: "POST /api/v1/agent/jobs/{id}/events", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.event},
+
+		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
+		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},
+		{pattern: "PUT /api/v1/job/outputs", auth: authJob, body: bodyJSON, limit: limitDefault, h: s.putOutputs},
+	}
+}
+
+// handleHealth answers 200 while the database answers, so a supervisor restarts an orchestrator
+// whose storage broke.
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, _ *call) error {
+	if _, err := s.store.jobCounts(r.Context()); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request, _ *call) error {
+	promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	return nil
+}

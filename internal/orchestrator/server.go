@@ -1,0 +1,202 @@
+// Package orchestrator is the reference Outpost orchestrator: the whole HTTP API (admin, agent
+// and job sides) over a bbolt database in a data directory, so a restart loses nothing — not
+// the queue, not the leases and fencing numbers, not the agent token ids already seen.
+//
+// It exists so that the provider, the agent and the end-to-end tests run against a real server
+// rather than a mock, and so a small team can self-host it. Start one with New and serve
+// Handler; package orchestratortest starts one on a loopback port for tests.
+package orchestrator
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseDuration = 90 * time.Second
+	DefaultLogCapBytes   = 16 << 20
+	DefaultJobTokenGrace = 10 * time.Minute
+	DefaultSweepInterval = 3 * time.Second
+	// MaxPollWait is the longest a long poll is held open.
+	MaxPollWait = 30 * time.Second
+	// ConnectedWindow is how recent an agent's last authenticated request must be for its
+	// runner to count as connected.
+	ConnectedWindow = 60 * time.Second
+	// MinAdminTokenLength keeps guessable admin tokens out.
+	MinAdminTokenLength = 16
+)
+
+// Config configures a Server. Zero values take the defaults above.
+type Config struct {
+	// DataDir holds orchestrator.db; it is created when missing.
+	DataDir string
+	// AdminToken is the bearer token of the admin API (at least MinAdminTokenLength characters).
+	AdminToken string
+	// ExternalURL is the base URL agents address (scheme://host[:port]); agent tokens are bound
+	// to it. Empty derives it per request from the Host header and TLS, which suits a server
+	// reached directly; set it behind a proxy that rewrites Host or terminates TLS.
+	ExternalURL string
+	// Logger receives access and error logs; nil discards them.
+	Logger *slog.Logger
+	// Now is the clock of leases, token checks and timestamps; tests move it.
+	Now func() time.Time
+	// LeaseDuration is how long a claim or renewal keeps a job's lease.
+	LeaseDuration time.Duration
+	// LogCapBytes is the most log bytes kept per deployment; beyond it the log ends with an
+	// explicit truncation marker.
+	LogCapBytes int64
+	// JobTokenGrace is how long a job token stays valid after its deployment ended.
+	JobTokenGrace time.Duration
+	// SweepInterval is how often expired leases and token ids are swept; negative disables the
+	// background sweeper (tests then call Sweep).
+	SweepInterval time.Duration
+}
+
+// Server is a running orchestrator. It is safe for concurrent use.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	store    *store
+	metrics  *metrics
+	notify   *notifier
+	verifier *agentauth.Verifier
+	mux      *http.ServeMux
+	routes   []route
+	external *url.URL
+	admin    [sha256.Size]byte
+
+	mu        sync.Mutex
+	closed    bool
+	inFlight  sync.WaitGroup
+	closing   chan struct{}
+	sweepStop chan struct{}
+	sweepDone chan struct{}
+}
+
+// New opens (or creates) the database in cfg.DataDir and returns a server whose background
+// sweeper is running. Close it to release the database.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.AdminToken) < MinAdminTokenLength {
+		return nil, fmt.Errorf("admin token must be at least %d characters; use a long random value", MinAdminTokenLength)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LeaseDuration <= 0 {
+		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.LogCapBytes <= 0 {
+		cfg.LogCapBytes = DefaultLogCapBytes
+	}
+	if cfg.JobTokenGrace <= 0 {
+		cfg.JobTokenGrace = DefaultJobTokenGrace
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
+	var external *url.URL
+	if cfg.ExternalURL != "" {
+		u, err := url.Parse(strings.TrimRight(cfg.ExternalURL, "/"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" {
+			return nil, fmt.Errorf("external URL %q must be scheme://host[:port] with scheme http or https and no path", cfg.ExternalURL)
+		}
+		external = u
+	}
+	st, err := openStore(cfg.DataDir, cfg.Now, cfg.LogCapBytes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, log: cfg.Logger, store: st, notify: newNotifier(), external: external,
+		admin: sha256.Sum256([]byte(cfg.AdminToken)), closing: make(chan struct{}),
+	}
+	s.metrics = newMetrics(st)
+	s.verifier = &agentauth.Verifier{Keys: st.runnerKeys, Replay: replayCache{st}, Now: cfg.Now}
+	s.mux = http.NewServeMux()
+	for _, rt := range s.routeTable() {
+		s.routes = append(s.routes, rt)
+		s.mux.Handle(rt.pattern, s.wrap(rt))
+	}
+	if cfg.SweepInterval > 0 {
+		s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
+		go s.sweepLoop(cfg.SweepInterval, s.sweepStop, s.sweepDone)
+	}
+	return s, nil
+}
+
+// Handler is the HTTP handler of the whole API, /healthz and /metrics included.
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// Routes lists the registered route patterns ("METHOD /path"), so documentation tests can
+// check that the OpenAPI document covers exactly these.
+func (s *Server) Routes() []string {
+	out := make([]string, 0, len(s.routes))
+	for _, rt := range s.routes {
+		out = append(out, rt.pattern)
+	}
+	return out
+}
+
+// Close stops the sweeper, answers waiting long polls, waits (up to 10 s) for requests in
+// flight and closes the database. Requests arriving after Close get 503.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+	if s.sweepStop != nil {
+		close(s.sweepStop)
+		<-s.sweepDone
+	}
+	done := make(chan struct{})
+	go func() { s.inFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.log.Warn("closing with requests still in flight")
+	}
+	if err := s.store.close(); err != nil {
+		return fmt.Errorf("close database: %w", err)
+	}
+	return nil
+}
+
+// enter registers a request in flight; false once the server is closing.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.inFlight.Add(1)
+	return true
+}
+
+// requestURL is the absolute URL the agent addressed, which its token must name.
+func (s *Server) requestURL(r *http.Request) string {
+	if s.external != nil {
+		return s.external.String() + r.URL.RequestURI()
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.RequestURI()
+}

@@ -1,0 +1,244 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// DBFile is the name of the database file inside the data directory.
+const DBFile = "orchestrator.db"
+
+// Bucket names. Keys are "org/id" (ids are DNS-1123 labels, so '/' never occurs inside one);
+// ordered indexes append big-endian numbers so that bbolt's byte order is the wanted order.
+var (
+	bMeta     = []byte("meta")      // "secret" → server HMAC secret, "schema" → version
+	bOrgs     = []byte("orgs")      // org → orgRecord
+	bRunners  = []byte("runners")   // org/runner → api.Runner (status fields persisted, Connected computed)
+	bStorages = []byte("storages")  // org/storage → api.StateStorage
+	bJobs     = []byte("jobs")      // org/job → jobRecord (without source)
+	bSources  = []byte("sources")   // org/job → api.Source (kept apart: it can be 16 MiB and jobs change often)
+	bJobSeq   = []byte("job_seq")   // org/ + seq → job id (list order)
+	bQueue    = []byte("queue")     // org/runner/ + seq → job id (queued jobs, oldest first)
+	bLeased   = []byte("leased")    // org/runner/job → "" (jobs holding a lease)
+	bEvents   = []byte("events")    // org/job/ + attempt + seq → api.Event
+	bLogs     = []byte("logs")      // org/job/ + stored offset → bytes of one append
+	bOutputs  = []byte("outputs")   // org/job → api.Outputs
+	bReplay   = []byte("replay")    // token id → expiry (unix nanos)
+	bReplayEx = []byte("replay_ex") // expiry + token id → "" (purge order)
+	bStats    = []byte("stats")     // status → number of jobs in it
+
+	allBuckets = [][]byte{bMeta, bOrgs, bRunners, bStorages, bJobs, bSources, bJobSeq, bQueue, bLeased,
+		bEvents, bLogs, bOutputs, bReplay, bReplayEx, bStats}
+)
+
+const schemaVersion = 1
+
+// store is the orchestrator's persistent state in one bbolt file. Every method that changes
+// more than one record does so in a single Update transaction, so an invariant (a job is in the
+// queue index exactly when it is queued, a lease exists exactly when it is in the leased index,
+// the per-status counters match the jobs) holds across crashes.
+type store struct {
+	db     *bolt.DB
+	secret []byte
+	now    func() time.Time
+	// logCap is the most log bytes kept per job.
+	logCap int64
+}
+
+type orgRecord struct {
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// openStore opens (or creates) the database in dir. Errors say which directory is at fault,
+// because the common failures are a directory that is not writable and a second orchestrator
+// holding the file lock.
+func openStore(dir string, now func() time.Time, logCap int64) (*store, error) {
+	if dir == "" {
+		return nil, errors.New("data directory is not set")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data directory %s cannot be created: %w", dir, err)
+	}
+	probe, err := os.CreateTemp(dir, ".write-test-*")
+	if err != nil {
+		return nil, fmt.Errorf("data directory %s is not writable: %w", dir, err)
+	}
+	_ = probe.Close()
+	_ = os.Remove(probe.Name())
+	path := filepath.Join(dir, DBFile)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		if errors.Is(err, berrors.ErrTimeout) {
+			return nil, fmt.Errorf("database %s is locked: another orchestrator is using data directory %s; stop it or choose another --data-dir", path, dir)
+		}
+		return nil, fmt.Errorf("open database %s: %w", path, err)
+	}
+	s := &store{db: db, now: now, logCap: logCap}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return fmt.Errorf("create bucket %s: %w", name, err)
+			}
+		}
+		meta := tx.Bucket(bMeta)
+		if v := meta.Get([]byte("schema")); v != nil && int(binary.BigEndian.Uint64(v)) > schemaVersion {
+			return fmt.Errorf("database %s was written by a newer orchestrator (schema %d, this one knows %d)", path, binary.BigEndian.Uint64(v), schemaVersion)
+		}
+		if err := meta.Put([]byte("schema"), u64(schemaVersion)); err != nil {
+			return err
+		}
+		if sec := meta.Get([]byte("secret")); sec != nil {
+			s.secret = bytes.Clone(sec)
+			return nil
+		}
+		s.secret = make([]byte, 32)
+		if _, err := rand.Read(s.secret); err != nil {
+			return fmt.Errorf("generate server secret: %w", err)
+		}
+		return meta.Put([]byte("secret"), s.secret)
+	})
+	if err != nil {
+		_ = db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *store) close() error { return s.db.Close() }
+
+// update runs fn in a write transaction unless ctx is already done. When fn refuses the request
+// (a *refusal or an api.FieldError), what it wrote before refusing is still committed: the
+// store only ever writes ahead of a refusal to settle an expired lease or to record that an
+// agent was seen, and both are true whatever the request asked, so the state a refusal reports
+// is the state stored. Any other error rolls back.
+func (s *store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var refused error
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		err := fn(tx)
+		if _, ok := asRefusal(err); ok {
+			refused = err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return refused
+}
+
+// view runs fn in a read transaction unless ctx is already done.
+func (s *store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.db.View(fn)
+}
+
+// timeNow is the store's clock without monotonic reading, in UTC, so stored and returned times
+// compare equal after a JSON round trip.
+func (s *store) timeNow() time.Time { return s.now().UTC().Round(0) }
+
+func key(parts ...string) []byte {
+	n := 0
+	for _, p := range parts {
+		n += len(p) + 1
+	}
+	b := make([]byte, 0, n)
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, '/')
+		}
+		b = append(b, p...)
+	}
+	return b
+}
+
+// prefix is key(parts...) followed by '/', for scanning the children of a record.
+func prefix(parts ...string) []byte { return append(key(parts...), '/') }
+
+func u64(v uint64) []byte {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, v)
+	return b
+}
+
+func getJSON(b *bolt.Bucket, k []byte, v any) (bool, error) {
+	data := b.Get(k)
+	if data == nil {
+		return false, nil
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return true, fmt.Errorf("decode record %s: %w", k, err)
+	}
+	return true, nil
+}
+
+func putJSON(b *bolt.Bucket, k []byte, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", k, err)
+	}
+	return b.Put(k, data)
+}
+
+// ensureOrg records an organisation the first time something is created in it.
+func ensureOrg(tx *bolt.Tx, org string, now time.Time) error {
+	b := tx.Bucket(bOrgs)
+	if b.Get([]byte(org)) != nil {
+		return nil
+	}
+	return putJSON(b, []byte(org), orgRecord{CreatedAt: now})
+}
+
+// scanPrefix calls fn for every key under p in ascending order; fn returns false to stop.
+func scanPrefix(b *bolt.Bucket, p []byte, fn func(k, v []byte) (bool, error)) error {
+	c := b.Cursor()
+	for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+		more, err := fn(k, v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// scanPrefixReverse is scanPrefix in descending order.
+func scanPrefixReverse(b *bolt.Bucket, p []byte, fn func(k, v []byte) (bool, error)) error {
+	c := b.Cursor()
+	end := append(bytes.Clone(p), bytes.Repeat([]byte{0xff}, 16)...)
+	var k, v []byte
+	if k, _ = c.Seek(end); k == nil {
+		k, v = c.Last()
+	} else {
+		k, v = c.Prev()
+	}
+	for ; k != nil && bytes.HasPrefix(k, p); k, v = c.Prev() {
+		more, err := fn(k, v)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func unmarshal(data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("decode stored record: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,305 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"sort"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
+)
+
+// applyRunnerInput copies the mutable fields of in onto r, with the defaults of zero limits.
+// The pod template is stored normalized (compact, keys sorted) so that equal templates compare
+// equal whatever their formatting.
+func applyRunnerInput(r *api.Runner, in api.RunnerInput) error {
+	tpl, err := podtemplate.Normalize(in.Job.PodTemplate)
+	if err != nil {
+		return invalid("job.pod_template", "%v", err)
+	}
+	r.ID = in.ID
+	r.Type = api.RunnerTypeKubernetesAgent
+	r.Description = in.Description
+	r.PublicKeys = append([]string(nil), in.PublicKeys...)
+	r.Job = api.RunnerJob{Namespace: in.Job.Namespace, ServiceAccount: in.Job.ServiceAccount, PodTemplate: tpl}
+	r.StateStorageID = in.StateStorageID
+	r.MaxConcurrency = in.MaxConcurrency
+	if r.MaxConcurrency == 0 {
+		r.MaxConcurrency = api.DefaultMaxConcurrency
+	}
+	r.JobTimeoutSeconds = in.JobTimeoutSeconds
+	if r.JobTimeoutSeconds == 0 {
+		r.JobTimeoutSeconds = api.DefaultJobTimeoutSeconds
+	}
+	return nil
+}
+
+func requireStorage(tx *bolt.Tx, org, id string) error {
+	if tx.Bucket(bStorages).Get(key(org, id)) == nil {
+		return invalid("state_storage_id", "state storage %q does not exist in organisation %q; create it first", id, org)
+	}
+	return nil
+}
+
+func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
+	var out api.Runner
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bRunners)
+		if b.Get(key(org, in.ID)) != nil {
+			return conflict("runner %q already exists in organisation %q; update it with PUT or choose another id", in.ID, org)
+		}
+		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
+			return err
+		}
+		now := s.timeNow()
+		out = api.Runner{CreatedAt: now, UpdatedAt: now}
+		if err := applyRunnerInput(&out, in); err != nil {
+			return err
+		}
+		if err := ensureOrg(tx, org, now); err != nil {
+			return err
+		}
+		return putJSON(b, key(org, in.ID), out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func getRunnerTx(tx *bolt.Tx, org, id string) (*api.Runner, error) {
+	var r api.Runner
+	ok, err := getJSON(tx.Bucket(bRunners), key(org, id), &r)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("runner %q does not exist in organisation %q", id, org)
+	}
+	return &r, nil
+}
+
+func (s *store) getRunner(ctx context.Context, org, id string) (*api.Runner, error) {
+	var out *api.Runner
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		r, err := getRunnerTx(tx, org, id)
+		out = r
+		return err
+	})
+	return out, err
+}
+
+func (s *store) listRunners(ctx context.Context, org string) ([]api.Runner, error) {
+	out := []api.Runner{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return scanPrefix(tx.Bucket(bRunners), prefix(org), func(_, v []byte) (bool, error) {
+			var r api.Runner
+			if err := unmarshal(v, &r); err != nil {
+				return false, err
+			}
+			out = append(out, r)
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+func (s *store) updateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
+	var out *api.Runner
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		r, err := getRunnerTx(tx, org, in.ID)
+		if err != nil {
+			return err
+		}
+		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
+			return err
+		}
+		if err := applyRunnerInput(r, in); err != nil {
+			return err
+		}
+		r.UpdatedAt = s.timeNow()
+		out = r
+		return putJSON(tx.Bucket(bRunners), key(org, in.ID), r)
+	})
+	return out, err
+}
+
+// deleteRunner removes a runner. Its queued deployments end canceled (nobody could run them),
+// and the ones it holds are asked to cancel: the agent can no longer authenticate, so their
+// leases run out and the lease rules end them (see settleLease).
+func (s *store) deleteRunner(ctx context.Context, org, id string) error {
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		if _, err := getRunnerTx(tx, org, id); err != nil {
+			return err
+		}
+		now := s.timeNow()
+		var queued, leased []string
+		if err := scanPrefix(tx.Bucket(bQueue), prefix(org, id), func(_, v []byte) (bool, error) {
+			queued = append(queued, string(v))
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		if err := scanPrefix(tx.Bucket(bLeased), prefix(org, id), func(k, _ []byte) (bool, error) {
+			leased = append(leased, string(k[len(prefix(org, id)):]))
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		for _, jobID := range queued {
+			rec, err := loadIndexedJob(tx, org, jobID)
+			if err != nil {
+				return err
+			}
+			if err := finishJob(tx, rec, api.StatusCanceled, "runner_deleted", fmt.Sprintf("runner %q was deleted before the deployment started", id), now); err != nil {
+				return err
+			}
+		}
+		for _, jobID := range leased {
+			rec, err := loadIndexedJob(tx, org, jobID)
+			if err != nil {
+				return err
+			}
+			rec.D.CancelRequested = true
+			if err := saveJob(tx, rec); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bRunners).Delete(key(org, id))
+	})
+}
+
+// runnerKeys returns the parsed public keys of a runner; none (and no error) for an unknown one,
+// as agentauth.KeyLookup wants.
+func (s *store) runnerKeys(ctx context.Context, org, id string) ([]ed25519.PublicKey, error) {
+	var pems []string
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		var r api.Runner
+		ok, err := getJSON(tx.Bucket(bRunners), key(org, id), &r)
+		if ok {
+			pems = r.PublicKeys
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ed25519.PublicKey, 0, len(pems))
+	for _, p := range pems {
+		if pub, err := keys.ParsePublicPEM(p); err == nil {
+			out = append(out, pub)
+		}
+	}
+	return out, nil
+}
+
+func storageFromInput(st *api.StateStorage, in api.StateStorageInput) {
+	st.ID, st.Type, st.Description = in.ID, in.Type, in.Description
+	st.Kubernetes, st.S3, st.GCS, st.AzureRM = in.Kubernetes, in.S3, in.GCS, in.AzureRM
+}
+
+func (s *store) createStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
+	var out api.StateStorage
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bStorages)
+		if b.Get(key(org, in.ID)) != nil {
+			return conflict("state storage %q already exists in organisation %q; update it with PUT or choose another id", in.ID, org)
+		}
+		now := s.timeNow()
+		out = api.StateStorage{CreatedAt: now, UpdatedAt: now}
+		storageFromInput(&out, in)
+		if err := ensureOrg(tx, org, now); err != nil {
+			return err
+		}
+		return putJSON(b, key(org, in.ID), out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func getStorageTx(tx *bolt.Tx, org, id string) (*api.StateStorage, error) {
+	var st api.StateStorage
+	ok, err := getJSON(tx.Bucket(bStorages), key(org, id), &st)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("state storage %q does not exist in organisation %q", id, org)
+	}
+	return &st, nil
+}
+
+func (s *store) getStorage(ctx context.Context, org, id string) (*api.StateStorage, error) {
+	var out *api.StateStorage
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		st, err := getStorageTx(tx, org, id)
+		out = st
+		return err
+	})
+	return out, err
+}
+
+func (s *store) listStorages(ctx context.Context, org string) ([]api.StateStorage, error) {
+	out := []api.StateStorage{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return scanPrefix(tx.Bucket(bStorages), prefix(org), func(_, v []byte) (bool, error) {
+			var st api.StateStorage
+			if err := unmarshal(v, &st); err != nil {
+				return false, err
+			}
+			out = append(out, st)
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+func (s *store) updateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
+	var out *api.StateStorage
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		st, err := getStorageTx(tx, org, in.ID)
+		if err != nil {
+			return err
+		}
+		storageFromInput(st, in)
+		st.UpdatedAt = s.timeNow()
+		out = st
+		return putJSON(tx.Bucket(bStorages), key(org, in.ID), st)
+	})
+	return out, err
+}
+
+// deleteStorage refuses while runners use the storage and names them, so the caller knows what
+// to change first.
+func (s *store) deleteStorage(ctx context.Context, org, id string) error {
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		if _, err := getStorageTx(tx, org, id); err != nil {
+			return err
+		}
+		var users []string
+		if err := scanPrefix(tx.Bucket(bRunners), prefix(org), func(_, v []byte) (bool, error) {
+			var r api.Runner
+			if err := unmarshal(v, &r); err != nil {
+				return false, err
+			}
+			if r.StateStorageID == id {
+				users = append(users, fmt.Sprintf("%q", r.ID))
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			sort.Strings(users)
+			return conflict("state storage %q is used by runner(s) %s; point them at another state storage or delete them first", id, strings.Join(users, ", "))
+		}
+		return tx.Bucket(bStorages).Delete(key(org, id))
+	})
+}

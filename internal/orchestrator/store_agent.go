@@ -1,0 +1,317 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Directive reasons.
+const (
+	reasonUnknownJob      = "unknown_job"
+	reasonTerminal        = "terminal"
+	reasonLeaseLost       = "lease_lost"
+	reasonCancelRequested = "cancel_requested"
+)
+
+// touchRunner records that the runner's agent made an authenticated request. The write is
+// skipped when nothing visible would change, so a busy agent does not rewrite the record on
+// every request.
+func touchRunner(tx *bolt.Tx, id agentauth.Identity, agentVersion string, now time.Time) (*api.Runner, error) {
+	r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+	if err != nil {
+		return nil, runnerGone(id)
+	}
+	st := &r.Status
+	changed := st.LastSeenAt == nil || now.Sub(*st.LastSeenAt) >= time.Second || st.KeyFingerprint != id.Fingerprint
+	if agentVersion != "" && agentVersion != st.AgentVersion {
+		st.AgentVersion, changed = agentVersion, true
+	}
+	if !changed {
+		return r, nil
+	}
+	st.LastSeenAt = &now
+	st.KeyFingerprint = id.Fingerprint
+	return r, putJSON(tx.Bucket(bRunners), key(id.Org, id.RunnerID), r)
+}
+
+func runnerGone(id agentauth.Identity) *refusal {
+	r := unauthorized("runner %q of organisation %q no longer exists", id.RunnerID, id.Org)
+	r.authReason = authReasonRunnerGone
+	return r
+}
+
+// loadRunnerJob loads a job the runner may act on; a job of another runner is reported as not
+// found, so an agent learns nothing about jobs that are not its own.
+func loadRunnerJob(tx *bolt.Tx, id agentauth.Identity, jobID string) (*jobRecord, error) {
+	rec, err := loadJob(tx, id.Org, jobID)
+	if err == nil && rec.D.RunnerID != id.RunnerID {
+		err = notFound("deployment %q does not exist for runner %q", jobID, id.RunnerID)
+	}
+	return rec, err
+}
+
+// renewLeases handles the running list of a poll or heartbeat: it renews the leases the agent
+// still holds, marks started jobs running, takes the lease over for a new agent instance (a
+// new leader re-adopting Jobs) and returns forget directives for everything else.
+func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api.PollRequest, leaseFor time.Duration) ([]api.Directive, error) {
+	var out []api.Directive
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		out = nil
+		now := s.timeNow()
+		if _, err := touchRunner(tx, id, req.AgentVersion, now); err != nil {
+			return err
+		}
+		for _, e := range req.Running {
+			forget := func(reason string) {
+				out = append(out, api.Directive{Type: api.DirectiveForget, JobID: e.JobID, Attempt: e.Attempt, Reason: reason})
+			}
+			rec, err := loadRunnerJob(tx, id, e.JobID)
+			if err != nil {
+				if _, ok := asRefusal(err); ok {
+					forget(reasonUnknownJob)
+					continue
+				}
+				return err
+			}
+			if _, err := settleLease(tx, rec, now); err != nil {
+				return err
+			}
+			switch {
+			case api.IsTerminal(rec.D.Status):
+				forget(reasonTerminal)
+				continue
+			case rec.Lease == nil || rec.D.Attempt != e.Attempt || rec.Lease.Fencing != e.Fencing:
+				forget(reasonLeaseLost)
+				continue
+			}
+			rec.Lease.ExpiresAt = now.Add(leaseFor)
+			if req.Instance != "" {
+				rec.Lease.Instance = req.Instance
+			}
+			if e.Started && rec.D.Status == api.StatusClaimed {
+				rec.D.Status = api.StatusRunning
+				rec.D.StartedAt = &now
+			}
+			if err := saveJob(tx, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// offers returns what a poll may hand out now: queued jobs of this runner, oldest first, at most
+// capacityFree and never beyond max_concurrency counting the jobs the runner already holds; and
+// cancel directives for held jobs whose cancel was requested.
+func (s *store) offers(ctx context.Context, id agentauth.Identity, capacityFree int) (offers []api.Offer, cancels []api.Directive, maxConcurrency int, err error) {
+	offers, cancels = []api.Offer{}, []api.Directive{}
+	err = s.view(ctx, func(tx *bolt.Tx) error {
+		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+		if err != nil {
+			return runnerGone(id)
+		}
+		maxConcurrency = r.MaxConcurrency
+		held := 0
+		p := prefix(id.Org, id.RunnerID)
+		if err := scanPrefix(tx.Bucket(bLeased), p, func(k, _ []byte) (bool, error) {
+			held++
+			rec, err := loadIndexedJob(tx, id.Org, string(k[len(p):]))
+			if err != nil {
+				return false, err
+			}
+			if rec.D.CancelRequested {
+				cancels = append(cancels, api.Directive{Type: api.DirectiveCancel, JobID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
+			}
+			return true, nil
+		}); err != nil {
+			return err
+		}
+		n := min(capacityFree, r.MaxConcurrency-held)
+		if n <= 0 {
+			return nil
+		}
+		return scanPrefix(tx.Bucket(bQueue), p, func(_, v []byte) (bool, error) {
+			rec, err := loadIndexedJob(tx, id.Org, string(v))
+			if err != nil {
+				return false, err
+			}
+			offers = append(offers, api.Offer{JobID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
+			return len(offers) < n, nil
+		})
+	})
+	return offers, cancels, maxConcurrency, err
+}
+
+// claim grants the lease on a queued job attempt, or returns the same grant again to the
+// instance that holds it (idempotent retries).
+func (s *store) claim(ctx context.Context, id agentauth.Identity, jobID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
+	var out *api.Claim
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		now := s.timeNow()
+		runner, err := touchRunner(tx, id, "", now)
+		if err != nil {
+			return err
+		}
+		rec, err := loadRunnerJob(tx, id, jobID)
+		if err != nil {
+			return err
+		}
+		if _, err := settleLease(tx, rec, now); err != nil {
+			return err
+		}
+		switch st := rec.D.Status; {
+		case api.IsTerminal(st):
+			return conflict("deployment %q already ended with status %s", jobID, st)
+		case req.Attempt != rec.D.Attempt:
+			return conflict("attempt %d is not the current attempt of deployment %q (it is %d, status %s); claim the attempt the latest poll offers", req.Attempt, jobID, rec.D.Attempt, st)
+		case st == api.StatusQueued:
+			held := 0
+			if err := scanPrefix(tx.Bucket(bLeased), prefix(id.Org, id.RunnerID), func(_, _ []byte) (bool, error) {
+				held++
+				return true, nil
+			}); err != nil {
+				return err
+			}
+			if held >= runner.MaxConcurrency {
+				return conflict("runner %q already holds %d job(s), its max_concurrency; finish one first", id.RunnerID, held)
+			}
+			rec.Fencing++
+			rec.Lease = &leaseRecord{Fencing: rec.Fencing, Instance: req.Instance}
+			rec.D.Status = api.StatusClaimed
+			rec.D.ClaimedAt = &now
+			rec.D.Reason, rec.D.Message = "", ""
+			rec.LogCommitted = 0
+			if rec.D.LogSize > 0 {
+				note := fmt.Sprintf("\n[outpost: attempt %d starts here; the lines above are from earlier attempts]\n", rec.D.Attempt)
+				if err := appendCapped(tx, rec, []byte(note), s.logCap); err != nil {
+					return err
+				}
+			}
+		case rec.Lease == nil:
+			return conflict("deployment %q is %s without a lease; wait for the next poll", jobID, st)
+		case rec.Lease.Instance != req.Instance:
+			return conflict("deployment %q attempt %d is held by agent instance %q until %s", jobID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
+		}
+		rec.Lease.ExpiresAt = now.Add(leaseFor)
+		if err := saveJob(tx, rec); err != nil {
+			return err
+		}
+		spec, err := buildSpec(tx, rec)
+		if err != nil {
+			return err
+		}
+		out = &api.Claim{
+			JobID: jobID, Attempt: rec.D.Attempt,
+			Lease:    api.Lease{Fencing: rec.Lease.Fencing, ExpiresAt: rec.Lease.ExpiresAt},
+			JobToken: mintJobToken(s.secret, jobTokenClaims{Org: id.Org, Job: jobID, Attempt: rec.D.Attempt, Fencing: rec.Lease.Fencing}),
+			Spec:     spec,
+		}
+		return nil
+	})
+	return out, err
+}
+
+// buildSpec is the job's view of itself: the deployment, with the runner's job settings and
+// state storage as they are now.
+func buildSpec(tx *bolt.Tx, rec *jobRecord) (api.JobSpec, error) {
+	runner, err := getRunnerTx(tx, rec.Org, rec.D.RunnerID)
+	if err != nil {
+		return api.JobSpec{}, notFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
+	}
+	st, err := getStorageTx(tx, rec.Org, runner.StateStorageID)
+	if err != nil {
+		return api.JobSpec{}, notFound("state storage %q of runner %q no longer exists", runner.StateStorageID, runner.ID)
+	}
+	src, err := loadSource(tx, rec.Org, rec.D.ID)
+	if err != nil {
+		return api.JobSpec{}, err
+	}
+	return api.JobSpec{
+		JobID: rec.D.ID, Attempt: rec.D.Attempt, RunnerID: rec.D.RunnerID, Operation: rec.D.Operation,
+		Source: src, Variables: rec.D.Variables, StateKey: rec.D.StateKey, StateStorage: *st,
+		TimeoutSeconds: rec.D.TimeoutSeconds, Job: runner.Job,
+	}, nil
+}
+
+func eventKey(org, job string, attempt int, seq int64) []byte {
+	k := prefix(org, job)
+	k = binary.BigEndian.AppendUint32(k, uint32(attempt))
+	return binary.BigEndian.AppendUint64(k, uint64(seq))
+}
+
+// recordEvent stores a job event once per (job, attempt, seq) and applies it: started makes the
+// job running, finished ends it and releases the lease. A resend of a stored event is
+// acknowledged without change, before any fencing check, so an agent that lost the answer to its
+// final report can still get it acknowledged.
+func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, jobID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
+	var out api.EventResponse
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		now := s.timeNow()
+		if _, err := touchRunner(tx, id, "", now); err != nil {
+			return err
+		}
+		rec, err := loadRunnerJob(tx, id, jobID)
+		if err != nil {
+			return err
+		}
+		ek := eventKey(id.Org, jobID, req.Attempt, req.Seq)
+		if tx.Bucket(bEvents).Get(ek) != nil {
+			out = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
+			return nil
+		}
+		if _, err := settleLease(tx, rec, now); err != nil {
+			return err
+		}
+		switch {
+		case req.Attempt != rec.D.Attempt:
+			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's lease was lost", req.Attempt, jobID, rec.D.Attempt)
+		case req.Fencing < rec.Fencing:
+			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, jobID)
+		case req.Fencing > rec.Fencing:
+			return invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, jobID, rec.Fencing)
+		}
+		when := req.Time.UTC().Round(0)
+		if req.Time.IsZero() {
+			when = now
+		}
+		ev := api.Event{Attempt: req.Attempt, Seq: req.Seq, Type: req.Type, Result: req.Result, ExitCode: req.ExitCode,
+			Reason: req.Reason, Message: req.Message, Time: when}
+		if err := putJSON(tx.Bucket(bEvents), ek, ev); err != nil {
+			return err
+		}
+		// A terminal job (e.g. lost after its lease ran out) keeps its status; the late event is
+		// recorded so people can see what really happened.
+		if rec.Lease != nil {
+			rec.Lease.ExpiresAt = now.Add(leaseFor)
+			switch req.Type {
+			case api.EventStarted:
+				if rec.D.Status == api.StatusClaimed {
+					rec.D.Status = api.StatusRunning
+					rec.D.StartedAt = &now
+				}
+			case api.EventFinished:
+				rec.D.ExitCode = req.ExitCode
+				if err := finishJob(tx, rec, req.Result, req.Reason, req.Message, now); err != nil {
+					return err
+				}
+			}
+			if err := saveJob(tx, rec); err != nil {
+				return err
+			}
+		}
+		out = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

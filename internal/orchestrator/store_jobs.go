@@ -1,0 +1,342 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// jobRecord is a deployment as stored: the public view plus the lease bookkeeping the API does
+// not show. The source lives in its own bucket.
+type jobRecord struct {
+	Org string `json:"org"`
+	// Seq orders jobs by creation; it keys the list and queue indexes.
+	Seq uint64         `json:"seq"`
+	D   api.Deployment `json:"deployment"`
+	// Fencing is the last fencing number granted for this job; it only grows.
+	Fencing int64 `json:"fencing"`
+	// Lease is the lease currently held; nil when none is.
+	Lease *leaseRecord `json:"lease,omitempty"`
+	// LogCommitted is the log offset of the current grant as the writer counts it: bytes
+	// dropped beyond the cap are counted, so the writer never has to know about the cap.
+	LogCommitted int64 `json:"log_committed"`
+
+	// What the record looked like when loaded, so saveJob can keep indexes and counters right.
+	savedStatus string
+	savedLeased bool
+}
+
+// leaseRecord is a granted lease.
+type leaseRecord struct {
+	Fencing   int64     `json:"fencing"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Instance  string    `json:"instance"`
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newDeploymentID returns a random id that is a DNS-1123 label, since agents put it into
+// Kubernetes Job names.
+func newDeploymentID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("generate deployment id: %w", err)
+	}
+	return "dep-" + idEncoding.EncodeToString(b), nil
+}
+
+func loadJob(tx *bolt.Tx, org, id string) (*jobRecord, error) {
+	var rec jobRecord
+	ok, err := getJSON(tx.Bucket(bJobs), key(org, id), &rec)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("deployment %q does not exist in organisation %q", id, org)
+	}
+	rec.savedStatus = rec.D.Status
+	rec.savedLeased = rec.Lease != nil
+	return &rec, nil
+}
+
+// loadIndexedJob loads a job an index points at. A missing job there is corruption, not the
+// caller's fault, so it is an internal error (and never a refusal that would commit).
+func loadIndexedJob(tx *bolt.Tx, org, id string) (*jobRecord, error) {
+	rec, err := loadJob(tx, org, id)
+	if _, refused := asRefusal(err); refused {
+		return nil, fmt.Errorf("index entry for missing job %s/%s", org, id)
+	}
+	return rec, err
+}
+
+func queueKey(rec *jobRecord) []byte {
+	return append(prefix(rec.Org, rec.D.RunnerID), u64(rec.Seq)...)
+}
+
+// saveJob writes rec and brings the queue and lease indexes and the status counters in line with
+// it. Every change of a job goes through here, which is what keeps them consistent.
+func saveJob(tx *bolt.Tx, rec *jobRecord) error {
+	if err := putJSON(tx.Bucket(bJobs), key(rec.Org, rec.D.ID), rec); err != nil {
+		return err
+	}
+	queue, leased := tx.Bucket(bQueue), tx.Bucket(bLeased)
+	wasQueued, isQueued := rec.savedStatus == api.StatusQueued, rec.D.Status == api.StatusQueued
+	switch {
+	case isQueued && !wasQueued:
+		if err := queue.Put(queueKey(rec), []byte(rec.D.ID)); err != nil {
+			return err
+		}
+	case wasQueued && !isQueued:
+		if err := queue.Delete(queueKey(rec)); err != nil {
+			return err
+		}
+	}
+	leaseKey := key(rec.Org, rec.D.RunnerID, rec.D.ID)
+	switch isLeased := rec.Lease != nil; {
+	case isLeased && !rec.savedLeased:
+		if err := leased.Put(leaseKey, nil); err != nil {
+			return err
+		}
+	case rec.savedLeased && !isLeased:
+		if err := leased.Delete(leaseKey); err != nil {
+			return err
+		}
+	}
+	if rec.savedStatus != rec.D.Status {
+		if err := addStat(tx, rec.savedStatus, -1); err != nil {
+			return err
+		}
+		if err := addStat(tx, rec.D.Status, 1); err != nil {
+			return err
+		}
+	}
+	rec.savedStatus, rec.savedLeased = rec.D.Status, rec.Lease != nil
+	return nil
+}
+
+func addStat(tx *bolt.Tx, status string, delta int64) error {
+	if status == "" {
+		return nil
+	}
+	b := tx.Bucket(bStats)
+	var n int64
+	if v := b.Get([]byte(status)); len(v) == 8 {
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	n += delta
+	if n < 0 {
+		n = 0
+	}
+	return b.Put([]byte(status), u64(uint64(n)))
+}
+
+// finishJob ends a job in a terminal status and releases its lease.
+func finishJob(tx *bolt.Tx, rec *jobRecord, status, reason, message string, now time.Time) error {
+	rec.D.Status = status
+	rec.D.Reason, rec.D.Message = reason, message
+	rec.D.FinishedAt = &now
+	rec.Lease = nil
+	return saveJob(tx, rec)
+}
+
+// createDeployment queues a deployment on a runner of the organisation.
+func (s *store) createDeployment(ctx context.Context, org string, in api.DeploymentInput) (*api.Deployment, error) {
+	var out api.Deployment
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		var runner api.Runner
+		ok, err := getJSON(tx.Bucket(bRunners), key(org, in.RunnerID), &runner)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
+		}
+		jobs := tx.Bucket(bJobs)
+		seq, err := jobs.NextSequence()
+		if err != nil {
+			return err
+		}
+		id, err := newDeploymentID()
+		if err != nil {
+			return err
+		}
+		if jobs.Get(key(org, id)) != nil {
+			return fmt.Errorf("deployment id %s collided; retry", id)
+		}
+		now := s.timeNow()
+		timeout := in.TimeoutSeconds
+		if timeout == 0 {
+			timeout = runner.JobTimeoutSeconds
+		}
+		rec := &jobRecord{Org: org, Seq: seq, D: api.Deployment{
+			ID: id, RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
+			StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
+			CreatedAt: now,
+		}}
+		if err := ensureOrg(tx, org, now); err != nil {
+			return err
+		}
+		if err := putJSON(tx.Bucket(bSources), key(org, id), in.Source); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bJobSeq).Put(append(prefix(org), u64(seq)...), []byte(id)); err != nil {
+			return err
+		}
+		if err := saveJob(tx, rec); err != nil {
+			return err
+		}
+		out = rec.D
+		out.Source = in.Source
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func loadSource(tx *bolt.Tx, org, id string) (api.Source, error) {
+	var src api.Source
+	_, err := getJSON(tx.Bucket(bSources), key(org, id), &src)
+	return src, err
+}
+
+func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
+	var out api.Deployment
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		rec, err := loadJob(tx, org, id)
+		if err != nil {
+			return err
+		}
+		out = rec.D
+		out.Source, err = loadSource(tx, org, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// listDeployments lists newest first, without sources (they can be megabytes each).
+func (s *store) listDeployments(ctx context.Context, org, runnerID, status string) ([]api.Deployment, error) {
+	out := []api.Deployment{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return scanPrefixReverse(tx.Bucket(bJobSeq), prefix(org), func(_, v []byte) (bool, error) {
+			rec, err := loadIndexedJob(tx, org, string(v))
+			if err != nil {
+				return false, err
+			}
+			if (runnerID == "" || rec.D.RunnerID == runnerID) && (status == "" || rec.D.Status == status) {
+				out = append(out, rec.D)
+			}
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// cancelDeployment ends a queued deployment at once and asks the agent to stop a claimed or
+// running one (the agent sees a cancel directive in its next poll).
+func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
+	var out api.Deployment
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		rec, err := loadJob(tx, org, id)
+		if err != nil {
+			return err
+		}
+		now := s.timeNow()
+		if _, err := settleLease(tx, rec, now); err != nil {
+			return err
+		}
+		switch st := rec.D.Status; {
+		case api.IsTerminal(st):
+			return conflict("deployment %q already ended with status %s; nothing to cancel", id, st)
+		case st == api.StatusQueued:
+			if err := finishJob(tx, rec, api.StatusCanceled, "canceled", "canceled before it started", now); err != nil {
+				return err
+			}
+			rec.D.CancelRequested = true
+		default:
+			rec.D.CancelRequested = true
+		}
+		if err := saveJob(tx, rec); err != nil {
+			return err
+		}
+		out = rec.D
+		out.Source, err = loadSource(tx, org, id)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// listEvents returns the deployment's events by attempt, then sequence number.
+func (s *store) listEvents(ctx context.Context, org, id string) ([]api.Event, error) {
+	out := []api.Event{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		if _, err := loadJob(tx, org, id); err != nil {
+			return err
+		}
+		return scanPrefix(tx.Bucket(bEvents), prefix(org, id), func(_, v []byte) (bool, error) {
+			var ev api.Event
+			if err := unmarshal(v, &ev); err != nil {
+				return false, err
+			}
+			out = append(out, ev)
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+func (s *store) getOutputs(ctx context.Context, org, id string) (api.Outputs, error) {
+	out := api.Outputs{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		if _, err := loadJob(tx, org, id); err != nil {
+			return err
+		}
+		_, err := getJSON(tx.Bucket(bOutputs), key(org, id), &out)
+		return err
+	})
+	return out, err
+}
+
+// jobCounts returns the number of jobs per status, for the metrics gauge.
+func (s *store) jobCounts(ctx context.Context) (map[string]int64, error) {
+	out := map[string]int64{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return tx.Bucket(bStats).ForEach(func(k, v []byte) error {
+			if len(v) == 8 {
+				out[string(k)] = int64(binary.BigEndian.Uint64(v))
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+// validStatus checks a status filter value.
+func validStatus(s string) bool {
+	switch s {
+	case api.StatusQueued, api.StatusClaimed, api.StatusRunning, api.StatusSucceeded,
+		api.StatusFailed, api.StatusCanceled, api.StatusLost:
+		return true
+	}
+	return false
+}
+
+var allStatuses = []string{api.StatusQueued, api.StatusClaimed, api.StatusRunning, api.StatusSucceeded,
+	api.StatusFailed, api.StatusCanceled, api.StatusLost}
+
+func statusList() string { return strings.Join(allStatuses, ", ") }
