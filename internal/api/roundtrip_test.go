@@ -1,0 +1,287 @@
+package api_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+)
+
+// routeRecorder maps every request the clients make onto the orchestrator's route patterns, so
+// the test can prove it exercised every route the server registers.
+type routeRecorder struct {
+	mu   sync.Mutex
+	mux  *http.ServeMux
+	base string
+	hit  map[string]int
+}
+
+func newRouteRecorder(base string, patterns []string) *routeRecorder {
+	r := &routeRecorder{mux: http.NewServeMux(), base: base, hit: map[string]int{}}
+	for _, p := range patterns {
+		r.mux.Handle(p, http.NotFoundHandler())
+	}
+	return r
+}
+
+func (r *routeRecorder) hook(_ context.Context, info api.RequestInfo) {
+	req, err := http.NewRequest(info.Method, r.base+info.Path, nil)
+	if err != nil {
+		return
+	}
+	_, pattern := r.mux.Handler(req)
+	r.mu.Lock()
+	r.hit[pattern]++
+	r.mu.Unlock()
+}
+
+func tarGz(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, body := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := gz.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestRoundTripEveryEndpoint drives every route of the reference orchestrator through the Go
+// client over real HTTP and checks what comes back.
+func TestRoundTripEveryEndpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	o := orchestratortest.Start(t)
+	rec := newRouteRecorder(o.URL, o.Server.Routes())
+	hook := api.WithRequestHook(rec.hook)
+
+	admin, err := api.NewAdminClient(o.URL, "acme", o.AdminToken, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// State storages.
+	ss, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: "outpost-state"}})
+	if err != nil {
+		t.Fatalf("create state storage: %v", err)
+	}
+	if ss.Kubernetes == nil || ss.Kubernetes.Namespace != "outpost-state" || ss.CreatedAt.IsZero() {
+		t.Fatalf("state storage %+v", ss)
+	}
+	if _, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: "x"}}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("duplicate state storage: %v, want ErrConflict", err)
+	}
+	ss2, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "bucket", Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-state", Region: "eu-west-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss2, err = admin.UpdateStateStorage(ctx, api.StateStorageInput{ID: ss2.ID, Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-state", Region: "eu-west-1", PathPrefix: "teams/a"}})
+	if err != nil || ss2.S3.PathPrefix != "teams/a" {
+		t.Fatalf("update state storage: %+v, %v", ss2, err)
+	}
+	if got, err := admin.GetStateStorage(ctx, "bucket"); err != nil || got.S3.PathPrefix != "teams/a" {
+		t.Fatalf("get state storage: %+v, %v", got, err)
+	}
+	if list, err := admin.ListStateStorages(ctx); err != nil || len(list) != 2 {
+		t.Fatalf("list state storages: %d, %v", len(list), err)
+	}
+	if err := admin.DeleteStateStorage(ctx, "bucket"); err != nil {
+		t.Fatalf("delete state storage: %v", err)
+	}
+	if _, err := admin.GetStateStorage(ctx, "bucket"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("deleted state storage: %v, want ErrNotFound", err)
+	}
+
+	// Runners.
+	pub, priv, _ := keys.Generate()
+	pubPEM, _ := keys.EncodePublicPEM(pub)
+	tpl := `{"spec":{"containers":[{"name":"main","image":"ghcr.io/acme/tf:1"}]}}`
+	r, err := admin.CreateRunner(ctx, api.RunnerInput{
+		ID: "eu-1", Description: "first", PublicKeys: []string{pubPEM},
+		Job:            api.RunnerJob{Namespace: "outpost-jobs", ServiceAccount: "outpost-job", PodTemplate: tpl},
+		StateStorageID: "k8s", MaxConcurrency: 3, JobTimeoutSeconds: 600,
+	})
+	if err != nil {
+		t.Fatalf("create runner: %v", err)
+	}
+	if r.Type != api.RunnerTypeKubernetesAgent || r.MaxConcurrency != 3 || r.Status.Connected {
+		t.Fatalf("runner %+v", r)
+	}
+	if err := admin.DeleteStateStorage(ctx, "k8s"); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("deleting a storage in use: %v, want ErrConflict", err)
+	}
+	r, err = admin.UpdateRunner(ctx, api.RunnerInput{
+		ID: "eu-1", Description: "second", PublicKeys: []string{pubPEM},
+		Job:            api.RunnerJob{Namespace: "outpost-jobs", ServiceAccount: "outpost-job", PodTemplate: tpl},
+		StateStorageID: "k8s", MaxConcurrency: 2,
+	})
+	if err != nil || r.Description != "second" || r.MaxConcurrency != 2 {
+		t.Fatalf("update runner: %+v, %v", r, err)
+	}
+	if list, err := admin.ListRunners(ctx); err != nil || len(list) != 1 || list[0].ID != "eu-1" {
+		t.Fatalf("list runners: %+v, %v", list, err)
+	}
+
+	// A deployment, claimed and run through the agent and job APIs.
+	archive := tarGz(t, map[string]string{"main.tf": `resource "terraform_data" "x" {}`})
+	dep, err := admin.CreateDeployment(ctx, api.DeploymentInput{
+		RunnerID: "eu-1", Operation: api.OperationApply, StateKey: "team/app",
+		Source:    api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive}},
+		Variables: map[string]json.RawMessage{"size": json.RawMessage(`3`)},
+	})
+	if err != nil {
+		t.Fatalf("create deployment: %v", err)
+	}
+	if dep.Status != api.StatusQueued || dep.Attempt != 1 {
+		t.Fatalf("new deployment %+v", dep)
+	}
+
+	signer := agentauth.NewSigner("acme", "eu-1", priv)
+	agent, err := api.NewAgentClient(o.URL, signer, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll, err := agent.Poll(ctx, api.PollRequest{AgentVersion: "test-1", Instance: "pod-a", CapacityFree: 2, WaitSeconds: 5})
+	if err != nil {
+		t.Fatalf("poll: %v", err)
+	}
+	if len(poll.Offers) != 1 || poll.Offers[0].JobID != dep.ID || poll.Offers[0].Operation != api.OperationApply {
+		t.Fatalf("offers %+v", poll.Offers)
+	}
+	claim, err := agent.Claim(ctx, dep.ID, api.ClaimRequest{Attempt: 1, Instance: "pod-a"})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if !strings.HasPrefix(claim.JobToken, api.JobTokenPrefix) || claim.Lease.Fencing < 1 || claim.Spec.StateStorage.ID != "k8s" || claim.Spec.Job.Namespace != "outpost-jobs" {
+		t.Fatalf("claim %+v", claim)
+	}
+	again, err := agent.Claim(ctx, dep.ID, api.ClaimRequest{Attempt: 1, Instance: "pod-a"})
+	if err != nil || again.JobToken != claim.JobToken || again.Lease.Fencing != claim.Lease.Fencing {
+		t.Fatalf("re-claim by the same instance must be idempotent: %+v, %v", again, err)
+	}
+	if _, err := agent.Claim(ctx, dep.ID, api.ClaimRequest{Attempt: 1, Instance: "pod-b"}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("claim by another instance: %v, want ErrConflict", err)
+	}
+	running := []api.RunningJob{{JobID: dep.ID, Attempt: 1, Fencing: claim.Lease.Fencing, Started: true}}
+	if err := agent.Heartbeat(ctx, api.PollRequest{Instance: "pod-a", Running: running}); err != nil {
+		t.Fatalf("heartbeat: %v", err)
+	}
+	ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Attempt: 1, Fencing: claim.Lease.Fencing, Seq: 1, Type: api.EventStarted})
+	if err != nil || ev.Status != api.StatusRunning {
+		t.Fatalf("started event: %+v, %v", ev, err)
+	}
+
+	job, err := api.NewJobClient(o.URL, claim.JobToken, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := job.Spec(ctx)
+	if err != nil || spec.JobID != dep.ID || spec.StateKey != "team/app" || !bytes.Equal(spec.Source.Inline.ArchiveTarGz, archive) || string(spec.Variables["size"]) != "3" {
+		t.Fatalf("job spec: %+v, %v", spec, err)
+	}
+	first := []byte("==> terraform apply\n")
+	ack, err := job.AppendLog(ctx, 0, first)
+	if err != nil || ack.CommittedOffset != int64(len(first)) {
+		t.Fatalf("append log: %+v, %v", ack, err)
+	}
+	_, err = job.AppendLog(ctx, 100, []byte("gap"))
+	var apiErr *api.Error
+	if !errors.Is(err, api.ErrOffsetMismatch) || !errors.As(err, &apiErr) || apiErr.CommittedOffset == nil || *apiErr.CommittedOffset != int64(len(first)) {
+		t.Fatalf("append at a wrong offset: %v; want ErrOffsetMismatch with committed offset %d", err, len(first))
+	}
+	second := []byte("Apply complete! Resources: 1 added, 0 changed, 0 destroyed.\n")
+	if _, err := job.AppendLog(ctx, int64(len(first)), second); err != nil {
+		t.Fatal(err)
+	}
+	if err := job.PutOutputs(ctx, api.Outputs{"name": {Value: json.RawMessage(`"x"`), Type: json.RawMessage(`"string"`)}, "secret": {Value: json.RawMessage(`"s"`), Sensitive: true}}); err != nil {
+		t.Fatalf("put outputs: %v", err)
+	}
+	zero := 0
+	ev, err = agent.Event(ctx, dep.ID, api.EventRequest{Attempt: 1, Fencing: claim.Lease.Fencing, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero})
+	if err != nil || ev.Status != api.StatusSucceeded {
+		t.Fatalf("finished event: %+v, %v", ev, err)
+	}
+	// The same event again is acknowledged, not applied twice.
+	if ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Attempt: 1, Fencing: claim.Lease.Fencing, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}); err != nil || ev.Status != api.StatusSucceeded {
+		t.Fatalf("duplicate finished event: %+v, %v", ev, err)
+	}
+
+	// Admin reads of the finished deployment.
+	got, err := admin.GetDeployment(ctx, dep.ID)
+	if err != nil || got.Status != api.StatusSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.StartedAt == nil || got.FinishedAt == nil {
+		t.Fatalf("deployment after run: %+v, %v", got, err)
+	}
+	logs, err := admin.GetLogs(ctx, dep.ID, 0, 0)
+	if err != nil || string(logs.Data) != string(first)+string(second) || !logs.Complete {
+		t.Fatalf("logs: %q complete=%v, %v", logs.Data, logs.Complete, err)
+	}
+	outs, err := admin.GetOutputs(ctx, dep.ID)
+	if err != nil || string(outs["name"].Value) != `"x"` || !outs["secret"].Sensitive {
+		t.Fatalf("outputs: %+v, %v", outs, err)
+	}
+	events, err := admin.ListEvents(ctx, dep.ID)
+	if err != nil || len(events) != 2 || events[0].Type != api.EventStarted || events[1].Type != api.EventFinished {
+		t.Fatalf("events (duplicates must not be stored twice): %+v, %v", events, err)
+	}
+	if list, err := admin.ListDeployments(ctx, api.DeploymentFilter{RunnerID: "eu-1", Status: api.StatusSucceeded}); err != nil || len(list) != 1 {
+		t.Fatalf("list deployments: %d, %v", len(list), err)
+	}
+	if _, err := admin.CancelDeployment(ctx, dep.ID); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("cancel of a finished deployment: %v, want ErrConflict", err)
+	}
+	var followed bytes.Buffer
+	if final, err := admin.FollowLogs(ctx, dep.ID, &followed, 10*time.Millisecond); err != nil || final.Status != api.StatusSucceeded || followed.String() != string(first)+string(second) {
+		t.Fatalf("follow logs: %q, %v", followed.String(), err)
+	}
+
+	// A queued deployment canceled at once; then the runner goes.
+	queued, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "eu-1", Operation: api.OperationPlan, StateKey: "team/app", Source: api.Source{Git: &api.GitSource{URL: "https://git.example.com/infra.git", Ref: "main", Path: "stacks/app"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := admin.CancelDeployment(ctx, queued.ID); err != nil || c.Status != api.StatusCanceled {
+		t.Fatalf("cancel queued: %+v, %v", c, err)
+	}
+	if r, err := admin.GetRunner(ctx, "eu-1"); err != nil || !r.Status.Connected || r.Status.AgentVersion != "test-1" || r.Status.KeyFingerprint != signer.Fingerprint() || r.Status.LastSeenAt == nil {
+		t.Fatalf("runner status after agent traffic: %+v, %v", r.Status, err)
+	}
+	if err := admin.DeleteRunner(ctx, "eu-1"); err != nil {
+		t.Fatalf("delete runner: %v", err)
+	}
+	if _, err := admin.GetRunner(ctx, "eu-1"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("deleted runner: %v, want ErrNotFound", err)
+	}
+
+	// Every route the server registers (apart from health and metrics) was exercised.
+	for _, p := range o.Server.Routes() {
+		if strings.HasSuffix(p, "/healthz") || strings.HasSuffix(p, "/metrics") {
+			continue
+		}
+		if rec.hit[p] == 0 {
+			t.Errorf("route %q was not exercised by the round trip", p)
+		}
+	}
+}
