@@ -1,0 +1,428 @@
+package testbed
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options selects what a test bed runs.
+type Options struct {
+	// Jobs also runs kube-controller-manager (Job, TTL, garbage collector, namespace, service
+	// account, node lifecycle, Deployment and ReplicaSet controllers), kube-scheduler and kwok with
+	// one fake Node, so Jobs and their Pods progress as on a real cluster. Without it only etcd and
+	// the API server run, which is enough (and about a second faster, ~300 MiB lighter) for tests
+	// of plain API objects such as Secrets and Leases.
+	Jobs bool
+
+	// Dir is the directory for the test bed's files (certificates, kubeconfig, etcd data, logs).
+	// Empty means a new temporary directory that Stop removes. A given Dir is kept by Stop, so its
+	// logs can be read afterwards; it must not hold a running test bed.
+	Dir string
+
+	// Detach starts the processes so they outlive the calling process (a new session, no
+	// parent-death signal) and records them in Dir, for `outpost-testbed up`. Such a test bed is
+	// stopped with StopDir. Detach requires Dir.
+	Detach bool
+}
+
+// Cluster is a running test bed (or, with OUTPOST_TESTBED_KUBECONFIG, one reused from elsewhere).
+type Cluster struct {
+	// Kubeconfig is the path of a kubeconfig file with a system:masters token for the cluster
+	// (context "outpost-testbed"), for code under test that takes a kubeconfig path and for
+	// kubectl/helm by hand.
+	Kubeconfig string
+	// RESTConfig is the same credentials as a client-go config.
+	RESTConfig *rest.Config
+
+	// Host is the API server URL, https://127.0.0.1:<port>.
+	Host string
+	// CAData is the PEM of the CA that signed the API server's serving certificate, so tests can
+	// exercise cluster_ca_certificate style settings with verification on.
+	CAData []byte
+	// Token is a bearer token of a user in system:masters.
+	Token string
+	// ClientCertData and ClientKeyData are a PEM client certificate and key in system:masters,
+	// for tests of client-certificate authentication. Empty for a reused test bed.
+	ClientCertData, ClientKeyData []byte
+
+	// Jobs reports whether Jobs and Pods progress (controller manager, scheduler and kwok run).
+	Jobs bool
+	// Dir holds the test bed's files, including logs/<component>.log. Empty for a reused test bed.
+	Dir string
+
+	procs      []*process // in start order; nil for a reused test bed
+	detached   bool
+	removeDir  bool
+	clientOnce sync.Once
+	client     kubernetes.Interface
+	stopOnce   sync.Once
+	stopErr    error
+}
+
+// Timeouts of the start-up phases. They are generous because tests run in parallel on two cores;
+// an idle machine needs a few seconds in total.
+const (
+	etcdReadyTimeout      = 60 * time.Second
+	apiserverReadyTimeout = 120 * time.Second
+	jobsReadyTimeout      = 120 * time.Second
+	stopGrace             = 3 * time.Second
+)
+
+// Start starts a test bed and returns once it is ready: the API server answers /readyz and, with
+// opts.Jobs, the fake Node is Ready and a probe Pod has been scheduled and has completed. If a
+// component fails to start, the error names it and carries the end of its log. The caller must
+// call Stop.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Detach && opts.Dir == "" {
+		return nil, errors.New("testbed: Options.Detach requires Options.Dir")
+	}
+	binDir, err := findBinaries()
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		c, err := start(ctx, opts, binDir)
+		if err == nil {
+			return c, nil
+		}
+		if !portInUse(err) || attempt == 3 || ctx.Err() != nil {
+			return nil, err
+		}
+		// Another process took a port between choosing and binding it: try again with new ones.
+		if c.removeDir {
+			_ = os.RemoveAll(c.Dir)
+		}
+	}
+}
+
+// start makes one attempt at starting a test bed. On error the returned Cluster is not nil; its
+// processes are stopped and its directory is kept for the logs.
+func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err error) {
+	c := &Cluster{Jobs: opts.Jobs, Dir: opts.Dir, detached: opts.Detach}
+	if c.Dir == "" {
+		sweepStaleTempDirs()
+		c.Dir, err = os.MkdirTemp("", tempDirPrefix+strconv.Itoa(os.Getpid())+"-")
+		if err != nil {
+			return c, fmt.Errorf("testbed: creating a temporary directory: %w", err)
+		}
+		c.removeDir = true
+	} else if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return c, fmt.Errorf("testbed: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			c.stopProcesses()
+			if c.removeDir {
+				// Keep the logs the error points at; sweepStaleTempDirs removes them later.
+				err = fmt.Errorf("%w\n(test bed files, including all component logs, kept in %s)", err, c.Dir)
+			}
+		}
+	}()
+
+	p, err := newPKI()
+	if err != nil {
+		return c, fmt.Errorf("testbed: %w", err)
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return c, fmt.Errorf("testbed: %w", err)
+	}
+	etcdPort, etcdPeerPort, apiPort := ports[0], ports[1], ports[2]
+	c.Host = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	c.CAData, c.Token, c.ClientCertData, c.ClientKeyData = p.caCert, p.token, p.clientCert, p.clientKey
+	if err := c.writeFiles(p); err != nil {
+		return c, fmt.Errorf("testbed: writing files to %s: %w", c.Dir, err)
+	}
+	c.RESTConfig = c.restConfig()
+
+	if err := c.startEtcd(ctx, binDir, etcdPort, etcdPeerPort, opts.Detach); err != nil {
+		return c, err
+	}
+	if err := c.startAPIServer(ctx, binDir, etcdPort, apiPort, opts.Detach); err != nil {
+		return c, err
+	}
+	if opts.Jobs {
+		if err := c.startJobParts(ctx, binDir, opts.Detach); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// track records a started process. For a detached test bed it also rewrites the state file at
+// once, so `outpost-testbed down` finds every process even if `up` dies half-way.
+func (c *Cluster) track(p *process) error {
+	c.procs = append(c.procs, p)
+	if c.detached {
+		if err := c.writeState(); err != nil {
+			return fmt.Errorf("testbed: recording the processes in %s: %w", c.Dir, err)
+		}
+	}
+	return nil
+}
+
+// tempDirPrefix starts the names of temporary test bed directories; the test binary's pid follows,
+// so a later run can tell directories of dead runs from those of running ones.
+const tempDirPrefix = "outpost-testbed-"
+
+// sweepStaleTempDirs removes temporary test bed directories left by test binaries that died
+// without running Stop (killed by a timeout or a second Ctrl-C). Their processes died with them
+// (Pdeathsig), only files remain.
+func sweepStaleTempDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempDirPrefix+"*"))
+	for _, dir := range dirs {
+		rest := strings.TrimPrefix(filepath.Base(dir), tempDirPrefix)
+		pid, err := strconv.Atoi(strings.SplitN(rest, "-", 2)[0])
+		if err != nil || processAlive(pid) {
+			continue
+		}
+		if fi, err := os.Stat(dir); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			_ = os.RemoveAll(dir)
+		}
+	}
+}
+
+func (c *Cluster) path(name string) string { return filepath.Join(c.Dir, name) }
+
+func (c *Cluster) writeFiles(p *pki) error {
+	files := map[string][]byte{
+		"pki/ca.crt":        p.caCert,
+		"pki/apiserver.crt": p.servingCrt,
+		"pki/apiserver.key": p.servingKey,
+		"pki/sa.key":        p.saKey,
+		"pki/sa.pub":        p.saPub,
+		"pki/admin.crt":     p.clientCert,
+		"pki/admin.key":     p.clientKey,
+		"pki/tokens.csv":    fmt.Appendf(nil, "%s,%s,%s,\"system:masters\"\n", p.token, adminUser, adminUser),
+		"kwok/kwok.yaml":    kwokConfig,
+		"scheduler.yaml":    fmt.Appendf(nil, schedulerConfig, c.path("kubeconfig")),
+	}
+	// A reused Dir may hold the etcd data of an earlier test bed, which etcd would refuse (or worse,
+	// serve) with this one's new ports.
+	if err := os.RemoveAll(c.path("etcd")); err != nil {
+		return err
+	}
+	for _, dir := range []string{"logs", "etcd", "apiserver-certs"} {
+		if err := os.MkdirAll(c.path(dir), 0o700); err != nil {
+			return err
+		}
+	}
+	for name, data := range files {
+		path := c.path(name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return err
+		}
+	}
+	c.Kubeconfig = c.path("kubeconfig")
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters[kubeContext] = &clientcmdapi.Cluster{Server: c.Host, CertificateAuthorityData: c.CAData}
+	cfg.AuthInfos[adminUser] = &clientcmdapi.AuthInfo{Token: c.Token}
+	cfg.Contexts[kubeContext] = &clientcmdapi.Context{Cluster: kubeContext, AuthInfo: adminUser, Namespace: "default"}
+	cfg.CurrentContext = kubeContext
+	return clientcmd.WriteToFile(*cfg, c.Kubeconfig)
+}
+
+// kubeContext is the name of the cluster and context in the kubeconfig.
+const kubeContext = "outpost-testbed"
+
+func (c *Cluster) restConfig() *rest.Config {
+	return &rest.Config{
+		Host:            c.Host,
+		BearerToken:     c.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAData},
+		// Tests create many objects quickly; client-go's default of 5 QPS would make them slow
+		// for no reason against a private API server.
+		QPS:   200,
+		Burst: 400,
+	}
+}
+
+func (c *Cluster) startEtcd(ctx context.Context, binDir string, port, peerPort int, detach bool) error {
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+	p, err := startProcess(c.Dir, "etcd", filepath.Join(binDir, "etcd"), []string{
+		"--name=testbed",
+		"--data-dir=" + c.path("etcd"),
+		"--listen-client-urls=" + clientURL,
+		"--advertise-client-urls=" + clientURL,
+		"--listen-peer-urls=" + peerURL,
+		"--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=testbed=" + peerURL,
+		// The data is thrown away with the test bed; fsync only makes every write slow.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}, nil, detach)
+	if err != nil {
+		return err
+	}
+	if err := c.track(p); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	return c.waitFor(ctx, p, etcdReadyTimeout, "to become healthy", func() bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)
+		if err != nil {
+			return false
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"true"`)
+	})
+}
+
+func (c *Cluster) startAPIServer(ctx context.Context, binDir string, etcdPort, port int, detach bool) error {
+	p, err := startProcess(c.Dir, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), []string{
+		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--cert-dir=" + c.path("apiserver-certs"),
+		"--tls-cert-file=" + c.path("pki/apiserver.crt"),
+		"--tls-private-key-file=" + c.path("pki/apiserver.key"),
+		"--client-ca-file=" + c.path("pki/ca.crt"),
+		"--token-auth-file=" + c.path("pki/tokens.csv"),
+		"--authorization-mode=Node,RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + c.path("pki/sa.pub"),
+		"--service-account-signing-key-file=" + c.path("pki/sa.key"),
+		"--service-cluster-ip-range=" + serviceClusterIPRange,
+		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse; nothing in
+		// the test bed talks to the API server through the Service.
+		"--endpoint-reconciler-type=none",
+		"--allow-privileged=true",
+		"--profiling=false",
+		// Load tests create hundreds of Jobs at once from several clients.
+		"--max-requests-inflight=1000",
+		"--max-mutating-requests-inflight=500",
+	}, nil, detach)
+	if err != nil {
+		return err
+	}
+	if err := c.track(p); err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: c.httpTransport()}
+	return c.waitFor(ctx, p, apiserverReadyTimeout, "to answer /readyz", func() bool {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Host+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+func (c *Cluster) httpTransport() *http.Transport {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.CAData)
+	return &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+}
+
+// waitFor polls ready every 100 ms until it returns true, failing early, with the log tail of the
+// component, if any test bed process has exited or the timeout passes.
+func (c *Cluster) waitFor(ctx context.Context, p *process, timeout time.Duration, what string, ready func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := c.exitedErr(); err != nil {
+			return err
+		}
+		if ready() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return p.failure(fmt.Sprintf("did not start: waited %s for it %s", timeout, what))
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return fmt.Errorf("testbed: start-up interrupted while waiting for %s %s: %w", p.name, what, ctx.Err())
+			}
+			return p.failure(fmt.Sprintf("did not start before the context ended (%v) waiting for it %s", ctx.Err(), what))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// exitedErr returns an error for the first component that exited unexpectedly.
+func (c *Cluster) exitedErr() error {
+	for _, p := range c.procs {
+		if err := p.exitedErr(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Client returns a Kubernetes clientset for the cluster (system:masters), created once.
+func (c *Cluster) Client() kubernetes.Interface {
+	c.clientOnce.Do(func() {
+		c.client = kubernetes.NewForConfigOrDie(rest.CopyConfig(c.RESTConfig))
+	})
+	return c.client
+}
+
+// Stop stops every process of the test bed (SIGTERM, then SIGKILL after a short grace) and
+// removes its temporary directory. It reports components that had crashed before Stop, since a
+// crash mid-test explains otherwise puzzling test failures. Stop of a reused test bed does
+// nothing; calling Stop twice is harmless.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		crashed := c.exitedErr()
+		c.stopProcesses()
+		if crashed != nil {
+			c.stopErr = fmt.Errorf("testbed: a component crashed while the test bed was in use (logs kept in %s): %w", c.Dir, crashed)
+			return
+		}
+		if c.removeDir {
+			if err := os.RemoveAll(c.Dir); err != nil {
+				c.stopErr = fmt.Errorf("testbed: removing %s: %w", c.Dir, err)
+			}
+		}
+	})
+	return c.stopErr
+}
+
+// stopProcesses stops all processes at once and waits for them. A test bed in a temporary
+// directory is killed outright: its data is about to be deleted, and the API server's graceful
+// shutdown would add seconds to every test binary.
+func (c *Cluster) stopProcesses() {
+	grace := stopGrace
+	if c.removeDir {
+		grace = 0
+	}
+	var wg sync.WaitGroup
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		wg.Add(1)
+		go func(p *process) {
+			defer wg.Done()
+			p.stop(grace)
+		}(c.procs[i])
+	}
+	wg.Wait()
+}

@@ -1,0 +1,199 @@
+package testbed
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// KubeconfigEnv names the environment variable that makes Main reuse a running test bed (the
+// kubeconfig path printed by `make testbed-up`) instead of starting one per test binary.
+const KubeconfigEnv = "OUTPOST_TESTBED_KUBECONFIG"
+
+// startTimeout bounds how long Main waits for a test bed; a healthy one needs a few seconds.
+const startTimeout = 4 * time.Minute
+
+var (
+	sharedMu sync.Mutex
+	shared   *Cluster
+)
+
+// Main is for TestMain: it starts one test bed for the whole test binary (or reuses the one named
+// by OUTPOST_TESTBED_KUBECONFIG), runs the tests, stops the test bed and exits. One test bed per
+// package keeps tests fast (start-up costs seconds, a namespace per test costs milliseconds). If
+// the test bed cannot start, Main fails the binary with the reason instead of skipping tests: a
+// missing test bed must never look like a green run.
+func Main(m *testing.M, opts Options) {
+	os.Exit(runMain(m, opts))
+}
+
+func runMain(m *testing.M, opts Options) int {
+	if !flag.Parsed() {
+		flag.Parse() // for testing.Verbose; m.Run parses again harmlessly
+	}
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	c, err := StartOrReuse(ctx, opts)
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: testbed: %v\n", err)
+		return 1
+	}
+	verbose := testing.Verbose() || os.Getenv("OUTPOST_TESTBED_VERBOSE") != ""
+	if verbose {
+		fmt.Fprintf(os.Stderr, "testbed: ready in %s, kubeconfig %s\n", time.Since(started).Round(10*time.Millisecond), c.Kubeconfig)
+	}
+	sharedMu.Lock()
+	shared = c
+	sharedMu.Unlock()
+
+	// Ctrl-C: stop the processes and remove the files before dying. (A SIGKILL or a `go test`
+	// timeout kills the processes through Pdeathsig; their files are swept by a later run.)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		fmt.Fprintf(os.Stderr, "testbed: %v: stopping the test bed\n", sig)
+		_ = c.Stop()
+		os.Exit(130)
+	}()
+
+	code := m.Run()
+	signal.Stop(sigs)
+	stopping := time.Now()
+	err = c.Stop()
+	if verbose {
+		fmt.Fprintf(os.Stderr, "testbed: stopped in %s\n", time.Since(stopping).Round(10*time.Millisecond))
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// StartOrReuse returns the test bed named by OUTPOST_TESTBED_KUBECONFIG if that is set, and
+// otherwise starts a new one with Start. For a reused test bed with opts.Jobs it checks that the
+// test bed runs Jobs (has the fake Node), so a mismatch fails clearly instead of as a Job that
+// never finishes.
+func StartOrReuse(ctx context.Context, opts Options) (*Cluster, error) {
+	path := os.Getenv(KubeconfigEnv)
+	if path == "" {
+		return Start(ctx, opts)
+	}
+	c, err := Reuse(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%s: %w", KubeconfigEnv, path, err)
+	}
+	if opts.Jobs && !c.Jobs {
+		return nil, fmt.Errorf("%s=%s names a test bed without Jobs support (no Node %q); "+
+			"start one with `make testbed-up` or unset %s", KubeconfigEnv, path, FakeNodeName, KubeconfigEnv)
+	}
+	return c, nil
+}
+
+// Reuse connects to an already running test bed (or any cluster) through a kubeconfig file and
+// checks that it answers. Stop on the result does nothing: whoever started it stops it.
+func Reuse(ctx context.Context, kubeconfig string) (*Cluster, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading the kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	c := &Cluster{Kubeconfig: kubeconfig, RESTConfig: cfg, Host: cfg.Host, CAData: cfg.CAData, Token: cfg.BearerToken}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, metav1.NamespaceDefault, metav1.GetOptions{}); err != nil {
+		return nil, fmt.Errorf("the cluster does not answer (is the test bed still running? `make testbed-up` starts one): %w", err)
+	}
+	switch _, err := cs.CoreV1().Nodes().Get(ctx, FakeNodeName, metav1.GetOptions{}); {
+	case err == nil:
+		c.Jobs = true
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("looking for the fake Node: %w", err)
+	}
+	return c, nil
+}
+
+// Shared returns the test bed that Main started for this test binary. It fails the test (never
+// skips it) when Main is not in use, because that is a mistake in the test, not a missing tool.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil {
+		t.Fatal("testbed.Shared: no test bed; this package needs " +
+			"`func TestMain(m *testing.M) { testbed.Main(m, testbed.Options{Jobs: true}) }`")
+	}
+	return shared
+}
+
+var nsUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// NewNamespace creates a namespace with a random name derived from the test's name, so tests can
+// share one test bed and run in parallel without seeing each other's objects, and deletes it when
+// the test ends. On a test bed with Jobs it also waits for the namespace's "default"
+// ServiceAccount, without which the first Pod of a Job would be refused.
+func NewNamespace(t testing.TB, c *Cluster) string {
+	t.Helper()
+	base := nsUnsafe.ReplaceAllString(strings.ToLower(t.Name()), "-")
+	base = strings.Trim(base, "-")
+	if len(base) > 40 {
+		base = strings.TrimRight(base[:40], "-")
+	}
+	name := "t-" + base + "-" + rand.String(6)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cs := c.Client()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"outpost.dev/test": "true"}}}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("testbed: creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := cs.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("testbed: deleting namespace %s: %v", name, err)
+		}
+	})
+	if c.Jobs {
+		for {
+			_, err := cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				hint := "is kube-controller-manager running?"
+				if c.Dir != "" {
+					hint += " its log is " + filepath.Join(c.Dir, "logs", "kube-controller-manager.log")
+				}
+				t.Fatalf("testbed: the default ServiceAccount of namespace %s did not appear within 30s (%s): %v", name, hint, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return name
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds the parts of the local Kubernetes test bed from Go sources: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler (from the wrapper module internal/testbed/components,
+# which keeps k8s.io/kubernetes out of the product's go.mod) and kwok (fake nodes and pods, since
+# there is no container runtime).
+#
+# The binaries go to ${OUTPOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outpost}/testbed/<key>/bin, where <key> names
+# every component version and the Go version, so a fresh clone on a warm machine reuses them and a
+# version bump builds a new set next to the old one. Each binary is built into a temporary file and
+# renamed into place, so an interrupted build never leaves a half-written binary behind; binaries
+# already present are skipped, which makes a second run take well under a second.
+#
+# The versions below must match internal/testbed/binaries.go (a test in that package checks it).
+#
+# Usage: scripts/testbed-build.sh            build what is missing, print the bin directory
+#        scripts/testbed-build.sh --print-dir print the bin directory only (nothing is built)
+set -euo pipefail
+
+K8S_VERSION=v1.34.4
+ETCD_VERSION=v3.6.4
+KWOK_VERSION=v0.7.0
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+components="$root/internal/testbed/components"
+
+command -v go >/dev/null 2>&1 || {
+	echo "testbed-build: Go is not installed; install Go 1.26 or newer from https://go.dev/dl and re-run." >&2
+	exit 1
+}
+
+go_version="$(go env GOVERSION)"
+key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_${go_version}"
+cache="${OUTPOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outpost}/testbed"
+bin="$cache/$key/bin"
+
+if [[ "${1:-}" == "--print-dir" ]]; then
+	echo "$bin"
+	exit 0
+fi
+
+mkdir -p "$bin"
+
+# Two builds at once (two terminals, parallel CI steps) would each spend minutes of CPU on the same
+# binaries; the lock makes the second one wait and then find everything built.
+exec 9>"$cache/$key/.build.lock"
+if command -v flock >/dev/null 2>&1; then
+	if ! flock -n 9; then
+		echo "testbed-build: another build of $key is running; waiting for it..."
+		flock 9
+	fi
+fi
+
+tmpfiles=()
+cleanup() {
+	local f
+	for f in "${tmpfiles[@]+"${tmpfiles[@]}"}"; do rm -rf -- "$f"; done
+}
+trap cleanup EXIT
+
+# install_binary NAME TMPFILE: verifies the build produced an executable and renames it into place.
+install_binary() {
+	local name="$1" tmp="$2"
+	[[ -x "$tmp" ]] || { echo "testbed-build: building $name produced no executable at $tmp" >&2; exit 1; }
+	mv -f -- "$tmp" "$bin/$name"
+}
+
+# build_component NAME DURATION VERSION: builds ./NAME of the components module.
+build_component() {
+	local name="$1" minutes="$2" version="$3"
+	if [[ -x "$bin/$name" ]]; then
+		return
+	fi
+	echo "testbed-build: building $name $version from source (about $minutes, cached afterwards)..."
+	local tmp="$bin/.$name.tmp.$$"
+	tmpfiles+=("$tmp")
+	local start=$SECONDS
+	# gitVersion makes the API server report v1.34.4 instead of v0.0.0-master: Helm and clients that
+	# check the server version (chart kubeVersion constraints) need a real one.
+	local ldflags=""
+	if [[ "$name" == kube-* ]]; then
+		local minor="${K8S_VERSION#v1.}"
+		minor="${minor%%.*}"
+		ldflags="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION}"
+		ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor}"
+		ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+		ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
+	fi
+	(cd "$components" && GOWORK=off go build -trimpath -ldflags "$ldflags" -o "$tmp" "./$name")
+	install_binary "$name" "$tmp"
+	echo "testbed-build: built $name in $((SECONDS - start))s"
+}
+
+build_component etcd "1-2 min on 2 cores" "$ETCD_VERSION"
+build_component kube-apiserver "5 min on 2 cores" "$K8S_VERSION"
+build_component kube-controller-manager "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
+build_component kube-scheduler "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
+
+if [[ ! -x "$bin/kwok" ]]; then
+	echo "testbed-build: building kwok $KWOK_VERSION from source (about 1-2 min on 2 cores, cached afterwards)..."
+	gobin="$(mktemp -d "$bin/.kwok.tmp.XXXXXX")"
+	tmpfiles+=("$gobin")
+	start=$SECONDS
+	# Run outside the repository so the product's go.mod plays no part in resolving kwok's modules.
+	(cd "$gobin" && GOBIN="$gobin" GOFLAGS="${GOFLAGS:-} -trimpath" go install "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}")
+	install_binary kwok "$gobin/kwok"
+	echo "testbed-build: built kwok in $((SECONDS - start))s"
+fi
+
+echo "testbed-build: test bed binaries are in $bin"
