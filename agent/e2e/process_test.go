@@ -1,0 +1,109 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// slowConfig needs no provider download: terraform_data and local-exec are built in.
+const slowConfig = `
+variable "name" { type = string }
+variable "sleep" { type = number }
+resource "terraform_data" "slow" {
+  input = var.name
+  provisioner "local-exec" { command = "sleep ${var.sleep}" }
+}
+output "name" { value = terraform_data.slow.output }
+`
+
+// TestProcessExecutorTerraformSurvivesAgentKill runs a real `terraform apply` through the
+// process executor, with state in the agent's Kubernetes state backend, and SIGKILLs the agent
+// while terraform runs. The job process survives, the restarted agent re-adopts it (and its
+// token, so the state write is authorised), and the deployment is reported exactly once.
+func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
+	t.Parallel()
+	tf := "/usr/local/bin/terraform"
+	if _, err := os.Stat(tf); err != nil {
+		t.Fatalf("terraform CLI not found at %s (the machines have Terraform 1.11 there): %v", tf, err)
+	}
+	e := newEnv(t, "", 5)
+	stateAddr, healthAddr, workDir := freeAddr(t), freeAddr(t), t.TempDir()
+	flags := []string{"--executor", "process", "--leader-elect=false", "--work-dir", workDir, "--agent-binary", agentBinary(t),
+		"--cli", tf, "--state-listen", stateAddr, "--state-url", "http://" + stateAddr, "--health-listen", healthAddr}
+	a := e.startAgent("agent-0", flags...)
+	vars := map[string]json.RawMessage{"name": json.RawMessage(`"first"`), "sleep": json.RawMessage(`8`)}
+	d, err := e.admin.CreateDeployment(t.Context(), api.DeploymentInput{RunnerID: e.runnerID, Operation: api.OperationApply,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: tarGz(t, map[string]string{"main.tf": slowConfig})}}, StateKey: "apps/slow", Variables: vars})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, 60*time.Second, "terraform to run", func() (bool, string) {
+		got, err := e.admin.GetLogs(context.Background(), d.ID, 0, 1<<20)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(string(got.Data), "terraform_data.slow: Creating"), string(got.Data)
+	})
+	checkHealth(t, healthAddr)
+	a.kill()
+	t.Log("agent killed while terraform applies")
+	e.startAgent("agent-0", flags...)
+
+	got := e.waitTerminal([]string{d.ID}, 2*time.Minute)[d.ID]
+	if got.Status != api.StatusSucceeded || got.ExitCode == nil || *got.ExitCode != 0 {
+		logs, _ := e.admin.GetLogs(context.Background(), d.ID, 0, 1<<20)
+		t.Fatalf("deployment %s (%s, exit %v): %s\nlog:\n%s", got.Status, got.Reason, got.ExitCode, got.Message, logs.Data)
+	}
+	if n, evs := e.finishedEvents(d.ID); n != 1 {
+		t.Errorf("%d finished events: %+v", n, evs)
+	}
+	outs, err := e.admin.GetOutputs(context.Background(), d.ID)
+	if err != nil || string(outs["name"].Value) != `"first"` {
+		t.Errorf("outputs %v, %v", outs, err)
+	}
+	state, _, err := statestore.New(e.cluster.Client(), e.ns, statestore.Options{}).Read(context.Background(), "apps/slow")
+	if err != nil || !strings.Contains(string(state), `"first"`) {
+		t.Errorf("state in the cluster: %v\n%s", err, state)
+	}
+	wait(t, 30*time.Second, "the job folder removed after the report", func() (bool, string) {
+		ents, _ := os.ReadDir(workDir)
+		return len(ents) == 0, ""
+	})
+}
+
+// checkHealth reads the agent's health endpoints while it leads and runs a job.
+func checkHealth(t *testing.T, addr string) {
+	t.Helper()
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("/healthz %d", code)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("/readyz %d: %s", code, body)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{`outpost_agent_claims_total{result="claimed"} 1`, `outpost_agent_orchestrator_requests_total{code="200",endpoint="poll"}`,
+		`outpost_agent_jobs_running 1`, `outpost_agent_leader 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

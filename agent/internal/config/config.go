@@ -1,0 +1,232 @@
+// Package config reads the agent's configuration from flags, OUTPOST_* environment variables and
+// an optional YAML file, in that order of precedence. The chart sets environment variables; people
+// running the agent by hand use flags; a file suits long lists. Secrets never come from here: the
+// private key is read from a mounted file and per-job tokens travel in Secrets.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Executors.
+const (
+	ExecutorKubernetes = "kubernetes"
+	ExecutorProcess    = "process"
+)
+
+// DefaultPrivateKeyFile is where the chart mounts the key Secret (data key private-key.pem).
+const DefaultPrivateKeyFile = "/etc/outpost/key/private-key.pem"
+
+// Config is the agent's whole configuration.
+type Config struct {
+	APIURL         string
+	OrgID          string
+	RunnerID       string
+	PrivateKeyFile string
+	Executor       string
+	CLI            string
+	JobImage       string
+	StateURL       string
+	StateListen    string
+	HealthListen   string
+	LeaderElect    bool
+	LeaseName      string
+	Namespace      string
+	PodName        string
+	StartupTimeout time.Duration
+	CABundleFile   string
+	KubeQPS        float64
+	KubeBurst      int
+	LogLevel       string
+	Kubeconfig     string
+	WorkDir        string
+	AgentBinary    string
+
+	// StateNamespace is the namespace of the runner's kubernetes state storage (chart value
+	// state.namespace); states of jobs whose claim does not name one (adopted before this agent
+	// knew) are served from it. Empty: learned from claims.
+	StateNamespace string
+	// JobNamespace is the namespace the executor watches for its Jobs. It must equal the runner's
+	// job.namespace; empty watches every namespace (needs cluster-wide list/watch on Jobs).
+	JobNamespace string
+	// JobPodLabels are extra labels for job pods (JSON object), e.g. for NetworkPolicies.
+	JobPodLabels map[string]string
+	// JobImagePullSecrets are added to job pods.
+	JobImagePullSecrets []string
+	// JobCASecret names a Secret (in the job namespace) with ca.crt, mounted into job pods.
+	JobCASecret string
+	// JobCASecretKey is the data key of the bundle in JobCASecret.
+	JobCASecretKey string
+	// JobServiceAccount is the job service account the chart made RBAC for; claims naming
+	// another fail clearly. Empty: take the claim's.
+	JobServiceAccount string
+	// MaxConcurrency caps concurrent jobs below the runner's limit; 0 follows the orchestrator.
+	MaxConcurrency int
+	// CancelGrace is how long a canceled job's CLI may take to stop (release locks, push state).
+	CancelGrace time.Duration
+	// PollWait is the long-poll hold time asked of the orchestrator (≤ 30 s).
+	PollWait time.Duration
+	// ShutdownTimeout bounds the work that must finish after SIGTERM (final reports).
+	ShutdownTimeout time.Duration
+}
+
+// Version is the agent's version, from the build info (set by the release build).
+var Version = func() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}()
+
+// Parse reads args (without the program name), the environment (getenv) and the file named by
+// --config / OUTPOST_CONFIG. It does not validate; call Validate.
+func Parse(args []string, getenv func(string) string) (*Config, error) {
+	c := &Config{}
+	fs := flag.NewFlagSet("outpost-agent", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	var configFile, podLabels, pullSecrets string
+	fs.StringVar(&configFile, "config", "", "optional YAML file with the same keys as the flags (env OUTPOST_CONFIG)")
+	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL")
+	fs.StringVar(&c.OrgID, "org-id", "", "organisation id")
+	fs.StringVar(&c.RunnerID, "runner-id", "", "runner id")
+	fs.StringVar(&c.PrivateKeyFile, "private-key-file", DefaultPrivateKeyFile, "PEM ed25519 private key of the runner")
+	fs.StringVar(&c.Executor, "executor", ExecutorKubernetes, "kubernetes | process")
+	fs.StringVar(&c.CLI, "cli", "terraform", "terraform | tofu | absolute path of the CLI jobs run")
+	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container (it runs outpost-agent job)")
+	fs.StringVar(&c.StateURL, "state-url", "", "URL jobs use to reach the agent's state backend")
+	fs.StringVar(&c.StateListen, "state-listen", ":8080", "listen address of the state backend")
+	fs.StringVar(&c.HealthListen, "health-listen", ":9090", "listen address of /healthz, /readyz, /metrics")
+	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader on a Lease; only the leader polls")
+	fs.StringVar(&c.LeaseName, "lease-name", "outpost-agent", "name of the leader-election Lease")
+	fs.StringVar(&c.Namespace, "namespace", "", "the agent's own namespace (holds the Lease)")
+	fs.StringVar(&c.PodName, "pod-name", "", "the agent's pod name (leader identity, claim instance)")
+	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 180*time.Second, "fail a job whose pod does not start within this")
+	fs.StringVar(&c.CABundleFile, "ca-bundle-file", "", "extra PEM CAs trusted for the orchestrator")
+	fs.Float64Var(&c.KubeQPS, "kube-qps", 50, "Kubernetes client QPS")
+	fs.IntVar(&c.KubeBurst, "kube-burst", 100, "Kubernetes client burst")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path (empty = in-cluster)")
+	fs.StringVar(&c.WorkDir, "work-dir", "", "process executor: directory of job folders")
+	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs jobs (default: this one)")
+	fs.StringVar(&c.JobNamespace, "job-namespace", "", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
+	fs.StringVar(&c.StateNamespace, "state-namespace", "", "namespace of the kubernetes state storage (default: from claims)")
+	fs.StringVar(&podLabels, "job-pod-labels", "", "extra job pod labels as a JSON object")
+	fs.StringVar(&pullSecrets, "job-image-pull-secrets", "", "comma-separated image pull Secrets for job pods")
+	fs.StringVar(&c.JobCASecret, "job-ca-secret", "", "Secret with a CA bundle mounted into job pods")
+	fs.StringVar(&c.JobCASecretKey, "job-ca-secret-key", "ca.crt", "data key of the CA bundle in --job-ca-secret")
+	fs.StringVar(&c.JobServiceAccount, "job-service-account", "", "the runner's job service account the chart prepared (checked against claims)")
+	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, "cap below the runner's max_concurrency (0 = follow the orchestrator)")
+	fs.DurationVar(&c.CancelGrace, "cancel-grace", 120*time.Second, "time a canceled job gets to stop")
+	fs.DurationVar(&c.PollWait, "poll-wait", 30*time.Second, "long-poll hold time (at most 30s)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "time final reports get after SIGTERM")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job` and `state`, flags start with --", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["config"] {
+		configFile = getenv("OUTPOST_CONFIG")
+	}
+	file := map[string]string{}
+	if configFile != "" {
+		var err error
+		if file, err = readFile(configFile); err != nil {
+			return nil, err
+		}
+	}
+	var setErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || f.Name == "config" || setErr != nil {
+			return
+		}
+		env := EnvName(f.Name)
+		if v, ok := lookup(getenv, env); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				setErr = fmt.Errorf("%s=%q: %w", env, v, err)
+			}
+			return
+		}
+		if v, ok := file[f.Name]; ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				setErr = fmt.Errorf("%s: %s: %q: %w", configFile, f.Name, v, err)
+			}
+		}
+	})
+	if setErr != nil {
+		return nil, setErr
+	}
+	if podLabels != "" {
+		if err := yaml.Unmarshal([]byte(podLabels), &c.JobPodLabels); err != nil {
+			return nil, fmt.Errorf("--job-pod-labels (OUTPOST_JOB_POD_LABELS) must be a JSON object of strings like {\"team\":\"infra\"}: %w", err)
+		}
+	}
+	if strings.HasPrefix(strings.TrimSpace(pullSecrets), "[") {
+		if err := yaml.Unmarshal([]byte(pullSecrets), &c.JobImagePullSecrets); err != nil {
+			return nil, fmt.Errorf("job-image-pull-secrets must be a list of Secret names: %w", err)
+		}
+		pullSecrets = ""
+	}
+	for _, s := range strings.Split(pullSecrets, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.JobImagePullSecrets = append(c.JobImagePullSecrets, s)
+		}
+	}
+	return c, nil
+}
+
+// EnvName is the environment variable of a flag: --kube-qps → OUTPOST_KUBE_QPS.
+func EnvName(flagName string) string {
+	return "OUTPOST_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func lookup(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+// readFile reads a flat YAML map whose keys are flag names.
+func readFile(path string) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	var raw map[string]any
+	if err := yaml.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("config file %s is not a YAML map of flag names to values: %w", path, err)
+	}
+	out := make(map[string]string, len(raw))
+	for k, v := range raw {
+		switch x := v.(type) {
+		case string:
+			out[k] = x
+		case bool:
+			out[k] = strconv.FormatBool(x)
+		case float64:
+			out[k] = strconv.FormatFloat(x, 'f', -1, 64)
+		case map[string]any, []any:
+			b, err := yaml.Marshal(x)
+			if err != nil {
+				return nil, fmt.Errorf("config file %s: %s: %w", path, k, err)
+			}
+			j, err := yaml.YAMLToJSON(b)
+			if err != nil {
+				return nil, fmt.Errorf("config file %s: %s: %w", path, k, err)
+			}
+			out[k] = string(j)
+		default:
+			out[k] = fmt.Sprint(x)
+		}
+	}
+	return out, nil
+}

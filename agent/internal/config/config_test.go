@@ -1,0 +1,128 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestParsePrecedenceFlagEnvFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(file, []byte("api-url: https://file.example\norg-id: fileorg\nrunner-id: filerunner\nkube-qps: 7\nleader-elect: false\njob-image-pull-secrets: [a, b]\njob-pod-labels: {team: infra}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Parse([]string{"--config", file, "--runner-id", "flagrunner"}, env(map[string]string{
+		"OUTPOST_ORG_ID": "envorg", "OUTPOST_RUNNER_ID": "envrunner", "OUTPOST_STARTUP_TIMEOUT": "45s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.APIURL != "https://file.example" || c.OrgID != "envorg" || c.RunnerID != "flagrunner" {
+		t.Errorf("precedence wrong: api %q org %q runner %q", c.APIURL, c.OrgID, c.RunnerID)
+	}
+	if c.KubeQPS != 7 || c.LeaderElect || c.StartupTimeout != 45*time.Second || c.KubeBurst != 100 || c.CancelGrace != 120*time.Second {
+		t.Errorf("values: qps %v leader %v startup %v burst %d grace %v", c.KubeQPS, c.LeaderElect, c.StartupTimeout, c.KubeBurst, c.CancelGrace)
+	}
+	if strings.Join(c.JobImagePullSecrets, ",") != "a,b" || c.JobPodLabels["team"] != "infra" {
+		t.Errorf("pull secrets %v labels %v", c.JobImagePullSecrets, c.JobPodLabels)
+	}
+}
+
+func TestParseEnvLists(t *testing.T) {
+	c, err := Parse(nil, env(map[string]string{"OUTPOST_JOB_IMAGE_PULL_SECRETS": " one, two ,", "OUTPOST_JOB_POD_LABELS": `{"a":"b"}`}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.JobImagePullSecrets, ",") != "one,two" || c.JobPodLabels["a"] != "b" {
+		t.Errorf("pull secrets %v labels %v", c.JobImagePullSecrets, c.JobPodLabels)
+	}
+	if _, err := Parse(nil, env(map[string]string{"OUTPOST_JOB_POD_LABELS": `team=infra`})); err == nil || !strings.Contains(err.Error(), "OUTPOST_JOB_POD_LABELS") {
+		t.Errorf("bad labels: err = %v", err)
+	}
+	if _, err := Parse(nil, env(map[string]string{"OUTPOST_KUBE_QPS": "fast"})); err == nil || !strings.Contains(err.Error(), "OUTPOST_KUBE_QPS") {
+		t.Errorf("bad qps: err = %v", err)
+	}
+}
+
+func valid() *Config {
+	c, _ := Parse([]string{"--api-url", "https://o.example", "--org-id", "acme", "--runner-id", "r1", "--job-image", "img",
+		"--namespace", "outpost-system", "--pod-name", "agent-0"}, env(nil))
+	return c
+}
+
+func TestValidate(t *testing.T) {
+	if err := valid().Validate(); err != nil {
+		t.Fatalf("valid config refused: %v", err)
+	}
+	cases := map[string]struct {
+		mutate func(*Config)
+		want   []string
+	}{
+		"api url":        {func(c *Config) { c.APIURL = "orchestrator:8080" }, []string{"--api-url (OUTPOST_API_URL)", `"orchestrator:8080"`}},
+		"org":            {func(c *Config) { c.OrgID = "Acme Inc" }, []string{"--org-id", "Acme Inc"}},
+		"executor":       {func(c *Config) { c.Executor = "docker" }, []string{"--executor", `"docker"`}},
+		"job image":      {func(c *Config) { c.JobImage = "" }, []string{"--job-image", "required"}},
+		"leader ns":      {func(c *Config) { c.Namespace = "" }, []string{"--namespace", "--leader-elect=false"}},
+		"process dir":    {func(c *Config) { c.Executor = ExecutorProcess; c.WorkDir = "rel/dir" }, []string{"--work-dir", "absolute"}},
+		"poll wait":      {func(c *Config) { c.PollWait = time.Minute }, []string{"--poll-wait", "30s"}},
+		"cli":            {func(c *Config) { c.CLI = "terragrunt" }, []string{"--cli", "terragrunt"}},
+		"labels":         {func(c *Config) { c.JobPodLabels = map[string]string{"outpost.dev/job-id": "x"} }, []string{"--job-pod-labels", "set by the agent"}},
+		"pull secret":    {func(c *Config) { c.JobImagePullSecrets = []string{"Bad_Name"} }, []string{"--job-image-pull-secrets", "Bad_Name"}},
+		"qps":            {func(c *Config) { c.KubeQPS = 0 }, []string{"--kube-qps"}},
+		"log level":      {func(c *Config) { c.LogLevel = "verbose" }, []string{"--log-level", "verbose"}},
+		"ca bundle":      {func(c *Config) { c.CABundleFile = "/does/not/exist.pem" }, []string{"--ca-bundle-file", "/does/not/exist.pem"}},
+		"startup":        {func(c *Config) { c.StartupTimeout = 0 }, []string{"--startup-timeout", "at least"}},
+		"max concurrent": {func(c *Config) { c.MaxConcurrency = -1 }, []string{"--max-concurrency"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadPrivateKey(t *testing.T) {
+	dir := t.TempDir()
+	_, priv, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemText, err := keys.EncodePrivatePEM(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "key.pem")
+	_ = os.WriteFile(good, []byte(pemText), 0o600)
+	c := valid()
+	c.PrivateKeyFile = good
+	if k, err := c.LoadPrivateKey(); err != nil || !k.Equal(priv) {
+		t.Fatalf("load: %v", err)
+	}
+	c.PrivateKeyFile = filepath.Join(dir, "missing.pem")
+	if _, err := c.LoadPrivateKey(); err == nil || !strings.Contains(err.Error(), "--private-key-file") || !strings.Contains(err.Error(), "private-key.pem") {
+		t.Errorf("missing key: %v", err)
+	}
+	bad := filepath.Join(dir, "bad.pem")
+	_ = os.WriteFile(bad, []byte("SECRET-MATERIAL"), 0o600)
+	c.PrivateKeyFile = bad
+	_, err = c.LoadPrivateKey()
+	if err == nil || strings.Contains(err.Error(), "SECRET-MATERIAL") || !strings.Contains(err.Error(), bad) {
+		t.Errorf("bad key: %v", err)
+	}
+}

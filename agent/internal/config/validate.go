@@ -1,0 +1,164 @@
+package config
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+)
+
+// Validate checks the configuration and names every bad value with what to do about it, so a
+// misconfigured agent exits once with a useful message instead of crash-looping on a vague one.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(flagName, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s (%s): %s", flagName, EnvName(flagName), fmt.Sprintf(format, args...)))
+	}
+	if c.APIURL == "" {
+		bad("api-url", "required: the orchestrator's base URL, e.g. https://orchestrator.example.com")
+	} else if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("api-url", "%q is not an absolute http(s) URL", c.APIURL)
+	}
+	if err := api.ValidateID("org_id", c.OrgID); err != nil || c.OrgID == "" {
+		bad("org-id", "%q must be the organisation id (a DNS-1123 label)", c.OrgID)
+	}
+	if err := api.ValidateID("runner_id", c.RunnerID); err != nil || c.RunnerID == "" {
+		bad("runner-id", "%q must be the runner id registered with the orchestrator (a DNS-1123 label)", c.RunnerID)
+	}
+	if c.PrivateKeyFile == "" {
+		bad("private-key-file", "required: path of the mounted private key (Secret key private-key.pem)")
+	}
+	switch c.Executor {
+	case ExecutorKubernetes:
+		if c.JobImage == "" {
+			bad("job-image", "required with --executor=kubernetes: the image of the Job's main container (it runs `outpost-agent job`)")
+		}
+		if c.JobNamespace != "" {
+			if msgs := validation.IsDNS1123Label(c.JobNamespace); len(msgs) > 0 {
+				bad("job-namespace", "%q is not a namespace name: %s", c.JobNamespace, strings.Join(msgs, "; "))
+			}
+		}
+		if c.JobCASecret != "" {
+			if msgs := validation.IsDNS1123Subdomain(c.JobCASecret); len(msgs) > 0 {
+				bad("job-ca-secret", "%q is not a Secret name: %s", c.JobCASecret, strings.Join(msgs, "; "))
+			}
+		}
+		if msgs := validation.IsConfigMapKey(c.JobCASecretKey); c.JobCASecret != "" && len(msgs) > 0 {
+			bad("job-ca-secret-key", "%q is not a Secret data key: %s", c.JobCASecretKey, strings.Join(msgs, "; "))
+		}
+		for _, s := range c.JobImagePullSecrets {
+			if msgs := validation.IsDNS1123Subdomain(s); len(msgs) > 0 {
+				bad("job-image-pull-secrets", "%q is not a Secret name: %s", s, strings.Join(msgs, "; "))
+			}
+		}
+		for k, v := range c.JobPodLabels {
+			if msgs := validation.IsQualifiedName(k); len(msgs) > 0 {
+				bad("job-pod-labels", "label key %q: %s", k, strings.Join(msgs, "; "))
+			}
+			if strings.HasPrefix(k, "outpost.dev/") || k == "app.kubernetes.io/managed-by" {
+				bad("job-pod-labels", "label %q is set by the agent; remove it", k)
+			}
+			if msgs := validation.IsValidLabelValue(v); len(msgs) > 0 {
+				bad("job-pod-labels", "value of %q: %s", k, strings.Join(msgs, "; "))
+			}
+		}
+	case ExecutorProcess:
+		if c.WorkDir == "" {
+			bad("work-dir", "required with --executor=process: a directory for the job folders")
+		} else if !filepath.IsAbs(c.WorkDir) {
+			bad("work-dir", "%q must be an absolute path", c.WorkDir)
+		}
+		if c.AgentBinary != "" && !filepath.IsAbs(c.AgentBinary) {
+			bad("agent-binary", "%q must be an absolute path", c.AgentBinary)
+		}
+	default:
+		bad("executor", "%q is not one of kubernetes, process", c.Executor)
+	}
+	if c.CLI == "" || (c.CLI != "terraform" && c.CLI != "tofu" && !filepath.IsAbs(c.CLI)) {
+		bad("cli", "%q must be terraform, tofu or an absolute path", c.CLI)
+	}
+	if c.StateURL != "" {
+		if u, err := url.Parse(c.StateURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("state-url", "%q is not an absolute http(s) URL", c.StateURL)
+		}
+	}
+	if c.LeaderElect {
+		if c.Namespace == "" {
+			bad("namespace", "required with leader election: the agent's namespace (downward API metadata.namespace), or set --leader-elect=false")
+		}
+		if c.PodName == "" {
+			bad("pod-name", "required with leader election: the agent's pod name (downward API metadata.name)")
+		}
+		if msgs := validation.IsDNS1123Subdomain(c.LeaseName); len(msgs) > 0 {
+			bad("lease-name", "%q: %s", c.LeaseName, strings.Join(msgs, "; "))
+		}
+	}
+	positive := func(name string, d time.Duration, least time.Duration) {
+		if d < least {
+			bad(name, "%s is too short; use at least %s", d, least)
+		}
+	}
+	positive("startup-timeout", c.StartupTimeout, time.Second)
+	positive("cancel-grace", c.CancelGrace, time.Second)
+	positive("shutdown-timeout", c.ShutdownTimeout, time.Second)
+	positive("poll-wait", c.PollWait, time.Second)
+	if c.PollWait > 30*time.Second {
+		bad("poll-wait", "%s is longer than the orchestrator's 30s maximum", c.PollWait)
+	}
+	if c.KubeQPS <= 0 {
+		bad("kube-qps", "%v must be positive", c.KubeQPS)
+	}
+	if c.KubeBurst <= 0 {
+		bad("kube-burst", "%d must be positive", c.KubeBurst)
+	}
+	if c.MaxConcurrency < 0 {
+		bad("max-concurrency", "%d must be 0 (follow the orchestrator) or positive", c.MaxConcurrency)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log-level", "%q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.CABundleFile != "" {
+		if _, err := os.Stat(c.CABundleFile); err != nil {
+			bad("ca-bundle-file", "cannot read %s: %v", c.CABundleFile, errors.Unwrap(err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Instance names this agent process towards the orchestrator and in the leader Lease: the pod
+// name, or the host name outside a pod.
+func (c *Config) Instance() string {
+	if c.PodName != "" {
+		return c.PodName
+	}
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		return "outpost-agent"
+	}
+	return h
+}
+
+// LoadPrivateKey reads the runner's private key from its mounted file. The error names the file
+// and what it expects, never the file's content.
+func (c *Config) LoadPrivateKey() (ed25519.PrivateKey, error) {
+	data, err := os.ReadFile(c.PrivateKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--private-key-file: cannot read the runner's private key: %w; mount the key Secret (data key private-key.pem) or point --private-key-file at the PEM file", err)
+	}
+	key, err := keys.ParsePrivatePEM(data)
+	if err != nil {
+		return nil, fmt.Errorf("--private-key-file %s: %w; it must hold the ed25519 private key (-----BEGIN PRIVATE KEY-----) of the runner's key pair", c.PrivateKeyFile, err)
+	}
+	return key, nil
+}

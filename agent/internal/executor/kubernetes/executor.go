@@ -1,0 +1,335 @@
+// Package kubernetes runs each claimed job as a batch/v1 Job. The Job object is the agent's
+// memory: its name is derived from the job attempt, its labels find it again after a restart,
+// and its annotations hold the lease's fencing number, the state key and an undelivered final
+// report. Watching is informer-based (list + watch, filtered by the agent's labels).
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
+)
+
+// Options configure the executor.
+type Options struct {
+	Client kubernetes.Interface
+	// Namespace is the job namespace to watch; empty watches all namespaces.
+	Namespace string
+	// ServiceAccount, when set, is the job service account the agent was installed for (and made
+	// RBAC for); a claim naming another one fails with a message saying what to align.
+	ServiceAccount string
+	Pod            PodOptions
+	StartupTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Executor implements executor.Executor on Kubernetes Jobs.
+type Executor struct {
+	o       Options
+	factory informers.SharedInformerFactory
+	jobs    batchlisters.JobLister
+	pods    corelisters.PodLister
+	synced  chan struct{}
+	notify  *executor.Notifier
+	log     *slog.Logger
+}
+
+var _ executor.Executor = (*Executor)(nil)
+
+// New returns an executor; call Run to start watching.
+func New(o Options) *Executor {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelRunnerID: o.Pod.RunnerID}).String()
+	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute,
+		informers.WithNamespace(o.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
+	e := &Executor{
+		o: o, factory: factory,
+		jobs:   factory.Batch().V1().Jobs().Lister(),
+		pods:   factory.Core().V1().Pods().Lister(),
+		synced: make(chan struct{}),
+		notify: executor.NewNotifier(),
+		log:    o.Logger.With("executor", "kubernetes"),
+	}
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { e.notify.Notify() },
+		UpdateFunc: func(any, any) { e.notify.Notify() },
+		DeleteFunc: func(any) { e.notify.Notify() },
+	}
+	if _, err := factory.Batch().V1().Jobs().Informer().AddEventHandler(h); err != nil {
+		e.log.Error("register job handler", "err", err)
+	}
+	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(h); err != nil {
+		e.log.Error("register pod handler", "err", err)
+	}
+	return e
+}
+
+// Run watches Jobs and Pods and enforces the startup timeout until ctx ends.
+func (e *Executor) Run(ctx context.Context) error {
+	e.factory.Start(ctx.Done())
+	for typ, ok := range e.factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("informer for %v did not sync: %w", typ, ctx.Err())
+		}
+	}
+	close(e.synced)
+	e.log.Info("watching jobs", "namespace", e.o.Namespace, "runner", e.o.Pod.RunnerID)
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	defer e.factory.Shutdown()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			e.watchdog(ctx)
+		}
+	}
+}
+
+func (e *Executor) waitSynced(ctx context.Context) error {
+	select {
+	case <-e.synced:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for the Job informers to sync: %w", ctx.Err())
+	}
+}
+
+// Changes implements executor.Executor.
+func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
+
+// Start implements executor.Executor: token Secret first (so the pod can mount it at once), then
+// the Job, then the Secret is handed to the Job as owner so the garbage collector removes it with
+// the Job. Every step tolerates having been done before.
+func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
+	if sa := e.o.ServiceAccount; sa != "" && c.Spec.Job.ServiceAccount != sa {
+		return fmt.Errorf("%w: the runner's job service account is %q but this agent was installed for %q; set the chart value jobs.serviceAccount.name (OUTPOST_JOB_SERVICE_ACCOUNT) to the runner's job.service_account",
+			executor.ErrInvalidJob, c.Spec.Job.ServiceAccount, sa)
+	}
+	if e.o.Namespace != "" && c.Spec.Job.Namespace != e.o.Namespace {
+		return fmt.Errorf("%w: the runner's job namespace is %q but this agent manages %q; set the chart value jobs.namespace (OUTPOST_JOB_NAMESPACE) to the runner's job.namespace",
+			executor.ErrInvalidJob, c.Spec.Job.Namespace, e.o.Namespace)
+	}
+	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
+	if err != nil {
+		if errors.Is(err, podtemplate.ErrInvalid) {
+			return fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, c.Spec.RunnerID, err)
+		}
+		return err
+	}
+	ns := job.Namespace
+	if err := e.ensureSecret(ctx, secret); err != nil {
+		return err
+	}
+	created, err := e.o.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		if created, err = e.o.Client.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("adopt Job %s/%s: %w", ns, job.Name, err)
+		}
+		e.log.Info("adopted existing Job", "job_id", c.JobID, "attempt", c.Attempt, "k8s_job", job.Name)
+	case err != nil:
+		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+			return fmt.Errorf("%w: Kubernetes refused Job %s/%s: %w", executor.ErrInvalidJob, ns, job.Name, err)
+		}
+		return fmt.Errorf("create Job %s/%s: %w", ns, job.Name, err)
+	default:
+		e.log.Info("created Job", "job_id", c.JobID, "attempt", c.Attempt, "k8s_job", job.Name, "namespace", ns)
+	}
+	if err := e.ownSecret(ctx, created, secret.Name); err != nil {
+		return err
+	}
+	e.notify.Notify()
+	return nil
+}
+
+func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) error {
+	secrets := e.o.Client.CoreV1().Secrets(s.Namespace)
+	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if err == nil || !apierrors.IsAlreadyExists(err) {
+		if err != nil {
+			return fmt.Errorf("create token Secret %s/%s: %w", s.Namespace, s.Name, err)
+		}
+		return nil
+	}
+	have, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read token Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	if string(have.Data[tokenKey]) == string(s.Data[tokenKey]) {
+		return nil
+	}
+	// A different token for the same attempt (the claim was re-issued): replace the Secret.
+	// Delete and create need no update permission on Secrets.
+	if err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	return nil
+}
+
+func (e *Executor) ownSecret(ctx context.Context, job *batchv1.Job, name string) error {
+	ref := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{ref}}})
+	_, err := e.o.Client.CoreV1().Secrets(job.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsForbidden(err) {
+		// The owner reference is a safety net (Cleanup deletes the Secret itself); without
+		// `patch` on Secrets only Jobs deleted by someone else leave their Secret behind.
+		e.log.Warn("cannot hand the token Secret to its Job; grant patch on secrets in the jobs namespace", "secret", name, "err", err)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("set owner of token Secret %s/%s: %w", job.Namespace, name, err)
+	}
+	return nil
+}
+
+// List implements executor.Executor from the informer cache.
+func (e *Executor) List(ctx context.Context) ([]executor.Status, error) {
+	if err := e.waitSynced(ctx); err != nil {
+		return nil, err
+	}
+	jobs, err := e.jobs.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]executor.Status, 0, len(jobs))
+	for _, j := range jobs {
+		if s, ok := e.status(j); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// find returns the cached Job of a job attempt.
+func (e *Executor) find(ctx context.Context, jobID string, attempt int) (*batchv1.Job, error) {
+	if err := e.waitSynced(ctx); err != nil {
+		return nil, err
+	}
+	sel := labels.SelectorFromSet(labels.Set{LabelJobID: labelValue(jobID), LabelAttempt: strconv.Itoa(attempt)})
+	jobs, err := e.jobs.List(sel)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		if j.Annotations[AnnJobID] == jobID && j.DeletionTimestamp == nil {
+			return j, nil
+		}
+	}
+	return nil, nil
+}
+
+// Cancel implements executor.Executor. The Job is suspended and marked rather than deleted: the
+// Job controller stops its pods, each with its terminationGracePeriodSeconds (set from the cancel
+// grace when the Job was built, so grace is already in force and the agent needs no pod delete
+// permission), and the Job keeps carrying the final report until the orchestrator has it.
+func (e *Executor) Cancel(ctx context.Context, jobID string, attempt int, _ time.Duration) error {
+	j, err := e.find(ctx, jobID, attempt)
+	if err != nil || j == nil {
+		return err
+	}
+	if finished(j) != "" || j.Annotations[AnnCancel] != "" {
+		return nil
+	}
+	return e.stop(ctx, j, AnnCancel, time.Now().UTC().Format(time.RFC3339))
+}
+
+// stop suspends a Job and records why in an annotation.
+func (e *Executor) stop(ctx context.Context, j *batchv1.Job, annotation, value string) error {
+	patch, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{annotation: value}},
+		"spec":     map[string]any{"suspend": true},
+	})
+	_, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("stop Job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	return nil
+}
+
+// Cleanup implements executor.Executor.
+func (e *Executor) Cleanup(ctx context.Context, jobID string, attempt int) error {
+	j, err := e.find(ctx, jobID, attempt)
+	if err != nil || j == nil {
+		return err
+	}
+	bg := metav1.DeletePropagationBackground
+	err = e.o.Client.BatchV1().Jobs(j.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &j.UID}})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	err = e.o.Client.CoreV1().Secrets(j.Namespace).Delete(ctx, TokenSecretName(j.Name), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete token Secret of Job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	e.notify.Notify()
+	return nil
+}
+
+// SavePendingReport implements executor.Executor on the Job's annotation.
+func (e *Executor) SavePendingReport(ctx context.Context, jobID string, attempt int, report []byte) error {
+	j, err := e.find(ctx, jobID, attempt)
+	if err != nil {
+		return err
+	}
+	if j == nil {
+		return fmt.Errorf("no Job for job %s attempt %d to keep its final report on", jobID, attempt)
+	}
+	if j.Annotations[AnnFinalReport] == string(report) {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnFinalReport: string(report)}}})
+	if _, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("save final report on Job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	return nil
+}
+
+// JobToken implements executor.Executor from the job's token Secret.
+func (e *Executor) JobToken(ctx context.Context, jobID string, attempt int) (string, error) {
+	j, err := e.find(ctx, jobID, attempt)
+	if err != nil {
+		return "", err
+	}
+	if j == nil {
+		return "", executor.ErrNoToken
+	}
+	s, err := e.o.Client.CoreV1().Secrets(j.Namespace).Get(ctx, TokenSecretName(j.Name), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", executor.ErrNoToken
+	}
+	if err != nil {
+		return "", fmt.Errorf("read token Secret of Job %s/%s: %w", j.Namespace, j.Name, err)
+	}
+	if len(s.Data[tokenKey]) == 0 {
+		return "", executor.ErrNoToken
+	}
+	return string(s.Data[tokenKey]), nil
+}

@@ -1,0 +1,265 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+	"k8s.io/utils/ptr"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
+)
+
+// JobCommand is what main runs: the job runner subcommand of the agent binary in the job image.
+var JobCommand = []string{"outpost-agent", "job"}
+
+// Defaults of the Job spec.
+const (
+	minTerminationGrace = 120 * time.Second
+	ttlAfterFinished    = 24 * 3600
+)
+
+// PodOptions are the agent-wide inputs of the Job a claim becomes.
+type PodOptions struct {
+	RunnerID string
+	Image    string
+	APIURL   string
+	// StateURL is where jobs reach the agent's state backend; set only for kubernetes state.
+	StateURL         string
+	CLI              string
+	PodLabels        map[string]string
+	ImagePullSecrets []string
+	CASecret         string
+	// CASecretKey is the data key of the CA bundle in CASecret (default ca.crt).
+	CASecretKey string
+	// CancelGrace is the time the CLI gets to stop on cancel; it sets the pod's termination
+	// grace (at least 120 s) and is added to the job timeout for activeDeadlineSeconds.
+	CancelGrace time.Duration
+}
+
+// BuildJob turns a claim into the Job and the token Secret that run it. The user's pod template
+// is the base, the agent's overlay is merged over it with a strategic merge patch (containers,
+// env, mounts and volumes merge by name, so the user's sidecars, volumes and env stay), and the
+// fields the agent owns are re-asserted after the merge so no template can take them over.
+// A template that breaks the contract returns a *podtemplate.Error.
+func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.Secret, error) {
+	base, err := podtemplate.Parse(c.Spec.Job.PodTemplate)
+	if err != nil {
+		return nil, nil, err
+	}
+	name := JobName(c.JobID, c.Attempt)
+	labels := map[string]string{
+		LabelManagedBy: ManagedByValue,
+		LabelRunnerID:  o.RunnerID,
+		LabelJobID:     labelValue(c.JobID),
+		LabelAttempt:   strconv.Itoa(c.Attempt),
+	}
+	env := ownedEnv(c, o)
+	mounts := []corev1.VolumeMount{{Name: tokenVolume, MountPath: tokenMountPath, ReadOnly: true}}
+	volumes := []corev1.Volume{{Name: tokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: TokenSecretName(name), DefaultMode: ptr.To[int32](0o444),
+	}}}}
+	if o.CASecret != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: caVolume, MountPath: caMountPath, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: caVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: o.CASecret}}})
+	}
+	overlay := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: mergeLabels(o.PodLabels, labels)},
+		Spec: corev1.PodSpec{
+			RestartPolicy:      corev1.RestartPolicyNever,
+			ServiceAccountName: c.Spec.Job.ServiceAccount,
+			Containers: []corev1.Container{{
+				Name: podtemplate.MainContainer, Image: o.Image, Command: JobCommand,
+				Env: env, VolumeMounts: mounts,
+			}},
+			Volumes: volumes,
+		},
+	}
+	for _, s := range o.ImagePullSecrets {
+		overlay.Spec.ImagePullSecrets = append(overlay.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: s})
+	}
+	tpl, err := merge(base, &overlay)
+	if err != nil {
+		return nil, nil, err
+	}
+	reassert(tpl, &overlay)
+	grace := max(o.CancelGrace, minTerminationGrace)
+	if tpl.Spec.TerminationGracePeriodSeconds == nil || *tpl.Spec.TerminationGracePeriodSeconds < int64(grace.Seconds()) {
+		tpl.Spec.TerminationGracePeriodSeconds = ptr.To(int64(grace.Seconds()))
+	}
+	timeout := c.Spec.TimeoutSeconds
+	if timeout <= 0 {
+		timeout = api.DefaultJobTimeoutSeconds
+	}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: c.Spec.Job.Namespace, Labels: labels,
+			Annotations: map[string]string{
+				AnnJobID:     c.JobID,
+				AnnFencing:   strconv.FormatInt(c.Lease.Fencing, 10),
+				AnnStateKey:  c.Spec.StateKey,
+				AnnClaimedAt: now.UTC().Format(time.RFC3339Nano),
+			},
+		},
+		Spec: batchv1.JobSpec{
+			// The orchestrator decides retries: an apply whose pod started must never re-run by itself.
+			BackoffLimit:            ptr.To[int32](0),
+			PodReplacementPolicy:    ptr.To(batchv1.Failed),
+			ActiveDeadlineSeconds:   ptr.To(int64(timeout) + int64(o.CancelGrace.Seconds())),
+			TTLSecondsAfterFinished: ptr.To[int32](ttlAfterFinished),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
+				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+					ContainerName: ptr.To(podtemplate.MainContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0},
+				}},
+				{Action: disruptionAction(c.Spec.Operation), OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
+					{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
+				}},
+			}},
+			Template: *tpl,
+		},
+	}
+	if ks := c.Spec.StateStorage.Kubernetes; c.Spec.StateStorage.Type == api.StateStorageKubernetes && ks != nil {
+		job.Annotations[AnnStateNS] = ks.Namespace
+	}
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name), Namespace: c.Spec.Job.Namespace, Labels: labels,
+			Annotations: map[string]string{AnnJobID: c.JobID}},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{tokenKey: []byte(c.JobToken)},
+	}
+	return job, secret, nil
+}
+
+// disruptionAction says what a pod evicted or preempted does to its Job. A plan is read-only, so
+// a replacement pod may simply run it again (Ignore). An apply or destroy may have changed
+// infrastructure before the eviction, and the pod failure policy cannot tell whether main had
+// started, so the Job fails and the orchestrator (or a person) decides; an apply is never re-run
+// behind anyone's back.
+func disruptionAction(operation string) batchv1.PodFailurePolicyAction {
+	if operation == api.OperationPlan {
+		return batchv1.PodFailurePolicyActionIgnore
+	}
+	return batchv1.PodFailurePolicyActionFailJob
+}
+
+// ownedEnv is the job-runner contract's environment; the token itself never goes into env.
+func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
+	env := []corev1.EnvVar{
+		{Name: "OUTPOST_API_URL", Value: o.APIURL},
+		{Name: "OUTPOST_JOB_TOKEN_FILE", Value: tokenMountPath + "/" + tokenKey},
+		{Name: "OUTPOST_CLI", Value: o.CLI},
+	}
+	if c.Spec.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {
+		env = append(env, corev1.EnvVar{Name: "OUTPOST_STATE_URL", Value: o.StateURL})
+	}
+	if o.CASecret != "" {
+		key := o.CASecretKey
+		if key == "" {
+			key = caFileKey
+		}
+		env = append(env, corev1.EnvVar{Name: "OUTPOST_CA_BUNDLE_FILE", Value: caMountPath + "/" + key})
+	}
+	return env
+}
+
+func merge(base, overlay *corev1.PodTemplateSpec) (*corev1.PodTemplateSpec, error) {
+	baseJSON, err := json.Marshal(base)
+	if err != nil {
+		return nil, fmt.Errorf("encode pod template: %w", err)
+	}
+	overlayJSON, err := json.Marshal(overlay)
+	if err != nil {
+		return nil, fmt.Errorf("encode agent overlay: %w", err)
+	}
+	merged, err := strategicpatch.StrategicMergePatch(baseJSON, overlayJSON, corev1.PodTemplateSpec{})
+	if err != nil {
+		return nil, &podtemplate.Error{Message: "cannot merge the agent's settings into the pod template: " + err.Error()}
+	}
+	var out corev1.PodTemplateSpec
+	if err := json.Unmarshal(merged, &out); err != nil {
+		return nil, fmt.Errorf("decode merged pod template: %w", err)
+	}
+	return &out, nil
+}
+
+// reassert puts back every field the agent owns, whatever the merge made of it: a template must
+// not be able to change the restart policy, the identity the job runs as, how the agent finds its
+// pods, what main runs, or where the token comes from.
+func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec) {
+	tpl.Labels = mergeLabels(tpl.Labels, overlay.Labels)
+	tpl.Spec.RestartPolicy = corev1.RestartPolicyNever
+	tpl.Spec.ServiceAccountName = overlay.Spec.ServiceAccountName
+	tpl.Spec.DeprecatedServiceAccount = "" //nolint:staticcheck // cleared so it cannot disagree
+	want := overlay.Spec.Containers[0]
+	for i := range tpl.Spec.Containers {
+		c := &tpl.Spec.Containers[i]
+		if c.Name != podtemplate.MainContainer {
+			continue
+		}
+		c.Image = want.Image
+		c.Command = append([]string(nil), want.Command...)
+		c.Args = nil
+		c.Env = replaceEnv(c.Env, want.Env)
+		c.VolumeMounts = replaceMounts(c.VolumeMounts, want.VolumeMounts)
+	}
+	tpl.Spec.Volumes = replaceVolumes(tpl.Spec.Volumes, overlay.Spec.Volumes)
+}
+
+func mergeLabels(base, over map[string]string) map[string]string {
+	out := make(map[string]string, len(base)+len(over))
+	for k, v := range base {
+		out[k] = v
+	}
+	for k, v := range over {
+		out[k] = v
+	}
+	return out
+}
+
+func replaceEnv(have, want []corev1.EnvVar) []corev1.EnvVar {
+	owned := map[string]bool{}
+	for _, e := range want {
+		owned[e.Name] = true
+	}
+	out := make([]corev1.EnvVar, 0, len(have)+len(want))
+	for _, e := range have {
+		if !owned[e.Name] {
+			out = append(out, e)
+		}
+	}
+	return append(out, want...)
+}
+
+func replaceMounts(have, want []corev1.VolumeMount) []corev1.VolumeMount {
+	owned := map[string]bool{}
+	for _, m := range want {
+		owned[m.Name], owned[m.MountPath] = true, true
+	}
+	out := make([]corev1.VolumeMount, 0, len(have)+len(want))
+	for _, m := range have {
+		if !owned[m.Name] && !owned[m.MountPath] {
+			out = append(out, m)
+		}
+	}
+	return append(out, want...)
+}
+
+func replaceVolumes(have, want []corev1.Volume) []corev1.Volume {
+	owned := map[string]bool{}
+	for _, v := range want {
+		owned[v.Name] = true
+	}
+	out := make([]corev1.Volume, 0, len(have)+len(want))
+	for _, v := range have {
+		if !owned[v.Name] {
+			out = append(out, v)
+		}
+	}
+	return append(out, want...)
+}

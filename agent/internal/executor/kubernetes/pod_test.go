@@ -1,0 +1,230 @@
+package kubernetes
+
+import (
+	"errors"
+	"regexp"
+	"slices"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
+)
+
+const userTemplate = `{
+  "metadata": {"labels": {"team": "infra"}, "annotations": {"testbed.outpost.dev/exit-code": "2"}},
+  "spec": {
+    "nodeSelector": {"pool": "iac"},
+    "terminationGracePeriodSeconds": 30,
+    "imagePullSecrets": [{"name": "user-pull"}],
+    "containers": [
+      {"name": "main", "image": "user/image:1", "env": [{"name": "TF_LOG", "value": "INFO"}, {"name": "OUTPOST_API_URL", "value": "http://evil"}],
+       "volumeMounts": [{"name": "cache", "mountPath": "/cache"}, {"name": "sneaky", "mountPath": "/var/run/outpost/job"}],
+       "resources": {"limits": {"memory": "1Gi"}}},
+      {"name": "proxy", "image": "envoy:1", "args": ["--config", "/etc/envoy.yaml"]}
+    ],
+    "volumes": [{"name": "cache", "emptyDir": {}}, {"name": "outpost-job-token", "emptyDir": {}}]
+  }
+}`
+
+func claim(tpl string) *api.Claim {
+	return &api.Claim{
+		JobID: "dep-123", Attempt: 2, JobToken: "opj_secret", Lease: api.Lease{Fencing: 7},
+		Spec: api.JobSpec{JobID: "dep-123", Attempt: 2, RunnerID: "r1", Operation: api.OperationApply, StateKey: "prod/net", TimeoutSeconds: 600,
+			StateStorage: api.StateStorage{Type: api.StateStorageKubernetes},
+			Job:          api.RunnerJob{Namespace: "jobs", ServiceAccount: "deployer", PodTemplate: tpl}},
+	}
+}
+
+var opts = PodOptions{RunnerID: "r1", Image: "outpost/agent:1", APIURL: "https://orch", StateURL: "http://agent:8080", CLI: "tofu",
+	PodLabels: map[string]string{"np": "allow-agent"}, ImagePullSecrets: []string{"agent-pull"}, CASecret: "corp-ca", CancelGrace: 150 * time.Second}
+
+func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
+	job, secret, err := BuildJob(claim(userTemplate), opts, time.Unix(1000, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Name != "outpost-dep-123-2" || job.Namespace != "jobs" {
+		t.Errorf("job name/namespace = %s/%s", job.Namespace, job.Name)
+	}
+	js := job.Spec
+	if *js.BackoffLimit != 0 || *js.TTLSecondsAfterFinished != 86400 || *js.ActiveDeadlineSeconds != 600+150 {
+		t.Errorf("backoffLimit %d ttl %d deadline %d", *js.BackoffLimit, *js.TTLSecondsAfterFinished, *js.ActiveDeadlineSeconds)
+	}
+	if js.PodFailurePolicy == nil || len(js.PodFailurePolicy.Rules) != 2 || js.PodFailurePolicy.Rules[0].OnExitCodes == nil ||
+		*js.PodFailurePolicy.Rules[0].OnExitCodes.ContainerName != "main" || js.PodFailurePolicy.Rules[1].OnPodConditions[0].Type != corev1.DisruptionTarget ||
+		js.PodFailurePolicy.Rules[1].Action != batchv1.PodFailurePolicyActionFailJob {
+		t.Errorf("pod failure policy = %+v", js.PodFailurePolicy)
+	}
+	if job.Annotations[AnnFencing] != "7" || job.Annotations[AnnStateKey] != "prod/net" || job.Annotations[AnnJobID] != "dep-123" {
+		t.Errorf("annotations = %v", job.Annotations)
+	}
+	pod := js.Template
+	wantLabels := map[string]string{"team": "infra", "np": "allow-agent", LabelManagedBy: ManagedByValue, LabelRunnerID: "r1", LabelJobID: "dep-123", LabelAttempt: "2"}
+	for k, v := range wantLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("pod label %s = %q, want %q", k, pod.Labels[k], v)
+		}
+	}
+	if pod.Annotations["testbed.outpost.dev/exit-code"] != "2" {
+		t.Errorf("user's pod annotation lost: %v", pod.Annotations)
+	}
+	ps := pod.Spec
+	if ps.RestartPolicy != corev1.RestartPolicyNever || ps.ServiceAccountName != "deployer" {
+		t.Errorf("restartPolicy %q serviceAccountName %q", ps.RestartPolicy, ps.ServiceAccountName)
+	}
+	if *ps.TerminationGracePeriodSeconds != 150 {
+		t.Errorf("terminationGracePeriodSeconds = %d, want 150 (cancel grace, ≥120)", *ps.TerminationGracePeriodSeconds)
+	}
+	if ps.NodeSelector["pool"] != "iac" {
+		t.Errorf("user's nodeSelector lost: %v", ps.NodeSelector)
+	}
+	if got := names(ps.ImagePullSecrets, func(r corev1.LocalObjectReference) string { return r.Name }); !slices.Equal(got, []string{"agent-pull", "user-pull"}) && !slices.Equal(got, []string{"user-pull", "agent-pull"}) {
+		t.Errorf("imagePullSecrets = %v", got)
+	}
+	if len(ps.Containers) != 2 {
+		t.Fatalf("containers = %d, want main + proxy", len(ps.Containers))
+	}
+	var main, proxy corev1.Container
+	for _, c := range ps.Containers {
+		switch c.Name {
+		case "main":
+			main = c
+		case "proxy":
+			proxy = c
+		}
+	}
+	if proxy.Image != "envoy:1" || !slices.Equal(proxy.Args, []string{"--config", "/etc/envoy.yaml"}) {
+		t.Errorf("sidecar changed: %+v", proxy)
+	}
+	if main.Image != "outpost/agent:1" || !slices.Equal(main.Command, []string{"outpost-agent", "job"}) || main.Args != nil {
+		t.Errorf("main image %q command %v args %v", main.Image, main.Command, main.Args)
+	}
+	if main.Resources.Limits.Memory().String() != "1Gi" {
+		t.Errorf("user's resources lost: %v", main.Resources)
+	}
+	env := map[string]string{}
+	for _, e := range main.Env {
+		if _, dup := env[e.Name]; dup {
+			t.Errorf("env %s twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	wantEnv := map[string]string{"TF_LOG": "INFO", "OUTPOST_API_URL": "https://orch", "OUTPOST_STATE_URL": "http://agent:8080", "OUTPOST_CLI": "tofu",
+		"OUTPOST_JOB_TOKEN_FILE": "/var/run/outpost/job/token", "OUTPOST_CA_BUNDLE_FILE": "/etc/outpost/ca/ca.crt"}
+	for k, v := range wantEnv {
+		if env[k] != v {
+			t.Errorf("main env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	for k, v := range env {
+		if v == "opj_secret" {
+			t.Errorf("the job token is in env %s", k)
+		}
+	}
+	mounts := map[string]string{}
+	for _, m := range main.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	if mounts["/cache"] != "cache" || mounts["/var/run/outpost/job"] != tokenVolume || mounts["/etc/outpost/ca"] != caVolume || len(mounts) != 3 {
+		t.Errorf("main mounts = %v", mounts)
+	}
+	vols := map[string]corev1.Volume{}
+	for _, v := range ps.Volumes {
+		vols[v.Name] = v
+	}
+	if vols["cache"].EmptyDir == nil || len(vols) != 3 {
+		t.Errorf("volumes = %v", vols)
+	}
+	if tv := vols[tokenVolume]; tv.Secret == nil || tv.Secret.SecretName != "outpost-dep-123-2-token" || tv.EmptyDir != nil {
+		t.Errorf("token volume = %+v", tv)
+	}
+	if secret.Name != "outpost-dep-123-2-token" || string(secret.Data["token"]) != "opj_secret" || secret.Namespace != "jobs" {
+		t.Errorf("secret = %s/%s %v", secret.Namespace, secret.Name, secret.Data)
+	}
+}
+
+func TestBuildJobEmptyTemplate(t *testing.T) {
+	c := claim("")
+	c.Spec.StateStorage.Type = api.StateStorageS3
+	c.Spec.Operation = api.OperationPlan
+	job, _, err := BuildJob(c, PodOptions{RunnerID: "r1", Image: "img", APIURL: "https://o", CLI: "terraform", CancelGrace: 10 * time.Second}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := job.Spec.PodFailurePolicy.Rules[1].Action; a != batchv1.PodFailurePolicyActionIgnore {
+		t.Errorf("a plan evicted before it ran should be replaced (Ignore), got %s", a)
+	}
+	ps := job.Spec.Template.Spec
+	if len(ps.Containers) != 1 || ps.Containers[0].Image != "img" || *ps.TerminationGracePeriodSeconds != 120 {
+		t.Errorf("pod = %+v", ps)
+	}
+	for _, e := range ps.Containers[0].Env {
+		if e.Name == "OUTPOST_STATE_URL" {
+			t.Error("OUTPOST_STATE_URL set for s3 state storage")
+		}
+	}
+}
+
+func TestBuildJobRefusesBrokenTemplates(t *testing.T) {
+	for name, tpl := range map[string]string{
+		"not json":        `{"spec": `,
+		"no main":         `{"spec": {"containers": [{"name": "other", "image": "x"}]}}`,
+		"main command":    `{"spec": {"containers": [{"name": "main", "command": ["sh"]}]}}`,
+		"restart policy":  `{"spec": {"restartPolicy": "OnFailure", "containers": [{"name": "main"}]}}`,
+		"service account": `{"spec": {"serviceAccountName": "root", "containers": [{"name": "main"}]}}`,
+		"owned label":     `{"metadata": {"labels": {"outpost.dev/job-id": "x"}}, "spec": {"containers": [{"name": "main"}]}}`,
+		"unknown field":   `{"spec": {"containerz": []}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, _, err := BuildJob(claim(tpl), opts, time.Now())
+			if !errors.Is(err, podtemplate.ErrInvalid) {
+				t.Fatalf("err = %v, want a podtemplate error", err)
+			}
+		})
+	}
+}
+
+func TestJobNameDeterministicAndValid(t *testing.T) {
+	long := "Deployment_" + string(make([]byte, 0)) + "ABCDEFGHIJKLMNOPQRSTUVWXYZ-abcdefghijklmnopqrstuvwxyz-0123456789-tail"
+	ids := []string{"dep-1", "DEP-1", "dep_1", "dep.1", long, long + "x", "---", "01HZX3K9Q4"}
+	seen := map[string]string{}
+	dns := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	for _, id := range ids {
+		for attempt := 1; attempt <= 12; attempt += 11 {
+			n := JobName(id, attempt)
+			if n != JobName(id, attempt) {
+				t.Errorf("JobName(%q) not deterministic", id)
+			}
+			if len(n) > 63 || !dns.MatchString(n) || len(validation.IsDNS1123Label(n)) > 0 {
+				t.Errorf("JobName(%q, %d) = %q is not a DNS-1123 label ≤ 63", id, attempt, n)
+			}
+			if len(validation.IsDNS1123Subdomain(TokenSecretName(n))) > 0 {
+				t.Errorf("secret name %q invalid", TokenSecretName(n))
+			}
+			key := id + "/" + string(rune('0'+attempt))
+			if prev, ok := seen[n]; ok && prev != key {
+				t.Errorf("JobName collision: %q for %s and %s", n, prev, key)
+			}
+			seen[n] = key
+		}
+	}
+	if JobName("dep-1", 1) != "outpost-dep-1-1" {
+		t.Errorf("simple ids keep a readable name, got %q", JobName("dep-1", 1))
+	}
+	if v := labelValue(long + long); len(v) > 63 || len(validation.IsValidLabelValue(v)) > 0 {
+		t.Errorf("labelValue = %q invalid", v)
+	}
+}
+
+func names[T any](in []T, f func(T) string) []string {
+	out := make([]string, 0, len(in))
+	for _, v := range in {
+		out = append(out, f(v))
+	}
+	return out
+}

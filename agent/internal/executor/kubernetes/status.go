@@ -1,0 +1,265 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
+)
+
+// startupFailure is the JSON of the startup-failure annotation.
+type startupFailure struct {
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// status derives a job's Status from its Job and pods. ok is false for objects that are not
+// ours after all (no job-id annotation) or are being deleted.
+func (e *Executor) status(j *batchv1.Job) (executor.Status, bool) {
+	jobID := j.Annotations[AnnJobID]
+	attempt, err := strconv.Atoi(j.Labels[LabelAttempt])
+	if jobID == "" || err != nil || j.DeletionTimestamp != nil {
+		return executor.Status{}, false
+	}
+	s := executor.Status{JobID: jobID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS], Phase: executor.PhasePending}
+	s.Fencing, _ = strconv.ParseInt(j.Annotations[AnnFencing], 10, 64)
+	if r := j.Annotations[AnnFinalReport]; r != "" {
+		s.PendingReport = []byte(r)
+	}
+	s.ClaimedAt, _ = time.Parse(time.RFC3339Nano, j.Annotations[AnnClaimedAt])
+	pods := e.podsOf(j)
+	live := false
+	var main *corev1.ContainerStatus
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			live = true
+		}
+		if cs := mainStatus(p); cs != nil && (cs.State.Running != nil || cs.State.Terminated != nil) {
+			s.Started = true
+			main = cs
+			if cs.State.Running != nil {
+				s.StartedAt = cs.State.Running.StartedAt.Time
+			} else {
+				s.StartedAt = cs.State.Terminated.StartedAt.Time
+			}
+		}
+	}
+	if s.Started {
+		s.Phase = executor.PhaseRunning
+	}
+	if main != nil && main.State.Terminated != nil {
+		code := int(main.State.Terminated.ExitCode)
+		s.ExitCode = &code
+		s.FinishedAt = main.State.Terminated.FinishedAt.Time
+	}
+	switch cond, reason, msg, at := finishedCondition(j); {
+	case j.Annotations[AnnCancel] != "" && (!live || cond != ""):
+		s.Phase, s.Reason, s.Message = executor.PhaseCanceled, executor.ReasonCanceled, "canceled by request"
+		s.FinishedAt = latest(s.FinishedAt, at)
+	case j.Annotations[AnnStartupError] != "":
+		var f startupFailure
+		_ = json.Unmarshal([]byte(j.Annotations[AnnStartupError]), &f)
+		s.Phase, s.Reason, s.Message = executor.PhaseFailed, f.Reason, f.Message
+		s.FinishedAt = latest(s.FinishedAt, at)
+	case cond == batchv1.JobComplete:
+		s.Phase = executor.PhaseSucceeded
+		if s.ExitCode == nil {
+			zero := 0
+			s.ExitCode = &zero
+		}
+		s.FinishedAt = latest(s.FinishedAt, at)
+	case cond == batchv1.JobFailed:
+		s.Phase = executor.PhaseFailed
+		s.Reason, s.Message = failureReason(reason, msg, main)
+		if p := disrupted(pods); p != nil && reason != batchv1.JobReasonDeadlineExceeded {
+			s.Reason, s.Message = executor.ReasonEvicted, fmt.Sprintf("pod %s was evicted or preempted (%s); an apply or destroy is not re-run automatically", p.Name, disruptionReason(p))
+		}
+		s.FinishedAt = latest(s.FinishedAt, at)
+	}
+	if s.Terminal() && s.FinishedAt.IsZero() {
+		s.FinishedAt = j.CreationTimestamp.Time
+	}
+	return s, true
+}
+
+// finishedCondition returns the final condition of a Job (Complete or Failed), if any.
+func finishedCondition(j *batchv1.Job) (batchv1.JobConditionType, string, string, time.Time) {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return c.Type, c.Reason, c.Message, c.LastTransitionTime.Time
+		}
+	}
+	return "", "", "", time.Time{}
+}
+
+func finished(j *batchv1.Job) batchv1.JobConditionType {
+	c, _, _, _ := finishedCondition(j)
+	return c
+}
+
+// failureReason maps a Failed Job to the agent's reason set, preferring what main's container
+// status says (exit code, OOM) over the Job controller's summary.
+func failureReason(condReason, condMsg string, main *corev1.ContainerStatus) (string, string) {
+	if condReason == batchv1.JobReasonDeadlineExceeded {
+		return executor.ReasonDeadlineExceeded, "the job ran past its timeout (activeDeadlineSeconds): " + condMsg
+	}
+	if main != nil && main.State.Terminated != nil {
+		t := main.State.Terminated
+		if t.Reason == "OOMKilled" {
+			return executor.ReasonOOMKilled, fmt.Sprintf("main was killed for exceeding its memory limit (OOMKilled, exit code %d)", t.ExitCode)
+		}
+		msg := fmt.Sprintf("main exited with code %d", t.ExitCode)
+		if t.Message != "" {
+			msg += ": " + t.Message
+		}
+		return executor.ReasonExitCode, msg
+	}
+	return executor.ReasonUnknownTermination, strings.TrimSpace(condReason + ": " + condMsg)
+}
+
+// disrupted returns a pod that failed with the DisruptionTarget condition, if any.
+func disrupted(pods []*corev1.Pod) *corev1.Pod {
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodFailed && disruptionReason(p) != "" {
+			return p
+		}
+	}
+	return nil
+}
+
+func disruptionReason(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+func latest(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func mainStatus(p *corev1.Pod) *corev1.ContainerStatus {
+	for i := range p.Status.ContainerStatuses {
+		if p.Status.ContainerStatuses[i].Name == podtemplate.MainContainer {
+			return &p.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
+}
+
+// podsOf lists a Job's pods from the cache, oldest first.
+func (e *Executor) podsOf(j *batchv1.Job) []*corev1.Pod {
+	pods, _ := e.pods.Pods(j.Namespace).List(labels.SelectorFromSet(labels.Set{"batch.kubernetes.io/job-name": j.Name}))
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if metav1.IsControlledBy(p, j) {
+			out = append(out, p)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].CreationTimestamp.Before(&out[b].CreationTimestamp) })
+	return out
+}
+
+// watchdog fails Jobs whose pod has not started within the startup timeout. Left alone such a
+// Job would wait for activeDeadlineSeconds (the whole job timeout) holding a slot, and the user
+// would learn nothing about why.
+func (e *Executor) watchdog(ctx context.Context) {
+	jobs, err := e.jobs.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	now := time.Now()
+	for _, j := range jobs {
+		if j.DeletionTimestamp != nil || finished(j) != "" || j.Annotations[AnnCancel] != "" || j.Annotations[AnnStartupError] != "" {
+			continue
+		}
+		if now.Sub(j.CreationTimestamp.Time) < e.o.StartupTimeout {
+			continue
+		}
+		s, ok := e.status(j)
+		if !ok || s.Started {
+			continue
+		}
+		reason, msg := e.startupReason(ctx, j)
+		f := startupFailure{Reason: reason, Message: fmt.Sprintf("the job's pod did not start within %s: %s", e.o.StartupTimeout, msg)}
+		data, _ := json.Marshal(f)
+		e.log.Warn("job did not start in time", "k8s_job", j.Name, "namespace", j.Namespace, "reason", reason, "message", msg)
+		if err := e.stop(ctx, j, AnnStartupError, string(data)); err != nil {
+			e.log.Error("stop Job stuck in startup", "k8s_job", j.Name, "err", err)
+		}
+	}
+}
+
+// startupReason explains why a Job's pod is not running, from the pod's conditions and
+// container states first and from events second (those need `list events`).
+func (e *Executor) startupReason(ctx context.Context, j *batchv1.Job) (string, string) {
+	pods := e.podsOf(j)
+	for i := len(pods) - 1; i >= 0; i-- {
+		p := pods[i]
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil {
+				switch w.Reason {
+				case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+					return executor.ReasonImagePull, fmt.Sprintf("%s: container %s: %s", w.Reason, cs.Name, w.Message)
+				}
+			}
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				return executor.ReasonUnschedulable, fmt.Sprintf("%s: %s", c.Reason, c.Message)
+			}
+		}
+		if r, m, ok := e.eventReason(ctx, p.Namespace, "Pod", p.Name); ok {
+			return r, m
+		}
+	}
+	if r, m, ok := e.eventReason(ctx, j.Namespace, "Job", j.Name); ok {
+		return r, m
+	}
+	if len(pods) == 0 {
+		return executor.ReasonStartupTimeout, "no pod was created for the Job"
+	}
+	return executor.ReasonStartupTimeout, fmt.Sprintf("pod %s is %s", pods[len(pods)-1].Name, pods[len(pods)-1].Status.Phase)
+}
+
+func (e *Executor) eventReason(ctx context.Context, ns, kind, name string) (string, string, bool) {
+	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}.AsSelector().String()
+	evs, err := e.o.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil || len(evs.Items) == 0 {
+		return "", "", false
+	}
+	items := evs.Items
+	sort.Slice(items, func(a, b int) bool { return items[a].LastTimestamp.Before(&items[b].LastTimestamp) })
+	for i := len(items) - 1; i >= 0; i-- {
+		ev := items[i]
+		if ev.Type != corev1.EventTypeWarning {
+			continue
+		}
+		switch {
+		case ev.Reason == "FailedScheduling":
+			return executor.ReasonUnschedulable, "FailedScheduling: " + ev.Message, true
+		case strings.Contains(ev.Message, "pull") || ev.Reason == "ErrImagePull" || ev.Reason == "ImagePullBackOff":
+			return executor.ReasonImagePull, ev.Reason + ": " + ev.Message, true
+		default:
+			return executor.ReasonStartFailed, ev.Reason + ": " + ev.Message, true
+		}
+	}
+	return "", "", false
+}

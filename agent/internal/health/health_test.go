@@ -1,0 +1,74 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+func TestReadiness(t *testing.T) {
+	now := time.Unix(1000, 0)
+	kubeErr := errors.New("connection refused")
+	var kubeCalls int
+	s := NewState(30*time.Second, func(context.Context) error { kubeCalls++; return kubeErr })
+	s.now = func() time.Time { return now }
+	m := NewMetrics("test")
+	srv := httptest.NewServer(Handler(s, m))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Errorf("healthz %d", code)
+	}
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "another replica leads") || !strings.Contains(body, "no successful poll") {
+		t.Errorf("standby readyz %d %s", code, body)
+	}
+	s.SetLeader(true)
+	s.PollOK()
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "connection refused") {
+		t.Errorf("kube down readyz %d %s", code, body)
+	}
+	kubeErr = nil
+	now = now.Add(6 * time.Second) // past the probe cache
+	if code, body := get("/readyz"); code != 200 {
+		t.Errorf("ready readyz %d %s", code, body)
+	}
+	get("/readyz")
+	if kubeCalls != 2 {
+		t.Errorf("kube probed %d times, want 2 (cached for 5 s)", kubeCalls)
+	}
+	now = now.Add(61 * time.Second)
+	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "last successful poll 1m7s ago") {
+		t.Errorf("stale session readyz %d %s", code, body)
+	}
+	m.RequestHook(t.Context(), api.RequestInfo{Path: "/api/v1/agent/jobs/dep-1/claim", Status: 409, Duration: time.Millisecond})
+	if _, body := get("/metrics"); !strings.Contains(body, `outpost_agent_orchestrator_requests_total{code="409",endpoint="claim"} 1`) {
+		t.Error("metrics lack the claim request")
+	}
+}
+
+func TestEndpoint(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/v1/agent/poll": "poll", "/api/v1/agent/heartbeat": "heartbeat",
+		"/api/v1/agent/jobs/x/claim": "claim", "/api/v1/agent/jobs/x/events": "events", "/api/v1/orgs/a/runners": "other",
+	} {
+		if got := Endpoint(path); got != want {
+			t.Errorf("Endpoint(%s) = %s, want %s", path, got, want)
+		}
+	}
+}

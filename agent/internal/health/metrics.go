@@ -1,0 +1,94 @@
+// Package health serves the agent's /healthz, /readyz and Prometheus /metrics. Readiness means
+// "this replica is the one doing the work": it leads, its session with the orchestrator is alive
+// and it can reach the Kubernetes API. The chart's Service routes job pods' state requests by
+// readiness, so only the leader (which holds the claims) receives them.
+package health
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Metrics are the agent's Prometheus metrics, on a registry of their own so nothing a library
+// registers globally leaks in.
+type Metrics struct {
+	Registry        *prometheus.Registry
+	Requests        *prometheus.CounterVec
+	RequestDuration *prometheus.HistogramVec
+	PollDuration    prometheus.Histogram
+	Claims          *prometheus.CounterVec
+	JobsRunning     prometheus.Gauge
+	CapacityFree    prometheus.Gauge
+	StartLatency    prometheus.Histogram
+	JobDuration     *prometheus.HistogramVec
+	JobFailures     *prometheus.CounterVec
+	Readopted       prometheus.Counter
+	PendingReports  prometheus.Gauge
+	Leader          prometheus.Gauge
+	Reports         *prometheus.CounterVec
+}
+
+// NewMetrics registers every metric on a new registry.
+func NewMetrics(version string) *Metrics {
+	const ns = "outpost_agent"
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "orchestrator_requests_total",
+			Help: "HTTP attempts to the orchestrator by endpoint and status code (0 = no response)."}, []string{"endpoint", "code"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "orchestrator_request_duration_seconds",
+			Help: "Duration of HTTP attempts to the orchestrator.", Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"endpoint"}),
+		PollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "poll_duration_seconds",
+			Help: "Duration of long polls, held open up to 30 s.", Buckets: []float64{.05, .25, 1, 5, 10, 20, 30, 45}}),
+		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "claims_total",
+			Help: "Claims by result: claimed, conflict, error, start_failed, invalid."}, []string{"result"}),
+		JobsRunning:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "jobs_running", Help: "Jobs held and not finished."}),
+		CapacityFree: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "capacity_free", Help: "Free job slots stated in the last poll."}),
+		StartLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "job_start_latency_seconds",
+			Help: "Time from claim to the job's main container running.", Buckets: []float64{.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300}}),
+		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "job_duration_seconds",
+			Help: "Run time of finished jobs by result.", Buckets: prometheus.ExponentialBuckets(1, 2.5, 10)}, []string{"result"}),
+		JobFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "job_failures_total",
+			Help: "Failed jobs by reason (exit_code, oom_killed, deadline_exceeded, unschedulable, image_pull, ...)."}, []string{"reason"}),
+		Readopted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "readopted_jobs_total",
+			Help: "Jobs found running when this agent became leader or started."}),
+		PendingReports: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "pending_reports",
+			Help: "Final reports not yet acknowledged by the orchestrator."}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "leader", Help: "1 while this replica leads."}),
+		Reports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "final_reports_total",
+			Help: "Final report sends by outcome: acknowledged, retry, refused."}, []string{"outcome"}),
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "Agent build.", ConstLabels: prometheus.Labels{"version": version}})
+	info.Set(1)
+	m.Registry.MustRegister(m.Requests, m.RequestDuration, m.PollDuration, m.Claims, m.JobsRunning, m.CapacityFree,
+		m.StartLatency, m.JobDuration, m.JobFailures, m.Readopted, m.PendingReports, m.Leader, m.Reports, info,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// RequestHook counts orchestrator requests; pass it to api.WithRequestHook.
+func (m *Metrics) RequestHook(_ context.Context, info api.RequestInfo) {
+	ep := Endpoint(info.Path)
+	m.Requests.WithLabelValues(ep, statusCode(info.Status)).Inc()
+	m.RequestDuration.WithLabelValues(ep).Observe(info.Duration.Seconds())
+}
+
+// Endpoint turns a request path into a low-cardinality label: job ids are dropped.
+func Endpoint(path string) string {
+	p := strings.TrimPrefix(path, "/api/v1/")
+	parts := strings.Split(p, "/")
+	switch {
+	case len(parts) >= 4 && parts[0] == "agent" && parts[1] == "jobs":
+		return parts[3]
+	case len(parts) >= 2 && parts[0] == "agent":
+		return parts[1]
+	}
+	return "other"
+}
+
+func statusCode(code int) string { return strconv.Itoa(code) }

@@ -1,0 +1,118 @@
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// State is what readiness is judged on. Every field is updated by its owner (leader election,
+// session, Kubernetes probe) and read by /readyz.
+type State struct {
+	mu        sync.Mutex
+	leader    bool
+	lastPoll  time.Time
+	pollWait  time.Duration
+	kubeCheck func(context.Context) error
+	kubeOK    time.Time
+	kubeErr   error
+	now       func() time.Time
+}
+
+// NewState returns a State; pollWait is the long-poll time (a poll older than twice that means
+// the session is dead); kubeCheck probes the Kubernetes API (nil when the agent needs none).
+func NewState(pollWait time.Duration, kubeCheck func(context.Context) error) *State {
+	return &State{pollWait: pollWait, kubeCheck: kubeCheck, now: time.Now}
+}
+
+// SetLeader records whether this replica leads.
+func (s *State) SetLeader(v bool) {
+	s.mu.Lock()
+	s.leader = v
+	s.mu.Unlock()
+}
+
+// PollOK records a successful poll.
+func (s *State) PollOK() {
+	s.mu.Lock()
+	s.lastPoll = s.now()
+	s.mu.Unlock()
+}
+
+type check struct {
+	OK      bool   `json:"ok"`
+	Message string `json:"message,omitempty"`
+}
+
+// Ready evaluates readiness; the map says which check failed and why.
+func (s *State) Ready(ctx context.Context) (bool, map[string]check) {
+	s.mu.Lock()
+	leader, last, wait := s.leader, s.lastPoll, s.pollWait
+	s.mu.Unlock()
+	out := map[string]check{"leader": {OK: leader}}
+	if !leader {
+		out["leader"] = check{Message: "another replica leads; this one stands by"}
+	}
+	age := s.now().Sub(last)
+	switch {
+	case last.IsZero():
+		out["session"] = check{Message: "no successful poll yet"}
+	case age > 2*wait:
+		out["session"] = check{Message: "last successful poll " + age.Round(time.Second).String() + " ago"}
+	default:
+		out["session"] = check{OK: true}
+	}
+	if s.kubeCheck != nil {
+		if err := s.kube(ctx); err != nil {
+			out["kubernetes"] = check{Message: err.Error()}
+		} else {
+			out["kubernetes"] = check{OK: true}
+		}
+	}
+	ready := true
+	for _, c := range out {
+		ready = ready && c.OK
+	}
+	return ready, out
+}
+
+// kube probes the API server at most every 5 s, so frequent probes do not load it.
+func (s *State) kube(ctx context.Context) error {
+	s.mu.Lock()
+	if s.now().Sub(s.kubeOK) < 5*time.Second {
+		err := s.kubeErr
+		s.mu.Unlock()
+		return err
+	}
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	err := s.kubeCheck(ctx)
+	s.mu.Lock()
+	s.kubeOK, s.kubeErr = s.now(), err
+	s.mu.Unlock()
+	return err
+}
+
+// Handler serves /healthz (the process is up), /readyz and /metrics.
+func Handler(s *State, m *Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ok, checks := s.Ready(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "checks": checks})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
+	return mux
+}

@@ -1,0 +1,217 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// minPollGap keeps a server that answers at once (directives it keeps repeating) from turning
+// the loop into a busy loop.
+const minPollGap = 250 * time.Millisecond
+
+// pollLoop long-polls until ctx ends. Errors back off on top of the client's own retries, with
+// full jitter and never sooner than Retry-After.
+func (s *Session) pollLoop(ctx context.Context) error {
+	back := s.o.PollBackoff
+	var claims sync.WaitGroup
+	defer claims.Wait()
+	for ctx.Err() == nil {
+		began := time.Now()
+		req, err := s.pollRequest(ctx)
+		if err != nil {
+			s.log.Error("list jobs for the poll", "err", err)
+			if sleep(ctx, back.Next(0)) != nil {
+				break
+			}
+			continue
+		}
+		resp, err := s.o.Client.Poll(ctx, req)
+		s.o.Metrics.PollDuration.Observe(time.Since(began).Seconds())
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			wait := back.Next(s.o.RetryAfter())
+			s.log.Warn("poll failed; backing off", "err", err, "wait", wait.Round(time.Millisecond).String(), "failures", back.Failures())
+			if sleep(ctx, wait) != nil {
+				break
+			}
+			continue
+		}
+		if back.Failures() > 0 {
+			s.orchestratorBack()
+		}
+		back.Reset()
+		s.o.Health.PollOK()
+		s.mu.Lock()
+		s.orchMax, s.orchKnown = max(resp.MaxConcurrency, 0), true
+		s.mu.Unlock()
+		s.directives(ctx, resp.Directives)
+		s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
+		if gap := time.Since(began); gap < minPollGap {
+			if sleep(ctx, minPollGap-gap) != nil {
+				break
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// orchestratorBack runs when a poll succeeds after failures: reports waiting out a long backoff
+// are retried now instead of up to a minute later.
+func (s *Session) orchestratorBack() {
+	s.mu.Lock()
+	for _, js := range s.jobs {
+		js.nextTry = time.Time{}
+		js.back.Reset()
+	}
+	s.mu.Unlock()
+	s.kick.Notify()
+	s.log.Info("orchestrator reachable again; retrying pending reports now")
+}
+
+// pollRequest restates the whole picture: every job held (so their leases renew) and the free
+// capacity. Until the orchestrator has told its limit the agent asks for nothing and waits not,
+// which makes the first poll after a restart a pure restatement of the adopted jobs.
+func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
+	statuses, err := s.o.Executor.List(ctx)
+	if err != nil {
+		return api.PollRequest{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	req := api.PollRequest{AgentVersion: s.o.Version, Instance: s.o.Instance, Running: []api.RunningJob{}, WaitSeconds: int(s.o.PollWait.Seconds())}
+	busy := len(s.starting)
+	for _, st := range statuses {
+		js := s.jobs[st.Key()]
+		if js != nil && js.acked {
+			continue
+		}
+		if !st.Terminal() {
+			busy++
+		}
+		req.Running = append(req.Running, api.RunningJob{JobID: st.JobID, Attempt: st.Attempt, Fencing: st.Fencing, Started: st.Started})
+	}
+	limit := s.orchMax
+	if s.o.MaxConcurrency > 0 && s.o.MaxConcurrency < limit {
+		limit = s.o.MaxConcurrency
+	}
+	if !s.orchKnown {
+		req.WaitSeconds = 0
+	}
+	req.CapacityFree = max(limit-busy, 0)
+	s.o.Metrics.JobsRunning.Set(float64(busy))
+	s.o.Metrics.CapacityFree.Set(float64(req.CapacityFree))
+	return req, nil
+}
+
+// offers claims and starts offered jobs, concurrently, never more than the capacity stated.
+func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.Offer, capacity int) {
+	for i, o := range offers {
+		if i >= capacity {
+			break
+		}
+		k := executor.Key{JobID: o.JobID, Attempt: o.Attempt}
+		s.mu.Lock()
+		if s.starting[k] {
+			s.mu.Unlock()
+			continue
+		}
+		s.starting[k] = true
+		s.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.starting, k)
+				s.mu.Unlock()
+			}()
+			s.claimAndStart(ctx, o)
+		}()
+	}
+}
+
+func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
+	log := s.log.With("job_id", o.JobID, "attempt", o.Attempt, "operation", o.Operation)
+	c, err := s.o.Client.Claim(ctx, o.JobID, api.ClaimRequest{Attempt: o.Attempt, Instance: s.o.Instance})
+	switch {
+	case errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound):
+		s.o.Metrics.Claims.WithLabelValues("conflict").Inc()
+		log.Info("offer taken elsewhere or withdrawn", "err", err)
+		return
+	case err != nil:
+		s.o.Metrics.Claims.WithLabelValues("error").Inc()
+		log.Warn("claim failed; the job stays queued for the next poll", "err", err)
+		return
+	}
+	s.o.Metrics.Claims.WithLabelValues("claimed").Inc()
+	stateNS := ""
+	if ks := c.Spec.StateStorage.Kubernetes; c.Spec.StateStorage.Type == api.StateStorageKubernetes && ks != nil {
+		stateNS = ks.Namespace
+	}
+	s.o.Claims.Put(c.JobID, c.Attempt, c.JobToken, c.Spec.StateKey, stateNS)
+	s.mu.Lock()
+	s.state(executor.Key{JobID: c.JobID, Attempt: c.Attempt}).fencing = c.Lease.Fencing
+	s.mu.Unlock()
+	// Creating the Job must not be abandoned half-way because the session stops: the claim is
+	// ours, and a created Job is found again by the next leader.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout+30*time.Second)
+	defer cancel()
+	back := Backoff{Base: time.Second, Max: 8 * time.Second}
+	for try := 1; ; try++ {
+		err = s.o.Executor.Start(sctx, c)
+		if err == nil {
+			log.Info("job started")
+			return
+		}
+		if errors.Is(err, executor.ErrInvalidJob) || try >= 4 || sctx.Err() != nil {
+			break
+		}
+		log.Warn("start failed; retrying", "err", err, "try", try)
+		if sleep(sctx, back.Next(0)) != nil {
+			break
+		}
+	}
+	reason := executor.ReasonStartFailed
+	result := "start_failed"
+	if errors.Is(err, executor.ErrInvalidJob) {
+		reason, result = executor.ReasonInvalidTemplate, "invalid"
+	}
+	s.o.Metrics.Claims.WithLabelValues(result).Inc()
+	log.Error("job cannot start; reporting it failed", "err", err)
+	report := encodeReport(api.EventRequest{
+		Attempt: c.Attempt, Fencing: c.Lease.Fencing, Seq: SeqFinished, Type: api.EventFinished,
+		Result: api.StatusFailed, Reason: reason, Message: fmt.Sprintf("the agent could not start the job: %v", err), Time: time.Now().UTC(),
+	})
+	s.mu.Lock()
+	s.state(executor.Key{JobID: c.JobID, Attempt: c.Attempt}).report = report
+	s.mu.Unlock()
+	// Best effort: a Job may exist after all (a create that timed out); it must not run on.
+	_ = s.o.Executor.Cleanup(sctx, c.JobID, c.Attempt)
+}
+
+// directives acts on cancel and forget. Both are idempotent, so a directive repeated by the
+// next poll (before its effect is visible) does no harm.
+func (s *Session) directives(ctx context.Context, ds []api.Directive) {
+	for _, d := range ds {
+		log := s.log.With("job_id", d.JobID, "attempt", d.Attempt, "directive", d.Type, "reason", d.Reason)
+		switch d.Type {
+		case api.DirectiveCancel:
+			log.Info("canceling job")
+			if err := s.o.Executor.Cancel(ctx, d.JobID, d.Attempt, s.o.CancelGrace); err != nil {
+				log.Error("cancel failed; will retry on the next poll", "err", err)
+			}
+		case api.DirectiveForget:
+			s.forget(ctx, d, log)
+		default:
+			log.Warn("unknown directive ignored")
+		}
+	}
+}

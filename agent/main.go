@@ -1,0 +1,51 @@
+// Command outpost-agent is Outpost's in-cluster agent. Without a subcommand it runs the agent:
+// it connects out to the orchestrator, long-polls for work, runs each deployment as a Kubernetes
+// Job (or a local process), reports the outcome, and serves the state backend and health.
+//
+//	outpost-agent [flags]      run the agent (flags and OUTPOST_* env, see --help)
+//	outpost-agent job          the entrypoint of a Job's main container (runs Terraform/OpenTofu)
+//	outpost-agent state        state administration (not available yet)
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobrun"
+)
+
+// Exit codes of the agent itself.
+const (
+	exitOK          = 0
+	exitRuntime     = 1
+	exitConfigError = 2
+)
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// dispatch picks the subcommand. Subcommands are words, flags start with '-', so a flag never
+// shadows a subcommand.
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "job":
+			// The job runner handles SIGTERM itself (it must pass it on to the CLI and keep
+			// streaming logs), so it gets a context that signals do not cancel.
+			return jobrun.Main(context.Background(), args[1:], stdout, stderr)
+		case process.WrapperCommand:
+			return process.WrapperMain(args[1:])
+		case "state":
+			fmt.Fprintln(stderr, "outpost-agent state: state administration is not available in this version")
+			return exitConfigError
+		case "version", "--version":
+			fmt.Fprintln(stdout, version())
+			return exitOK
+		}
+	}
+	return runAgent(args, stderr)
+}
