@@ -2,28 +2,29 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"crypto/ed25519"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/config"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
 // Configuration problems must end the agent once, with exit code 2 and a message naming the
 // setting, never a crash or a retry loop.
 func TestConfigErrorsExitTwoWithMessage(t *testing.T) {
-	dir := t.TempDir()
-	badKey := filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(badKey, []byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	base := []string{"--api-url", "https://o.example", "--org-id", "acme", "--runner-id", "r1", "--executor", "process",
-		"--work-dir", dir, "--leader-elect=false"}
 	cases := map[string]struct {
 		args []string
 		want []string
 	}{
-		"missing key":   {append(base, "--private-key-file", filepath.Join(dir, "absent.pem")), []string{"--private-key-file", "absent.pem", "private-key.pem"}},
-		"not a key":     {append(base, "--private-key-file", badKey), []string{"--private-key-file", "PRIVATE KEY"}},
 		"bad flag":      {[]string{"--no-such-flag"}, []string{"no-such-flag"}},
 		"invalid value": {[]string{"--api-url", "ftp://x", "--executor", "docker"}, []string{"--api-url (OUTPOST_API_URL)", "--executor (OUTPOST_EXECUTOR)"}},
 		"stray arg":     {[]string{"run"}, []string{`unexpected argument "run"`}},
@@ -40,5 +41,78 @@ func TestConfigErrorsExitTwoWithMessage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An unreadable key file is not a crash: the agent says why on /readyz and in its log, and
+// starts as soon as the file holds a key (a Secret mounted late, or a rotation).
+func TestWaitsForAReadableKey(t *testing.T) {
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "private-key.pem")
+	if err := os.WriteFile(keyFile, []byte("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cfg := &config.Config{PrivateKeyFile: keyFile, HealthListen: addr}
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+
+	type result struct {
+		key ed25519.PrivateKey
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		k, err := waitForKey(t.Context(), cfg, log, 50*time.Millisecond)
+		done <- result{k, err}
+	}()
+
+	var body string
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				body = string(b)
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(body, "private_key") || !strings.Contains(body, "PRIVATE KEY") {
+		t.Fatalf("/readyz while waiting must say why: %q", body)
+	}
+	if !strings.Contains(logs.String(), "cannot load the runner's private key") {
+		t.Fatalf("log lacks the reason: %s", logs.String())
+	}
+
+	_, priv, _ := keys.Generate()
+	pemText, _ := keys.EncodePrivatePEM(priv)
+	if err := os.WriteFile(keyFile, []byte(pemText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || !r.key.Equal(priv) {
+			t.Fatalf("waitForKey = %v, %v; want the key written", r.key, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waitForKey did not pick up the key")
+	}
+
+	// Stopping while waiting ends cleanly.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cfg.PrivateKeyFile = filepath.Join(dir, "absent.pem")
+	if _, err := waitForKey(ctx, cfg, log, time.Hour); err == nil {
+		t.Fatal("a canceled wait must return an error")
 	}
 }

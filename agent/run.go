@@ -38,9 +38,10 @@ type runnable interface {
 	Run(ctx context.Context) error
 }
 
-// runAgent runs the agent until SIGTERM/SIGINT. Configuration problems (bad flags, unreadable
-// key) exit with code 2 and one clear message; they are never retried, because a restart cannot
-// fix them and a crash loop would only hide the message.
+// runAgent runs the agent until SIGTERM/SIGINT. Bad flags exit with code 2 and one clear message,
+// because a restart cannot fix them. An unreadable key file does not exit: the Secret may not be
+// mounted yet or is being rotated, and exiting would turn that into a crash loop that hides the
+// message. The agent waits for a readable key instead, saying why on /readyz and in its log.
 func runAgent(args []string, stderr io.Writer) int {
 	cfg, err := config.Parse(args, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
@@ -56,13 +57,13 @@ func runAgent(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outpost-agent: invalid configuration:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
 		return exitConfigError
 	}
-	key, err := cfg.LoadPrivateKey()
-	if err != nil {
-		log.Error("cannot load the runner's private key", "err", err)
-		return exitConfigError
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	key, err := waitForKey(ctx, cfg, log, keyRetryInterval)
+	if err != nil {
+		log.Info("agent stopped before its private key could be read")
+		return exitOK
+	}
 	if err := run(ctx, cfg, log, agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)); err != nil {
 		log.Error("agent stopped", "err", err)
 		return exitRuntime
@@ -122,8 +123,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, signer *agen
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return exec.Run(gctx) })
 	g.Go(func() error { return serve(gctx, "health", cfg.HealthListen, health.Handler(state, metrics), log) })
+	var forwarder *leaderForwarder
 	if sb := stateHandler(cfg, kube, claims, log); sb != nil {
 		defer sb.Close()
+		if cfg.LeaderElect {
+			forwarder = newLeaderForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
+			sb.forwarder = forwarder
+		}
 		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, sb, log) })
 	}
 	work := func(lctx context.Context) { runSession(lctx, sess, log) }
@@ -133,6 +139,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, signer *agen
 				Identity: cfg.Instance(), Logger: log, OnChange: func(v bool) {
 					state.SetLeader(v)
 					metrics.Leader.Set(boolFloat(v))
+					if forwarder != nil {
+						forwarder.SetLeading(v)
+					}
+				}, OnNewLeader: func(id string) {
+					if forwarder != nil {
+						forwarder.SetLeader(id)
+					}
 				}}, work)
 		})
 	} else {

@@ -25,6 +25,9 @@ type stateBackend struct {
 	fallback string
 	log      *slog.Logger
 
+	// forwarder is set when leader election runs: a standby forwards to the leader.
+	forwarder *leaderForwarder
+
 	mu       sync.Mutex
 	handlers map[string]*statebackend.Handler
 }
@@ -39,6 +42,9 @@ func stateHandler(cfg *config.Config, kube kubernetes.Interface, claims *session
 }
 
 func (b *stateBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if b.forwarder != nil && b.forwarder.forward(w, r) {
+		return
+	}
 	user, _, ok := r.BasicAuth()
 	ns := ""
 	if ok {

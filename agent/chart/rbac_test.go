@@ -101,6 +101,8 @@ var agentAccess = []struct {
 	{access{"delete", "coordination.k8s.io", "leases", "outpost-system", "outpost-agent"}, false},
 	{access{"create", "", "events", "outpost-system", ""}, true},
 	{access{"create", "events.k8s.io", "events", "outpost-system", ""}, true},
+	{access{"get", "", "pods", "outpost-system", "outpost-agent-7d9f-abcde"}, true}, // standby finds the leader pod
+	{access{"list", "", "pods", "outpost-system", ""}, false},
 	{access{"get", "", "secrets", "outpost-system", "prod-eu-key"}, false},
 	{access{"list", "", "secrets", "outpost-system", ""}, false},
 	{access{"create", "batch", "jobs", "outpost-system", ""}, false},

@@ -49,22 +49,29 @@ type check struct {
 }
 
 // Ready evaluates readiness; the map says which check failed and why.
+//
+// A standby is ready too: it reaches Kubernetes and stands by to take over, and it forwards
+// state-backend requests to the leader. Gating readiness on leadership would leave the standby
+// unready forever, which stalls every rolling update of the Deployment and lets the
+// PodDisruptionBudget block node drains. The leader must also hold a live session.
 func (s *State) Ready(ctx context.Context) (bool, map[string]check) {
 	s.mu.Lock()
 	leader, last, wait := s.leader, s.lastPoll, s.pollWait
 	s.mu.Unlock()
-	out := map[string]check{"leader": {OK: leader}}
+	out := map[string]check{"leader": {OK: true, Message: "this replica leads"}}
 	if !leader {
-		out["leader"] = check{Message: "another replica leads; this one stands by"}
-	}
-	age := s.now().Sub(last)
-	switch {
-	case last.IsZero():
-		out["session"] = check{Message: "no successful poll yet"}
-	case age > 2*wait:
-		out["session"] = check{Message: "last successful poll " + age.Round(time.Second).String() + " ago"}
-	default:
-		out["session"] = check{OK: true}
+		out["leader"] = check{OK: true, Message: "another replica leads; this one stands by"}
+		out["session"] = check{OK: true, Message: "standby: the leader holds the session"}
+	} else {
+		age := s.now().Sub(last)
+		switch {
+		case last.IsZero():
+			out["session"] = check{Message: "no successful poll yet"}
+		case age > 2*wait:
+			out["session"] = check{Message: "last successful poll " + age.Round(time.Second).String() + " ago"}
+		default:
+			out["session"] = check{OK: true}
+		}
 	}
 	if s.kubeCheck != nil {
 		if err := s.kube(ctx); err != nil {

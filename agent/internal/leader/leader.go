@@ -33,6 +33,9 @@ type Options struct {
 	Logger    *slog.Logger
 	// OnChange is told whenever leadership is gained (true) or lost (false).
 	OnChange func(bool)
+	// OnNewLeader is told the identity of the current leader whenever it changes (this replica's
+	// own identity included), so a standby can forward requests that only the leader can serve.
+	OnNewLeader func(identity string)
 }
 
 // Run campaigns for the Lease until ctx ends and calls work with a context that is canceled
@@ -74,6 +77,9 @@ func Run(ctx context.Context, o Options, work func(context.Context)) error {
 				OnNewLeader: func(id string) {
 					if id != o.Identity {
 						log.Info("another replica leads", "leader", id)
+					}
+					if o.OnNewLeader != nil {
+						o.OnNewLeader(id)
 					}
 				},
 			},

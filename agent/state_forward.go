@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// leaderForwarder sends state-backend requests that reach a standby replica on to the leader.
+// Both replicas are ready (so rollouts and drains are not blocked), the Service spreads job
+// pods' requests over both, and only the leader holds the claims that authorise a job's token
+// and renews the locks it granted. The leader is found from the election (its identity is its
+// pod name) and reached at its pod IP.
+type leaderForwarder struct {
+	kube      kubernetes.Interface
+	namespace string
+	port      string
+	self      string
+
+	mu      sync.Mutex
+	leader  string
+	target  *url.URL
+	leading bool
+}
+
+func newLeaderForwarder(kube kubernetes.Interface, namespace, self, listen string) *leaderForwarder {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" {
+		port = "8080"
+	}
+	return &leaderForwarder{kube: kube, namespace: namespace, port: port, self: self}
+}
+
+// SetLeading records whether this replica leads.
+func (f *leaderForwarder) SetLeading(v bool) {
+	f.mu.Lock()
+	f.leading = v
+	f.mu.Unlock()
+}
+
+// SetLeader records the current leader's identity.
+func (f *leaderForwarder) SetLeader(id string) {
+	f.mu.Lock()
+	if id != f.leader {
+		f.leader, f.target = id, nil
+	}
+	f.mu.Unlock()
+}
+
+// forward reports whether the request was handled by forwarding it to the leader.
+func (f *leaderForwarder) forward(w http.ResponseWriter, r *http.Request) bool {
+	f.mu.Lock()
+	leading, leader := f.leading, f.leader
+	f.mu.Unlock()
+	if leading || leader == f.self {
+		return false
+	}
+	if leader == "" {
+		// Mid-election: the CLI's http backend retries, by then a leader exists.
+		w.Header().Set("Retry-After", "2")
+		http.Error(w, "no agent replica leads yet; retry", http.StatusServiceUnavailable)
+		return true
+	}
+	target, err := f.resolve(r.Context(), leader)
+	if err != nil {
+		w.Header().Set("Retry-After", "2")
+		http.Error(w, "cannot reach the leading agent replica; retry", http.StatusServiceUnavailable)
+		return true
+	}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Set("X-Outpost-Forwarded-By", f.self)
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
+			f.forget(leader) // the pod may have a new IP; look it up again next time
+			w.Header().Set("Retry-After", "2")
+			http.Error(w, "the leading agent replica did not answer; retry", http.StatusBadGateway)
+		},
+	}
+	proxy.ServeHTTP(w, r)
+	return true
+}
+
+// resolve finds the leader pod's address; the result is kept until the leader changes.
+func (f *leaderForwarder) resolve(ctx context.Context, leader string) (*url.URL, error) {
+	f.mu.Lock()
+	if f.target != nil && f.leader == leader {
+		t := f.target
+		f.mu.Unlock()
+		return t, nil
+	}
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pod, err := f.kube.CoreV1().Pods(f.namespace).Get(ctx, leader, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("find leader pod %s/%s: %w", f.namespace, leader, err)
+	}
+	if pod.Status.PodIP == "" {
+		return nil, fmt.Errorf("leader pod %s/%s has no IP yet", f.namespace, leader)
+	}
+	t := &url.URL{Scheme: "http", Host: net.JoinHostPort(pod.Status.PodIP, f.port)}
+	f.mu.Lock()
+	if f.leader == leader {
+		f.target = t
+	}
+	f.mu.Unlock()
+	return t, nil
+}
+
+// forget drops the cached address of leader.
+func (f *leaderForwarder) forget(leader string) {
+	f.mu.Lock()
+	if f.leader == leader {
+		f.target = nil
+	}
+	f.mu.Unlock()
+}

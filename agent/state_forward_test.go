@@ -1,0 +1,54 @@
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestStandbyForwardsStateRequestsToLeader(t *testing.T) {
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "leader got "+r.Method+" "+r.URL.EscapedPath()+" from "+r.Header.Get("X-Outpost-Forwarded-By"))
+	}))
+	defer leader.Close()
+	host, port, _ := net.SplitHostPort(leader.Listener.Addr().String())
+	kube := fake.NewClientset(&corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "outpost-system", Name: "agent-a"},
+		Status:     corev1.PodStatus{PodIP: host},
+	})
+	f := newLeaderForwarder(kube, "outpost-system", "agent-b", ":"+port)
+
+	serve := func() (*httptest.ResponseRecorder, bool) {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("LOCK", "/v1/states/team%2Fapp", nil)
+		return rec, f.forward(rec, req)
+	}
+
+	// Mid-election: no leader known yet; the CLI is told to retry.
+	if rec, handled := serve(); !handled || rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Fatalf("no leader: handled=%v code=%d", handled, rec.Code)
+	}
+	// Standby: forwarded to the leader pod's IP.
+	f.SetLeader("agent-a")
+	rec, handled := serve()
+	if !handled || rec.Code != http.StatusOK || rec.Body.String() != "leader got LOCK /v1/states/team%2Fapp from agent-b" {
+		t.Fatalf("standby: handled=%v code=%d body=%q", handled, rec.Code, rec.Body.String())
+	}
+	// Leader: serves itself.
+	f.SetLeading(true)
+	if _, handled := serve(); handled {
+		t.Fatal("the leader must serve state requests itself")
+	}
+	// Leader pod gone: a clear retryable answer, not a hang.
+	f.SetLeading(false)
+	f.SetLeader("agent-c")
+	if rec, handled := serve(); !handled || rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("unknown leader pod: handled=%v code=%d", handled, rec.Code)
+	}
+}
