@@ -1,0 +1,64 @@
+# The whole runner in one apply: a key pair whose private half stays in the cluster, a state
+# storage, the runner registration and the agent installed through the embedded Helm chart.
+
+resource "outpost_key_pair" "runner" {
+  kubernetes_secret {
+    namespace        = "outpost-system"
+    name             = "outpost-runner-key"
+    create_namespace = true
+  }
+}
+
+resource "outpost_state_storage" "cluster" {
+  id   = "cluster-states"
+  type = "kubernetes"
+
+  kubernetes {
+    namespace = "outpost-system"
+  }
+}
+
+resource "outpost_kubernetes_agent_runner" "prod" {
+  id               = "prod-cluster"
+  public_keys      = [outpost_key_pair.runner.public_key_pem]
+  state_storage_id = outpost_state_storage.cluster.id
+
+  job {
+    namespace = "outpost-jobs"
+  }
+}
+
+resource "outpost_kubernetes_agent" "prod" {
+  namespace         = "outpost-system"
+  runner_id         = outpost_kubernetes_agent_runner.prod.id
+  create_namespaces = true
+  job_namespace     = "outpost-jobs"
+
+  private_key_secret {
+    name = "outpost-runner-key"
+  }
+
+  # The Jobs' cloud identity, separate from the agent's (EKS IRSA here).
+  job_service_account_annotations = {
+    "eks.amazonaws.com/role-arn" = "arn:aws:iam::123456789012:role/outpost-deployer"
+  }
+
+  extra_env = {
+    HTTPS_PROXY = "http://proxy.internal:3128"
+    NO_PROXY    = ".internal"
+  }
+
+  # Any other chart value, merged last.
+  values = yamlencode({
+    podAnnotations = { "example.com/team" = "platform" }
+  })
+
+  # Install, then wait up to the create timeout for the agent to connect to the orchestrator.
+  wait_for_connection = true
+  timeouts {
+    create = "10m"
+  }
+
+  # The Secret must exist before the agent starts.
+  depends_on = [outpost_key_pair.runner]
+}

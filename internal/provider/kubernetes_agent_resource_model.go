@@ -1,0 +1,310 @@
+package provider
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/helm"
+)
+
+// kubernetesAgentModel maps outpost_kubernetes_agent.
+type kubernetesAgentModel struct {
+	ID                           types.String           `tfsdk:"id"`
+	Namespace                    types.String           `tfsdk:"namespace"`
+	ReleaseName                  types.String           `tfsdk:"release_name"`
+	RunnerID                     types.String           `tfsdk:"runner_id"`
+	APIURL                       types.String           `tfsdk:"api_url"`
+	OrgID                        types.String           `tfsdk:"org_id"`
+	CreateNamespaces             types.Bool             `tfsdk:"create_namespaces"`
+	JobNamespace                 types.String           `tfsdk:"job_namespace"`
+	JobServiceAccount            types.String           `tfsdk:"job_service_account"`
+	JobServiceAccountAnnotations types.Map              `tfsdk:"job_service_account_annotations"` //< string
+	JobPodLabels                 types.Map              `tfsdk:"job_pod_labels"`                  //< string
+	ServiceAccountAnnotations    types.Map              `tfsdk:"service_account_annotations"`     //< string
+	ServeState                   types.Bool             `tfsdk:"serve_state"`
+	StateNamespace               types.String           `tfsdk:"state_namespace"`
+	CLI                          types.String           `tfsdk:"cli"`
+	LogLevel                     types.String           `tfsdk:"log_level"`
+	Replicas                     types.Int64            `tfsdk:"replicas"`
+	ImageRegistry                types.String           `tfsdk:"image_registry"`
+	ExtraEnv                     types.Map              `tfsdk:"extra_env"`     //< string
+	NodeSelector                 types.Map              `tfsdk:"node_selector"` //< string
+	Tolerations                  types.String           `tfsdk:"tolerations"`
+	Values                       types.String           `tfsdk:"values"`
+	WaitForConnection            types.Bool             `tfsdk:"wait_for_connection"`
+	PrivateKeySecret             *privateKeySecretModel `tfsdk:"private_key_secret"`
+	Image                        *agentImageModel       `tfsdk:"image"`
+	JobImage                     *jobImageModel         `tfsdk:"job_image"`
+	Resources                    *resourcesModel        `tfsdk:"resources"`
+	Timeouts                     timeouts.Value         `tfsdk:"timeouts"`
+
+	// Computed attributes
+	ChartVersion  types.String `tfsdk:"chart_version"`
+	AppVersion    types.String `tfsdk:"app_version"`
+	Status        types.String `tfsdk:"status"`
+	Revision      types.Int64  `tfsdk:"revision"`
+	ValuesSHA256  types.String `tfsdk:"values_sha256"`
+	DriftDetected types.Bool   `tfsdk:"drift_detected"`
+}
+
+type privateKeySecretModel struct {
+	Name types.String `tfsdk:"name"`
+	Key  types.String `tfsdk:"key"`
+}
+
+type agentImageModel struct {
+	Registry   types.String `tfsdk:"registry"`
+	Repository types.String `tfsdk:"repository"`
+	Tag        types.String `tfsdk:"tag"`
+	Digest     types.String `tfsdk:"digest"`
+	PullPolicy types.String `tfsdk:"pull_policy"`
+}
+
+type jobImageModel struct {
+	Registry   types.String `tfsdk:"registry"`
+	Repository types.String `tfsdk:"repository"`
+	Tag        types.String `tfsdk:"tag"`
+	Digest     types.String `tfsdk:"digest"`
+}
+
+type resourcesModel struct {
+	Requests types.Map `tfsdk:"requests"` //< string
+	Limits   types.Map `tfsdk:"limits"`   //< string
+}
+
+// errUnknownValues means a chart value depends on something not known yet (at plan time).
+var errUnknownValues = errors.New("some chart values are not known yet")
+
+// chartValues builds the chart values from the model, the user's `values` merged last. It
+// returns errUnknownValues while any input is unknown. Defaults the plan fills in (namespaces,
+// api_url, org_id) must be set before.
+func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
+	r := &valuesReader{}
+	jobs := map[string]any{
+		"namespace": r.str(m.JobNamespace),
+		"serviceAccount": nonEmpty(map[string]any{
+			"name":        r.str(m.JobServiceAccount),
+			"annotations": r.strMap(m.JobServiceAccountAnnotations),
+		}),
+		"podLabels": r.strMap(m.JobPodLabels),
+	}
+	if img := m.JobImage; img != nil {
+		jobs["image"] = nonEmpty(map[string]any{
+			"registry": r.str(img.Registry), "repository": r.str(img.Repository), "tag": r.str(img.Tag), "digest": r.str(img.Digest),
+		})
+	}
+	v := map[string]any{
+		"apiUrl":       r.str(m.APIURL),
+		"orgId":        r.str(m.OrgID),
+		"runnerId":     r.str(m.RunnerID),
+		"cli":          r.str(m.CLI),
+		"logLevel":     r.str(m.LogLevel),
+		"replicaCount": r.int(m.Replicas),
+		"jobs":         nonEmpty(jobs),
+		"state": nonEmpty(map[string]any{
+			"enabled":   r.boolean(m.ServeState),
+			"namespace": r.str(m.StateNamespace),
+		}),
+		"serviceAccount": nonEmpty(map[string]any{"annotations": r.strMap(m.ServiceAccountAnnotations)}),
+		"global":         nonEmpty(map[string]any{"imageRegistry": r.str(m.ImageRegistry)}),
+		"nodeSelector":   r.strMap(m.NodeSelector),
+		"extraEnv":       r.envList(m.ExtraEnv),
+		"tolerations":    r.jsonList(m.Tolerations),
+	}
+	if s := m.PrivateKeySecret; s != nil {
+		v["privateKey"] = nonEmpty(map[string]any{"existingSecret": r.str(s.Name), "secretKey": r.str(s.Key)})
+	}
+	if img := m.Image; img != nil {
+		v["image"] = nonEmpty(map[string]any{
+			"registry": r.str(img.Registry), "repository": r.str(img.Repository), "tag": r.str(img.Tag),
+			"digest": r.str(img.Digest), "pullPolicy": r.str(img.PullPolicy),
+		})
+	}
+	if res := m.Resources; res != nil {
+		v["resources"] = nonEmpty(map[string]any{"requests": r.strMap(res.Requests), "limits": r.strMap(res.Limits)})
+	}
+	v = nonEmpty(v)
+	if r.unknown {
+		return nil, errUnknownValues
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if m.Values.IsUnknown() {
+		return nil, errUnknownValues
+	}
+	extra, err := helm.ParseValues(m.Values.ValueString())
+	if err != nil {
+		return nil, err
+	}
+	return helm.MergeValues(v, extra), nil
+}
+
+// valuesReader turns framework values into chart values, remembering whether any was unknown.
+// Null and empty values become nil, which nonEmpty drops, so the chart's defaults apply.
+type valuesReader struct {
+	unknown bool
+	err     error
+}
+
+func (r *valuesReader) str(v types.String) any {
+	if v.IsUnknown() {
+		r.unknown = true
+		return nil
+	}
+	if v.IsNull() || v.ValueString() == "" {
+		return nil
+	}
+	return v.ValueString()
+}
+
+func (r *valuesReader) int(v types.Int64) any {
+	if v.IsUnknown() {
+		r.unknown = true
+		return nil
+	}
+	if v.IsNull() {
+		return nil
+	}
+	return v.ValueInt64()
+}
+
+func (r *valuesReader) boolean(v types.Bool) any {
+	if v.IsUnknown() {
+		r.unknown = true
+		return nil
+	}
+	if v.IsNull() {
+		return nil
+	}
+	return v.ValueBool()
+}
+
+func (r *valuesReader) elements(v types.Map) map[string]string {
+	if v.IsUnknown() {
+		r.unknown = true
+		return nil
+	}
+	out := map[string]string{}
+	for k, e := range v.Elements() {
+		s, ok := e.(types.String)
+		if !ok || s.IsUnknown() {
+			r.unknown = true
+			continue
+		}
+		out[k] = s.ValueString()
+	}
+	return out
+}
+
+// strMap returns a map[string]any (Helm merges only maps of that type with the chart defaults).
+func (r *valuesReader) strMap(v types.Map) any {
+	els := r.elements(v)
+	if len(els) == 0 {
+		return nil
+	}
+	out := make(map[string]any, len(els))
+	for k, s := range els {
+		out[k] = s
+	}
+	return out
+}
+
+// envList turns a map into Kubernetes EnvVar objects, sorted by name so the values are stable.
+func (r *valuesReader) envList(v types.Map) any {
+	els := r.elements(v)
+	if len(els) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(els))
+	for k := range els {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]any, 0, len(names))
+	for _, n := range names {
+		out = append(out, map[string]any{"name": n, "value": els[n]})
+	}
+	return out
+}
+
+func (r *valuesReader) jsonList(v types.String) any {
+	s, ok := r.str(v).(string)
+	if !ok {
+		return nil
+	}
+	var list []any
+	if err := json.Unmarshal([]byte(s), &list); err != nil {
+		r.err = fmt.Errorf("tolerations: %w", err)
+		return nil
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	return list
+}
+
+// nonEmpty drops nil values and empty maps, so unset attributes leave the chart's defaults alone.
+func nonEmpty(m map[string]any) map[string]any {
+	for k, v := range m {
+		switch t := v.(type) {
+		case nil:
+			delete(m, k)
+		case map[string]any:
+			if len(t) == 0 {
+				delete(m, k)
+			}
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+// jsonListValidator checks that a string is a JSON list.
+func jsonListValidator() validator.String {
+	return stringCheck{
+		summary:     "Invalid JSON List",
+		description: "must be a JSON list; build it with jsonencode([...])",
+		check: func(s string) error {
+			var list []any
+			if err := json.Unmarshal([]byte(s), &list); err != nil {
+				return fmt.Errorf("not a JSON list; build it with jsonencode([...]): %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+// valuesValidator checks that a string is a YAML or JSON map of chart values.
+func valuesValidator() validator.String {
+	return stringCheck{
+		summary:     "Invalid Chart Values",
+		description: "must be a YAML or JSON map of chart values",
+		check: func(s string) error {
+			_, err := helm.ParseValues(s)
+			return err
+		},
+	}
+}
+
+// stringMapValue converts a Go map into a framework map of strings (null when empty).
+func stringMapValue(m map[string]string) (types.Map, diag.Diagnostics) {
+	if len(m) == 0 {
+		return types.MapNull(types.StringType), nil
+	}
+	els := make(map[string]attr.Value, len(m))
+	for k, v := range m {
+		els[k] = types.StringValue(v)
+	}
+	return types.MapValue(types.StringType, els)
+}

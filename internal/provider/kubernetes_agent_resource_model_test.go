@@ -1,0 +1,172 @@
+package provider
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+// minimalAgentModel is an agent model as ModifyPlan leaves it when only the required attributes
+// are configured.
+func minimalAgentModel() kubernetesAgentModel {
+	return kubernetesAgentModel{
+		Namespace:                    types.StringValue("outpost"),
+		ReleaseName:                  types.StringValue(defaultReleaseName),
+		RunnerID:                     types.StringValue("r1"),
+		APIURL:                       types.StringValue("https://outpost.example.com"),
+		OrgID:                        types.StringValue("acme"),
+		CreateNamespaces:             types.BoolValue(false),
+		JobNamespace:                 types.StringValue("outpost"),
+		JobServiceAccount:            types.StringValue(defaultJobServiceAccount),
+		JobServiceAccountAnnotations: types.MapNull(types.StringType),
+		JobPodLabels:                 types.MapNull(types.StringType),
+		ServiceAccountAnnotations:    types.MapNull(types.StringType),
+		ServeState:                   types.BoolValue(true),
+		StateNamespace:               types.StringValue("outpost"),
+		CLI:                          types.StringValue(defaultCLI),
+		LogLevel:                     types.StringValue(defaultLogLevel),
+		Replicas:                     types.Int64Value(defaultReplicas),
+		ImageRegistry:                types.StringNull(),
+		ExtraEnv:                     types.MapNull(types.StringType),
+		NodeSelector:                 types.MapNull(types.StringType),
+		Tolerations:                  types.StringNull(),
+		Values:                       types.StringNull(),
+		WaitForConnection:            types.BoolValue(true),
+		PrivateKeySecret:             &privateKeySecretModel{Name: types.StringValue("key"), Key: types.StringValue(secretKeyPrivate)},
+	}
+}
+
+func stringMap(t *testing.T, m map[string]string) types.Map {
+	t.Helper()
+	els := map[string]attr.Value{}
+	for k, v := range m {
+		els[k] = types.StringValue(v)
+	}
+	v, diags := types.MapValue(types.StringType, els)
+	if diags.HasError() {
+		t.Fatal(diags)
+	}
+	return v
+}
+
+func TestChartValuesMinimal(t *testing.T) {
+	got, err := minimalAgentModel().chartValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"apiUrl": "https://outpost.example.com", "orgId": "acme", "runnerId": "r1",
+		"cli": "terraform", "logLevel": "info", "replicaCount": int64(2),
+		"privateKey": map[string]any{"existingSecret": "key", "secretKey": "private-key.pem"},
+		"jobs":       map[string]any{"namespace": "outpost", "serviceAccount": map[string]any{"name": "outpost-job"}},
+		"state":      map[string]any{"enabled": true, "namespace": "outpost"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("values\n got %#v\nwant %#v", got, want)
+	}
+	if err := validateChartValues(got); err != nil {
+		t.Fatalf("the embedded chart refuses the minimal values: %v", err)
+	}
+}
+
+func fullAgentModel(t *testing.T) kubernetesAgentModel {
+	m := minimalAgentModel()
+	m.JobNamespace = types.StringValue("jobs")
+	m.JobServiceAccountAnnotations = stringMap(t, map[string]string{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"})
+	m.JobPodLabels = stringMap(t, map[string]string{"azure.workload.identity/use": "true"})
+	m.ServiceAccountAnnotations = stringMap(t, map[string]string{"a": "b"})
+	m.ServeState = types.BoolValue(false)
+	m.CLI = types.StringValue("tofu")
+	m.Replicas = types.Int64Value(1)
+	m.ImageRegistry = types.StringValue("mirror.example.com")
+	m.ExtraEnv = stringMap(t, map[string]string{"NO_PROXY": ".internal", "HTTPS_PROXY": "http://proxy:3128"})
+	m.NodeSelector = stringMap(t, map[string]string{"kubernetes.io/os": "linux"})
+	m.Tolerations = types.StringValue(`[{"effect":"NoSchedule","key":"k","operator":"Exists"}]`)
+	m.Image = &agentImageModel{Registry: types.StringNull(), Repository: types.StringValue("repo/agent"), Tag: types.StringValue("1.2"), Digest: types.StringNull(), PullPolicy: types.StringValue("Always")}
+	m.JobImage = &jobImageModel{Registry: types.StringNull(), Repository: types.StringValue("repo/job"), Tag: types.StringNull(), Digest: types.StringNull()}
+	m.Resources = &resourcesModel{Requests: stringMap(t, map[string]string{"cpu": "100m"}), Limits: types.MapNull(types.StringType)}
+	return m
+}
+
+func TestChartValuesFull(t *testing.T) {
+	m := fullAgentModel(t)
+	m.Values = types.StringValue("logLevel: debug\njobs:\n  startupTimeout: 5m\nreplicaCount: null\n")
+	got, err := m.chartValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validateChartValues(got); err != nil {
+		t.Fatalf("the embedded chart refuses the values: %v", err)
+	}
+	jobs, _ := got["jobs"].(map[string]any)
+	env, _ := got["extraEnv"].([]any)
+	global, _ := got["global"].(map[string]any)
+	var firstEnv map[string]any
+	if len(env) > 0 {
+		firstEnv, _ = env[0].(map[string]any)
+	}
+	switch {
+	case got["logLevel"] != "debug":
+		t.Errorf("values must win over attributes: logLevel %v", got["logLevel"])
+	case jobs["startupTimeout"] != "5m" || jobs["namespace"] != "jobs":
+		t.Errorf("values must merge into the attributes' maps: jobs %v", jobs)
+	case got["replicaCount"] != nil:
+		t.Errorf("a null in values must remove the key: replicaCount %v", got["replicaCount"])
+	case len(env) != 2 || firstEnv["name"] != "HTTPS_PROXY":
+		t.Errorf("extraEnv must be sorted by name: %v", env)
+	case global["imageRegistry"] != "mirror.example.com":
+		t.Errorf("global %v", global)
+	}
+}
+
+func TestChartValuesUnknown(t *testing.T) {
+	for name, mutate := range map[string]func(*kubernetesAgentModel){
+		"runner id": func(m *kubernetesAgentModel) { m.RunnerID = types.StringUnknown() },
+		"map":       func(m *kubernetesAgentModel) { m.JobPodLabels = types.MapUnknown(types.StringType) },
+		"values":    func(m *kubernetesAgentModel) { m.Values = types.StringUnknown() },
+		"map element": func(m *kubernetesAgentModel) {
+			m.NodeSelector, _ = types.MapValue(types.StringType, map[string]attr.Value{"a": types.StringUnknown()})
+		},
+	} {
+		m := minimalAgentModel()
+		mutate(&m)
+		if _, err := m.chartValues(); !errors.Is(err, errUnknownValues) {
+			t.Errorf("%s unknown: got %v, want errUnknownValues", name, err)
+		}
+	}
+}
+
+func TestValidateChartValuesRefusesUnknownKeys(t *testing.T) {
+	m := minimalAgentModel()
+	m.Values = types.StringValue(`{"bogus": true}`)
+	vals, err := m.chartValues()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validateChartValues(vals); err == nil || !strings.Contains(err.Error(), "bogus") {
+		t.Fatalf("want a schema error naming bogus, got %v", err)
+	}
+}
+
+// TestImportRoundTrip checks that setInputsFromValues reads back every attribute chartValues
+// wrote, which is what makes import verifiable.
+func TestImportRoundTrip(t *testing.T) {
+	for name, m := range map[string]kubernetesAgentModel{"minimal": minimalAgentModel(), "full": fullAgentModel(t)} {
+		vals, err := m.chartValues()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back := kubernetesAgentModel{Namespace: m.Namespace, ReleaseName: m.ReleaseName}
+		if diags := back.setInputsFromValues(vals); diags.HasError() {
+			t.Fatal(diags)
+		}
+		back.Values, back.WaitForConnection, back.CreateNamespaces = m.Values, m.WaitForConnection, m.CreateNamespaces
+		if !reflect.DeepEqual(back, m) {
+			t.Errorf("%s: imported\n%+v\nwant\n%+v", name, back, m)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+	"helm.sh/helm/v3/pkg/release"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// connectionPollInterval is how often the wait asks the orchestrator about the runner.
+const connectionPollInterval = 2 * time.Second
+
+// waitForConnection polls the orchestrator until the runner reports connected or ctx ends. On
+// timeout it explains what to check, with what it can find out about the agent's pods.
+func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, client *api.AdminClient, conn *kubeConn, plan kubernetesAgentModel, rel *release.Release, timeout time.Duration) diag.Diagnostics {
+	var diags diag.Diagnostics
+	id := plan.RunnerID.ValueString()
+	fields := map[string]any{"runner_id": id, "namespace": rel.Namespace, "release": rel.Name}
+	tflog.Info(ctx, "waiting for the agent to connect", fields)
+	start := time.Now()
+	ticker := time.NewTicker(connectionPollInterval)
+	defer ticker.Stop()
+	var last *api.Runner
+	for {
+		runner, err := client.GetRunner(ctx, id)
+		switch {
+		case err == nil:
+			last = runner
+			if runner.Status.Connected {
+				fields["waited_ms"] = time.Since(start).Milliseconds()
+				fields["agent_version"] = runner.Status.AgentVersion
+				tflog.Info(ctx, "the agent connected", fields)
+				return nil
+			}
+		case errors.Is(err, api.ErrNotFound):
+			diags.AddError("Runner Not Found",
+				fmt.Sprintf("Runner %q was deleted from the orchestrator while waiting for its agent to connect. Re-apply to register it again.\n\nOriginal error: %s", id, err))
+			return diags
+		case ctx.Err() == nil:
+			tflog.Debug(ctx, "reading the runner's status failed; retrying", map[string]any{"runner_id": id, "error": err.Error()})
+		}
+		select {
+		case <-ctx.Done():
+			detail := r.notConnectedDetail(ctx, conn, plan, rel, last, timeout)
+			diags.AddError("Agent Did Not Connect", fmt.Sprintf("%s\n\nOriginal error: waiting for runner %q to connect: %v", detail, id, ctx.Err()))
+			return diags
+		case <-ticker.C:
+		}
+	}
+}
+
+// notConnectedDetail says what was installed, what the orchestrator last saw and what to check.
+func (r *kubernetesAgentResource) notConnectedDetail(ctx context.Context, conn *kubeConn, plan kubernetesAgentModel, rel *release.Release, last *api.Runner, timeout time.Duration) string {
+	interrupted := errors.Is(ctx.Err(), context.Canceled)
+	// The operation's context is over; the diagnosis gets a short one of its own.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	ns, id := rel.Namespace, plan.RunnerID.ValueString()
+	var b strings.Builder
+	if interrupted {
+		fmt.Fprintf(&b, "The agent chart was installed (release %s/%s, revision %d), but the run was interrupted before runner %q reported connected to the orchestrator.\n\n",
+			ns, rel.Name, rel.Version, id)
+	} else {
+		fmt.Fprintf(&b, "The agent chart was installed (release %s/%s, revision %d), but runner %q did not report connected to the orchestrator within %s.\n\n",
+			ns, rel.Name, rel.Version, id, timeout)
+	}
+	switch {
+	case last == nil:
+		b.WriteString("The orchestrator could not be asked about the runner's status.\n")
+	case last.Status.LastSeenAt == nil:
+		b.WriteString("The orchestrator has never seen an authenticated request from this runner's agent.\n")
+	default:
+		fmt.Fprintf(&b, "The orchestrator last saw the agent at %s (version %q, key %s).\n",
+			last.Status.LastSeenAt.UTC().Format(time.RFC3339), last.Status.AgentVersion, last.Status.KeyFingerprint)
+	}
+	b.WriteString("\nCheck:\n")
+	fmt.Fprintf(&b, "- the agent's logs: kubectl -n %s logs deployment/%s\n", ns, agentFullname(rel.Name))
+	for _, line := range podSummary(ctx, conn, ns, rel.Name) {
+		fmt.Fprintf(&b, "  %s\n", line)
+	}
+	secret, key := plan.PrivateKeySecret.Name.ValueString(), plan.PrivateKeySecret.Key.ValueString()
+	_, err := conn.clientset.CoreV1().Secrets(ns).Get(ctx, secret, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		fmt.Fprintf(&b, "- Secret %s/%s (private_key_secret) does NOT exist: the agent pods cannot start without it. Create it, e.g. with outpost_key_pair { kubernetes_secret { namespace = %q, name = %q } }.\n", ns, secret, ns, secret)
+	default:
+		fmt.Fprintf(&b, "- that Secret %s/%s holds, under %q, the private key whose public key is in the runner's public_keys "+
+			"(compare outpost_key_pair.fingerprint_sha256 with the runner's agent_key_fingerprint)\n", ns, secret, key)
+	}
+	fmt.Fprintf(&b, "- that the agent pods can reach %s (network egress, NetworkPolicies; set HTTPS_PROXY and NO_PROXY through extra_env behind a proxy)\n", plan.APIURL.ValueString())
+	b.WriteString("\nSet wait_for_connection = false to install without waiting, or raise timeouts.create / timeouts.update.")
+	return b.String()
+}
+
+// agentFullname is the name of the chart's Deployment for a release (the chart's fullname rule).
+func agentFullname(releaseName string) string {
+	if strings.Contains(releaseName, agentchart.Name) {
+		return releaseName
+	}
+	return releaseName + "-" + agentchart.Name
+}
+
+// podSummary describes the agent's pods: phase and why containers are waiting.
+func podSummary(ctx context.Context, conn *kubeConn, ns, releaseName string) []string {
+	pods, err := conn.clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + releaseName + ",app.kubernetes.io/component=agent",
+	})
+	if err != nil {
+		return []string{"(the agent pods could not be listed: " + err.Error() + ")"}
+	}
+	if len(pods.Items) == 0 {
+		return []string{fmt.Sprintf("(no agent pods exist; see kubectl -n %s describe deployment/%s for why)", ns, agentFullname(releaseName))}
+	}
+	var out []string
+	for _, p := range pods.Items {
+		line := fmt.Sprintf("pod %s: %s", p.Name, p.Status.Phase)
+		var reasons []string
+		for _, c := range p.Status.ContainerStatuses {
+			if w := c.State.Waiting; w != nil {
+				reasons = append(reasons, fmt.Sprintf("%s waiting: %s %s", c.Name, w.Reason, w.Message))
+			}
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Status != "True" && cond.Message != "" {
+				reasons = append(reasons, fmt.Sprintf("%s: %s", cond.Type, cond.Message))
+			}
+		}
+		if len(reasons) > 0 {
+			line += " (" + strings.Join(reasons, "; ") + ")"
+		}
+		out = append(out, line)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,61 @@
+package provider
+
+import (
+	"context"
+
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+)
+
+// Ensure provider defined types fully satisfy framework interfaces.
+var (
+	_ resource.ResourceWithConfigure   = (*kubernetesAgentRunnerResource)(nil)
+	_ resource.ResourceWithImportState = (*kubernetesAgentRunnerResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*kubernetesAgentRunnerResource)(nil)
+)
+
+// NewKubernetesAgentRunnerResource returns the outpost_kubernetes_agent_runner resource.
+func NewKubernetesAgentRunnerResource() resource.Resource {
+	return &kubernetesAgentRunnerResource{}
+}
+
+// kubernetesAgentRunnerResource registers a runner of type kubernetes-agent with the
+// orchestrator. Schema in kubernetes_agent_runner_resource_schema.go, model and API mapping in
+// _model.go, CRUD in _crud.go.
+type kubernetesAgentRunnerResource struct {
+	data *providerData
+}
+
+func (r *kubernetesAgentRunnerResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_kubernetes_agent_runner"
+}
+
+func (r *kubernetesAgentRunnerResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	data, diags := providerDataFrom(req.ProviderData)
+	resp.Diagnostics.Append(diags...)
+	r.data = data
+}
+
+// ImportState imports a runner by its id; Read fills in the rest.
+func (r *kubernetesAgentRunnerResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
+}
+
+// ModifyPlan keeps the state as the plan when no input changed. The framework marks the computed
+// attributes (status, last_seen_at, ...) unknown as soon as the configuration differs from the
+// state, even when the attribute plan modifiers then find the difference to be mere spelling (a
+// reformatted pod template); without this, such a configuration would plan an empty update.
+func (r *kubernetesAgentRunnerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+		return
+	}
+	var plan, state runnerModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if plan.sameInputs(state) {
+		resp.Diagnostics.Append(resp.Plan.Set(ctx, state)...)
+	}
+}

@@ -1,0 +1,141 @@
+package provider
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+)
+
+// Runner status values.
+const (
+	runnerConnected    = "connected"
+	runnerDisconnected = "disconnected"
+)
+
+// runnerModel maps outpost_kubernetes_agent_runner (resource and data source).
+type runnerModel struct {
+	ID                  types.String    `tfsdk:"id"`
+	Description         types.String    `tfsdk:"description"`
+	PublicKeys          types.List      `tfsdk:"public_keys"` //< string
+	Job                 *runnerJobModel `tfsdk:"job"`
+	StateStorageID      types.String    `tfsdk:"state_storage_id"`
+	MaxConcurrency      types.Int64     `tfsdk:"max_concurrency"`
+	JobTimeout          durationValue   `tfsdk:"job_timeout"`
+	Status              types.String    `tfsdk:"status"`
+	LastSeenAt          types.String    `tfsdk:"last_seen_at"`
+	AgentVersion        types.String    `tfsdk:"agent_version"`
+	AgentKeyFingerprint types.String    `tfsdk:"agent_key_fingerprint"`
+}
+
+// runnerJobModel maps the job block.
+type runnerJobModel struct {
+	Namespace      types.String     `tfsdk:"namespace"`
+	ServiceAccount types.String     `tfsdk:"service_account"`
+	PodTemplate    podTemplateValue `tfsdk:"pod_template"`
+}
+
+// toAPI builds the create/update body. The plan is fully known at apply time.
+func (m runnerModel) toAPI(ctx context.Context) (api.RunnerInput, diag.Diagnostics) {
+	var pems []string
+	diags := m.PublicKeys.ElementsAs(ctx, &pems, false)
+	in := api.RunnerInput{
+		ID:             m.ID.ValueString(),
+		Description:    m.Description.ValueString(),
+		PublicKeys:     pems,
+		StateStorageID: m.StateStorageID.ValueString(),
+		MaxConcurrency: int(m.MaxConcurrency.ValueInt64()),
+	}
+	if m.Job != nil {
+		in.Job = api.RunnerJob{
+			Namespace:      m.Job.Namespace.ValueString(),
+			ServiceAccount: m.Job.ServiceAccount.ValueString(),
+			PodTemplate:    m.Job.PodTemplate.ValueString(),
+		}
+	}
+	if !m.JobTimeout.IsNull() && !m.JobTimeout.IsUnknown() {
+		secs, err := parseJobTimeout(m.JobTimeout.ValueString())
+		if err != nil {
+			diags.AddAttributeError(pathJobTimeout, "Invalid Job Timeout", err.Error())
+		}
+		in.JobTimeoutSeconds = secs
+	}
+	return in, diags
+}
+
+// runnerModelFromAPI maps a runner onto the model. prior (the plan or the state) supplies the
+// spelling of values the orchestrator may store in another but equivalent form: a public key
+// that parses to the same key keeps the configured text.
+func runnerModelFromAPI(r *api.Runner, prior *runnerModel) (runnerModel, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	var priorKeys []attr.Value
+	if prior != nil && !prior.PublicKeys.IsNull() && !prior.PublicKeys.IsUnknown() {
+		priorKeys = prior.PublicKeys.Elements()
+	}
+	pems := make([]attr.Value, len(r.PublicKeys))
+	for i, p := range r.PublicKeys {
+		pems[i] = types.StringValue(p)
+		if i < len(priorKeys) {
+			if s, ok := priorKeys[i].(types.String); ok && samePublicKey(s.ValueString(), p) {
+				pems[i] = s
+			}
+		}
+	}
+	keyList, d := types.ListValue(types.StringType, pems)
+	diags.Append(d...)
+
+	m := runnerModel{
+		ID:             types.StringValue(r.ID),
+		Description:    optionalString(r.Description),
+		PublicKeys:     keyList,
+		StateStorageID: types.StringValue(r.StateStorageID),
+		MaxConcurrency: types.Int64Value(int64(r.MaxConcurrency)),
+		JobTimeout:     newDurationValue(formatSeconds(r.JobTimeoutSeconds)),
+		Job: &runnerJobModel{
+			Namespace:      types.StringValue(r.Job.Namespace),
+			ServiceAccount: types.StringValue(r.Job.ServiceAccount),
+			PodTemplate:    newPodTemplateNull(),
+		},
+		Status:              types.StringValue(runnerDisconnected),
+		LastSeenAt:          types.StringNull(),
+		AgentVersion:        optionalString(r.Status.AgentVersion),
+		AgentKeyFingerprint: optionalString(r.Status.KeyFingerprint),
+	}
+	if r.Job.PodTemplate != "" {
+		m.Job.PodTemplate = newPodTemplateValue(r.Job.PodTemplate)
+	}
+	if r.Status.Connected {
+		m.Status = types.StringValue(runnerConnected)
+	}
+	if r.Status.LastSeenAt != nil {
+		m.LastSeenAt = types.StringValue(r.Status.LastSeenAt.UTC().Format(time.RFC3339))
+	}
+	return m, diags
+}
+
+// samePublicKey reports whether two PEM texts hold the same public key.
+func samePublicKey(a, b string) bool {
+	if a == b {
+		return true
+	}
+	ka, errA := keys.ParsePublicPEM(a)
+	kb, errB := keys.ParsePublicPEM(b)
+	return errA == nil && errB == nil && ka.Equal(kb)
+}
+
+// sameInputs reports whether two models have the same configurable values.
+func (m runnerModel) sameInputs(o runnerModel) bool {
+	if !m.ID.Equal(o.ID) || !m.Description.Equal(o.Description) || !m.PublicKeys.Equal(o.PublicKeys) ||
+		!m.StateStorageID.Equal(o.StateStorageID) || !m.MaxConcurrency.Equal(o.MaxConcurrency) || !m.JobTimeout.Equal(o.JobTimeout) {
+		return false
+	}
+	if m.Job == nil || o.Job == nil {
+		return m.Job == o.Job
+	}
+	return m.Job.Namespace.Equal(o.Job.Namespace) && m.Job.ServiceAccount.Equal(o.Job.ServiceAccount) && m.Job.PodTemplate.Equal(o.Job.PodTemplate)
+}

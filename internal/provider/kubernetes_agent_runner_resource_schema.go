@@ -1,0 +1,134 @@
+package provider
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/int64validator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/listvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/objectvalidator"
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// defaultJobServiceAccount is the job service account the runner and the agent chart default to.
+const defaultJobServiceAccount = "outpost-job"
+
+func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "A runner of type `kubernetes-agent` registered with the Outpost orchestrator. The runner's agent " +
+			"(installed with `outpost_kubernetes_agent`) authenticates with the private half of one of `public_keys` and " +
+			"runs each deployment as a Kubernetes Job in `job.namespace`.\n\n" +
+			"Two public keys let a key rotate without downtime: add the new key, roll the agent onto it, then remove the old one.",
+		Attributes: map[string]schema.Attribute{
+			// Required attributes
+			"id": schema.StringAttribute{
+				MarkdownDescription: "Id of the runner, unique in the organisation (a DNS-1123 label: lower-case letters, digits and `-`). " +
+					"Changing it replaces the runner.",
+				Required:      true,
+				Validators:    []validator.String{idValidator()},
+				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"public_keys": schema.ListAttribute{
+				MarkdownDescription: "One or two ed25519 public keys in PEM form (`-----BEGIN PUBLIC KEY-----`), typically " +
+					"`outpost_key_pair.<name>.public_key_pem`. The agent may sign with either; two keys let you rotate with overlap.",
+				ElementType: types.StringType,
+				Required:    true,
+				Validators: []validator.List{
+					listvalidator.SizeBetween(1, 2),
+					listvalidator.ValueStringsAre(publicKeyValidator()),
+					publicKeysValidator{},
+				},
+			},
+			"state_storage_id": schema.StringAttribute{
+				MarkdownDescription: "Id of the state storage (`outpost_state_storage`) the runner's deployments keep their state in.",
+				Required:            true,
+				Validators:          []validator.String{idValidator()},
+			},
+			// Optional attributes
+			"description": schema.StringAttribute{
+				MarkdownDescription: "Free-text description, at most 1024 characters.",
+				Optional:            true,
+				Validators:          []validator.String{stringvalidator.LengthBetween(1, 1024)},
+			},
+			"max_concurrency": schema.Int64Attribute{
+				MarkdownDescription: fmt.Sprintf("How many deployments the agent runs at once. Defaults to `%d`; the agent follows changes without a restart.", api.DefaultMaxConcurrency),
+				Optional:            true,
+				Computed:            true,
+				Default:             int64default.StaticInt64(api.DefaultMaxConcurrency),
+				Validators:          []validator.Int64{int64validator.Between(1, api.MaxMaxConcurrency)},
+			},
+			"job_timeout": schema.StringAttribute{
+				MarkdownDescription: fmt.Sprintf("Longest time one deployment may run, as a duration such as `30m` or `2h` (whole seconds, "+
+					"1m to %s). The Job gets it as `activeDeadlineSeconds`. Defaults to `%s`.",
+					formatSeconds(api.MaxJobTimeoutSeconds), formatSeconds(api.DefaultJobTimeoutSeconds)),
+				CustomType:    durationType{},
+				Optional:      true,
+				Computed:      true,
+				Default:       stringdefault.StaticString(formatSeconds(api.DefaultJobTimeoutSeconds)),
+				Validators:    []validator.String{jobTimeoutValidator()},
+				PlanModifiers: []planmodifier.String{keepEquivalentDuration()},
+			},
+			// Computed attributes
+			"status": schema.StringAttribute{
+				MarkdownDescription: "`connected` while the agent has made an authenticated request within the last minute, else `disconnected`. " +
+					"Read on every refresh.",
+				Computed: true,
+			},
+			"last_seen_at": schema.StringAttribute{
+				MarkdownDescription: "Time (RFC 3339) of the agent's last authenticated request; null if it never connected.",
+				Computed:            true,
+			},
+			"agent_version": schema.StringAttribute{
+				MarkdownDescription: "Version the agent reported in its last request; null if it never connected.",
+				Computed:            true,
+			},
+			"agent_key_fingerprint": schema.StringAttribute{
+				MarkdownDescription: "SHA-256 fingerprint of the key the agent last signed with (compare with " +
+					"`outpost_key_pair.fingerprint_sha256` during a rotation); null if it never connected.",
+				Computed: true,
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"job": schema.SingleNestedBlock{
+				MarkdownDescription: "Where and as whom the runner's deployments run. Required.",
+				Validators:          []validator.Object{objectvalidator.IsRequired(), blockRequires("namespace")},
+				Attributes: map[string]schema.Attribute{
+					"namespace": schema.StringAttribute{
+						MarkdownDescription: "Namespace of the deployment Jobs. The agent chart must be given the same namespace " +
+							"(`outpost_kubernetes_agent.job_namespace`) so it grants the agent access to it. Required in the block.",
+						Optional:   true,
+						Validators: []validator.String{namespaceValidator()},
+					},
+					"service_account": schema.StringAttribute{
+						MarkdownDescription: "Service account of the deployment Jobs (their cloud identity, e.g. through IRSA or Workload Identity). " +
+							"Defaults to `" + defaultJobServiceAccount + "`, the one the agent chart creates.",
+						Optional:   true,
+						Computed:   true,
+						Default:    stringdefault.StaticString(defaultJobServiceAccount),
+						Validators: []validator.String{serviceAccountValidator()},
+					},
+					"pod_template": schema.StringAttribute{
+						MarkdownDescription: "Kubernetes PodTemplateSpec of the Jobs as JSON (use `jsonencode({...})`). It needs a container named " +
+							"`main`, the one that runs Terraform/OpenTofu; the runner sets that container's command, the restart policy, " +
+							"the service account and labels under `outpost.dev/`, so the template must leave those out. Key order and " +
+							"whitespace do not matter. Null means the agent's defaults.",
+						CustomType:    podTemplateType{},
+						Optional:      true,
+						Validators:    []validator.String{podTemplateValidator()},
+						PlanModifiers: []planmodifier.String{keepEquivalentPodTemplate()},
+					},
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,211 @@
+// Package provider is the framework glue of the Outpost Terraform provider: schemas, plan
+// modifiers and CRUD that map Terraform configuration onto the orchestrator API (package api),
+// the cluster (client-go) and the embedded agent chart (package helm).
+package provider
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/provider"
+	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Environment variables the provider configuration falls back to.
+const (
+	envAPIURL         = "OUTPOST_API_URL"
+	envOrgID          = "OUTPOST_ORG_ID"
+	envToken          = "OUTPOST_TOKEN"
+	envKubeConfigPath = "KUBE_CONFIG_PATH"
+)
+
+// Ensure the implementation satisfies the expected interfaces.
+var _ provider.Provider = (*outpostProvider)(nil)
+
+// outpostProvider is the provider implementation.
+type outpostProvider struct {
+	// version is the provider's release version, "dev" for local builds and "test" in tests.
+	version string
+}
+
+// outpostProviderModel maps the provider configuration.
+type outpostProviderModel struct {
+	APIURL     types.String           `tfsdk:"api_url"`
+	OrgID      types.String           `tfsdk:"org_id"`
+	Token      types.String           `tfsdk:"token"`
+	Kubernetes *kubernetesConfigModel `tfsdk:"kubernetes"`
+}
+
+// New returns a function that builds the provider, as providerserver expects.
+func New(version string) func() provider.Provider {
+	return func() provider.Provider {
+		return &outpostProvider{version: version}
+	}
+}
+
+func (p *outpostProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
+	resp.TypeName = "outpost"
+	resp.Version = p.version
+}
+
+func (p *outpostProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "The Outpost provider registers runners and state storages with an Outpost orchestrator, " +
+			"generates the runners' ed25519 key pairs, and installs the Outpost agent into a Kubernetes cluster " +
+			"through the embedded Helm chart.",
+		Attributes: map[string]schema.Attribute{
+			"api_url": schema.StringAttribute{
+				MarkdownDescription: "Base URL of the Outpost orchestrator, e.g. `https://outpost.example.com`. " +
+					"Falls back to the `" + envAPIURL + "` environment variable.",
+				Optional: true,
+			},
+			"org_id": schema.StringAttribute{
+				MarkdownDescription: "Organisation the provider works in (a DNS-1123 label). " +
+					"Falls back to the `" + envOrgID + "` environment variable.",
+				Optional: true,
+			},
+			"token": schema.StringAttribute{
+				MarkdownDescription: "Admin token of the orchestrator. Falls back to the `" + envToken + "` environment variable; " +
+					"prefer the variable so the token stays out of configuration files.",
+				Optional:  true,
+				Sensitive: true,
+			},
+		},
+		Blocks: map[string]schema.Block{
+			"kubernetes": kubernetesConfigBlock(),
+		},
+	}
+}
+
+// Configure resolves the orchestrator settings (configuration first, then environment) and
+// prepares the lazily connected Kubernetes clients.
+//
+// Unknown values (a setting that comes from a resource not yet applied) are not an error here:
+// resources that need the orchestrator report them when they actually need the client, so a
+// plan can proceed as far as it can. Values that are known but missing or malformed are errors
+// on the attribute, naming the environment variable that could set them.
+func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
+	var config outpostProviderModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	data := &providerData{version: p.version}
+	settings := []struct {
+		value  types.String
+		env    string
+		attr   string
+		label  string
+		hint   string
+		target *string
+	}{
+		{config.APIURL, envAPIURL, "api_url", "Outpost API URL", `Set api_url = "https://outpost.example.com" in the provider configuration or the ` + envAPIURL + ` environment variable.`, &data.apiURL},
+		{config.OrgID, envOrgID, "org_id", "Outpost Organisation ID", `Set org_id = "my-org" in the provider configuration or the ` + envOrgID + ` environment variable.`, &data.orgID},
+		{config.Token, envToken, "token", "Outpost Token", `Set the ` + envToken + ` environment variable to an admin token of the orchestrator (or token in the provider configuration, which puts it into your files).`, &data.token},
+	}
+	for _, s := range settings {
+		if s.value.IsUnknown() {
+			data.unknown = append(data.unknown, unknownSetting{attr: s.attr, label: s.label, env: s.env})
+			continue
+		}
+		v := os.Getenv(s.env)
+		if !s.value.IsNull() {
+			v = s.value.ValueString()
+		}
+		v = strings.TrimSpace(v)
+		if v == "" {
+			resp.Diagnostics.AddAttributeError(path.Root(s.attr), "Missing "+s.label,
+				fmt.Sprintf("The provider cannot reach the Outpost orchestrator without %s. %s", s.attr, s.hint))
+			continue
+		}
+		*s.target = v
+	}
+	if data.apiURL != "" {
+		if u, err := url.Parse(data.apiURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			resp.Diagnostics.AddAttributeError(path.Root("api_url"),
+				"Invalid Outpost API URL",
+				fmt.Sprintf("%q is not an absolute http(s) URL. Set api_url (or %s) to the orchestrator's base URL, "+
+					"like https://outpost.example.com.", data.apiURL, envAPIURL))
+		}
+	}
+	if data.orgID != "" {
+		if err := api.ValidateID("org_id", data.orgID); err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("org_id"),
+				"Invalid Outpost Organisation ID",
+				fmt.Sprintf("%s. Set org_id (or %s) to your organisation's id.", err, envOrgID))
+		}
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+
+	kube, diags := newKubeConnector(config.Kubernetes)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	data.kube = kube
+
+	if len(data.unknown) == 0 {
+		client, err := api.NewAdminClient(data.apiURL, data.orgID, data.token,
+			api.WithUserAgent("terraform-provider-outpost/"+p.version),
+			api.WithRequestHook(logRequest))
+		if err != nil {
+			resp.Diagnostics.AddError("Unable to Create Outpost Client",
+				"The orchestrator client could not be built from the provider configuration. Check api_url and org_id.\n\n"+
+					"Original error: "+err.Error())
+			return
+		}
+		data.client = client
+	}
+
+	ctx = tflog.SetField(ctx, "outpost_api_url", data.apiURL)
+	ctx = tflog.SetField(ctx, "outpost_org_id", data.orgID)
+	tflog.Debug(ctx, "configured the outpost provider", map[string]any{"unknown_settings": len(data.unknown)})
+
+	resp.ResourceData = data
+	resp.DataSourceData = data
+}
+
+func (p *outpostProvider) Resources(_ context.Context) []func() resource.Resource {
+	return []func() resource.Resource{
+		NewKeyPairResource,
+		NewStateStorageResource,
+		NewKubernetesAgentRunnerResource,
+		NewKubernetesAgentResource,
+	}
+}
+
+func (p *outpostProvider) DataSources(_ context.Context) []func() datasource.DataSource {
+	return []func() datasource.DataSource{
+		NewStateStorageDataSource,
+		NewKubernetesAgentRunnerDataSource,
+	}
+}
+
+// logRequest writes one orchestrator request attempt to the provider log. It never logs bodies
+// or credentials (RequestInfo holds neither).
+func logRequest(ctx context.Context, info api.RequestInfo) {
+	fields := map[string]any{
+		"method":      info.Method,
+		"path":        info.Path,
+		"attempt":     info.Attempt,
+		"status":      info.Status,
+		"duration_ms": info.Duration.Milliseconds(),
+	}
+	if info.Err != nil {
+		fields["error"] = info.Err.Error()
+	}
+	tflog.Debug(ctx, "orchestrator request", fields)
+}
