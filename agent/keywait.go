@@ -40,7 +40,7 @@ func waitForKey(ctx context.Context, cfg *config.Config, log *slog.Logger, every
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "checks": map[string]any{"private_key": map[string]any{"ok": false, "message": msg}}})
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	if ln, lerr := net.Listen("tcp", cfg.HealthListen); lerr == nil {
+	if ln, lerr := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.HealthListen); lerr == nil {
 		go func() { _ = srv.Serve(ln) }()
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -73,4 +73,3 @@ func waitForKey(ctx context.Context, cfg *config.Config, log *slog.Logger, every
 		}
 	}
 }
-

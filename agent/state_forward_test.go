@@ -26,7 +26,7 @@ func TestStandbyForwardsStateRequestsToLeader(t *testing.T) {
 
 	serve := func() (*httptest.ResponseRecorder, bool) {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequest("LOCK", "/v1/states/team%2Fapp", nil)
+		req := httptest.NewRequestWithContext(t.Context(), "LOCK", "/v1/states/team%2Fapp", nil)
 		return rec, f.forward(rec, req)
 	}
 

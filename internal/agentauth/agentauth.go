@@ -67,7 +67,7 @@ type Signer struct {
 func NewSigner(org, runnerID string, key ed25519.PrivateKey) *Signer {
 	return &Signer{
 		org: org, runnerID: runnerID, key: key,
-		kid:      keys.Fingerprint(key.Public().(ed25519.PublicKey)),
+		kid:      keys.Fingerprint(publicOf(key)),
 		Now:      time.Now,
 		Lifetime: 30 * time.Second,
 	}
@@ -263,7 +263,11 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, requestURL strin
 	parser := jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithoutClaimsValidation())
 	_, err := parser.ParseWithClaims(raw, &claims, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
-		c := t.Claims.(*Claims)
+		c, ok := t.Claims.(*Claims)
+		if !ok {
+			lookupErr = refuse(ReasonMalformed, "unexpected claims type")
+			return nil, lookupErr
+		}
 		if c.Org == "" || c.Issuer == "" {
 			lookupErr = refuse(ReasonMalformed, "token has no org or iss claim")
 			return nil, lookupErr
@@ -340,4 +344,11 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// publicOf returns the public half of an ed25519 private key.
+func publicOf(key ed25519.PrivateKey) ed25519.PublicKey {
+	pub := make(ed25519.PublicKey, ed25519.PublicKeySize)
+	copy(pub, key[ed25519.SeedSize:])
+	return pub
 }

@@ -18,7 +18,7 @@ type fixture struct {
 	now      time.Time
 }
 
-func newFixture(t *testing.T, registered ...ed25519.PublicKey) (*fixture, ed25519.PrivateKey) {
+func newFixture(t *testing.T, registered ...ed25519.PublicKey) *fixture {
 	t.Helper()
 	pub, priv, err := keys.Generate()
 	if err != nil {
@@ -40,11 +40,11 @@ func newFixture(t *testing.T, registered ...ed25519.PublicKey) (*fixture, ed2551
 		Replay: NewMemoryReplayCache(),
 		Now:    func() time.Time { return f.now },
 	}
-	return f, priv
+	return f
 }
 
 func (f *fixture) verify(method, url string, body []byte, token string) error {
-	r := httptest.NewRequest(method, url, bytes.NewReader(body))
+	r := httptest.NewRequestWithContext(context.Background(), method, url, bytes.NewReader(body))
 	r.Header.Set("Authorization", scheme+token)
 	_, err := f.verifier.Verify(context.Background(), r, url, body)
 	return err
@@ -63,7 +63,7 @@ func TestVerifyAcceptsAndRefuses(t *testing.T) {
 	body := []byte(`{"capacity_free":2}`)
 
 	t.Run("valid token accepted once, replay refused", func(t *testing.T) {
-		f, _ := newFixture(t)
+		f := newFixture(t)
 		tok, err := f.signer.Sign("POST", url, body)
 		if err != nil {
 			t.Fatal(err)
@@ -128,7 +128,7 @@ func TestVerifyAcceptsAndRefuses(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f, _ := newFixture(t)
+			f := newFixture(t)
 			m, u, b, tok := tc.mut(f)
 			err := f.verify(m, u, b, tok)
 			if tc.want == "" {
@@ -150,12 +150,12 @@ func TestVerifyAcceptsAndRefuses(t *testing.T) {
 func TestEitherOfTwoKeysAccepted(t *testing.T) {
 	oldPub, oldPriv, _ := keys.Generate()
 	newPub, newPriv, _ := keys.Generate()
-	f, _ := newFixture(t, oldPub, newPub)
+	f := newFixture(t, oldPub, newPub)
 	for _, k := range []ed25519.PrivateKey{oldPriv, newPriv} {
 		s := NewSigner("acme", "runner-1", k)
 		s.Now = f.signer.Now
 		tok, _ := s.Sign("GET", "http://o/api/v1/agent/poll", nil)
-		r := httptest.NewRequest("GET", "http://o/api/v1/agent/poll", nil)
+		r := httptest.NewRequestWithContext(context.Background(), "GET", "http://o/api/v1/agent/poll", nil)
 		r.Header.Set("Authorization", scheme+tok)
 		id, err := f.verifier.Verify(context.Background(), r, "http://o/api/v1/agent/poll", nil)
 		if err != nil {

@@ -129,7 +129,7 @@ func (t *transport) do(ctx context.Context, c call) error {
 			return lastErr
 		}
 		if err := t.sleep(ctx, t.backoff(attempt, wait)); err != nil {
-			return fmt.Errorf("%w (gave up waiting to retry: %v)", lastErr, err)
+			return fmt.Errorf("%w (gave up waiting to retry: %w)", lastErr, err)
 		}
 	}
 }

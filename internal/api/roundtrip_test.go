@@ -37,7 +37,7 @@ func newRouteRecorder(base string, patterns []string) *routeRecorder {
 }
 
 func (r *routeRecorder) hook(_ context.Context, info api.RequestInfo) {
-	req, err := http.NewRequest(info.Method, r.base+info.Path, nil)
+	req, err := http.NewRequestWithContext(context.Background(), info.Method, r.base+info.Path, nil)
 	if err != nil {
 		return
 	}

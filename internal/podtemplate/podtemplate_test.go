@@ -15,7 +15,7 @@ func TestParse(t *testing.T) {
 		{"not JSON", `{"spec": {`, "", "not valid JSON"},
 		{"not JSON line", "{\n\"spec\": x}", "", "line 2"},
 		{"array", `[1,2]`, "", "must be a JSON object"},
-		{"unknown field", `{"spec":{"contianers":[]}}`, "", "unknown field \"contianers\""},
+		{"unknown field", `{"spec":{"containerz":[]}}`, "", "unknown field \"containerz\""},
 		{"no main", `{"spec":{"containers":[{"name":"tf"}]}}`, "spec.containers", `needs a container named "main"`},
 		{"restart policy", `{"spec":{"restartPolicy":"Always","containers":[{"name":"main"}]}}`, "spec.restartPolicy", "Never"},
 		{"service account", `{"spec":{"serviceAccountName":"x","containers":[{"name":"main"}]}}`, "spec.serviceAccountName", "job.service_account"},
