@@ -1,0 +1,29 @@
+variable "runner_id" {
+  type        = string
+  description = "Id of the runner to register (a DNS-1123 label)."
+  default     = "quickstart"
+}
+
+variable "agent_namespace" {
+  type        = string
+  description = "Namespace of the agent and of its private-key Secret."
+  default     = "outpost-system"
+}
+
+variable "job_namespace" {
+  type        = string
+  description = "Namespace the deployments' Jobs run in."
+  default     = "outpost-jobs"
+}
+
+variable "state_namespace" {
+  type        = string
+  description = "Namespace whose Secrets hold the deployments' Terraform state."
+  default     = "outpost-state"
+}
+
+variable "wait_for_connection" {
+  type        = bool
+  description = "Wait until the installed agent has connected to the orchestrator. `make demo` turns it off because the local test bed has no container runtime; it runs the agent as a local process instead."
+  default     = true
+}

@@ -1,0 +1,131 @@
+// Package demo runs the whole product end to end on one machine: the local Kubernetes test bed,
+// the reference orchestrator, `terraform apply` (or `tofu apply`) of examples/quickstart with the
+// locally built provider, the agent (as a local process with the process executor, because no
+// container runtime runs here; it still keeps state in the cluster's Secrets), and a small
+// deployment whose live log, outputs and state Secrets it prints. `make demo` and `make
+// demo-down` call it, and a test runs the same flow so CI keeps it working.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// Config says where the demo keeps its files and which ports it uses.
+type Config struct {
+	// Repo is the repository root (examples/quickstart is read from it).
+	Repo string
+	// Dir holds everything the demo creates: binaries, logs, pid files, data. Default <repo>/.demo.
+	Dir string
+	// CLI is "terraform" or "tofu".
+	CLI string
+	// TofuPath is the OpenTofu binary used when CLI is "tofu".
+	TofuPath string
+	// OrchestratorAddr is the orchestrator's listen address.
+	OrchestratorAddr string
+	// StateAddr and HealthAddr are the agent's state-backend and health listen addresses.
+	StateAddr, HealthAddr string
+	// Org and RunnerID name what the quickstart registers.
+	Org, RunnerID string
+	// Out receives the progress and results a person reads.
+	Out io.Writer
+}
+
+// Defaults fills in unset fields.
+func (c *Config) Defaults() {
+	if c.Dir == "" {
+		c.Dir = filepath.Join(c.Repo, ".demo")
+	}
+	if c.CLI == "" {
+		c.CLI = "terraform"
+	}
+	if c.OrchestratorAddr == "" {
+		c.OrchestratorAddr = "127.0.0.1:8700"
+	}
+	if c.StateAddr == "" {
+		c.StateAddr = "127.0.0.1:8780"
+	}
+	if c.HealthAddr == "" {
+		c.HealthAddr = "127.0.0.1:8790"
+	}
+	if c.Org == "" {
+		c.Org = "demo"
+	}
+	if c.RunnerID == "" {
+		c.RunnerID = "quickstart"
+	}
+	if c.Out == nil {
+		c.Out = os.Stdout
+	}
+}
+
+func (c *Config) binDir() string { return filepath.Join(c.Dir, "bin") }
+
+// cliPath resolves the CLI binary the demo drives.
+func (c *Config) cliPath() (string, error) {
+	switch c.CLI {
+	case "terraform":
+		p, err := exec.LookPath("terraform")
+		if err != nil {
+			return "", fmt.Errorf("%w: terraform is not on PATH; install Terraform 1.11 or newer (https://developer.hashicorp.com/terraform/install), or run `make demo TF=tofu`", errPrereq)
+		}
+		return p, nil
+	case "tofu":
+		if c.TofuPath == "" {
+			return "", fmt.Errorf("%w: no OpenTofu path given; run `make demo TF=tofu`, which builds OpenTofu from source first", errPrereq)
+		}
+		if _, err := os.Stat(c.TofuPath); err != nil {
+			return "", fmt.Errorf("%w: OpenTofu not found at %s; run `make tools` to build it", errPrereq, c.TofuPath)
+		}
+		return c.TofuPath, nil
+	}
+	return "", fmt.Errorf("%w: TF=%q is not supported; use TF=terraform or TF=tofu", errPrereq, c.CLI)
+}
+
+// step prints a numbered progress line.
+type stepper struct {
+	out   io.Writer
+	n, of int
+	start time.Time
+}
+
+func (s *stepper) step(format string, args ...any) {
+	s.n++
+	fmt.Fprintf(s.out, "\n==> [%d/%d] %s\n", s.n, s.of, fmt.Sprintf(format, args...))
+}
+
+func (s *stepper) info(format string, args ...any) {
+	fmt.Fprintf(s.out, "    %s\n", fmt.Sprintf(format, args...))
+}
+
+// IsPrereq reports whether err is a missing prerequisite (printed without a stack of wrapping).
+func IsPrereq(err error) bool { return errors.Is(err, errPrereq) }
+
+// buildBinaries compiles what the demo runs. The Go build cache makes repeat runs take seconds.
+func buildBinaries(ctx context.Context, c *Config, s *stepper) error {
+	if err := os.MkdirAll(c.binDir(), 0o755); err != nil {
+		return err
+	}
+	targets := []struct{ out, pkg string }{
+		{"terraform-provider-outpost", "."},
+		{"outpost-orchestrator", "./cmd/outpost-orchestrator"},
+		{"outpost-agent", "./agent"},
+		{"outpost-testbed", "./internal/testbed/cmd/outpost-testbed"},
+	}
+	for _, t := range targets {
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(c.binDir(), t.out), t.pkg)
+		cmd.Dir = c.Repo
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("build %s: %w\n%s", t.pkg, err, out)
+		}
+		s.info("built %-28s (%s)", t.out, time.Since(start).Round(100*time.Millisecond))
+	}
+	return nil
+}

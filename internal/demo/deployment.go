@@ -1,0 +1,186 @@
+package demo
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// StateKey is the state the demo's deployments share.
+const StateKey = "quickstart/hello"
+
+type deploymentResult struct {
+	dep       *api.Deployment
+	log       string
+	noChanges bool
+}
+
+// runDeployment submits examples/quickstart/deployment as an apply and follows its log.
+func runDeployment(ctx context.Context, c *Config, s *stepper, admin *api.AdminClient, greeting string) (*deploymentResult, error) {
+	archive, err := packDir(filepath.Join(c.Repo, "examples", "quickstart", "deployment"))
+	if err != nil {
+		return nil, err
+	}
+	g, _ := json.Marshal(greeting)
+	dep, err := admin.CreateDeployment(ctx, api.DeploymentInput{
+		RunnerID:  c.RunnerID,
+		Operation: api.OperationApply,
+		Source:    api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive}},
+		Variables: map[string]json.RawMessage{"greeting": g},
+		StateKey:  StateKey,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("submit deployment: %w", err)
+	}
+	s.info("deployment %s queued (state key %q); live log:", dep.ID, StateKey)
+	var log bytes.Buffer
+	w := &prefixWriter{out: c.Out, prefix: "    | "}
+	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	final, err := admin.FollowLogs(waitCtx, dep.ID, io.MultiWriter(w, &log), 300*time.Millisecond)
+	w.Flush()
+	if err != nil {
+		return nil, fmt.Errorf("follow deployment %s: %w", dep.ID, err)
+	}
+	if final.Status != api.StatusSucceeded {
+		return nil, fmt.Errorf("deployment %s ended %s (reason %q: %s); its log is above", final.ID, final.Status, final.Reason, final.Message)
+	}
+	text := log.String()
+	return &deploymentResult{
+		dep: final, log: text,
+		noChanges: strings.Contains(text, "No changes.") || strings.Contains(text, "0 added, 0 changed, 0 destroyed"),
+	}, nil
+}
+
+func printOutputs(ctx context.Context, s *stepper, admin *api.AdminClient, r *deploymentResult) error {
+	outs, err := admin.GetOutputs(ctx, r.dep.ID)
+	if err != nil {
+		return fmt.Errorf("read outputs of %s: %w", r.dep.ID, err)
+	}
+	s.info("deployment %s %s (exit code %d); outputs reported by the CLI:", r.dep.ID, r.dep.Status, deref(r.dep.ExitCode))
+	names := make([]string, 0, len(outs))
+	for n := range outs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		v := string(outs[n].Value)
+		if outs[n].Sensitive {
+			v = "(sensitive)"
+		}
+		s.info("  %s = %s", n, v)
+	}
+	if len(outs) == 0 {
+		return fmt.Errorf("deployment %s reported no outputs", r.dep.ID)
+	}
+	return nil
+}
+
+func printStateSecrets(ctx context.Context, s *stepper, kubeconfig, ns string) error {
+	kc, err := kubeClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	list, err := kc.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=outpost-agent"})
+	if err != nil {
+		return fmt.Errorf("list state Secrets in %s: %w", ns, err)
+	}
+	if len(list.Items) == 0 {
+		return fmt.Errorf("no state Secrets found in namespace %s", ns)
+	}
+	for _, sec := range list.Items {
+		size := 0
+		for _, v := range sec.Data {
+			size += len(v)
+		}
+		note := sec.Annotations["outpost.dev/state-key"]
+		if note != "" {
+			note = "state key " + note
+		}
+		s.info("  secret/%-40s %7d bytes  %s", sec.Name, size, note)
+	}
+	s.info("read them with: kubectl --kubeconfig %s -n %s get secrets", kubeconfig, ns)
+	return nil
+}
+
+// packDir makes the gzip tar archive an inline deployment source carries.
+func packDir(dir string) ([]byte, error) {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: e.Name(), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(b); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	if err := gz.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
+
+// prefixWriter indents streamed log text line by line.
+type prefixWriter struct {
+	out     io.Writer
+	prefix  string
+	partial []byte
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	data := append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(data, '\n')
+		if i < 0 {
+			break
+		}
+		fmt.Fprintf(w.out, "%s%s\n", w.prefix, data[:i])
+		data = data[i+1:]
+	}
+	w.partial = append([]byte(nil), data...)
+	return len(p), nil
+}
+
+// Flush writes a trailing partial line.
+func (w *prefixWriter) Flush() {
+	if len(w.partial) > 0 {
+		fmt.Fprintf(w.out, "%s%s\n", w.prefix, w.partial)
+		w.partial = nil
+	}
+}
