@@ -25,6 +25,8 @@ type stateBackend struct {
 	fallback string
 	log      *slog.Logger
 
+	// encryptionKey seals state chunks at rest when set (--state-encryption-key-file).
+	encryptionKey []byte
 	// forwarder is set when leader election runs: a standby forwards to the leader.
 	forwarder *leaderForwarder
 
@@ -38,7 +40,17 @@ func stateHandler(cfg *config.Config, kube kubernetes.Interface, claims *session
 		log.Info("no Kubernetes client; the state backend is not served (set --kubeconfig to serve it)")
 		return nil
 	}
-	return &stateBackend{kube: kube, claims: claims, fallback: cfg.StateNamespace, log: log.With("component", "state"), handlers: map[string]*statebackend.Handler{}}
+	key, err := cfg.LoadStateEncryptionKey()
+	if err != nil {
+		// Validate already checked the file; a change since then must not silently store
+		// plaintext, so the backend is not served and the log says why.
+		log.Error("state encryption key unreadable; the state backend is not served", "err", err)
+		return nil
+	}
+	if key != nil {
+		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.StateEncryptionKeyFile)
+	}
+	return &stateBackend{kube: kube, claims: claims, fallback: cfg.StateNamespace, encryptionKey: key, log: log.With("component", "state"), handlers: map[string]*statebackend.Handler{}}
 }
 
 func (b *stateBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -75,7 +87,7 @@ func (b *stateBackend) handler(ns string) (*statebackend.Handler, error) {
 	if h := b.handlers[ns]; h != nil {
 		return h, nil
 	}
-	store, err := statestore.NewChecked(b.kube, ns, statestore.Options{Logger: b.log})
+	store, err := statestore.NewChecked(b.kube, ns, statestore.Options{Logger: b.log, EncryptionKey: b.encryptionKey})
 	if err != nil {
 		return nil, err
 	}

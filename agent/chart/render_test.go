@@ -711,6 +711,32 @@ caBundle: {existingSecret: corp-ca, secretKey: bundle.pem}
 	}
 }
 
+// TestStateEncryption checks that the state encryption key is mounted from its Secret and named
+// to the agent by file, never put in an environment variable.
+func TestStateEncryption(t *testing.T) {
+	_, c := render(t, "").deployment(t)
+	for _, e := range c.Env {
+		if e.Name == "OUTPOST_STATE_ENCRYPTION_KEY_FILE" {
+			t.Fatal("encryption must be off by default")
+		}
+	}
+	r := render(t, "state: {encryption: {existingSecret: outpost-state-key, secretKey: aes.key}}")
+	d, c := r.deployment(t)
+	v := volume(t, d, "state-key")
+	if v.Secret == nil || v.Secret.SecretName != "outpost-state-key" || !slices.Equal(v.Secret.Items, []corev1.KeyToPath{{Key: "aes.key", Path: "key"}}) {
+		t.Errorf("state-key volume = %+v", v.VolumeSource)
+	}
+	if m := mount(t, c, "state-key"); m.MountPath != "/etc/outpost/state-key" || !m.ReadOnly {
+		t.Errorf("state-key mount = %+v", m)
+	}
+	wantEnv(t, c, map[string]string{"OUTPOST_STATE_ENCRYPTION_KEY_FILE": "/etc/outpost/state-key/key"})
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "outpost-state-key" {
+			t.Errorf("the key must not reach the environment: %+v", e)
+		}
+	}
+}
+
 // TestNetworkPolicy checks the optional egress policy of job pods: the metadata service is
 // blocked, DNS and the state backend stay reachable.
 func TestNetworkPolicy(t *testing.T) {

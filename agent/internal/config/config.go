@@ -54,6 +54,10 @@ type Config struct {
 	// state.namespace); states of jobs whose claim does not name one (adopted before this agent
 	// knew) are served from it. Empty: learned from claims.
 	StateNamespace string
+	// StateEncryptionKeyFile holds a 32-byte key (raw, or base64) that seals state chunks with
+	// AES-256-GCM before they are stored; empty leaves them to the cluster's own encryption at
+	// rest. Mounted from a Secret, never passed in an environment variable.
+	StateEncryptionKeyFile string
 	// JobNamespace is the namespace the executor watches for its Jobs. It must equal the runner's
 	// job.namespace; empty watches every namespace (needs cluster-wide list/watch on Jobs).
 	JobNamespace string
@@ -118,6 +122,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs jobs (default: this one)")
 	fs.StringVar(&c.JobNamespace, "job-namespace", "", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
 	fs.StringVar(&c.StateNamespace, "state-namespace", "", "namespace of the kubernetes state storage (default: from claims)")
+	fs.StringVar(&c.StateEncryptionKeyFile, "state-encryption-key-file", "", "file with a 32-byte key (raw or base64) that encrypts state chunks with AES-256-GCM (off when empty)")
 	fs.StringVar(&podLabels, "job-pod-labels", "", "extra job pod labels as a JSON object")
 	fs.StringVar(&pullSecrets, "job-image-pull-secrets", "", "comma-separated image pull Secrets for job pods")
 	fs.StringVar(&c.JobCASecret, "job-ca-secret", "", "Secret with a CA bundle mounted into job pods")

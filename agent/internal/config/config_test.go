@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,5 +126,34 @@ func TestLoadPrivateKey(t *testing.T) {
 	_, err = c.LoadPrivateKey()
 	if err == nil || strings.Contains(err.Error(), "SECRET-MATERIAL") || !strings.Contains(err.Error(), bad) {
 		t.Errorf("bad key: %v", err)
+	}
+}
+
+func TestStateEncryptionKey(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	raw := bytes.Repeat([]byte{7}, 32)
+	for name, file := range map[string]string{
+		"raw":    write("raw", raw),
+		"base64": write("b64", []byte(base64.StdEncoding.EncodeToString(raw)+"\n")),
+	} {
+		c := &Config{StateEncryptionKeyFile: file}
+		key, err := c.LoadStateEncryptionKey()
+		if err != nil || !bytes.Equal(key, raw) {
+			t.Errorf("%s: key %x, %v", name, key, err)
+		}
+	}
+	c := &Config{StateEncryptionKeyFile: write("short", []byte("too short"))}
+	if _, err := c.LoadStateEncryptionKey(); err == nil || !strings.Contains(err.Error(), "openssl rand -base64 32") {
+		t.Errorf("short key: %v", err)
+	}
+	if key, err := (&Config{}).LoadStateEncryptionKey(); key != nil || err != nil {
+		t.Errorf("no key file must mean no encryption: %x, %v", key, err)
 	}
 }

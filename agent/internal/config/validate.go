@@ -2,6 +2,7 @@ package config
 
 import (
 	"crypto/ed25519"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -133,7 +134,31 @@ func (c *Config) Validate() error {
 			bad("ca-bundle-file", "cannot read %s: %v", c.CABundleFile, errors.Unwrap(err))
 		}
 	}
+	if c.StateEncryptionKeyFile != "" {
+		if _, err := c.LoadStateEncryptionKey(); err != nil {
+			bad("state-encryption-key-file", "%v", err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// LoadStateEncryptionKey reads the state encryption key: exactly 32 bytes, given raw or as
+// standard base64 (what `openssl rand -base64 32` prints). Nil without a key file.
+func (c *Config) LoadStateEncryptionKey() ([]byte, error) {
+	if c.StateEncryptionKeyFile == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(c.StateEncryptionKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read %s: %w", c.StateEncryptionKeyFile, errors.Unwrap(err))
+	}
+	if len(data) == 32 {
+		return data, nil
+	}
+	if key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(data))); err == nil && len(key) == 32 {
+		return key, nil
+	}
+	return nil, fmt.Errorf("%s must hold a 32-byte key, raw or base64 (create one with `openssl rand -base64 32`); it holds %d bytes", c.StateEncryptionKeyFile, len(data))
 }
 
 // Instance names this agent process towards the orchestrator and in the leader Lease: the pod
