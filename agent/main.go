@@ -4,7 +4,7 @@
 //
 //	outpost-agent [flags]      run the agent (flags and OUTPOST_* env, see --help)
 //	outpost-agent job          the entrypoint of a Job's main container (runs Terraform/OpenTofu)
-//	outpost-agent state        state administration (not available yet)
+//	outpost-agent state        administer the states kept in Secrets: list, history, get, restore, unlock, import
 package main
 
 import (
@@ -40,8 +40,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		case process.WrapperCommand:
 			return process.WrapperMain(args[1:])
 		case "state":
-			fmt.Fprintln(stderr, "outpost-agent state: state administration is not available in this version")
-			return exitConfigError
+			return runState(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, version())
 			return exitOK
