@@ -96,12 +96,13 @@ func Up(ctx context.Context, c Config) error {
 }
 
 func checkPorts(ctx context.Context, c Config) error {
-	for _, p := range []struct{ addr, who, flag string }{
-		{c.OrchestratorAddr, "orchestrator", "OUTPOST_DEMO_ORCHESTRATOR_ADDR"},
-		{c.StateAddr, "agent-state", "OUTPOST_DEMO_STATE_ADDR"},
-		{c.HealthAddr, "agent", "OUTPOST_DEMO_HEALTH_ADDR"},
+	// A port held by a daemon of an earlier run is fine: that run is reused or restarted.
+	for _, p := range []struct{ addr, who, daemon, flag string }{
+		{c.OrchestratorAddr, "orchestrator", "orchestrator", "OUTPOST_DEMO_ORCHESTRATOR_ADDR"},
+		{c.StateAddr, "agent's state backend", "agent", "OUTPOST_DEMO_STATE_ADDR"},
+		{c.HealthAddr, "agent's health endpoint", "agent", "OUTPOST_DEMO_HEALTH_ADDR"},
 	} {
-		d := daemon{name: p.who, dir: c.Dir}
+		d := daemon{name: p.daemon, dir: c.Dir}
 		if _, ours := d.running(); ours {
 			continue
 		}
