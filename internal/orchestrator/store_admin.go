@@ -73,40 +73,15 @@ func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput
 }
 
 func getRunnerTx(tx *bolt.Tx, org, id string) (*api.Runner, error) {
-	var r api.Runner
-	ok, err := getJSON(tx.Bucket(bRunners), key(org, id), &r)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, notFound("runner %q does not exist in organisation %q", id, org)
-	}
-	return &r, nil
+	return getOrgObject[api.Runner](tx, bRunners, org, id, "runner")
 }
 
 func (s *store) getRunner(ctx context.Context, org, id string) (*api.Runner, error) {
-	var out *api.Runner
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		r, err := getRunnerTx(tx, org, id)
-		out = r
-		return err
-	})
-	return out, err
+	return viewOne(ctx, s, func(tx *bolt.Tx) (*api.Runner, error) { return getRunnerTx(tx, org, id) })
 }
 
 func (s *store) listRunners(ctx context.Context, org string) ([]api.Runner, error) {
-	out := []api.Runner{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return scanPrefix(tx.Bucket(bRunners), prefix(org), func(_, v []byte) (bool, error) {
-			var r api.Runner
-			if err := unmarshal(v, &r); err != nil {
-				return false, err
-			}
-			out = append(out, r)
-			return true, nil
-		})
-	})
-	return out, err
+	return listOrgObjects[api.Runner](ctx, s, bRunners, org)
 }
 
 func (s *store) updateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
@@ -225,40 +200,15 @@ func (s *store) createStorage(ctx context.Context, org string, in api.StateStora
 }
 
 func getStorageTx(tx *bolt.Tx, org, id string) (*api.StateStorage, error) {
-	var st api.StateStorage
-	ok, err := getJSON(tx.Bucket(bStorages), key(org, id), &st)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, notFound("state storage %q does not exist in organisation %q", id, org)
-	}
-	return &st, nil
+	return getOrgObject[api.StateStorage](tx, bStorages, org, id, "state storage")
 }
 
 func (s *store) getStorage(ctx context.Context, org, id string) (*api.StateStorage, error) {
-	var out *api.StateStorage
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		st, err := getStorageTx(tx, org, id)
-		out = st
-		return err
-	})
-	return out, err
+	return viewOne(ctx, s, func(tx *bolt.Tx) (*api.StateStorage, error) { return getStorageTx(tx, org, id) })
 }
 
 func (s *store) listStorages(ctx context.Context, org string) ([]api.StateStorage, error) {
-	out := []api.StateStorage{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return scanPrefix(tx.Bucket(bStorages), prefix(org), func(_, v []byte) (bool, error) {
-			var st api.StateStorage
-			if err := unmarshal(v, &st); err != nil {
-				return false, err
-			}
-			out = append(out, st)
-			return true, nil
-		})
-	})
-	return out, err
+	return listOrgObjects[api.StateStorage](ctx, s, bStorages, org)
 }
 
 func (s *store) updateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
@@ -302,4 +252,45 @@ func (s *store) deleteStorage(ctx context.Context, org, id string) error {
 		}
 		return tx.Bucket(bStorages).Delete(key(org, id))
 	})
+}
+
+// getOrgObject reads one JSON object of an organisation from bucket; what names it in the
+// not-found message.
+func getOrgObject[T any](tx *bolt.Tx, bucket []byte, org, id, what string) (*T, error) {
+	var v T
+	ok, err := getJSON(tx.Bucket(bucket), key(org, id), &v)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("%s %q does not exist in organisation %q", what, id, org)
+	}
+	return &v, nil
+}
+
+// listOrgObjects reads every JSON object of an organisation from bucket, in key order.
+func listOrgObjects[T any](ctx context.Context, s *store, bucket []byte, org string) ([]T, error) {
+	out := []T{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return scanPrefix(tx.Bucket(bucket), prefix(org), func(_, data []byte) (bool, error) {
+			var v T
+			if err := unmarshal(data, &v); err != nil {
+				return false, err
+			}
+			out = append(out, v)
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// viewOne runs a read-only transaction that produces one value.
+func viewOne[T any](ctx context.Context, s *store, fn func(tx *bolt.Tx) (*T, error)) (*T, error) {
+	var out *T
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		v, err := fn(tx)
+		out = v
+		return err
+	})
+	return out, err
 }
