@@ -177,16 +177,8 @@ func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig
 	if err := copyTF(filepath.Join(c.Repo, "examples", "quickstart"), work); err != nil {
 		return nil, err
 	}
-	rc := filepath.Join(c.Dir, "cli.tfrc")
-	overrides := fmt.Sprintf(`provider_installation {
-  dev_overrides {
-    "registry.terraform.io/outpost-dev/outpost" = %q
-    "registry.opentofu.org/outpost-dev/outpost" = %q
-  }
-  direct {}
-}
-`, c.binDir(), c.binDir())
-	if err := os.WriteFile(rc, []byte(overrides), 0o644); err != nil {
+	rc, err := writeCLIConfig(c)
+	if err != nil {
 		return nil, err
 	}
 	env := append(os.Environ(),
@@ -244,6 +236,24 @@ func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig
 	}
 	s.info("runner key %s; the private key is only in Secret %s/%s (the Terraform state holds no private key: checked)", o.Fingerprint, o.AgentNamespace, o.PrivateKeySecret)
 	return o, nil
+}
+
+// writeCLIConfig writes a CLI configuration whose dev overrides point both CLIs' registry
+// addresses of the provider at the freshly built binary.
+func writeCLIConfig(c *Config) (string, error) {
+	rc := filepath.Join(c.Dir, "cli.tfrc")
+	overrides := fmt.Sprintf(`provider_installation {
+  dev_overrides {
+    "registry.terraform.io/outpost-dev/outpost" = %q
+    "registry.opentofu.org/outpost-dev/outpost" = %q
+  }
+  direct {}
+}
+`, c.binDir(), c.binDir())
+	if err := os.WriteFile(rc, []byte(overrides), 0o644); err != nil {
+		return "", err
+	}
+	return rc, nil
 }
 
 // copyTF copies the *.tf files of src into dst, leaving dst's state and .terraform alone.
