@@ -1,0 +1,13 @@
+terraform {
+  required_version = ">= 1.10"
+
+  required_providers {
+    outpost = {
+      source = "outpost-dev/outpost"
+    }
+    google = {
+      source  = "hashicorp/google"
+      version = "~> 7.0"
+    }
+  }
+}
