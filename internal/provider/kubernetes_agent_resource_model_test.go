@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -167,6 +168,25 @@ func TestImportRoundTrip(t *testing.T) {
 		back.Values, back.WaitForConnection, back.CreateNamespaces = m.Values, m.WaitForConnection, m.CreateNamespaces
 		if !reflect.DeepEqual(back, m) {
 			t.Errorf("%s: imported\n%+v\nwant\n%+v", name, back, m)
+		}
+	}
+}
+
+func TestSeenSince(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	before, justBefore, after := start.Add(-time.Minute), start.Add(-2*time.Second), start.Add(time.Second)
+	cases := []struct {
+		last *time.Time
+		want bool
+	}{
+		{nil, false},
+		{&before, false},    // an earlier agent's last poll does not count
+		{&justBefore, true}, // clock difference tolerated
+		{&after, true},
+	}
+	for _, tc := range cases {
+		if got := seenSince(tc.last, start); got != tc.want {
+			t.Errorf("seenSince(%v) = %v, want %v", tc.last, got, tc.want)
 		}
 	}
 }

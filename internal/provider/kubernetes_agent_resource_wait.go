@@ -37,7 +37,9 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, client 
 		switch {
 		case err == nil:
 			last = runner
-			if runner.Status.Connected {
+			// A status from before this install (an earlier agent that has since stopped) does not
+			// count: the orchestrator must have heard from an agent since the wait began.
+			if runner.Status.Connected && seenSince(runner.Status.LastSeenAt, start) {
 				fields["waited_ms"] = time.Since(start).Milliseconds()
 				fields["agent_version"] = runner.Status.AgentVersion
 				tflog.Info(ctx, "the agent connected", fields)
@@ -58,6 +60,12 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, client 
 		case <-ticker.C:
 		}
 	}
+}
+
+// seenSince reports whether the agent was last seen at or after since, allowing for a few
+// seconds of clock difference between this machine and the orchestrator.
+func seenSince(lastSeen *time.Time, since time.Time) bool {
+	return lastSeen != nil && !lastSeen.Before(since.Add(-5*time.Second))
 }
 
 // notConnectedDetail says what was installed, what the orchestrator last saw and what to check.
