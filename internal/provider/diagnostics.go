@@ -41,3 +41,10 @@ func addAPIError(diags *diag.Diagnostics, summary, what string, err error, confl
 func addKubeError(diags *diag.Diagnostics, summary, what, advice string, err error) {
 	diags.AddError(summary, fmt.Sprintf("Outpost could not %s. %s\n\nOriginal error: %s", what, strings.TrimSpace(advice), err))
 }
+
+// addNotRegistered adds the diagnostic of a data source whose object the orchestrator does not
+// know; resourceType is the resource that registers such objects.
+func addNotRegistered(diags *diag.Diagnostics, summary, what, resourceType, id, org string, err error) {
+	diags.AddError(summary, fmt.Sprintf("No %s %q is registered in organisation %q. Check the id, or register it with an %s resource.\n\nOriginal error: %s",
+		what, id, org, resourceType, err))
+}

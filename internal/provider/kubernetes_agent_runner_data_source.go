@@ -101,9 +101,7 @@ func (d *kubernetesAgentRunnerDataSource) Read(ctx context.Context, req datasour
 	id := config.ID.ValueString()
 	got, err := client.GetRunner(ctx, id)
 	if errors.Is(err, api.ErrNotFound) {
-		resp.Diagnostics.AddError("Runner Not Found",
-			fmt.Sprintf("No runner %q is registered in organisation %q. Check the id, or register it with an outpost_kubernetes_agent_runner resource.\n\nOriginal error: %s",
-				id, client.Org(), err))
+		addNotRegistered(&resp.Diagnostics, "Runner Not Found", "runner", "outpost_kubernetes_agent_runner", id, client.Org(), err)
 		return
 	}
 	if err != nil {

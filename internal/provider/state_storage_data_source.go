@@ -102,9 +102,7 @@ func (d *stateStorageDataSource) Read(ctx context.Context, req datasource.ReadRe
 	id := config.ID.ValueString()
 	got, err := client.GetStateStorage(ctx, id)
 	if errors.Is(err, api.ErrNotFound) {
-		resp.Diagnostics.AddError("State Storage Not Found",
-			fmt.Sprintf("No state storage %q is registered in organisation %q. Check the id, or register it with an outpost_state_storage resource.\n\nOriginal error: %s",
-				id, client.Org(), err))
+		addNotRegistered(&resp.Diagnostics, "State Storage Not Found", "state storage", "outpost_state_storage", id, client.Org(), err)
 		return
 	}
 	if err != nil {
