@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Sentinel errors. Use errors.Is(err, api.ErrNotFound) and friends; *Error carries the details.
@@ -62,6 +63,10 @@ type Error struct {
 	CommittedOffset *int64
 	// RequestID is the server's X-Request-Id, for support.
 	RequestID string
+	// RetryAfter is the wait the server asked for with Retry-After (0 when it said nothing). It
+	// travels on the error so that every loop above the client backs off at least that long,
+	// without a second look at the response.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -104,7 +109,40 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
-// Permanent reports whether retrying the same request cannot succeed.
+// Permanent reports whether the orchestrator refused the request for good: sending the same
+// request again can never succeed, so it must not be retried and a message it carried (a final
+// event) is given up. See Permanent.
 func (e *Error) Permanent() bool {
-	return e.StatusCode != http.StatusTooManyRequests && e.StatusCode < 500
+	switch e.StatusCode {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden:
+		return false
+	}
+	return e.StatusCode >= 400 && e.StatusCode < 500
+}
+
+// Permanent is the one definition of a permanent error: an *Error whose status is a 4xx other
+// than 408 and 429 (which say "later") and other than 401 and 403. Network errors and 5xx are
+// never permanent.
+//
+// 401 and 403 are deliberately not permanent: they say "not with these credentials yet", and
+// the request itself is fine. An agent whose key is not registered yet, was just rotated, or
+// whose clock is off is let in once an operator acts, so its polls and final events keep being
+// retried with backoff instead of the agent dying or dropping an event. Not permanent does not
+// mean retry at once, though: within one call the client retries only what a retry can cure
+// (retry.Idempotent, retry.Unapplied), so a create refused with 401 is not sent again blindly;
+// and a holder of a credential that is never renewed (a job's per-job token) treats 401/403 as
+// the end (retry.WhileTokenHolds).
+func Permanent(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Permanent()
+}
+
+// RetryAfter is the wait the orchestrator asked for with the error (0 when it said nothing, or
+// when err is not an *Error).
+func RetryAfter(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }

@@ -6,15 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// logAppender is the part of api.JobClient the streamer needs; tests may stand in for it.
+// logAppender is the part of client.JobClient the streamer needs; tests may stand in for it.
 type logAppender interface {
 	AppendLog(ctx context.Context, offset int64, data []byte) (*api.LogAppendResponse, error)
 }
@@ -30,7 +30,8 @@ type streamerOptions struct {
 	// MaxBuffer bounds memory while the orchestrator is unreachable; bytes beyond it are dropped
 	// and replaced by a marker line. The orchestrator keeps at most 16 MiB per job anyway.
 	MaxBuffer int
-	// RetryMin and RetryMax bound the backoff after a transient error.
+	// RetryMin and RetryMax are the first and the largest backoff ceiling after a transient
+	// error (retry.Backoff).
 	RetryMin, RetryMax time.Duration
 	// RequestTimeout bounds one append, so a hung connection cannot stall the log.
 	RequestTimeout time.Duration
@@ -88,7 +89,8 @@ type logStats struct {
 //     bytes (an earlier attempt of the job), and the streamer appends after them.
 //   - When the orchestrator reports truncated, sending stops; the CLI keeps running and the full
 //     log remains in the container's stdout.
-//   - A permanent error (token refused, job gone) stops delivery the same way.
+//   - An error no retry can cure (retry.WhileTokenHolds: the token refused, the job gone)
+//     stops delivery the same way.
 type logStreamer struct {
 	api    logAppender
 	opt    streamerOptions
@@ -176,7 +178,7 @@ func (s *logStreamer) loop() {
 	defer close(s.done)
 	ticker := time.NewTicker(s.opt.FlushEvery)
 	defer ticker.Stop()
-	failures := 0
+	back := retry.Backoff{Base: s.opt.RetryMin, Max: s.opt.RetryMax}
 	for {
 		closing := false
 		select {
@@ -193,18 +195,17 @@ func (s *logStreamer) loop() {
 				if s.ctx.Err() != nil {
 					return
 				}
-				failures++
-				if failures == 1 {
+				if back.Failures() == 0 {
 					fmt.Fprintf(s.notice, "[outpost: cannot deliver the log to the orchestrator yet (%s); retrying]\n", oneLine(err))
 				}
-				if !s.sleep(s.backoff(failures)) {
+				if !s.sleep(back.Next(api.RetryAfter(err))) {
 					return
 				}
 				continue
 			}
-			if failures > 0 {
-				fmt.Fprintf(s.notice, "[outpost: log delivery resumed after %d failed attempts]\n", failures)
-				failures = 0
+			if n := back.Failures(); n > 0 {
+				fmt.Fprintf(s.notice, "[outpost: log delivery resumed after %d failed attempts]\n", n)
+				back.Reset()
 			}
 			if !more {
 				break
@@ -250,15 +251,6 @@ func (s *logStreamer) sleep(d time.Duration) bool {
 	}
 }
 
-func (s *logStreamer) backoff(failures int) time.Duration {
-	d := s.opt.RetryMin << min(failures-1, 20)
-	if d <= 0 || d > s.opt.RetryMax {
-		d = s.opt.RetryMax
-	}
-	// Half fixed, half jitter: spreads retries of many jobs without ever retrying instantly.
-	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-}
-
 // sendOnce sends one chunk. more is true when buffered bytes remain to be sent right away.
 func (s *logStreamer) sendOnce() (more bool, err error) {
 	s.mu.Lock()
@@ -295,7 +287,7 @@ func (s *logStreamer) sendOnce() (more bool, err error) {
 		}
 	case errors.Is(err, api.ErrOffsetMismatch) && errors.As(err, &apiErr) && apiErr.CommittedOffset != nil:
 		s.reconcile(off, n, *apiErr.CommittedOffset, false)
-	case errors.As(err, &apiErr) && apiErr.Permanent():
+	case !retry.WhileTokenHolds(err):
 		if errors.Is(err, api.ErrStaleFencing) {
 			s.askStop("the orchestrator handed this deployment to a newer attempt")
 		}
