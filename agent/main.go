@@ -15,6 +15,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobrun"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statecmd"
 )
 
 // Exit codes of the agent itself.
@@ -40,7 +41,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		case process.WrapperCommand:
 			return process.WrapperMain(args[1:])
 		case "state":
-			return runState(args[1:], stdout, stderr)
+			return statecmd.Main(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, version())
 			return exitOK

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/config"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
@@ -62,13 +64,17 @@ func TestWaitsForAReadableKey(t *testing.T) {
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 
+	// The health server runs from the start (as run starts it); the wait shows up on its /readyz.
+	readiness := health.NewState(time.Second, nil)
+	go func() { _ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), log) }()
+
 	type result struct {
 		key ed25519.PrivateKey
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		k, err := waitForKey(t.Context(), cfg, log, 50*time.Millisecond)
+		k, err := waitForKey(t.Context(), cfg, log, readiness, 50*time.Millisecond)
 		done <- result{k, err}
 	}()
 
@@ -112,7 +118,7 @@ func TestWaitsForAReadableKey(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	cfg.PrivateKeyFile = filepath.Join(dir, "absent.pem")
-	if _, err := waitForKey(ctx, cfg, log, time.Hour); err == nil {
+	if _, err := waitForKey(ctx, cfg, log, readiness, time.Hour); err == nil {
 		t.Fatal("a canceled wait must return an error")
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,11 +25,22 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/leader"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/session"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statebackend"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
+
+// keyRetryInterval is how often a missing or unreadable key file is read again.
+const keyRetryInterval = 10 * time.Second
+
+// orchestratorTimeout bounds one request to the orchestrator; it covers the 30 s long poll with
+// room.
+const orchestratorTimeout = 90 * time.Second
 
 func version() string { return "outpost-agent " + config.Version }
 
@@ -59,12 +71,7 @@ func runAgent(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	key, err := waitForKey(ctx, cfg, log, keyRetryInterval)
-	if err != nil {
-		log.Info("agent stopped before its private key could be read")
-		return exitOK
-	}
-	if err := run(ctx, cfg, log, agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)); err != nil {
+	if err := run(ctx, cfg, log); err != nil {
 		log.Error("agent stopped", "err", err)
 		return exitRuntime
 	}
@@ -83,22 +90,11 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return log
 }
 
-func run(ctx context.Context, cfg *config.Config, log *slog.Logger, signer *agentauth.Signer) error {
-	metrics := health.NewMetrics(config.Version)
-	httpClient, retryAfter, err := orchestratorHTTPClient(cfg)
-	if err != nil {
-		return err
-	}
-	client, err := api.NewAgentClient(cfg.APIURL, signer, api.WithHTTPClient(httpClient),
-		api.WithRequestHook(metrics.RequestHook), api.WithUserAgent("outpost-agent/"+config.Version))
-	if err != nil {
-		return err
-	}
-	kube, err := kubeClient(cfg)
-	if err != nil {
-		return err
-	}
-	exec, err := newExecutor(cfg, kube, log)
+// run wires the agent's parts together. Health and metrics are served first, so that /readyz
+// explains a wait for the private key; everything that needs the key starts once it is read.
+func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	m := metrics.New(config.Version)
+	kube, err := newKubeClient(cfg)
 	if err != nil {
 		return err
 	}
@@ -109,73 +105,132 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger, signer *agen
 			return err
 		}
 	}
-	state := health.NewState(cfg.PollWait, kubeCheck)
-	claims := session.NewClaims()
+	readiness := health.NewState(cfg.PollWait, kubeCheck)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), log) })
+	key, err := waitForKey(gctx, cfg, log, readiness, keyRetryInterval)
+	if err != nil {
+		if ctx.Err() != nil {
+			log.Info("agent stopped before its private key could be read")
+		}
+		return wait(ctx, g)
+	}
+	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)
+	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
+	if err != nil {
+		return fmt.Errorf("--ca-bundle-file: %w", err)
+	}
+	orch, err := client.NewAgentClient(cfg.APIURL, signer, client.WithHTTPClient(httpClient),
+		client.WithRequestHook(m.RequestHook), client.WithUserAgent("outpost-agent/"+config.Version))
+	if err != nil {
+		return err
+	}
+	exec, err := newExecutor(cfg, kube, log)
+	if err != nil {
+		return err
+	}
+	tokens := jobtoken.New()
 	sess := session.New(session.Options{
-		Client: client, Executor: exec, Claims: claims, Metrics: metrics, Health: state, Logger: log,
+		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
-		RetryAfter: retryAfter,
 	})
 	log.Info("agent starting", "version", config.Version, "runner", cfg.RunnerID, "org", cfg.OrgID,
 		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElect)
 
-	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return exec.Run(gctx) })
-	g.Go(func() error { return serve(gctx, "health", cfg.HealthListen, health.Handler(state, metrics), log) })
-	var forwarder *leaderForwarder
-	if sb := stateHandler(cfg, kube, claims, log); sb != nil {
+	var forwarder *statebackend.Forwarder
+	if cfg.LeaderElect {
+		forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
+	}
+	if sb := newStateServer(cfg, kube, tokens, forwarder, log); sb != nil {
 		defer sb.Close()
-		if cfg.LeaderElect {
-			forwarder = newLeaderForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
-			sb.forwarder = forwarder
-		}
 		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, sb, log) })
 	}
-	work := func(lctx context.Context) { runSession(lctx, sess, log) }
 	if cfg.LeaderElect {
 		g.Go(func() error {
 			return leader.Run(gctx, leader.Options{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName,
 				Identity: cfg.Instance(), Logger: log, OnChange: func(v bool) {
-					state.SetLeader(v)
-					metrics.Leader.Set(boolFloat(v))
-					if forwarder != nil {
-						forwarder.SetLeading(v)
-					}
-				}, OnNewLeader: func(id string) {
-					if forwarder != nil {
-						forwarder.SetLeader(id)
-					}
-				}}, work)
+					readiness.SetLeader(v)
+					m.Leader.Set(boolFloat(v))
+					forwarder.SetLeading(v)
+				}, OnNewLeader: forwarder.SetLeader}, sess.RunAndRestart)
 		})
 	} else {
-		state.SetLeader(true)
-		metrics.Leader.Set(1)
-		g.Go(func() error { work(gctx); return nil })
+		readiness.SetLeader(true)
+		m.Leader.Set(1)
+		g.Go(func() error { sess.RunAndRestart(gctx); return nil })
 	}
-	err = g.Wait()
+	return wait(ctx, g)
+}
+
+// wait waits for the agent's parts; their ending because the agent was stopped is no error.
+func wait(ctx context.Context, g *errgroup.Group) error {
+	err := g.Wait()
 	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
 		return nil
 	}
 	return err
 }
 
-// runSession keeps a session running while ctx lasts; a session that fails (the executor could
-// not list its jobs) is restarted after a pause instead of taking the agent down.
-func runSession(ctx context.Context, s *session.Session, log *slog.Logger) {
-	back := session.Backoff{Base: time.Second, Max: 30 * time.Second}
-	for ctx.Err() == nil {
-		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
-			wait := back.Next(0)
-			log.Error("session failed; restarting it", "err", err, "wait", wait.String())
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-			case <-t.C:
-			}
-			t.Stop()
+// waitForKey returns the runner's private key, waiting (with readiness check "private_key"
+// failing, see health.State.Await) until the file is readable.
+func waitForKey(ctx context.Context, cfg *config.Config, log *slog.Logger, readiness *health.State, every time.Duration) (ed25519.PrivateKey, error) {
+	var key ed25519.PrivateKey
+	waited := false
+	err := readiness.Await(ctx, "private_key", every, func() (err error) {
+		key, err = cfg.LoadPrivateKey()
+		return err
+	}, func(err error) {
+		if !waited {
+			waited = true
+			log.Error("cannot load the runner's private key; waiting for a readable key file (mount the key Secret, or fix --private-key-file)",
+				"err", err, "retry_every", every.String())
+			return
 		}
+		log.Error("cannot load the runner's private key", "err", err)
+	})
+	if err == nil && waited {
+		log.Info("private key loaded; starting", "file", cfg.PrivateKeyFile)
 	}
+	return key, err
+}
+
+// newKubeClient connects to the cluster (package kubeclient). The process executor without
+// leader election needs no cluster unless it serves Kubernetes state, so it gets nil when no
+// kubeconfig was given.
+func newKubeClient(cfg *config.Config) (kubernetes.Interface, error) {
+	if cfg.Kubeconfig == "" && cfg.Executor == config.ExecutorProcess && !cfg.LeaderElect {
+		return nil, nil
+	}
+	return kubeclient.New(kubeOptions(cfg))
+}
+
+// kubeOptions are the agent's Kubernetes client settings.
+func kubeOptions(cfg *config.Config) kubeclient.Options {
+	return kubeclient.Options{Kubeconfig: cfg.Kubeconfig, QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst,
+		UserAgent: "outpost-agent/" + config.Version}
+}
+
+// newStateServer returns the state backend, or nil when the agent has no cluster to keep states
+// in.
+func newStateServer(cfg *config.Config, kube kubernetes.Interface, tokens *jobtoken.Registry, fw *statebackend.Forwarder, log *slog.Logger) *statebackend.Server {
+	if kube == nil {
+		log.Info("no Kubernetes client; the state backend is not served (set --kubeconfig to serve it)")
+		return nil
+	}
+	key, err := cfg.LoadStateEncryptionKey()
+	if err != nil {
+		// Validate already checked the file; a change since then must not silently store
+		// plaintext, so the backend is not served and the log says why.
+		log.Error("state encryption key unreadable; the state backend is not served", "err", err)
+		return nil
+	}
+	if key != nil {
+		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.StateEncryptionKeyFile)
+	}
+	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens,
+		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log})
 }
 
 func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger) (runnable, error) {

@@ -22,6 +22,7 @@ import (
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
@@ -77,7 +78,7 @@ type env struct {
 	t        *testing.T
 	cluster  *testbed.Cluster
 	orch     *orchestratortest.Instance
-	admin    *api.AdminClient
+	admin    *client.AdminClient
 	ns       string
 	runnerID string
 	keyFile  string
@@ -91,7 +92,7 @@ func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
 	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
 	e.apiURL = e.orch.URL
 	var err error
-	if e.admin, err = api.NewAdminClient(e.orch.URL, "acme", e.orch.AdminToken); err != nil {
+	if e.admin, err = client.NewAdminClient(e.orch.URL, "acme", e.orch.AdminToken); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()

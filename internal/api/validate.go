@@ -1,14 +1,12 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
 // FieldError is a validation failure of one field of a request body. The orchestrator returns it
@@ -92,19 +90,9 @@ func ValidatePublicKeys(field string, pems []string) error {
 	return nil
 }
 
-// ValidatePodTemplate checks a runner's pod template (see package podtemplate).
-func ValidatePodTemplate(field, tpl string) error {
-	if _, err := podtemplate.Parse(tpl); err != nil {
-		var pe *podtemplate.Error
-		if errors.As(err, &pe) && pe.Path != "" {
-			return fieldErr(field, "%s: %s", pe.Path, pe.Message)
-		}
-		return fieldErr(field, "%v", err)
-	}
-	return nil
-}
-
-// Validate checks a runner create or update body.
+// Validate checks a runner create or update body, all but its pod template: that check needs the
+// Kubernetes types, which this package keeps out of the orchestrator's and the client's imports,
+// so callers also run podtemplate.Validate("job.pod_template", …).
 func (in *RunnerInput) Validate() error {
 	if err := ValidateID("id", in.ID); err != nil {
 		return err
@@ -119,9 +107,6 @@ func (in *RunnerInput) Validate() error {
 		return err
 	}
 	if err := ValidateServiceAccount("job.service_account", in.Job.ServiceAccount); err != nil {
-		return err
-	}
-	if err := ValidatePodTemplate("job.pod_template", in.Job.PodTemplate); err != nil {
 		return err
 	}
 	if err := ValidateID("state_storage_id", in.StateStorageID); err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // privateKeyDataKey is the Secret data key the key pair resource writes and the chart mounts.
@@ -90,7 +91,7 @@ func startAgent(ctx context.Context, c *Config, s *stepper, cli, kubeconfig, api
 }
 
 // waitConnected waits until the orchestrator reports the runner's agent connected.
-func waitConnected(ctx context.Context, admin *api.AdminClient, runnerID string, timeout time.Duration, c Config, s *stepper) error {
+func waitConnected(ctx context.Context, admin *client.AdminClient, runnerID string, timeout time.Duration, c Config, s *stepper) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		r, err := admin.GetRunner(ctx, runnerID)

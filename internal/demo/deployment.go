@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // StateKey is the state the demo's deployments share.
@@ -29,7 +30,7 @@ type deploymentResult struct {
 }
 
 // runDeployment submits examples/quickstart/deployment as an apply and follows its log.
-func runDeployment(ctx context.Context, c *Config, s *stepper, admin *api.AdminClient, greeting string) (*deploymentResult, error) {
+func runDeployment(ctx context.Context, c *Config, s *stepper, admin *client.AdminClient, greeting string) (*deploymentResult, error) {
 	archive, err := packDir(filepath.Join(c.Repo, "examples", "quickstart", "deployment"))
 	if err != nil {
 		return nil, err
@@ -65,7 +66,7 @@ func runDeployment(ctx context.Context, c *Config, s *stepper, admin *api.AdminC
 	}, nil
 }
 
-func printOutputs(ctx context.Context, s *stepper, admin *api.AdminClient, r *deploymentResult) error {
+func printOutputs(ctx context.Context, s *stepper, admin *client.AdminClient, r *deploymentResult) error {
 	outs, err := admin.GetOutputs(ctx, r.dep.ID)
 	if err != nil {
 		return fmt.Errorf("read outputs of %s: %w", r.dep.ID, err)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // TestInstallerModule applies modules/kubernetes-agent-runner for real, the way a user's root
@@ -53,7 +54,7 @@ func TestInstallerModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	apiURL := "http://" + c.OrchestratorAddr
-	admin, err := api.NewAdminClient(apiURL, c.Org, token)
+	admin, err := client.NewAdminClient(apiURL, c.Org, token)
 	if err != nil {
 		t.Fatal(err)
 	}

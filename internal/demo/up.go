@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // Up runs the demo. It is idempotent: parts already running are reused, the quickstart apply
@@ -48,7 +48,7 @@ func Up(ctx context.Context, c Config) error {
 		return err
 	}
 	apiURL := "http://" + c.OrchestratorAddr
-	admin, err := api.NewAdminClient(apiURL, c.Org, token)
+	admin, err := client.NewAdminClient(apiURL, c.Org, token)
 	if err != nil {
 		return err
 	}

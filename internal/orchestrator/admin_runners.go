@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
 // pathID reads and checks the {id} path parameter; a malformed id is a 400, not a 404, so a
@@ -11,6 +12,15 @@ import (
 func pathID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
 	return id, api.ValidateID("id", id)
+}
+
+// validateRunner checks a runner body, pod template included (package api leaves that check to
+// package podtemplate, which has the Kubernetes types).
+func validateRunner(in *api.RunnerInput) error {
+	if err := in.Validate(); err != nil {
+		return err
+	}
+	return podtemplate.Validate("job.pod_template", in.Job.PodTemplate)
 }
 
 // runnerView fills in what is computed, not stored: whether the agent is connected now.
@@ -27,7 +37,7 @@ func (s *Server) createRunner(w http.ResponseWriter, r *http.Request, c *call) e
 	if err := decodeJSON(c.body, &in); err != nil {
 		return err
 	}
-	if err := in.Validate(); err != nil {
+	if err := validateRunner(&in); err != nil {
 		return err
 	}
 	out, err := s.store.createRunner(r.Context(), c.org, in)
@@ -78,7 +88,7 @@ func (s *Server) updateRunner(w http.ResponseWriter, r *http.Request, c *call) e
 	if in.ID != id {
 		return invalid("id", "%q does not match the id %q in the path; a runner's id cannot change", in.ID, id)
 	}
-	if err := in.Validate(); err != nil {
+	if err := validateRunner(&in); err != nil {
 		return err
 	}
 	out, err := s.store.updateRunner(r.Context(), c.org, in)

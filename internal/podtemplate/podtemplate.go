@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // MainContainer is the name of the container the runner drives.
@@ -64,6 +66,21 @@ func Parse(raw string) (*corev1.PodTemplateSpec, error) {
 		return nil, err
 	}
 	return &tpl, nil
+}
+
+// Validate checks a template that arrives as field of a request body (a runner's
+// job.pod_template). The error is an *api.FieldError naming the field and the path inside the
+// template, so the orchestrator answers it with a 400 and the provider shows it at plan time in
+// the same words.
+func Validate(field, raw string) error {
+	if _, err := Parse(raw); err != nil {
+		var pe *Error
+		if errors.As(err, &pe) && pe.Path != "" {
+			return &api.FieldError{Field: field, Message: pe.Path + ": " + pe.Message}
+		}
+		return &api.FieldError{Field: field, Message: err.Error()}
+	}
+	return nil
 }
 
 // Check validates a decoded template against the runner's contract.

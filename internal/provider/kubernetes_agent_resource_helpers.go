@@ -15,23 +15,24 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/helm"
 )
 
 // checkRunner makes sure the runner exists and that the agent grants itself access to the
 // namespaces the runner uses, so a mismatch fails here and not as a Job the agent may not create.
-func (r *kubernetesAgentResource) checkRunner(ctx context.Context, client *api.AdminClient, plan kubernetesAgentModel) diag.Diagnostics {
+func (r *kubernetesAgentResource) checkRunner(ctx context.Context, admin *client.AdminClient, plan kubernetesAgentModel) diag.Diagnostics {
 	var diags diag.Diagnostics
 	id := plan.RunnerID.ValueString()
-	if plan.OrgID.ValueString() != client.Org() {
+	if plan.OrgID.ValueString() != admin.Org() {
 		tflog.Debug(ctx, "not checking the runner: it belongs to another organisation than the provider's", map[string]any{"runner_id": id})
 		return nil
 	}
-	runner, err := client.GetRunner(ctx, id)
+	runner, err := admin.GetRunner(ctx, id)
 	if errors.Is(err, api.ErrNotFound) {
 		diags.AddAttributeError(path.Root("runner_id"), "Runner Not Found",
 			fmt.Sprintf("Runner %q is not registered in organisation %q. Register it with an outpost_kubernetes_agent_runner "+
-				"resource and set runner_id = outpost_kubernetes_agent_runner.<name>.id, so Terraform creates the runner first.", id, client.Org()))
+				"resource and set runner_id = outpost_kubernetes_agent_runner.<name>.id, so Terraform creates the runner first.", id, admin.Org()))
 		return diags
 	}
 	if err != nil {
@@ -50,7 +51,7 @@ func (r *kubernetesAgentResource) checkRunner(ctx context.Context, client *api.A
 		mismatch("job_service_account", "job service account", runner.Job.ServiceAccount, plan.JobServiceAccount.ValueString())
 	}
 	if plan.ServeState.ValueBool() {
-		storage, err := client.GetStateStorage(ctx, runner.StateStorageID)
+		storage, err := admin.GetStateStorage(ctx, runner.StateStorageID)
 		if err == nil && storage.Kubernetes != nil && storage.Kubernetes.Namespace != plan.StateNamespace.ValueString() {
 			mismatch("state_namespace", "the kubernetes state storage in namespace", storage.Kubernetes.Namespace, plan.StateNamespace.ValueString())
 		}

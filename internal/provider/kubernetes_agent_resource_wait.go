@@ -16,6 +16,7 @@ import (
 
 	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // connectionPollInterval is how often the wait asks the orchestrator about the runner.
@@ -23,7 +24,7 @@ const connectionPollInterval = 2 * time.Second
 
 // waitForConnection polls the orchestrator until the runner reports connected or ctx ends. On
 // timeout it explains what to check, with what it can find out about the agent's pods.
-func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, client *api.AdminClient, conn *kubeConn, plan kubernetesAgentModel, rel *release.Release, timeout time.Duration) diag.Diagnostics {
+func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, admin *client.AdminClient, conn *kubeConn, plan kubernetesAgentModel, rel *release.Release, timeout time.Duration) diag.Diagnostics {
 	var diags diag.Diagnostics
 	id := plan.RunnerID.ValueString()
 	fields := map[string]any{"runner_id": id, "namespace": rel.Namespace, "release": rel.Name}
@@ -33,7 +34,7 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, client 
 	defer ticker.Stop()
 	var last *api.Runner
 	for {
-		runner, err := client.GetRunner(ctx, id)
+		runner, err := admin.GetRunner(ctx, id)
 		switch {
 		case err == nil:
 			last = runner

@@ -16,6 +16,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
@@ -117,13 +118,13 @@ func agentPoll(t *testing.T, e *accEnv, runnerID string, priv ed25519.PrivateKey
 }
 
 func tryAgentPoll(e *accEnv, runnerID string, priv ed25519.PrivateKey) error {
-	client, err := api.NewAgentClient(e.orch.URL, agentauth.NewSigner(e.org, runnerID, priv),
-		api.WithRetryPolicy(api.RetryPolicy{MaxAttempts: 1}))
+	agent, err := client.NewAgentClient(e.orch.URL, agentauth.NewSigner(e.org, runnerID, priv),
+		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = client.Poll(ctx, api.PollRequest{AgentVersion: testAgentVersion, Instance: "test-agent", WaitSeconds: 0})
+	_, err = agent.Poll(ctx, api.PollRequest{AgentVersion: testAgentVersion, Instance: "test-agent", WaitSeconds: 0})
 	return err
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-log/tflog"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // Environment variables the provider configuration falls back to.
@@ -158,16 +159,16 @@ func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureR
 	data.kube = kube
 
 	if len(data.unknown) == 0 {
-		client, err := api.NewAdminClient(data.apiURL, data.orgID, data.token,
-			api.WithUserAgent("terraform-provider-outpost/"+p.version),
-			api.WithRequestHook(logRequest))
+		admin, err := client.NewAdminClient(data.apiURL, data.orgID, data.token,
+			client.WithUserAgent("terraform-provider-outpost/"+p.version),
+			client.WithRequestHook(logRequest))
 		if err != nil {
 			resp.Diagnostics.AddError("Unable to Create Outpost Client",
 				"The orchestrator client could not be built from the provider configuration. Check api_url and org_id.\n\n"+
 					"Original error: "+err.Error())
 			return
 		}
-		data.client = client
+		data.client = admin
 	}
 
 	ctx = tflog.SetField(ctx, "outpost_api_url", data.apiURL)
@@ -196,7 +197,7 @@ func (p *outpostProvider) DataSources(_ context.Context) []func() datasource.Dat
 
 // logRequest writes one orchestrator request attempt to the provider log. It never logs bodies
 // or credentials (RequestInfo holds neither).
-func logRequest(ctx context.Context, info api.RequestInfo) {
+func logRequest(ctx context.Context, info client.RequestInfo) {
 	fields := map[string]any{
 		"method":      info.Method,
 		"path":        info.Path,

@@ -6,7 +6,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // providerData is what Configure hands to resources and data sources.
@@ -16,7 +16,7 @@ type providerData struct {
 	orgID   string
 	token   string
 	// client is nil while a setting is unknown (see unknown).
-	client *api.AdminClient
+	client *client.AdminClient
 	// unknown lists the orchestrator settings that were unknown at Configure time.
 	unknown []unknownSetting
 	// kube connects to the cluster on first use; only resources that touch the cluster call it.
@@ -30,7 +30,7 @@ type unknownSetting struct {
 
 // adminClient returns the orchestrator client, or a diagnostic per provider setting that was
 // unknown when the provider was configured.
-func (d *providerData) adminClient() (*api.AdminClient, diag.Diagnostics) {
+func (d *providerData) adminClient() (*client.AdminClient, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	if d == nil {
 		diags.Append(notConfigured())

@@ -17,7 +17,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
@@ -45,7 +45,7 @@ type accEnv struct {
 	t       *testing.T
 	orch    *orchestratortest.Instance
 	org     string
-	admin   *api.AdminClient
+	admin   *client.AdminClient
 	cluster *testbed.Cluster
 }
 
@@ -57,7 +57,7 @@ func newAccEnv(t *testing.T) *accEnv {
 	}
 	orch := orchestratortest.Start(t)
 	org := "acme"
-	admin, err := api.NewAdminClient(orch.URL, org, orch.AdminToken)
+	admin, err := client.NewAdminClient(orch.URL, org, orch.AdminToken)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
 // Validators that run the API's own checks at plan time, so a configuration the orchestrator
@@ -84,7 +85,7 @@ func podTemplateValidator() validator.String {
 	return stringCheck{
 		summary:     "Invalid Pod Template",
 		description: "must be a Kubernetes PodTemplateSpec in JSON with a container named \"main\"",
-		check:       func(s string) error { return api.ValidatePodTemplate("job.pod_template", s) },
+		check:       func(s string) error { return podtemplate.Validate("job.pod_template", s) },
 	}
 }
 

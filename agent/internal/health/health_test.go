@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 func TestReadiness(t *testing.T) {
@@ -19,8 +20,8 @@ func TestReadiness(t *testing.T) {
 	var kubeCalls int
 	s := NewState(30*time.Second, func(context.Context) error { kubeCalls++; return kubeErr })
 	s.now = func() time.Time { return now }
-	m := NewMetrics("test")
-	srv := httptest.NewServer(Handler(s, m))
+	m := metrics.New("test")
+	srv := httptest.NewServer(Handler(s, m.Registry))
 	defer srv.Close()
 	get := func(path string) (int, string) {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
@@ -69,19 +70,58 @@ func TestReadiness(t *testing.T) {
 	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "last successful poll 1m13s ago") {
 		t.Errorf("stale session readyz %d %s", code, body)
 	}
-	m.RequestHook(t.Context(), api.RequestInfo{Path: "/api/v1/agent/jobs/dep-1/claim", Status: 409, Duration: time.Millisecond})
+	m.RequestHook(t.Context(), client.RequestInfo{Path: "/api/v1/agent/jobs/dep-1/claim", Status: 409, Duration: time.Millisecond})
 	if _, body := get("/metrics"); !strings.Contains(body, `outpost_agent_orchestrator_requests_total{code="409",endpoint="claim"} 1`) {
 		t.Error("metrics lack the claim request")
 	}
 }
 
-func TestEndpoint(t *testing.T) {
-	for path, want := range map[string]string{
-		"/api/v1/agent/poll": "poll", "/api/v1/agent/heartbeat": "heartbeat",
-		"/api/v1/agent/jobs/x/claim": "claim", "/api/v1/agent/jobs/x/events": "events", "/api/v1/orgs/a/runners": "other",
-	} {
-		if got := Endpoint(path); got != want {
-			t.Errorf("Endpoint(%s) = %s, want %s", path, got, want)
+// While something the agent needs is missing, /readyz says so by name, and the check clears
+// once the wait is over; a changed reason is reported again, the same one is not.
+func TestAwaitFailsReadinessUntilDone(t *testing.T) {
+	s := NewState(time.Second, nil)
+	s.SetLeader(true)
+	s.PollOK()
+	reasons := []error{errors.New("no such file"), errors.New("no such file"), errors.New("not a PEM key"), nil}
+	var tries int
+	var reported []string
+	seen := make(chan struct{}, len(reasons))
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Await(t.Context(), "private_key", time.Millisecond, func() error {
+			<-seen // one readiness look per try
+			err := reasons[tries]
+			tries++
+			return err
+		}, func(err error) { reported = append(reported, err.Error()) })
+	}()
+	seen <- struct{}{}
+	for _, want := range []string{"no such file", "no such file", "not a PEM key"} {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			ok, checks := s.Ready(t.Context())
+			if !ok && checks["private_key"].Message == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("readiness never said %q: %v %+v", want, ok, checks)
+			}
+			time.Sleep(time.Millisecond)
 		}
+		seen <- struct{}{}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Await = %v", err)
+	}
+	if ok, checks := s.Ready(t.Context()); !ok {
+		t.Fatalf("still not ready after the wait: %+v", checks)
+	}
+	if strings.Join(reported, ",") != "no such file,not a PEM key" {
+		t.Fatalf("reported %q; want each distinct reason once", reported)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := s.Await(ctx, "x", time.Hour, func() error { return errors.New("never") }, func(error) {}); err == nil {
+		t.Fatal("a canceled wait must return an error")
 	}
 }

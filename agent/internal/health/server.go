@@ -1,3 +1,8 @@
+// Package health serves the agent's /healthz, /readyz and Prometheus /metrics, from the moment
+// the process starts. Readiness means "this replica can do its part": it reaches the Kubernetes
+// API, it has what it needs to start (its private key, see State.Await), and if it leads, its
+// session with the orchestrator is alive. /readyz says which check failed and why, so `kubectl
+// describe pod` shows the reason instead of a crash loop.
 package health
 
 import (
@@ -7,11 +12,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // State is what readiness is judged on. Every field is updated by its owner (leader election,
-// session, Kubernetes probe) and read by /readyz.
+// session, Kubernetes probe, the wait for the private key) and read by /readyz.
 type State struct {
 	mu        sync.Mutex
 	leader    bool
@@ -20,13 +26,60 @@ type State struct {
 	kubeCheck func(context.Context) error
 	kubeOK    time.Time
 	kubeErr   error
+	failing   map[string]error // checks their owners run themselves (SetCheck), by name
 	now       func() time.Time
 }
 
 // NewState returns a State; pollWait is the long-poll time (a poll older than twice that means
 // the session is dead); kubeCheck probes the Kubernetes API (nil when the agent needs none).
 func NewState(pollWait time.Duration, kubeCheck func(context.Context) error) *State {
-	return &State{pollWait: pollWait, kubeCheck: kubeCheck, now: time.Now}
+	return &State{pollWait: pollWait, kubeCheck: kubeCheck, failing: map[string]error{}, now: time.Now}
+}
+
+// SetCheck records the outcome of a check its owner runs itself: while err is not nil the
+// replica is not ready and /readyz shows check name failing with err's message; nil clears it.
+func (s *State) SetCheck(name string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil {
+		delete(s.failing, name)
+		return
+	}
+	s.failing[name] = err
+}
+
+// Await calls try until it succeeds or ctx ends, every interval, and keeps check name failing
+// with try's error meanwhile (see SetCheck). Something the agent cannot start without but may
+// get later (a key Secret mounted late, or being rotated) is waited for this way instead of
+// exiting, which would turn it into a crash loop that hides the reason. changed is called with
+// the first error and with every error that differs from the one before, for the log. Await
+// returns nil once try succeeded, else ctx's error.
+func (s *State) Await(ctx context.Context, name string, interval time.Duration, try func() error, changed func(error)) error {
+	err := try()
+	if err == nil {
+		return nil
+	}
+	s.SetCheck(name, err)
+	changed(err)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		next := try()
+		if next == nil {
+			s.SetCheck(name, nil)
+			return nil
+		}
+		s.SetCheck(name, next)
+		if next.Error() != err.Error() {
+			changed(next)
+		}
+		err = next
+	}
 }
 
 // SetLeader records whether this replica leads.
@@ -57,8 +110,11 @@ type check struct {
 func (s *State) Ready(ctx context.Context) (bool, map[string]check) {
 	s.mu.Lock()
 	leader, last, wait := s.leader, s.lastPoll, s.pollWait
-	s.mu.Unlock()
 	out := map[string]check{"leader": {OK: true, Message: "this replica leads"}}
+	for name, err := range s.failing {
+		out[name] = check{Message: err.Error()}
+	}
+	s.mu.Unlock()
 	if !leader {
 		out["leader"] = check{OK: true, Message: "another replica leads; this one stands by"}
 		out["session"] = check{OK: true, Message: "standby: the leader holds the session"}
@@ -105,8 +161,9 @@ func (s *State) kube(ctx context.Context) error {
 	return err
 }
 
-// Handler serves /healthz (the process is up), /readyz and /metrics.
-func Handler(s *State, m *Metrics) http.Handler {
+// Handler serves /healthz (the process is up), /readyz and /metrics (the metrics registered on
+// reg, which also gets the handler's own error counter).
+func Handler(s *State, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -120,6 +177,6 @@ func Handler(s *State, m *Metrics) http.Handler {
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": ok, "checks": checks})
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	return mux
 }

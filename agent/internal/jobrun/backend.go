@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -69,7 +70,7 @@ func backendConfig(st api.StateStorage, stateKey, stateBaseURL string) (string, 
 	switch st.Type {
 	case api.StateStorageKubernetes:
 		if stateBaseURL == "" {
-			return "", fmt.Errorf("state storage %q is of type kubernetes but OUTPOST_STATE_URL is not set; the agent sets it to the URL of its state backend", st.ID)
+			return "", fmt.Errorf("state storage %q is of type kubernetes but %s is not set; the agent sets it to the URL of its state backend", st.ID, jobenv.StateURL)
 		}
 		addr := stateURL(stateBaseURL, stateKey)
 		kind = "http"

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 )
 
 // stopper turns the ways a job is asked to stop into two levels. The first request (the first
@@ -197,18 +199,18 @@ func resolveCLI(name string) (string, error) {
 	case filepath.IsAbs(name):
 		fi, err := os.Stat(name)
 		if err != nil {
-			return "", fmt.Errorf("OUTPOST_CLI: %w", err)
+			return "", fmt.Errorf("%s: %w", jobenv.CLI, err)
 		}
 		if fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("OUTPOST_CLI: %s is not an executable file", name)
+			return "", fmt.Errorf("%s: %s is not an executable file", jobenv.CLI, name)
 		}
 		return name, nil
 	case name != "terraform" && name != "tofu":
-		return "", fmt.Errorf("OUTPOST_CLI is %q; use terraform, tofu or an absolute path to one of them", name)
+		return "", fmt.Errorf("%s is %q; use terraform, tofu or an absolute path to one of them", jobenv.CLI, name)
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("OUTPOST_CLI: %s not found on PATH (%s); install it in the job image or set OUTPOST_CLI to its absolute path", name, os.Getenv("PATH"))
+		return "", fmt.Errorf("%[1]s: %[2]s not found on PATH (%[3]s); install it in the job image or set %[1]s to its absolute path", jobenv.CLI, name, os.Getenv("PATH"))
 	}
 	return p, nil
 }

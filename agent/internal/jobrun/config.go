@@ -1,19 +1,16 @@
 package jobrun
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -21,7 +18,8 @@ import (
 const defaultTokenFile = "/var/run/outpost/job/token"
 
 // config is the job runner's configuration. Every setting is a flag of `outpost-agent job` that
-// defaults to its environment variable, as for the agent itself; the agent sets the variables.
+// defaults to its environment variable (package jobenv), as for the agent itself; the agent's
+// executors set the variables.
 // The token itself is never taken from the environment or the command line (both are visible
 // in /proc and in the pod spec), only from a file.
 type config struct {
@@ -49,12 +47,12 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 			"128+N = stopped by signal N.\n\nFlags (each defaults to its environment variable):\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.APIURL, "api-url", env("OUTPOST_API_URL", ""), "orchestrator base URL (OUTPOST_API_URL)")
-	fs.StringVar(&c.TokenFile, "token-file", env("OUTPOST_JOB_TOKEN_FILE", defaultTokenFile), "file holding the per-job token (OUTPOST_JOB_TOKEN_FILE)")
-	fs.StringVar(&c.StateURL, "state-url", env("OUTPOST_STATE_URL", ""), "base URL of the agent's state backend (OUTPOST_STATE_URL)")
-	fs.StringVar(&c.CLI, "cli", env("OUTPOST_CLI", "terraform"), "terraform, tofu or an absolute path (OUTPOST_CLI)")
-	fs.StringVar(&c.WorkDir, "work-dir", env("OUTPOST_WORK_DIR", ""), "work directory; default $TMPDIR/outpost-job-<job id> (OUTPOST_WORK_DIR)")
-	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env("OUTPOST_CA_BUNDLE_FILE", ""), "extra PEM CA certificates (OUTPOST_CA_BUNDLE_FILE)")
+	fs.StringVar(&c.APIURL, "api-url", env(jobenv.APIURL, ""), "orchestrator base URL ("+jobenv.APIURL+")")
+	fs.StringVar(&c.TokenFile, "token-file", env(jobenv.TokenFile, defaultTokenFile), "file holding the per-job token ("+jobenv.TokenFile+")")
+	fs.StringVar(&c.StateURL, "state-url", env(jobenv.StateURL, ""), "base URL of the agent's state backend ("+jobenv.StateURL+")")
+	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, "terraform"), "terraform, tofu or an absolute path ("+jobenv.CLI+")")
+	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<job id> ("+jobenv.WorkDir+")")
+	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env(jobenv.CABundleFile, ""), "extra PEM CA certificates ("+jobenv.CABundleFile+")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -62,10 +60,10 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if c.APIURL == "" {
-		return c, fmt.Errorf("OUTPOST_API_URL is not set; the agent sets it to the orchestrator's URL")
+		return c, fmt.Errorf("%s is not set; the agent sets it to the orchestrator's URL", jobenv.APIURL)
 	}
 	if c.StateURL != "" && !strings.HasPrefix(c.StateURL, "http://") && !strings.HasPrefix(c.StateURL, "https://") {
-		return c, fmt.Errorf("OUTPOST_STATE_URL %q must start with http:// or https://", c.StateURL)
+		return c, fmt.Errorf("%s %q must start with http:// or https://", jobenv.StateURL, c.StateURL)
 	}
 	return c, nil
 }
@@ -74,41 +72,13 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("read the job token (OUTPOST_JOB_TOKEN_FILE): %w", err)
+		return "", fmt.Errorf("read the job token (%s): %w", jobenv.TokenFile, err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
 		return "", fmt.Errorf("the job token file %s is empty", path)
 	}
 	return tok, nil
-}
-
-// newHTTPClient returns the client for the orchestrator: proxies from the environment, the
-// system trust store plus the CA bundle, TLS 1.2 or later. It also returns the bundle's PEM,
-// which the http backend gets for an https state URL.
-func newHTTPClient(caFile string) (*http.Client, string, error) {
-	tr := &http.Transport{Proxy: http.ProxyFromEnvironment}
-	if def, ok := http.DefaultTransport.(*http.Transport); ok {
-		tr = def.Clone() // keeps the standard timeouts and HTTP/2
-	}
-	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	var pemData string
-	if caFile != "" {
-		b, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, "", fmt.Errorf("read OUTPOST_CA_BUNDLE_FILE: %w", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil || pool == nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(b) {
-			return nil, "", fmt.Errorf("OUTPOST_CA_BUNDLE_FILE %s holds no PEM certificate", caFile)
-		}
-		tr.TLSClientConfig.RootCAs = pool
-		pemData = string(b)
-	}
-	return &http.Client{Transport: tr, Timeout: time.Minute}, pemData, nil
 }
 
 var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
@@ -39,8 +40,8 @@ type harness struct {
 	// connection while down is set.
 	apiURL   string
 	down     atomic.Bool
-	admin    *api.AdminClient
-	agent    *api.AgentClient
+	admin    *client.AdminClient
+	agent    *client.AgentClient
 	state    *memStateBackend
 	stateURL string
 	cli      string
@@ -67,7 +68,7 @@ func newHarness(t *testing.T, cli string) *harness {
 	}))
 	t.Cleanup(proxy.Close)
 	ctx := context.Background()
-	admin, err := api.NewAdminClient(orch.URL, testOrg, orch.AdminToken)
+	admin, err := client.NewAdminClient(orch.URL, testOrg, orch.AdminToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func newHarness(t *testing.T, cli string) *harness {
 		Job: api.RunnerJob{Namespace: "outpost-jobs", ServiceAccount: "outpost-job"}}); err != nil {
 		t.Fatal(err)
 	}
-	agent, err := api.NewAgentClient(orch.URL, agentauth.NewSigner(testOrg, testRunner, priv))
+	agent, err := client.NewAgentClient(orch.URL, agentauth.NewSigner(testOrg, testRunner, priv))
 	if err != nil {
 		t.Fatal(err)
 	}

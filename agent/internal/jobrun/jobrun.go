@@ -34,7 +34,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // Exit codes of the job runner itself; see the package documentation.
@@ -57,7 +59,7 @@ const (
 
 // specRetry is patient: a Job may start while the orchestrator restarts, and a job that cannot
 // fetch its spec cannot do anything else.
-var specRetry = api.RetryPolicy{MaxAttempts: 8, BaseDelay: 500 * time.Millisecond, MaxDelay: 15 * time.Second}
+var specRetry = client.RetryPolicy{MaxAttempts: 8, BaseDelay: 500 * time.Millisecond, MaxDelay: 15 * time.Second}
 
 // Main runs the job and returns the process exit code. args are the arguments after `job`.
 // stdout receives the complete log (what the orchestrator receives, so `kubectl logs` shows it
@@ -86,19 +88,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
 		return ExitRunnerError
 	}
-	hc, caPEM, err := newHTTPClient(cfg.CABundleFile)
+	// A minute per attempt: the job runner's requests are short (no long poll).
+	hc, caPEM, err := client.NewHTTPClient(cfg.CABundleFile, time.Minute)
 	if err != nil {
-		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
+		fmt.Fprintf(stderr, "outpost-agent job: %s: %v\n", jobenv.CABundleFile, err)
 		return ExitRunnerError
 	}
-	opts := []api.Option{api.WithHTTPClient(hc), api.WithUserAgent(userAgent)}
-	client, err := api.NewJobClient(cfg.APIURL, token, append(opts, api.WithRetryPolicy(specRetry))...)
+	opts := []client.Option{client.WithHTTPClient(hc), client.WithUserAgent(userAgent)}
+	orch, err := client.NewJobClient(cfg.APIURL, token, append(opts, client.WithRetryPolicy(specRetry))...)
 	if err != nil {
-		fmt.Fprintf(stderr, "outpost-agent job: OUTPOST_API_URL: %v\n", err)
+		fmt.Fprintf(stderr, "outpost-agent job: %s: %v\n", jobenv.APIURL, err)
 		return ExitRunnerError
 	}
 	// The streamer does its own retrying so that new output keeps buffering meanwhile.
-	logClient, _ := api.NewJobClient(cfg.APIURL, token, append(opts, api.WithRetryPolicy(api.RetryPolicy{MaxAttempts: 1}))...)
+	logClient, _ := client.NewJobClient(cfg.APIURL, token, append(opts, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))...)
 
 	st := newStopper(ctx, sigs)
 	defer st.close()
@@ -106,7 +109,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 	stream := newLogStreamer(logClient, console, streamerOptions{OnStop: func(reason string) { st.request(nil, reason) }})
 	out := newRedactor(teeWriter{console, stream}, token)
 
-	j := &job{cfg: cfg, token: token, caPEM: caPEM, client: client, out: out, st: st}
+	j := &job{cfg: cfg, token: token, caPEM: string(caPEM), client: orch, out: out, st: st}
 	code := j.run()
 
 	_ = out.Flush()
@@ -163,7 +166,7 @@ type job struct {
 	cfg    config
 	token  string
 	caPEM  string
-	client *api.JobClient
+	client *client.JobClient
 	out    *redactor // the log: redacted, to stdout and the orchestrator
 	st     *stopper
 }
@@ -336,7 +339,7 @@ func specHint(err error) string {
 	case errors.Is(err, api.ErrNotFound):
 		return " (the orchestrator does not know this job)"
 	case errors.Is(err, api.ErrUnavailable):
-		return " (is OUTPOST_API_URL reachable from the job?)"
+		return " (is " + jobenv.APIURL + " reachable from the job?)"
 	}
 	return ""
 }

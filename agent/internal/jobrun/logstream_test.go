@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // fakeLogServer implements POST /api/v1/job/logs like the orchestrator: offsets count the
@@ -114,7 +115,7 @@ func newTestStreamer(t *testing.T, f *fakeLogServer, notice io.Writer) *logStrea
 	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	c, err := api.NewJobClient(srv.URL, "opj_test", api.WithRetryPolicy(api.RetryPolicy{MaxAttempts: 1}))
+	c, err := client.NewJobClient(srv.URL, "opj_test", client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}

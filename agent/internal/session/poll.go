@@ -9,14 +9,16 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
 // minPollGap keeps a server that answers at once (directives it keeps repeating) from turning
 // the loop into a busy loop.
 const minPollGap = 250 * time.Millisecond
 
-// pollLoop long-polls until ctx ends. Errors back off on top of the client's own retries, with
-// full jitter and never sooner than Retry-After.
+// pollLoop long-polls until ctx ends. Every error is retried (the agent never stops polling: a
+// key registered or rotated later lets it in), backing off on top of the client's own retries,
+// with full jitter and never sooner than Retry-After.
 func (s *Session) pollLoop(ctx context.Context) error {
 	back := s.o.PollBackoff
 	var claims sync.WaitGroup
@@ -26,7 +28,7 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		req, err := s.pollRequest(ctx)
 		if err != nil {
 			s.log.Error("list jobs for the poll", "err", err)
-			if sleep(ctx, back.Next(0)) != nil {
+			if retry.Sleep(ctx, back.Next(0)) != nil {
 				break
 			}
 			continue
@@ -37,9 +39,9 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			wait := back.Next(s.o.RetryAfter())
+			wait := back.Next(api.RetryAfter(err))
 			s.log.Warn("poll failed; backing off", "err", err, "wait", wait.Round(time.Millisecond).String(), "failures", back.Failures())
-			if sleep(ctx, wait) != nil {
+			if retry.Sleep(ctx, wait) != nil {
 				break
 			}
 			continue
@@ -55,7 +57,7 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		s.directives(ctx, resp.Directives)
 		s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
 		if gap := time.Since(began); gap < minPollGap {
-			if sleep(ctx, minPollGap-gap) != nil {
+			if retry.Sleep(ctx, minPollGap-gap) != nil {
 				break
 			}
 		}
@@ -156,7 +158,7 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	if ks := c.Spec.StateStorage.Kubernetes; c.Spec.StateStorage.Type == api.StateStorageKubernetes && ks != nil {
 		stateNS = ks.Namespace
 	}
-	s.o.Claims.Put(c.JobID, c.Attempt, c.JobToken, c.Spec.StateKey, stateNS)
+	s.o.Tokens.Put(c.JobID, c.Attempt, c.JobToken, c.Spec.StateKey, stateNS)
 	s.mu.Lock()
 	s.state(executor.Key{JobID: c.JobID, Attempt: c.Attempt}).fencing = c.Lease.Fencing
 	s.mu.Unlock()
@@ -164,7 +166,7 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	// ours, and a created Job is found again by the next leader.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout+30*time.Second)
 	defer cancel()
-	back := Backoff{Base: time.Second, Max: 8 * time.Second}
+	back := retry.Backoff{Base: time.Second, Max: 8 * time.Second}
 	for try := 1; ; try++ {
 		err = s.o.Executor.Start(sctx, c)
 		if err == nil {
@@ -175,7 +177,7 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 			break
 		}
 		log.Warn("start failed; retrying", "err", err, "try", try)
-		if sleep(sctx, back.Next(0)) != nil {
+		if retry.Sleep(sctx, back.Next(0)) != nil {
 			break
 		}
 	}

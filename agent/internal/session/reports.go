@@ -8,6 +8,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
 // maxConcurrentSends bounds report goroutines, so a backlog (orchestrator back after an outage)
@@ -130,12 +131,12 @@ func (s *Session) send(ctx context.Context, js *jobState, st executor.Status) {
 		case err == nil:
 			js.back.Reset()
 			js.nextTry = time.Time{}
-		case permanent(err):
+		case !retry.Eventually(err):
 			js.refused = true
 			s.o.Metrics.Reports.WithLabelValues("refused").Inc()
 			log.Warn("the orchestrator refused the job's report; waiting for its directive", "err", err)
 		default:
-			wait := js.back.Next(s.o.RetryAfter())
+			wait := js.back.Next(api.RetryAfter(err))
 			js.nextTry = time.Now().Add(wait)
 			s.o.Metrics.Reports.WithLabelValues("retry").Inc()
 			log.Warn("report not delivered; will retry", "err", err, "wait", wait.Round(time.Millisecond).String())
@@ -158,12 +159,12 @@ func (s *Session) send(ctx context.Context, js *jobState, st executor.Status) {
 			if !st.StartedAt.IsZero() && !st.ClaimedAt.IsZero() {
 				s.o.Metrics.StartLatency.Observe(st.StartedAt.Sub(st.ClaimedAt).Seconds())
 			}
-		case permanent(err) && st.Terminal():
+		case !retry.Eventually(err) && st.Terminal():
 			// The final report says more than a refused started event; send it anyway.
 			log.Info("started event refused; sending the final report", "err", err)
 			err = nil
 		default:
-			if st.Terminal() && !acked && !permanent(err) {
+			if st.Terminal() && !acked && retry.Eventually(err) {
 				s.keep(ctx, st, fencing, log)
 			}
 			return
@@ -175,7 +176,7 @@ func (s *Session) send(ctx context.Context, js *jobState, st executor.Status) {
 			report = encodeReport(finalEvent(st, fencing))
 		}
 		if err = s.deliver(ctx, st.JobID, report); err != nil {
-			if !permanent(err) {
+			if retry.Eventually(err) {
 				s.keep(ctx, st, fencing, log)
 			}
 			return
@@ -191,7 +192,7 @@ func (s *Session) send(ctx context.Context, js *jobState, st executor.Status) {
 	if err = s.o.Executor.Cleanup(ctx, st.JobID, st.Attempt); err != nil {
 		return
 	}
-	s.o.Claims.Delete(st.JobID, st.Attempt)
+	s.o.Tokens.Delete(st.JobID, st.Attempt)
 	s.mu.Lock()
 	js.cleaned = true
 	s.mu.Unlock()
@@ -271,7 +272,7 @@ func (s *Session) forget(ctx context.Context, d api.Directive, log *slog.Logger)
 			continue
 		}
 		if st.PendingReport != nil {
-			if err := s.deliver(ctx, st.JobID, st.PendingReport); err != nil && !permanent(err) {
+			if err := s.deliver(ctx, st.JobID, st.PendingReport); err != nil && retry.Eventually(err) {
 				log.Warn("forget: pending report not delivered; keeping the job for the next try", "err", err)
 				return
 			}
@@ -283,7 +284,7 @@ func (s *Session) forget(ctx context.Context, d api.Directive, log *slog.Logger)
 	js := s.state(executor.Key{JobID: d.JobID, Attempt: d.Attempt})
 	js.acked, js.report = true, nil
 	s.mu.Unlock()
-	s.o.Claims.Delete(d.JobID, d.Attempt)
+	s.o.Tokens.Delete(d.JobID, d.Attempt)
 	if err := s.o.Executor.Cleanup(ctx, d.JobID, d.Attempt); err != nil {
 		log.Error("forget: cleanup failed; will retry", "err", err)
 		return

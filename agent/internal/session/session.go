@@ -16,10 +16,13 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// Orchestrator is the agent side of the API (api.AgentClient).
+// Orchestrator is the agent side of the API (client.AgentClient).
 type Orchestrator interface {
 	Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error)
 	Claim(ctx context.Context, jobID string, req api.ClaimRequest) (*api.Claim, error)
@@ -30,10 +33,11 @@ type Orchestrator interface {
 type Options struct {
 	Client   Orchestrator
 	Executor executor.Executor
-	Claims   *Claims
-	Metrics  *health.Metrics
-	Health   *health.State
-	Logger   *slog.Logger
+	// Tokens receives the job token of every job claimed or adopted, for the state backend.
+	Tokens  *jobtoken.Registry
+	Metrics *metrics.Metrics
+	Health  *health.State
+	Logger  *slog.Logger
 	// Instance names this agent (pod name) in claims.
 	Instance string
 	Version  string
@@ -43,12 +47,10 @@ type Options struct {
 	CancelGrace    time.Duration
 	// FinalTimeout bounds the reports and cleanups that run on after the session is stopped.
 	FinalTimeout time.Duration
-	// RetryAfter, when set, yields the last Retry-After the orchestrator sent (see NewHTTPClient).
-	RetryAfter func() time.Duration
 	// ReportBackoff paces retries of undelivered reports (default 1 s … 60 s).
-	ReportBackoff Backoff
+	ReportBackoff retry.Backoff
 	// PollBackoff paces polls after errors (default 1 s … 30 s).
-	PollBackoff Backoff
+	PollBackoff retry.Backoff
 }
 
 // Session runs while this agent leads.
@@ -77,7 +79,7 @@ type jobState struct {
 	cleaned     bool
 	seen        bool
 	busy        bool // a goroutine is sending for this job
-	back        Backoff
+	back        retry.Backoff
 	nextTry     time.Time
 	// report is a final report of a job the executor never got to hold (start failed).
 	report []byte
@@ -95,11 +97,11 @@ func New(o Options) *Session {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Claims == nil {
-		o.Claims = NewClaims()
+	if o.Tokens == nil {
+		o.Tokens = jobtoken.New()
 	}
 	if o.Metrics == nil {
-		o.Metrics = health.NewMetrics(o.Version)
+		o.Metrics = metrics.New(o.Version)
 	}
 	if o.Health == nil {
 		o.Health = health.NewState(o.PollWait, nil)
@@ -114,13 +116,10 @@ func New(o Options) *Session {
 		o.FinalTimeout = 20 * time.Second
 	}
 	if o.ReportBackoff.Base == 0 {
-		o.ReportBackoff = Backoff{Base: time.Second, Max: 60 * time.Second}
+		o.ReportBackoff = retry.Backoff{Base: time.Second, Max: 60 * time.Second}
 	}
 	if o.PollBackoff.Base == 0 {
-		o.PollBackoff = Backoff{Base: time.Second, Max: 30 * time.Second}
-	}
-	if o.RetryAfter == nil {
-		o.RetryAfter = func() time.Duration { return 0 }
+		o.PollBackoff = retry.Backoff{Base: time.Second, Max: 30 * time.Second}
 	}
 	return &Session{o: o, log: o.Logger.With("component", "session"), jobs: map[executor.Key]*jobState{}, starting: map[executor.Key]bool{}, kick: executor.NewNotifier()}
 }
@@ -142,6 +141,19 @@ func (s *Session) Run(ctx context.Context) error {
 	return err
 }
 
+// RunAndRestart keeps the session running while ctx lasts: a run that fails (the executor could
+// not list its jobs) is started again after a backoff, instead of taking the agent down.
+func (s *Session) RunAndRestart(ctx context.Context) {
+	back := retry.Backoff{Base: time.Second, Max: 30 * time.Second}
+	for ctx.Err() == nil {
+		if err := s.Run(ctx); err != nil && ctx.Err() == nil {
+			wait := back.Next(0)
+			s.log.Error("session failed; restarting it", "err", err, "wait", wait.String())
+			_ = retry.Sleep(ctx, wait)
+		}
+	}
+}
+
 // adopt takes over whatever the executor holds: jobs of an earlier agent process, or of the
 // previous leader. Their tokens are recovered so the state backend admits their requests again.
 func (s *Session) adopt(ctx context.Context) error {
@@ -155,7 +167,7 @@ func (s *Session) adopt(ctx context.Context) error {
 			continue
 		}
 		n++
-		if s.o.Claims.Has(st.JobID, st.Attempt) {
+		if s.o.Tokens.Has(st.JobID, st.Attempt) {
 			continue
 		}
 		token, err := s.o.Executor.JobToken(ctx, st.JobID, st.Attempt)
@@ -169,7 +181,7 @@ func (s *Session) adopt(ctx context.Context) error {
 			}
 			token, stateKey = c.JobToken, c.Spec.StateKey
 		}
-		s.o.Claims.Put(st.JobID, st.Attempt, token, stateKey, st.StateNamespace)
+		s.o.Tokens.Put(st.JobID, st.Attempt, token, stateKey, st.StateNamespace)
 	}
 	if n > 0 {
 		s.o.Metrics.Readopted.Add(float64(n))
@@ -185,16 +197,4 @@ func (s *Session) state(k executor.Key) *jobState {
 		s.jobs[k] = js
 	}
 	return js
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

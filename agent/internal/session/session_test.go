@@ -12,7 +12,9 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
 // fakeOrch is an orchestrator that records every request and fails events while down.
@@ -134,21 +136,21 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
 	orch := &fakeOrch{max: 5, offers: []api.Offer{{JobID: "a", Attempt: 1}, {JobID: "b", Attempt: 1}}}
 	ex := newFakeExec()
-	s := New(Options{Client: orch, Executor: ex, Metrics: health.NewMetrics("test"), Health: health.NewState(time.Second, nil),
+	s := New(Options{Client: orch, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", MaxConcurrency: 3, PollWait: time.Second,
-		ReportBackoff: Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+		ReportBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
 
 	waitFor(t, "two jobs started", func() bool { l, _ := ex.List(ctx); return len(l) == 2 })
-	if h, err := s.o.Claims.Authorize(ctx, "a", "opj_a", "k/a"); err != nil || h != "job/a/1" {
+	if h, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err != nil || h != "job/a/1" {
 		t.Errorf("claim of a not authorised: %v", err)
 	}
-	if _, err := s.o.Claims.Authorize(ctx, "a", "opj_b", "k/a"); err == nil {
+	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_b", "k/a"); err == nil {
 		t.Error("wrong token authorised")
 	}
-	if _, err := s.o.Claims.Authorize(ctx, "a", "opj_a", "k/b"); err == nil {
+	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/b"); err == nil {
 		t.Error("other state authorised")
 	}
 	// Capacity restated: min(orchestrator 5, configured 3) − 2 running.
@@ -198,7 +200,7 @@ func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
 	if string(encodeReport(evs[1])) != string(ex.saved["a"]) {
 		t.Errorf("delivered report differs from the saved one:\n%s\n%s", encodeReport(evs[1]), ex.saved["a"])
 	}
-	if _, err := s.o.Claims.Authorize(ctx, "a", "opj_a", "k/a"); err == nil {
+	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err == nil {
 		t.Error("finished job still authorised")
 	}
 

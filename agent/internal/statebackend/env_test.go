@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
@@ -62,10 +63,10 @@ func (a *testAuthz) Authorize(_ context.Context, user, password, key string) (st
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if pw, ok := a.users[user]; !ok || pw != password {
-		return "", ErrUnauthenticated
+		return "", jobtoken.ErrUnauthenticated
 	}
 	if k, ok := a.allowed[user]; ok && k != key {
-		return "", ErrForbidden
+		return "", jobtoken.ErrForbidden
 	}
 	return "job/" + user + "/1", nil
 }

@@ -50,6 +50,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 )
 
@@ -63,19 +64,13 @@ const (
 	maxLockBodyBytes    = 64 << 10
 )
 
-// Errors an Authorizer returns to select the HTTP status; any other error is a 503 (the
-// authorizer could not decide, e.g. the orchestrator is unreachable) so the CLI retries.
-var (
-	// ErrUnauthenticated: credentials missing or wrong → 401 (CLI: "requires auth").
-	ErrUnauthenticated = errors.New("invalid credentials")
-	// ErrForbidden: valid credentials, but not for this state key → 403 (CLI: "invalid auth").
-	ErrForbidden = errors.New("not allowed to access this state")
-)
-
 // Authorizer authenticates a request and authorises it for one state key. The agent implements
-// it with per-job tokens: username = job id, password = job token, and a job may only touch the
-// state key of its own claim. The returned holder ("job/<id>/<attempt>") names the lock holder
-// and the writer in the state history.
+// it with per-job tokens (jobtoken.Registry): username = job id, password = job token, and a job
+// may only touch the state key of its own claim. The returned holder ("job/<id>/<attempt>")
+// names the lock holder and the writer in the state history. Its errors select the HTTP status:
+// jobtoken.ErrUnauthenticated → 401 (CLI: "requires auth"), jobtoken.ErrForbidden → 403 (CLI:
+// "invalid auth"); any other error → 503, because the authorizer could not decide, so the CLI
+// retries.
 type Authorizer interface {
 	Authorize(ctx context.Context, username, password, stateKey string) (holder string, err error)
 }
@@ -120,11 +115,6 @@ type Handler struct {
 	wg       sync.WaitGroup
 }
 
-type renewal struct {
-	key, lockID, holder string
-	cancel              context.CancelFunc
-}
-
 // NewHandler returns the state backend over store. Call Close when shutting down to stop the
 // lock renewals (the locks then expire on their own).
 func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, opts ...Option) *Handler {
@@ -152,70 +142,6 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 func (h *Handler) Close() {
 	h.stop()
 	h.wg.Wait()
-}
-
-// ReleaseLocksOf releases every lock held by holder and stops renewing them. The agent calls it
-// when a job attempt has ended for certain (its pod or process is gone), so the next run does
-// not even wait for the lease to expire. It returns the state keys it unlocked.
-func (h *Handler) ReleaseLocksOf(ctx context.Context, holder string) ([]string, error) {
-	h.mu.Lock()
-	for key, r := range h.renewals {
-		if r.holder == holder {
-			r.cancel()
-			delete(h.renewals, key)
-		}
-	}
-	h.mu.Unlock()
-	locks, err := h.store.ListLocks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var released []string
-	var errs []error
-	for _, l := range locks {
-		if l.Lock.Info.Holder != holder {
-			continue
-		}
-		err := h.store.Unlock(ctx, l.Key, l.Lock.Info.ID)
-		switch {
-		case err == nil:
-			released = append(released, l.Key)
-			h.log.LogAttrs(ctx, slog.LevelInfo, "released lock of ended holder", slog.String("state_key", l.Key),
-				slog.String("holder", holder), slog.String("lock_id", l.Lock.Info.ID))
-		case errors.Is(err, statestore.ErrNotLocked), errors.Is(err, statestore.ErrLockMismatch):
-		default:
-			errs = append(errs, err)
-		}
-	}
-	return released, errors.Join(errs...)
-}
-
-// ResumeRenewals adopts the unexpired locks found in the store whose holders HolderLiveness
-// reports alive, and renews them from now on. An agent calls it after it starts (or becomes
-// leader), so that locks of jobs that outlived the previous agent process do not expire under
-// them. Without HolderLiveness it does nothing: locks of unknown liveness are left to expire.
-func (h *Handler) ResumeRenewals(ctx context.Context) (int, error) {
-	if h.liveness == nil {
-		return 0, nil
-	}
-	locks, err := h.store.ListLocks(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	now := time.Now()
-	for _, l := range locks {
-		if l.Lock.Expired(now) || l.Key == "" {
-			continue
-		}
-		alive, err := h.liveness.HolderAlive(ctx, l.Lock.Info.Holder)
-		if err != nil || !alive {
-			continue
-		}
-		h.startRenewal(l.Key, l.Lock.Info.ID, l.Lock.Info.Holder)
-		n++
-	}
-	return n, nil
 }
 
 // ServeHTTP implements the http backend protocol (see the package documentation).
@@ -251,11 +177,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	holder, err = h.authz.Authorize(r.Context(), user, pass, key)
 	switch {
-	case errors.Is(err, ErrUnauthenticated):
+	case errors.Is(err, jobtoken.ErrUnauthenticated):
 		rw.Header().Set("WWW-Authenticate", `Basic realm="outpost-state", charset="UTF-8"`)
 		writeError(rw, http.StatusUnauthorized, "unauthenticated", "invalid credentials")
 		return
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, jobtoken.ErrForbidden):
 		writeError(rw, http.StatusForbidden, "forbidden", fmt.Sprintf("not allowed to access state %q", key))
 		return
 	case err != nil:
@@ -436,135 +362,4 @@ func (h *Handler) storeError(w http.ResponseWriter, r *http.Request, key, op str
 		h.log.LogAttrs(r.Context(), slog.LevelError, "state "+op+" failed", slog.String("state_key", key), slog.String("error", err.Error()))
 		writeError(w, http.StatusServiceUnavailable, "storage_unavailable", err.Error())
 	}
-}
-
-func (h *Handler) startRenewal(key, lockID, holder string) {
-	ctx, cancel := context.WithCancel(h.baseCtx)
-	r := &renewal{key: key, lockID: lockID, holder: holder, cancel: cancel}
-	h.mu.Lock()
-	if old := h.renewals[key]; old != nil {
-		if old.lockID == lockID {
-			h.mu.Unlock()
-			cancel()
-			return
-		}
-		old.cancel()
-	}
-	h.renewals[key] = r
-	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
-		defer h.forget(r)
-		h.renew(ctx, r)
-	}()
-}
-
-func (h *Handler) stopRenewal(key, lockID string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if r := h.renewals[key]; r != nil && (lockID == "" || r.lockID == lockID) {
-		r.cancel()
-		delete(h.renewals, key)
-	}
-}
-
-func (h *Handler) forget(r *renewal) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.renewals[r.key] == r {
-		delete(h.renewals, r.key)
-	}
-	r.cancel()
-}
-
-// renew keeps one lock alive while its holder is (see HolderLiveness and WithMaxLockHold).
-func (h *Handler) renew(ctx context.Context, r *renewal) {
-	t := time.NewTicker(h.renewEvery)
-	defer t.Stop()
-	started := time.Now()
-	attrs := []slog.Attr{slog.String("state_key", r.key), slog.String("lock_id", r.lockID), slog.String("holder", r.holder)}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if h.liveness != nil {
-			alive, err := h.liveness.HolderAlive(ctx, r.holder)
-			if err == nil && !alive {
-				h.log.LogAttrs(ctx, slog.LevelInfo, "lock holder is gone; its lock is left to expire", attrs...)
-				return
-			}
-		} else if time.Since(started) > h.maxHold {
-			h.log.LogAttrs(ctx, slog.LevelWarn, "lock held longer than the maximum hold time; no longer renewed", attrs...)
-			return
-		}
-		err := h.store.Renew(ctx, r.key, r.lockID)
-		switch {
-		case err == nil:
-		case errors.Is(err, statestore.ErrLockMismatch):
-			h.log.LogAttrs(ctx, slog.LevelWarn, "lock lost (force-unlocked or taken over); renewal stopped", attrs...)
-			return
-		case ctx.Err() != nil:
-			return
-		default:
-			h.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", append(attrs, slog.String("error", err.Error()))...)
-		}
-	}
-}
-
-// RenewedLocks returns the state keys whose locks this handler currently renews (for metrics
-// and tests).
-func (h *Handler) RenewedLocks() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.renewals))
-	for k := range h.renewals {
-		out = append(out, k)
-	}
-	return out
-}
-
-type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	var b errorBody
-	b.Error.Code, b.Error.Message = code, msg
-	writeJSON(w, status, b)
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
-}
-
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-	n      int64
-}
-
-func (s *statusWriter) WriteHeader(code int) {
-	if s.status == 0 {
-		s.status = code
-	}
-	s.ResponseWriter.WriteHeader(code)
-}
-
-func (s *statusWriter) Write(b []byte) (int, error) {
-	if s.status == 0 {
-		s.status = http.StatusOK
-	}
-	n, err := s.ResponseWriter.Write(b)
-	s.n += int64(n)
-	return n, err
 }

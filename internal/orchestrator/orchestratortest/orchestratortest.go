@@ -3,7 +3,7 @@
 // provider and the agent use it instead of mocks.
 //
 //	inst := orchestratortest.Start(t)
-//	admin, _ := api.NewAdminClient(inst.URL, "acme", inst.AdminToken)
+//	admin, _ := client.NewAdminClient(inst.URL, "acme", inst.AdminToken)
 //	...
 //	inst.Restart(t) // same data, same address: clients keep working
 //

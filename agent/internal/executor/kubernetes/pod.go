@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
@@ -148,22 +149,22 @@ func disruptionAction(operation string) batchv1.PodFailurePolicyAction {
 	return batchv1.PodFailurePolicyActionFailJob
 }
 
-// ownedEnv is the job-runner contract's environment; the token itself never goes into env.
+// ownedEnv is the job runner's environment (package jobenv); the token itself never goes into env.
 func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	env := []corev1.EnvVar{
-		{Name: "OUTPOST_API_URL", Value: o.APIURL},
-		{Name: "OUTPOST_JOB_TOKEN_FILE", Value: tokenMountPath + "/" + tokenKey},
-		{Name: "OUTPOST_CLI", Value: o.CLI},
+		{Name: jobenv.APIURL, Value: o.APIURL},
+		{Name: jobenv.TokenFile, Value: tokenMountPath + "/" + tokenKey},
+		{Name: jobenv.CLI, Value: o.CLI},
 	}
 	if c.Spec.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {
-		env = append(env, corev1.EnvVar{Name: "OUTPOST_STATE_URL", Value: o.StateURL})
+		env = append(env, corev1.EnvVar{Name: jobenv.StateURL, Value: o.StateURL})
 	}
 	if o.CASecret != "" {
 		key := o.CASecretKey
 		if key == "" {
 			key = caFileKey
 		}
-		env = append(env, corev1.EnvVar{Name: "OUTPOST_CA_BUNDLE_FILE", Value: caMountPath + "/" + key})
+		env = append(env, corev1.EnvVar{Name: jobenv.CABundleFile, Value: caMountPath + "/" + key})
 	}
 	return env
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -174,8 +175,8 @@ func (e *Executor) launch(ctx context.Context, dir string, rec claimRecord) erro
 	return nil
 }
 
-// env is the job-runner contract's environment on top of the agent's own, minus the agent's
-// OUTPOST_* settings (which mean something else to the job).
+// env is the job runner's environment (package jobenv) on top of the agent's own, minus the
+// agent's OUTPOST_* settings (which mean something else to the job).
 func (e *Executor) env(dir string, rec claimRecord) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -184,16 +185,16 @@ func (e *Executor) env(dir string, rec claimRecord) []string {
 		}
 	}
 	env = append(env,
-		"OUTPOST_API_URL="+e.o.APIURL,
-		"OUTPOST_JOB_TOKEN_FILE="+filepath.Join(dir, tokenFile),
-		"OUTPOST_CLI="+e.o.CLI,
-		"OUTPOST_WORK_DIR="+filepath.Join(dir, "work"),
+		jobenv.APIURL+"="+e.o.APIURL,
+		jobenv.TokenFile+"="+filepath.Join(dir, tokenFile),
+		jobenv.CLI+"="+e.o.CLI,
+		jobenv.WorkDir+"="+filepath.Join(dir, "work"),
 	)
 	if rec.StateStorage == api.StateStorageKubernetes && e.o.StateURL != "" {
-		env = append(env, "OUTPOST_STATE_URL="+e.o.StateURL)
+		env = append(env, jobenv.StateURL+"="+e.o.StateURL)
 	}
 	if e.o.CABundle != "" {
-		env = append(env, "OUTPOST_CA_BUNDLE_FILE="+e.o.CABundle)
+		env = append(env, jobenv.CABundleFile+"="+e.o.CABundle)
 	}
 	return env
 }

@@ -1,4 +1,4 @@
-package main
+package statecmd
 
 import (
 	"bytes"
@@ -18,9 +18,9 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
-// TestStateCommand drives `outpost-agent state` in-process against a real API server. The agent
-// package has no TestMain (its other tests need no cluster), so this test starts its own test bed
-// (or reuses OUTPOST_TESTBED_KUBECONFIG's) rather than making every test of the package wait for one.
+// TestStateCommand drives `outpost-agent state` in-process against a real API server. The package
+// has no TestMain (its usage test needs no cluster), so this test starts its own test bed (or
+// reuses OUTPOST_TESTBED_KUBECONFIG's) rather than making every test of the package wait for one.
 func TestStateCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -41,9 +41,8 @@ func TestStateCommand(t *testing.T) {
 	run := func(wantCode int, args ...string) (string, string) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
-		full := append([]string{"state"}, args...)
-		full = append(full, "--kubeconfig", cluster.Kubeconfig, "--namespace", ns)
-		code := dispatch(full, &stdout, &stderr)
+		full := append(append([]string{}, args...), "--kubeconfig", cluster.Kubeconfig, "--namespace", ns)
+		code := Main(full, &stdout, &stderr)
 		t.Logf("$ outpost-agent state %s  # exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 		if code != wantCode {
 			t.Fatalf("state %v: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantCode, stdout.String(), stderr.String())
@@ -176,7 +175,7 @@ func TestStateCommand(t *testing.T) {
 	// The namespace may come from the environment, as inside the agent's pod.
 	t.Setenv("OUTPOST_STATE_NAMESPACE", ns)
 	var stdout, stderr bytes.Buffer
-	if code := runState([]string{"get", key, "--kubeconfig", cluster.Kubeconfig}, &stdout, &stderr); code != exitOK || stdout.String() != string(states[1]) {
+	if code := Main([]string{"get", key, "--kubeconfig", cluster.Kubeconfig}, &stdout, &stderr); code != exitOK || stdout.String() != string(states[1]) {
 		t.Errorf("get with OUTPOST_STATE_NAMESPACE: exit %d, %q, %s", code, stdout.String(), stderr.String())
 	}
 }
@@ -197,7 +196,7 @@ func TestStateCommandUsage(t *testing.T) {
 		"bad key file":      {"list", "--namespace", "x", "--encryption-key-file", "/nonexistent/key"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := dispatch(append([]string{"state"}, args...), &stdout, &stderr); code != exitConfigError || !strings.Contains(stderr.String(), "usage: outpost-agent state") {
+		if code := Main(args, &stdout, &stderr); code != exitConfigError || !strings.Contains(stderr.String(), "usage: outpost-agent state") {
 			t.Errorf("%s: exit code %d, want %d; stderr:\n%s", name, code, exitConfigError, stderr.String())
 		}
 	}

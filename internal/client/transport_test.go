@@ -1,4 +1,4 @@
-package api
+package client
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // newTestAdmin returns a client whose sleeps are recorded, not slept.
@@ -56,9 +58,9 @@ func TestNonIdempotentNotRetriedOn500(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 		_, _ = w.Write([]byte(`{"error":{"code":"internal","message":"boom"}}`))
 	})
-	_, err := c.CreateDeployment(context.Background(), DeploymentInput{})
-	if !errors.Is(err, ErrUnavailable) {
-		t.Fatalf("err %v must be ErrUnavailable", err)
+	_, err := c.CreateDeployment(context.Background(), api.DeploymentInput{})
+	if !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("err %v must be api.ErrUnavailable", err)
 	}
 	if calls.Load() != 1 {
 		t.Fatalf("a create that may have been applied must not be retried; got %d calls", calls.Load())
@@ -78,11 +80,11 @@ func TestTypedErrors(t *testing.T) {
 		want   error
 		field  string
 	}{
-		{404, `{"error":{"code":"not_found","message":"runner \"x\" not found"}}`, ErrNotFound, ""},
-		{409, `{"error":{"code":"conflict","message":"exists"}}`, ErrConflict, ""},
-		{400, `{"error":{"code":"invalid_argument","message":"bad","field":"job.pod_template"}}`, ErrInvalid, "job.pod_template"},
-		{401, `not json`, ErrUnauthorized, ""},
-		{413, `{"error":{"code":"too_large","message":"max 1 MiB"}}`, ErrTooLarge, ""},
+		{404, `{"error":{"code":"not_found","message":"runner \"x\" not found"}}`, api.ErrNotFound, ""},
+		{409, `{"error":{"code":"conflict","message":"exists"}}`, api.ErrConflict, ""},
+		{400, `{"error":{"code":"invalid_argument","message":"bad","field":"job.pod_template"}}`, api.ErrInvalid, "job.pod_template"},
+		{401, `not json`, api.ErrUnauthorized, ""},
+		{413, `{"error":{"code":"too_large","message":"max 1 MiB"}}`, api.ErrTooLarge, ""},
 	}
 	for _, tc := range cases {
 		c, _ := newTestAdmin(t, func(w http.ResponseWriter, _ *http.Request) {
@@ -90,12 +92,12 @@ func TestTypedErrors(t *testing.T) {
 			w.WriteHeader(tc.status)
 			_, _ = w.Write([]byte(tc.body))
 		})
-		_, err := c.CreateRunner(context.Background(), RunnerInput{})
+		_, err := c.CreateRunner(context.Background(), api.RunnerInput{})
 		if !errors.Is(err, tc.want) {
 			t.Errorf("status %d: %v is not %v", tc.status, err, tc.want)
 			continue
 		}
-		var apiErr *Error
+		var apiErr *api.Error
 		if !errors.As(err, &apiErr) || apiErr.Field != tc.field || apiErr.RequestID != "req-1" {
 			t.Errorf("status %d: details %+v", tc.status, apiErr)
 		}
@@ -103,18 +105,54 @@ func TestTypedErrors(t *testing.T) {
 }
 
 func TestBackoffIsBoundedFullJitter(t *testing.T) {
-	tr := &transport{retry: RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}}
-	for attempt := 1; attempt < 10; attempt++ {
-		for range 50 {
-			d := tr.backoff(attempt, 0)
+	c, slept := newTestAdmin(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	c.t.retry = RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
+	for range 50 {
+		*slept = nil
+		if _, err := c.GetDeployment(context.Background(), "d"); err == nil {
+			t.Fatal("a 503 must fail the call once the attempts are used up")
+		}
+		for i, d := range *slept {
+			attempt := i + 1
 			ceil := min(100*time.Millisecond<<(attempt-1), time.Second)
 			if d < 0 || d > ceil {
 				t.Fatalf("attempt %d: %v outside [0,%v]", attempt, d, ceil)
 			}
 		}
 	}
-	if d := tr.backoff(1, 5*time.Second); d < 5*time.Second {
-		t.Fatalf("backoff %v below the server's Retry-After", d)
+	c2, slept2 := newTestAdmin(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	c2.t.retry = RetryPolicy{MaxAttempts: 2, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
+	_, _ = c2.GetDeployment(context.Background(), "d")
+	if len(*slept2) != 1 || (*slept2)[0] < 5*time.Second {
+		t.Fatalf("backoff %v below the server's Retry-After", *slept2)
+	}
+}
+
+// The Retry-After of the last answer travels on the error, so the loops above the client (the
+// agent's poll and events) never come back sooner than the orchestrator asked.
+func TestRetryAfterOnTheError(t *testing.T) {
+	c, _ := newTestAdmin(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "7")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})
+	_, err := c.GetRunner(context.Background(), "r1")
+	if d := api.RetryAfter(err); d != 7*time.Second {
+		t.Errorf("RetryAfter(%v) = %v, want 7s", err, d)
+	}
+}
+
+// A create refused for its credentials is not sent again: only an operator cures a 401.
+func TestUnauthorizedCreateNotRetried(t *testing.T) {
+	var calls atomic.Int32
+	c, _ := newTestAdmin(t, func(w http.ResponseWriter, _ *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	if _, err := c.CreateRunner(context.Background(), api.RunnerInput{}); !errors.Is(err, api.ErrUnauthorized) || calls.Load() != 1 {
+		t.Fatalf("err %v after %d calls; want ErrUnauthorized after one", err, calls.Load())
 	}
 }
 
@@ -128,8 +166,8 @@ func TestConnectionRefusedRetriedEvenForCreate(t *testing.T) {
 	}
 	var attempts int
 	c.t.hook = func(_ context.Context, info RequestInfo) { attempts = info.Attempt }
-	_, err = c.CreateRunner(context.Background(), RunnerInput{})
-	if !errors.Is(err, ErrUnavailable) || attempts != 3 {
+	_, err = c.CreateRunner(context.Background(), api.RunnerInput{})
+	if !errors.Is(err, api.ErrUnavailable) || attempts != 3 {
 		t.Fatalf("err %v after %d attempts; a request never sent is safe to retry", err, attempts)
 	}
 }
@@ -138,7 +176,7 @@ func TestNewAdminClientRejectsBadInput(t *testing.T) {
 	if _, err := NewAdminClient("not a url", "acme", "t"); err == nil {
 		t.Error("relative URL accepted")
 	}
-	if _, err := NewAdminClient("http://x", "Bad_Org", "t"); !errors.Is(err, ErrInvalid) {
+	if _, err := NewAdminClient("http://x", "Bad_Org", "t"); !errors.Is(err, api.ErrInvalid) {
 		t.Errorf("bad org: %v", err)
 	}
 	if _, err := NewAdminClient("http://x", "acme", ""); err == nil {

@@ -1,4 +1,9 @@
-package api
+// Package client is the Go client of the orchestrator's API: the admin client (the provider,
+// the demo), the agent client (requests signed with the runner's key) and the job client (a
+// job's per-job token), over one transport that retries by the policy of package retry and turns
+// error answers into *api.Error. The wire types and errors themselves live in package api, which
+// the orchestrator shares without pulling in request signing.
+package client
 
 import (
 	"bytes"
@@ -7,20 +12,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// RetryPolicy says how the client retries. Retries happen on 429 and 5xx answers and on network
-// errors, with exponential backoff and full jitter, and wait at least what Retry-After asks.
-// Requests that are not idempotent (creates) are retried only when the server cannot have acted
-// on them: 429, 503, or a connection that was never established.
+// RetryPolicy says how often and how patiently the client retries one call. What is retried is
+// decided per request by its intent (retry.Idempotent or retry.Unapplied); the waits are
+// retry.Backoff, never shorter than the server's Retry-After.
 type RetryPolicy struct {
 	// MaxAttempts counts the first try; 1 disables retries.
 	MaxAttempts int
@@ -45,7 +49,7 @@ type RequestInfo struct {
 // Option configures a client.
 type Option func(*transport)
 
-// WithHTTPClient replaces the HTTP client (for custom TLS, proxies or timeouts).
+// WithHTTPClient replaces the HTTP client (for custom TLS, proxies or timeouts; see NewHTTPClient).
 func WithHTTPClient(c *http.Client) Option { return func(t *transport) { t.http = c } }
 
 // WithRetryPolicy replaces the retry policy.
@@ -62,6 +66,14 @@ func WithRequestHook(fn func(context.Context, RequestInfo)) Option {
 // authorizer adds credentials to one attempt. It runs per attempt because agent tokens are
 // single-use.
 type authorizer func(r *http.Request, body []byte) error
+
+// bearer authorises with a bearer token (an admin token, or a job's per-job token).
+func bearer(token string) authorizer {
+	return func(r *http.Request, _ []byte) error {
+		r.Header.Set("Authorization", "Bearer "+token)
+		return nil
+	}
+}
 
 // transport is the HTTP core the three clients share.
 type transport struct {
@@ -88,7 +100,7 @@ func newTransport(baseURL string, auth authorizer, opts []Option) (*transport, e
 		retry:     DefaultRetryPolicy,
 		userAgent: "outpost-client",
 		auth:      auth,
-		sleep:     sleepContext,
+		sleep:     retry.Sleep,
 	}
 	for _, o := range opts {
 		o(t)
@@ -106,8 +118,10 @@ type call struct {
 	query       url.Values
 	body        []byte
 	contentType string
-	idempotent  bool
-	out         any // decoded from a 2xx JSON body when non-nil
+	// retryable decides whether a failed attempt is sent again: retry.Idempotent for requests
+	// that may be applied twice, retry.Unapplied for creates.
+	retryable retry.Decision
+	out       any // decoded from a 2xx JSON body when non-nil
 }
 
 func (t *transport) do(ctx context.Context, c call) error {
@@ -118,25 +132,24 @@ func (t *transport) do(ctx context.Context, c call) error {
 		u.RawQuery = c.query.Encode()
 	}
 	full := u.String()
-	var lastErr error
+	back := retry.Backoff{Base: t.retry.BaseDelay, Max: t.retry.MaxDelay}
 	for attempt := 1; ; attempt++ {
-		wait, err := t.once(ctx, c, full, attempt)
+		err := t.once(ctx, c, full, attempt)
 		if err == nil {
 			return nil
 		}
-		lastErr = err
-		if wait < 0 || attempt >= t.retry.MaxAttempts || ctx.Err() != nil {
-			return lastErr
+		if ctx.Err() != nil || attempt >= t.retry.MaxAttempts || !c.retryable(err) {
+			return err
 		}
-		if err := t.sleep(ctx, t.backoff(attempt, wait)); err != nil {
-			return fmt.Errorf("%w (gave up waiting to retry: %w)", lastErr, err)
+		if serr := t.sleep(ctx, back.Next(api.RetryAfter(err))); serr != nil {
+			return fmt.Errorf("%w (gave up waiting to retry: %w)", err, serr)
 		}
 	}
 }
 
-// once runs one attempt. It returns wait < 0 when the error must not be retried, else the
-// minimum wait the server asked for (0 when it did not say).
-func (t *transport) once(ctx context.Context, c call, full string, attempt int) (time.Duration, error) {
+// once runs one attempt. Failures to get an answer carry api.ErrUnavailable; error answers are
+// an *api.Error with the server's Retry-After.
+func (t *transport) once(ctx context.Context, c call, full string, attempt int) error {
 	start := time.Now()
 	var rdr io.Reader
 	if c.body != nil {
@@ -144,7 +157,7 @@ func (t *transport) once(ctx context.Context, c call, full string, attempt int) 
 	}
 	req, err := http.NewRequestWithContext(ctx, c.method, full, rdr)
 	if err != nil {
-		return -1, fmt.Errorf("build request: %w", err)
+		return fmt.Errorf("build request: %w", err)
 	}
 	if c.body != nil {
 		ct := c.contentType
@@ -157,7 +170,7 @@ func (t *transport) once(ctx context.Context, c call, full string, attempt int) 
 	req.Header.Set("User-Agent", t.userAgent)
 	if t.auth != nil {
 		if err := t.auth(req, c.body); err != nil {
-			return -1, fmt.Errorf("authorize request: %w", err)
+			return fmt.Errorf("authorize request: %w", err)
 		}
 	}
 	resp, err := t.http.Do(req)
@@ -166,41 +179,26 @@ func (t *transport) once(ctx context.Context, c call, full string, attempt int) 
 		info.Err = err
 		t.report(ctx, info)
 		if ctx.Err() != nil {
-			return -1, ctx.Err()
+			return ctx.Err()
 		}
-		netErr := fmt.Errorf("%s %s: %w", c.method, c.path, errors.Join(ErrUnavailable, err))
-		if c.idempotent || neverSent(err) {
-			return 0, netErr
-		}
-		return -1, netErr
+		return fmt.Errorf("%s %s: %w", c.method, c.path, errors.Join(api.ErrUnavailable, err))
 	}
 	defer resp.Body.Close()
 	info.Status = resp.StatusCode
 	t.report(ctx, info)
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		if c.idempotent {
-			return 0, fmt.Errorf("read response of %s %s: %w", c.method, c.path, errors.Join(ErrUnavailable, err))
-		}
-		return -1, fmt.Errorf("read response of %s %s: %w", c.method, c.path, err)
+		return fmt.Errorf("read response of %s %s: %w", c.method, c.path, errors.Join(api.ErrUnavailable, err))
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if c.out != nil && len(data) > 0 {
 			if err := json.Unmarshal(data, c.out); err != nil {
-				return -1, fmt.Errorf("decode response of %s %s: %w", c.method, c.path, err)
+				return fmt.Errorf("decode response of %s %s: %w", c.method, c.path, err)
 			}
 		}
-		return 0, nil
+		return nil
 	}
-	apiErr := decodeError(resp, data)
-	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"))
-	switch {
-	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable:
-		return retryAfter, apiErr
-	case resp.StatusCode >= 500 && c.idempotent:
-		return retryAfter, apiErr
-	}
-	return -1, apiErr
+	return decodeError(resp, data)
 }
 
 func (t *transport) report(ctx context.Context, info RequestInfo) {
@@ -209,22 +207,10 @@ func (t *transport) report(ctx context.Context, info RequestInfo) {
 	}
 }
 
-// backoff is full jitter over an exponential ceiling, never below what the server asked for.
-func (t *transport) backoff(attempt int, atLeast time.Duration) time.Duration {
-	ceil := t.retry.BaseDelay << (attempt - 1)
-	if ceil <= 0 || ceil > t.retry.MaxDelay {
-		ceil = t.retry.MaxDelay
-	}
-	d := time.Duration(rand.Int64N(int64(ceil) + 1))
-	if d < atLeast {
-		d = atLeast
-	}
-	return d
-}
-
-func decodeError(resp *http.Response, data []byte) *Error {
-	e := &Error{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id")}
-	var body ErrorBody
+func decodeError(resp *http.Response, data []byte) *api.Error {
+	e := &api.Error{StatusCode: resp.StatusCode, RequestID: resp.Header.Get("X-Request-Id"),
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	var body api.ErrorBody
 	if json.Unmarshal(data, &body) == nil && body.Error.Message != "" {
 		e.Code, e.Message, e.Field, e.CommittedOffset = body.Error.Code, body.Error.Message, body.Error.Field, body.Error.CommittedOffset
 		return e
@@ -244,21 +230,21 @@ func decodeError(resp *http.Response, data []byte) *Error {
 func codeForStatus(s int) string {
 	switch {
 	case s == http.StatusNotFound:
-		return CodeNotFound
+		return api.CodeNotFound
 	case s == http.StatusConflict:
-		return CodeConflict
+		return api.CodeConflict
 	case s == http.StatusUnauthorized:
-		return CodeUnauthorized
+		return api.CodeUnauthorized
 	case s == http.StatusForbidden:
-		return CodeForbidden
+		return api.CodeForbidden
 	case s == http.StatusTooManyRequests:
-		return CodeRateLimited
+		return api.CodeRateLimited
 	case s == http.StatusRequestEntityTooLarge:
-		return CodeTooLarge
+		return api.CodeTooLarge
 	case s >= 500:
-		return CodeUnavailable
+		return api.CodeUnavailable
 	}
-	return CodeInvalid
+	return api.CodeInvalid
 }
 
 // parseRetryAfter reads delay-seconds or an HTTP date; unknown forms mean no minimum.
@@ -275,26 +261,6 @@ func parseRetryAfter(v string) time.Duration {
 		}
 	}
 	return 0
-}
-
-// neverSent reports whether the request cannot have reached the server.
-func neverSent(err error) bool {
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
-func sleepContext(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
 }
 
 func jsonBody(v any) ([]byte, error) {

@@ -1,4 +1,4 @@
-package main
+package statebackend
 
 import (
 	"io"
@@ -22,7 +22,7 @@ func TestStandbyForwardsStateRequestsToLeader(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "outpost-system", Name: "agent-a"},
 		Status:     corev1.PodStatus{PodIP: host},
 	})
-	f := newLeaderForwarder(kube, "outpost-system", "agent-b", ":"+port)
+	f := NewForwarder(kube, "outpost-system", "agent-b", ":"+port)
 
 	serve := func() (*httptest.ResponseRecorder, bool) {
 		rec := httptest.NewRecorder()

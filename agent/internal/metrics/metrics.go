@@ -1,8 +1,7 @@
-// Package health serves the agent's /healthz, /readyz and Prometheus /metrics. Readiness means
-// "this replica is the one doing the work": it leads, its session with the orchestrator is alive
-// and it can reach the Kubernetes API. The chart's Service routes job pods' state requests by
-// readiness, so only the leader (which holds the claims) receives them.
-package health
+// Package metrics defines the agent's Prometheus metrics: orchestrator requests, polls, claims,
+// jobs, final events and leadership. Package health serves them on /metrics; the session, the
+// API client's request hook and the leader election update them.
+package metrics
 
 import (
 	"context"
@@ -12,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // Metrics are the agent's Prometheus metrics, on a registry of their own so nothing a library
@@ -34,8 +33,8 @@ type Metrics struct {
 	Reports         *prometheus.CounterVec
 }
 
-// NewMetrics registers every metric on a new registry.
-func NewMetrics(version string) *Metrics {
+// New registers every metric on a new registry.
+func New(version string) *Metrics {
 	const ns = "outpost_agent"
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
@@ -71,8 +70,8 @@ func NewMetrics(version string) *Metrics {
 	return m
 }
 
-// RequestHook counts orchestrator requests; pass it to api.WithRequestHook.
-func (m *Metrics) RequestHook(_ context.Context, info api.RequestInfo) {
+// RequestHook counts orchestrator requests; pass it to client.WithRequestHook.
+func (m *Metrics) RequestHook(_ context.Context, info client.RequestInfo) {
 	ep := Endpoint(info.Path)
 	m.Requests.WithLabelValues(ep, statusCode(info.Status)).Inc()
 	m.RequestDuration.WithLabelValues(ep).Observe(info.Duration.Seconds())

@@ -1,4 +1,4 @@
-package main
+package statebackend
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// leaderForwarder sends state-backend requests that reach a standby replica on to the leader.
-// Both replicas are ready (so rollouts and drains are not blocked), the Service spreads job
-// pods' requests over both, and only the leader holds the claims that authorise a job's token
-// and renews the locks it granted. The leader is found from the election (its identity is its
-// pod name) and reached at its pod IP.
-type leaderForwarder struct {
+// Forwarder sends state-backend requests that reach a standby replica on to the leader. Both
+// replicas are ready (so rollouts and drains are not blocked), the Service spreads job pods'
+// requests over both, and only the leader holds the job tokens that authorise a request (see
+// package jobtoken) and renews the locks it granted. The leader is found from the election (its
+// identity is its pod name) and reached at its pod IP.
+type Forwarder struct {
 	kube      kubernetes.Interface
 	namespace string
 	port      string
@@ -31,23 +31,25 @@ type leaderForwarder struct {
 	leading bool
 }
 
-func newLeaderForwarder(kube kubernetes.Interface, namespace, self, listen string) *leaderForwarder {
+// NewForwarder returns the forwarder of replica self (its pod name) in namespace; listen is the
+// state backend's listen address, whose port the leader's pod serves it on too.
+func NewForwarder(kube kubernetes.Interface, namespace, self, listen string) *Forwarder {
 	_, port, err := net.SplitHostPort(listen)
 	if err != nil || port == "" {
 		port = "8080"
 	}
-	return &leaderForwarder{kube: kube, namespace: namespace, port: port, self: self}
+	return &Forwarder{kube: kube, namespace: namespace, port: port, self: self}
 }
 
 // SetLeading records whether this replica leads.
-func (f *leaderForwarder) SetLeading(v bool) {
+func (f *Forwarder) SetLeading(v bool) {
 	f.mu.Lock()
 	f.leading = v
 	f.mu.Unlock()
 }
 
 // SetLeader records the current leader's identity.
-func (f *leaderForwarder) SetLeader(id string) {
+func (f *Forwarder) SetLeader(id string) {
 	f.mu.Lock()
 	if id != f.leader {
 		f.leader, f.target = id, nil
@@ -56,7 +58,7 @@ func (f *leaderForwarder) SetLeader(id string) {
 }
 
 // forward reports whether the request was handled by forwarding it to the leader.
-func (f *leaderForwarder) forward(w http.ResponseWriter, r *http.Request) bool {
+func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 	f.mu.Lock()
 	leading, leader := f.leading, f.leader
 	f.mu.Unlock()
@@ -91,7 +93,7 @@ func (f *leaderForwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // resolve finds the leader pod's address; the result is kept until the leader changes.
-func (f *leaderForwarder) resolve(ctx context.Context, leader string) (*url.URL, error) {
+func (f *Forwarder) resolve(ctx context.Context, leader string) (*url.URL, error) {
 	f.mu.Lock()
 	if f.target != nil && f.leader == leader {
 		t := f.target
@@ -118,7 +120,7 @@ func (f *leaderForwarder) resolve(ctx context.Context, leader string) (*url.URL,
 }
 
 // forget drops the cached address of leader.
-func (f *leaderForwarder) forget(leader string) {
+func (f *Forwarder) forget(leader string) {
 	f.mu.Lock()
 	if f.leader == leader {
 		f.target = nil

@@ -1,4 +1,4 @@
-package api_test
+package client_test
 
 import (
 	"archive/tar"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
@@ -36,7 +37,7 @@ func newRouteRecorder(base string, patterns []string) *routeRecorder {
 	return r
 }
 
-func (r *routeRecorder) hook(_ context.Context, info api.RequestInfo) {
+func (r *routeRecorder) hook(_ context.Context, info client.RequestInfo) {
 	req, err := http.NewRequestWithContext(context.Background(), info.Method, r.base+info.Path, nil)
 	if err != nil {
 		return
@@ -76,9 +77,9 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	defer cancel()
 	o := orchestratortest.Start(t)
 	rec := newRouteRecorder(o.URL, o.Server.Routes())
-	hook := api.WithRequestHook(rec.hook)
+	hook := client.WithRequestHook(rec.hook)
 
-	admin, err := api.NewAdminClient(o.URL, "acme", o.AdminToken, hook)
+	admin, err := client.NewAdminClient(o.URL, "acme", o.AdminToken, hook)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	}
 
 	signer := agentauth.NewSigner("acme", "eu-1", priv)
-	agent, err := api.NewAgentClient(o.URL, signer, hook)
+	agent, err := client.NewAgentClient(o.URL, signer, hook)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 		t.Fatalf("started event: %+v, %v", ev, err)
 	}
 
-	job, err := api.NewJobClient(o.URL, claim.JobToken, hook)
+	job, err := client.NewJobClient(o.URL, claim.JobToken, hook)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	if err != nil || len(events) != 2 || events[0].Type != api.EventStarted || events[1].Type != api.EventFinished {
 		t.Fatalf("events (duplicates must not be stored twice): %+v, %v", events, err)
 	}
-	if list, err := admin.ListDeployments(ctx, api.DeploymentFilter{RunnerID: "eu-1", Status: api.StatusSucceeded}); err != nil || len(list) != 1 {
+	if list, err := admin.ListDeployments(ctx, client.DeploymentFilter{RunnerID: "eu-1", Status: api.StatusSucceeded}); err != nil || len(list) != 1 {
 		t.Fatalf("list deployments: %d, %v", len(list), err)
 	}
 	if _, err := admin.CancelDeployment(ctx, dep.ID); !errors.Is(err, api.ErrConflict) {

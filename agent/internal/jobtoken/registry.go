@@ -1,0 +1,105 @@
+// Package jobtoken is the agent's registry of the per-job tokens of the jobs it holds: for each
+// job attempt, the token its claim granted and the state it may use. The session fills it (on
+// claim, and after a restart from what the executor kept with each job) and empties it when a
+// job ends; the state backend authorises every request against it. Keeping it apart from both
+// lets each depend on it without depending on the other.
+package jobtoken
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Errors of Authorize. The state backend answers them as 401 and 403.
+var (
+	// ErrUnauthenticated: credentials missing or wrong, or the job is not held (any more).
+	ErrUnauthenticated = errors.New("invalid credentials")
+	// ErrForbidden: valid credentials, but not for this state key.
+	ErrForbidden = errors.New("not allowed to access this state")
+)
+
+// Registry remembers, for each job the agent holds, the job token and the state the claim granted.
+// It is safe for concurrent use.
+type Registry struct {
+	mu sync.RWMutex
+	m  map[string]entry
+}
+
+type entry struct {
+	attempt        int
+	token          string
+	stateKey       string
+	stateNamespace string
+}
+
+// New returns an empty registry.
+func New() *Registry { return &Registry{m: map[string]entry{}} }
+
+// Put records (or replaces) the token of a job attempt, with the state key and the namespace of
+// the kubernetes state storage ("" when unknown) its claim names.
+func (r *Registry) Put(jobID string, attempt int, token, stateKey, stateNamespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[jobID] = entry{attempt: attempt, token: token, stateKey: stateKey, stateNamespace: stateNamespace}
+}
+
+// Has reports whether a token is known for the job attempt.
+func (r *Registry) Has(jobID string, attempt int) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	h, ok := r.m[jobID]
+	return ok && h.attempt == attempt && h.token != ""
+}
+
+// StateNamespace is the namespace of the job's kubernetes state storage ("" when unknown).
+func (r *Registry) StateNamespace(jobID string) string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.m[jobID].stateNamespace
+}
+
+// Delete forgets a job attempt's token (after its final event, or on forget).
+func (r *Registry) Delete(jobID string, attempt int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h, ok := r.m[jobID]; ok && h.attempt == attempt {
+		delete(r.m, jobID)
+	}
+}
+
+// Authorize implements the state backend's Authorizer: username is the job id, password the job
+// token; the job may only use the state its claim names. The holder identity names the job
+// attempt, so a lock left by an earlier attempt is recognisably someone else's. A wrong id or
+// token never says which of the two was wrong.
+func (r *Registry) Authorize(_ context.Context, username, password, stateKey string) (string, error) {
+	r.mu.RLock()
+	h, ok := r.m[username]
+	r.mu.RUnlock()
+	if !ok || h.token == "" || subtle.ConstantTimeCompare([]byte(h.token), []byte(password)) != 1 {
+		return "", ErrUnauthenticated
+	}
+	if h.stateKey != stateKey {
+		return "", fmt.Errorf("%w: job %s may only use state %q", ErrForbidden, username, h.stateKey)
+	}
+	return Holder(username, h.attempt), nil
+}
+
+// HolderAlive implements the state backend's HolderLiveness: a lock holder is alive while its
+// token is held, so the locks of a job that ended (or was forgotten) stop being renewed and
+// expire.
+func (r *Registry) HolderAlive(_ context.Context, holder string) (bool, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for id, h := range r.m {
+		if Holder(id, h.attempt) == holder {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Holder is the lock holder identity of a job attempt.
+func Holder(jobID string, attempt int) string { return fmt.Sprintf("job/%s/%d", jobID, attempt) }

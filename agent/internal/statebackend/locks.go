@@ -1,0 +1,168 @@
+package statebackend
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+)
+
+// renewal is one lock the handler keeps alive (see HolderLiveness).
+type renewal struct {
+	key, lockID, holder string
+	cancel              context.CancelFunc
+}
+
+// ReleaseLocksOf releases every lock held by holder and stops renewing them. The agent calls it
+// when a job attempt has ended for certain (its pod or process is gone), so the next run does
+// not even wait for the lease to expire. It returns the state keys it unlocked.
+func (h *Handler) ReleaseLocksOf(ctx context.Context, holder string) ([]string, error) {
+	h.mu.Lock()
+	for key, r := range h.renewals {
+		if r.holder == holder {
+			r.cancel()
+			delete(h.renewals, key)
+		}
+	}
+	h.mu.Unlock()
+	locks, err := h.store.ListLocks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var released []string
+	var errs []error
+	for _, l := range locks {
+		if l.Lock.Info.Holder != holder {
+			continue
+		}
+		err := h.store.Unlock(ctx, l.Key, l.Lock.Info.ID)
+		switch {
+		case err == nil:
+			released = append(released, l.Key)
+			h.log.LogAttrs(ctx, slog.LevelInfo, "released lock of ended holder", slog.String("state_key", l.Key),
+				slog.String("holder", holder), slog.String("lock_id", l.Lock.Info.ID))
+		case errors.Is(err, statestore.ErrNotLocked), errors.Is(err, statestore.ErrLockMismatch):
+		default:
+			errs = append(errs, err)
+		}
+	}
+	return released, errors.Join(errs...)
+}
+
+// ResumeRenewals adopts the unexpired locks found in the store whose holders HolderLiveness
+// reports alive, and renews them from now on. An agent calls it after it starts (or becomes
+// leader), so that locks of jobs that outlived the previous agent process do not expire under
+// them. Without HolderLiveness it does nothing: locks of unknown liveness are left to expire.
+func (h *Handler) ResumeRenewals(ctx context.Context) (int, error) {
+	if h.liveness == nil {
+		return 0, nil
+	}
+	locks, err := h.store.ListLocks(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	now := time.Now()
+	for _, l := range locks {
+		if l.Lock.Expired(now) || l.Key == "" {
+			continue
+		}
+		alive, err := h.liveness.HolderAlive(ctx, l.Lock.Info.Holder)
+		if err != nil || !alive {
+			continue
+		}
+		h.startRenewal(l.Key, l.Lock.Info.ID, l.Lock.Info.Holder)
+		n++
+	}
+	return n, nil
+}
+
+func (h *Handler) startRenewal(key, lockID, holder string) {
+	ctx, cancel := context.WithCancel(h.baseCtx)
+	r := &renewal{key: key, lockID: lockID, holder: holder, cancel: cancel}
+	h.mu.Lock()
+	if old := h.renewals[key]; old != nil {
+		if old.lockID == lockID {
+			h.mu.Unlock()
+			cancel()
+			return
+		}
+		old.cancel()
+	}
+	h.renewals[key] = r
+	h.wg.Add(1)
+	h.mu.Unlock()
+	go func() {
+		defer h.wg.Done()
+		defer h.forget(r)
+		h.renew(ctx, r)
+	}()
+}
+
+func (h *Handler) stopRenewal(key, lockID string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r := h.renewals[key]; r != nil && (lockID == "" || r.lockID == lockID) {
+		r.cancel()
+		delete(h.renewals, key)
+	}
+}
+
+func (h *Handler) forget(r *renewal) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.renewals[r.key] == r {
+		delete(h.renewals, r.key)
+	}
+	r.cancel()
+}
+
+// renew keeps one lock alive while its holder is (see HolderLiveness and WithMaxLockHold).
+func (h *Handler) renew(ctx context.Context, r *renewal) {
+	t := time.NewTicker(h.renewEvery)
+	defer t.Stop()
+	started := time.Now()
+	attrs := []slog.Attr{slog.String("state_key", r.key), slog.String("lock_id", r.lockID), slog.String("holder", r.holder)}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if h.liveness != nil {
+			alive, err := h.liveness.HolderAlive(ctx, r.holder)
+			if err == nil && !alive {
+				h.log.LogAttrs(ctx, slog.LevelInfo, "lock holder is gone; its lock is left to expire", attrs...)
+				return
+			}
+		} else if time.Since(started) > h.maxHold {
+			h.log.LogAttrs(ctx, slog.LevelWarn, "lock held longer than the maximum hold time; no longer renewed", attrs...)
+			return
+		}
+		err := h.store.Renew(ctx, r.key, r.lockID)
+		switch {
+		case err == nil:
+		case errors.Is(err, statestore.ErrLockMismatch):
+			h.log.LogAttrs(ctx, slog.LevelWarn, "lock lost (force-unlocked or taken over); renewal stopped", attrs...)
+			return
+		case ctx.Err() != nil:
+			return
+		default:
+			h.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", append(attrs, slog.String("error", err.Error()))...)
+		}
+	}
+}
+
+// RenewedLocks returns the state keys whose locks this handler currently renews (for metrics
+// and tests).
+func (h *Handler) RenewedLocks() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]string, 0, len(h.renewals))
+	for k := range h.renewals {
+		out = append(out, k)
+	}
+	return out
+}

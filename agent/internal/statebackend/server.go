@@ -1,0 +1,109 @@
+package statebackend
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+)
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Kube is the cluster the states are kept in.
+	Kube kubernetes.Interface
+	// Tokens authorise every request: job id + job token, and only the state key of the job.
+	Tokens *jobtoken.Registry
+	// FallbackNamespace holds the states of jobs whose claim named no namespace (jobs adopted
+	// before this agent knew it; --state-namespace). Empty: such jobs are refused.
+	FallbackNamespace string
+	// EncryptionKey seals state chunks at rest when set (--state-encryption-key-file).
+	EncryptionKey []byte
+	// Forwarder is set when leader election runs: a standby forwards to the leader.
+	Forwarder *Forwarder
+	Logger    *slog.Logger
+}
+
+// Server serves the Terraform/OpenTofu http state backend for runners whose state storage is of
+// type kubernetes. The namespace of the states comes from each job's claim (the runner's state
+// storage), so the server picks the store per request from the caller's job id and keeps one
+// Handler per namespace.
+type Server struct {
+	o   ServerOptions
+	log *slog.Logger
+
+	mu       sync.Mutex
+	handlers map[string]*Handler
+}
+
+// NewServer returns the state backend server. Call Close when shutting down.
+func NewServer(o ServerOptions) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	log := o.Logger.With("component", "state")
+	return &Server{o: o, log: log, handlers: map[string]*Handler{}}
+}
+
+// ServeHTTP forwards to the leader from a standby, else serves from the caller's namespace.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.o.Forwarder != nil && s.o.Forwarder.forward(w, r) {
+		return
+	}
+	user, _, ok := r.BasicAuth()
+	ns := ""
+	if ok {
+		ns = s.o.Tokens.StateNamespace(user)
+	}
+	if ns == "" {
+		ns = s.o.FallbackNamespace
+	}
+	if ns == "" {
+		// Unknown caller (or no state storage known yet): let the handler of any namespace
+		// refuse it with the protocol's 401, or answer 401 here when none exists.
+		w.Header().Set("WWW-Authenticate", `Basic realm="outpost-state"`)
+		http.Error(w, "unknown job or wrong token", http.StatusUnauthorized)
+		return
+	}
+	h, err := s.handler(ns)
+	if err != nil {
+		s.log.Error("state store", "namespace", ns, "err", err)
+		http.Error(w, "state store unavailable", http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+func (s *Server) handler(ns string) (*Handler, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h := s.handlers[ns]; h != nil {
+		return h, nil
+	}
+	store, err := statestore.NewChecked(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey})
+	if err != nil {
+		return nil, err
+	}
+	h := NewHandler(store, s.o.Tokens, s.log)
+	// Locks granted by an earlier agent process are renewed again while their jobs live.
+	if n, err := h.ResumeRenewals(context.Background()); err != nil {
+		s.log.Warn("resume lock renewals", "namespace", ns, "err", err)
+	} else if n > 0 {
+		s.log.Info("resumed lock renewals", "namespace", ns, "locks", n)
+	}
+	s.handlers[ns] = h
+	return h, nil
+}
+
+// Close stops lock renewals; the locks then expire on their own.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range s.handlers {
+		h.Close()
+	}
+}

@@ -1,0 +1,64 @@
+package statebackend
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+)
+
+// The server keeps each job's states in the namespace its claim named, and authorises with the
+// job tokens the session registered; a job it does not know is refused without touching any
+// namespace.
+func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
+	c := testbed.Shared(t)
+	nsA, nsB := testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
+	tokens := jobtoken.New()
+	tokens.Put("dep-a", 1, "opj_a", "team/app", nsA)
+	tokens.Put("dep-b", 1, "opj_b", "team/app", nsB)
+	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Logger: testLogger()})
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() {
+		srv.Close()
+		s.Close()
+	})
+	do := func(method, user, pass, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+PathPrefix+url.PathEscape("team/app"), strings.NewReader(body))
+		req.SetBasicAuth(user, pass)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	state := `{"version":4,"serial":1,"lineage":"l-a","resources":[]}`
+	if code, body := do(http.MethodPost, "dep-a", "opj_a", state); code != http.StatusOK {
+		t.Fatalf("write as dep-a: %d %s", code, body)
+	}
+	if code, body := do(http.MethodGet, "dep-a", "opj_a", ""); code != http.StatusOK || body != state {
+		t.Fatalf("read as dep-a: %d %q", code, body)
+	}
+	// The same key for dep-b lives in its own namespace: nothing there yet.
+	if code, _ := do(http.MethodGet, "dep-b", "opj_b", ""); code != http.StatusNoContent {
+		t.Fatalf("read as dep-b: %d, want 204 (its namespace holds no state)", code)
+	}
+	if _, err := statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger()}).History(t.Context(), "team/app"); err != nil {
+		t.Fatalf("the state is not in dep-a's namespace: %v", err)
+	}
+	if code, _ := do(http.MethodGet, "dep-a", "opj_b", ""); code != http.StatusUnauthorized {
+		t.Fatalf("wrong token: %d, want 401", code)
+	}
+	if code, _ := do(http.MethodGet, "dep-x", "opj_x", ""); code != http.StatusUnauthorized {
+		t.Fatalf("unknown job: %d, want 401", code)
+	}
+}

@@ -1,0 +1,82 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
+)
+
+// AgentClient calls the agent side of the API. Every attempt is signed afresh, because agent
+// tokens are bound to one request and refused when replayed.
+type AgentClient struct {
+	t *transport
+}
+
+// NewAgentClient returns a client that signs requests with signer. The HTTP timeout must exceed
+// the long-poll wait; the default client waits up to two minutes.
+func NewAgentClient(baseURL string, signer *agentauth.Signer, opts ...Option) (*AgentClient, error) {
+	t, err := newTransport(baseURL, func(r *http.Request, body []byte) error {
+		return signer.Authorize(r, body)
+	}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &AgentClient{t: t}, nil
+}
+
+// Poll long-polls for offers and directives, restating the agent's capacity and running jobs.
+func (c *AgentClient) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
+	body, err := jsonBody(req)
+	if err != nil {
+		return nil, err
+	}
+	var out api.PollResponse
+	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/poll", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Heartbeat renews the leases of running jobs without waiting for offers.
+func (c *AgentClient) Heartbeat(ctx context.Context, req api.PollRequest) error {
+	body, err := jsonBody(req)
+	if err != nil {
+		return err
+	}
+	return c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/heartbeat", body: body, retryable: retry.Idempotent})
+}
+
+// Claim claims an offered job attempt. It is idempotent for the same instance; another instance
+// gets api.ErrConflict while the lease holds.
+func (c *AgentClient) Claim(ctx context.Context, jobID string, req api.ClaimRequest) (*api.Claim, error) {
+	body, err := jsonBody(req)
+	if err != nil {
+		return nil, err
+	}
+	var out api.Claim
+	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/jobs/" + url.PathEscape(jobID) + "/claim", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Event reports a job event; events are idempotent by (job, attempt, seq).
+func (c *AgentClient) Event(ctx context.Context, jobID string, req api.EventRequest) (*api.EventResponse, error) {
+	if req.Time.IsZero() {
+		req.Time = time.Now().UTC()
+	}
+	body, err := jsonBody(req)
+	if err != nil {
+		return nil, err
+	}
+	var out api.EventResponse
+	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/jobs/" + url.PathEscape(jobID) + "/events", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

@@ -1,0 +1,58 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
+)
+
+// JobClient is what a running job uses, authenticated by its per-job token.
+type JobClient struct {
+	t *transport
+}
+
+// NewJobClient returns a client for the job holding token.
+func NewJobClient(baseURL, token string, opts ...Option) (*JobClient, error) {
+	t, err := newTransport(baseURL, bearer(token), opts)
+	if err != nil {
+		return nil, err
+	}
+	return &JobClient{t: t}, nil
+}
+
+// Spec fetches the job's spec.
+func (c *JobClient) Spec(ctx context.Context) (*api.JobSpec, error) {
+	var out api.JobSpec
+	if err := c.t.do(ctx, call{method: http.MethodGet, path: "/api/v1/job/spec", retryable: retry.Idempotent, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AppendLog appends data at offset. A wrong offset returns an error matching api.ErrOffsetMismatch
+// whose *api.Error carries the server's CommittedOffset, so the caller can resume from there.
+func (c *JobClient) AppendLog(ctx context.Context, offset int64, data []byte) (*api.LogAppendResponse, error) {
+	var out api.LogAppendResponse
+	err := c.t.do(ctx, call{
+		method: http.MethodPost, path: "/api/v1/job/logs",
+		query: url.Values{api.LogOffsetParam: {strconv.FormatInt(offset, 10)}},
+		body:  data, contentType: "application/octet-stream", retryable: retry.Idempotent, out: &out,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PutOutputs uploads the job's Terraform outputs.
+func (c *JobClient) PutOutputs(ctx context.Context, outputs api.Outputs) error {
+	body, err := jsonBody(outputs)
+	if err != nil {
+		return err
+	}
+	return c.t.do(ctx, call{method: http.MethodPut, path: "/api/v1/job/outputs", body: body, retryable: retry.Idempotent})
+}
