@@ -66,7 +66,9 @@ func TestWaitsForAReadableKey(t *testing.T) {
 
 	// The health server runs from the start (as run starts it); the wait shows up on its /readyz.
 	readiness := health.NewState(time.Second, nil)
-	go func() { _ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), log) }()
+	go func() {
+		_ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), log)
+	}()
 
 	type result struct {
 		key ed25519.PrivateKey

@@ -107,7 +107,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	readiness := health.NewState(cfg.PollWait, kubeCheck)
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), log) })
+	g.Go(func() error {
+		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), log)
+	})
 	key, err := waitForKey(gctx, cfg, log, readiness, keyRetryInterval)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -25,7 +25,8 @@ type ServerOptions struct {
 	EncryptionKey []byte
 	// Forwarder is set when leader election runs: a standby forwards to the leader.
 	Forwarder *Forwarder
-	Logger    *slog.Logger
+	// Logger gets the server's and its handlers' logs (component=state).
+	Logger *slog.Logger
 }
 
 // Server serves the Terraform/OpenTofu http state backend for runners whose state storage is of
