@@ -168,11 +168,10 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 // wait waits for the agent's parts; their ending because the agent was stopped is no error.
 func wait(ctx context.Context, g *errgroup.Group) error {
-	err := g.Wait()
-	if errors.Is(err, context.Canceled) || ctx.Err() != nil {
-		return nil
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+		return err
 	}
-	return err
+	return nil
 }
 
 // waitForKey returns the runner's private key, waiting (with readiness check "private_key"
