@@ -106,7 +106,9 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 	}
 	readiness := health.NewState(cfg.PollWait, kubeCheck)
-	g, gctx := errgroup.WithContext(ctx)
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(gctx)
 	g.Go(func() error {
 		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), log)
 	})
@@ -117,37 +119,17 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		return wait(ctx, g)
 	}
-	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)
-	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
+	p, err := assemble(cfg, log, kube, readiness, m, key)
 	if err != nil {
-		return fmt.Errorf("--ca-bundle-file: %w", err)
-	}
-	orch, err := client.NewAgentClient(cfg.APIURL, signer, client.WithHTTPClient(httpClient),
-		client.WithRequestHook(m.RequestHook), client.WithUserAgent("outpost-agent/"+config.Version))
-	if err != nil {
+		cancel()
+		_ = g.Wait()
 		return err
 	}
-	exec, err := newExecutor(cfg, kube, log)
-	if err != nil {
-		return err
-	}
-	tokens := jobtoken.New()
-	sess := session.New(session.Options{
-		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
-		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
-		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
-	})
-	log.Info("agent starting", "version", config.Version, "runner", cfg.RunnerID, "org", cfg.OrgID,
-		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElect)
 
-	g.Go(func() error { return exec.Run(gctx) })
-	var forwarder *statebackend.Forwarder
-	if cfg.LeaderElect {
-		forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
-	}
-	if sb := newStateServer(cfg, kube, tokens, forwarder, log); sb != nil {
-		defer sb.Close()
-		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, sb, log) })
+	g.Go(func() error { return p.exec.Run(gctx) })
+	if p.state != nil {
+		defer p.state.Close()
+		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, p.state, log) })
 	}
 	if cfg.LeaderElect {
 		g.Go(func() error {
@@ -155,15 +137,56 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 				Identity: cfg.Instance(), Logger: log, OnChange: func(v bool) {
 					readiness.SetLeader(v)
 					m.Leader.Set(boolFloat(v))
-					forwarder.SetLeading(v)
-				}, OnNewLeader: forwarder.SetLeader}, sess.RunAndRestart)
+					p.forwarder.SetLeading(v)
+				}, OnNewLeader: p.forwarder.SetLeader}, p.session.RunAndRestart)
 		})
 	} else {
 		readiness.SetLeader(true)
 		m.Leader.Set(1)
-		g.Go(func() error { sess.RunAndRestart(gctx); return nil })
+		g.Go(func() error { p.session.RunAndRestart(gctx); return nil })
 	}
 	return wait(ctx, g)
+}
+
+// parts are what the agent runs once it has its key.
+type parts struct {
+	exec    runnable
+	session *session.Session
+	// state is nil when the agent has no cluster to keep states in.
+	state *statebackend.Server
+	// forwarder is set when leader election runs.
+	forwarder *statebackend.Forwarder
+}
+
+// assemble builds the parts that need the runner's key; nothing runs yet.
+func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, readiness *health.State, m *metrics.Metrics, key ed25519.PrivateKey) (*parts, error) {
+	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)
+	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("--ca-bundle-file: %w", err)
+	}
+	orch, err := client.NewAgentClient(cfg.APIURL, signer, client.WithHTTPClient(httpClient),
+		client.WithRequestHook(m.RequestHook), client.WithUserAgent("outpost-agent/"+config.Version))
+	if err != nil {
+		return nil, err
+	}
+	exec, err := newExecutor(cfg, kube, log)
+	if err != nil {
+		return nil, err
+	}
+	tokens := jobtoken.New()
+	p := &parts{exec: exec, session: session.New(session.Options{
+		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
+		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
+		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
+	})}
+	log.Info("agent starting", "version", config.Version, "runner", cfg.RunnerID, "org", cfg.OrgID,
+		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElect)
+	if cfg.LeaderElect {
+		p.forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
+	}
+	p.state = newStateServer(cfg, kube, tokens, p.forwarder, log)
+	return p, nil
 }
 
 // wait waits for the agent's parts; their ending because the agent was stopped is no error.
