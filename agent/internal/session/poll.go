@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -89,7 +90,14 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	req := api.PollRequest{AgentVersion: s.o.Version, Instance: s.o.Instance, Running: []api.RunningJob{}, WaitSeconds: int(s.o.PollWait.Seconds())}
-	busy := len(s.starting)
+	// A job being started counts once: the executor may list it already while its claim
+	// goroutine has not yet left s.starting.
+	busy := 0
+	for k := range s.starting {
+		if !slices.ContainsFunc(statuses, func(st executor.Status) bool { return st.Key() == k }) {
+			busy++
+		}
+	}
 	for _, st := range statuses {
 		js := s.jobs[st.Key()]
 		if js != nil && js.acked {

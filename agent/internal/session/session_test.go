@@ -221,3 +221,34 @@ func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A job whose start is still in flight while the executor already lists it counts once, in the
+// capacity stated and in the jobs_running gauge.
+func TestStartingJobCountsOnce(t *testing.T) {
+	ex := newFakeExec()
+	s := New(Options{Client: &fakeOrch{}, Executor: ex, Logger: slog.New(slog.DiscardHandler), MaxConcurrency: 3})
+	if err := ex.Start(t.Context(), &api.Claim{JobID: "a", Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.starting[executor.Key{JobID: "a", Attempt: 1}] = true // claimAndStart has not returned yet
+	s.starting[executor.Key{JobID: "b", Attempt: 1}] = true // not listed yet: counts too
+	s.orchMax, s.orchKnown = 5, true
+	s.mu.Unlock()
+	req, err := s.pollRequest(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.CapacityFree != 1 {
+		t.Errorf("capacity free %d, want 3 − 2 jobs = 1", req.CapacityFree)
+	}
+	families, err := s.o.Metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if got := f.GetMetric()[0].GetGauge().GetValue(); f.GetName() == "outpost_agent_jobs_running" && got != 2 {
+			t.Errorf("jobs_running %v, want 2", got)
+		}
+	}
+}
