@@ -117,7 +117,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.Float64Var(&c.KubeQPS, "kube-qps", 50, "Kubernetes client QPS")
 	fs.IntVar(&c.KubeBurst, "kube-burst", 100, "Kubernetes client burst")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug | info | warn | error")
-	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path (empty = in-cluster)")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path, or a list like $KUBECONFIG (empty = in-cluster)")
 	fs.StringVar(&c.WorkDir, "work-dir", "", "process executor: directory of job folders")
 	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs jobs (default: this one)")
 	fs.StringVar(&c.JobNamespace, "job-namespace", "", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
