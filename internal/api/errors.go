@@ -109,20 +109,10 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
-// Permanent reports whether the orchestrator refused the request for good: sending the same
-// request again can never succeed, so it must not be retried and a message it carried (a final
-// event) is given up. See Permanent.
-func (e *Error) Permanent() bool {
-	switch e.StatusCode {
-	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden:
-		return false
-	}
-	return e.StatusCode >= 400 && e.StatusCode < 500
-}
-
-// Permanent is the one definition of a permanent error: an *Error whose status is a 4xx other
-// than 408 and 429 (which say "later") and other than 401 and 403. Network errors and 5xx are
-// never permanent.
+// Permanent is the one definition of a permanent error: the orchestrator refused the request for
+// good, sending it again can never succeed, so it is not retried and a message it carried (a
+// final event) is given up. That is an *Error whose status is a 4xx other than 408 and 429
+// (which say "later") and other than 401 and 403. Network errors and 5xx are never permanent.
 //
 // 401 and 403 are deliberately not permanent: they say "not with these credentials yet", and
 // the request itself is fine. An agent whose key is not registered yet, was just rotated, or
@@ -134,7 +124,14 @@ func (e *Error) Permanent() bool {
 // the end (retry.WhileTokenHolds).
 func Permanent(err error) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Permanent()
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.StatusCode {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden:
+		return false
+	}
+	return e.StatusCode >= 400 && e.StatusCode < 500
 }
 
 // RetryAfter is the wait the orchestrator asked for with the error (0 when it said nothing, or
