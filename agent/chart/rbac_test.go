@@ -63,7 +63,7 @@ var agentAccess = []struct {
 	access
 	want bool
 }{
-	// Jobs namespace: the Jobs, what to read about them, the per-job token Secrets.
+	// Jobs namespace: the Jobs, what to read about them, the job token Secrets.
 	{access{"create", "batch", "jobs", "outpost-jobs", ""}, true},
 	{access{"watch", "batch", "jobs", "outpost-jobs", ""}, true},
 	{access{"patch", "batch", "jobs", "outpost-jobs", "deploy-1"}, true},

@@ -51,7 +51,7 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	if want := kubeexec.JobName(ids[0], 1); job.Name != want {
 		t.Errorf("Job name %q, want deterministic %q", job.Name, want)
 	}
-	if job.Labels[kubeexec.LabelRunnerID] != "r1" || job.Annotations[kubeexec.AnnJobID] != ids[0] || job.Labels[kubeexec.LabelAttempt] != "1" {
+	if job.Labels[kubeexec.LabelRunnerID] != "r1" || job.Annotations[kubeexec.AnnDeploymentID] != ids[0] || job.Labels[kubeexec.LabelAttempt] != "1" {
 		t.Errorf("Job labels %v annotations %v", job.Labels, job.Annotations)
 	}
 	if *job.Spec.BackoffLimit != 0 || job.Spec.PodFailurePolicy == nil || *job.Spec.TTLSecondsAfterFinished != 86400 || *job.Spec.ActiveDeadlineSeconds != 600+120 {
@@ -166,7 +166,7 @@ func TestCancelDirective(t *testing.T) {
 		if err != nil {
 			return false, err.Error()
 		}
-		return d.Status == api.StatusRunning, d.Status
+		return d.Status == api.StatusRunning, string(d.Status)
 	})
 	jobName := kubeexec.JobName(ids[0], 1)
 	if _, err := e.admin.CancelDeployment(context.Background(), ids[0]); err != nil {

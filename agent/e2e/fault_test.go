@@ -41,7 +41,7 @@ func (e *env) watchCreations() *creations {
 				continue
 			}
 			c.mu.Lock()
-			id := j.Annotations[kubeexec.AnnJobID]
+			id := j.Annotations[kubeexec.AnnDeploymentID]
 			if c.uids[id] == nil {
 				c.uids[id] = map[types.UID]bool{}
 			}
@@ -200,7 +200,7 @@ func TestOrchestratorDown30s(t *testing.T) {
 	// The Jobs finish while the orchestrator is away: their reports must be kept on the Jobs.
 	wait(t, 30*time.Second, "an undelivered final report kept on a Job", func() (bool, string) {
 		for _, j := range e.jobs() {
-			if j.Annotations[kubeexec.AnnFinalReport] != "" {
+			if j.Annotations[kubeexec.AnnPendingEvent] != "" {
 				return true, ""
 			}
 		}

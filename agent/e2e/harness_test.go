@@ -225,7 +225,7 @@ func (e *env) waitTerminal(ids []string, timeout time.Duration) map[string]*api.
 		pending := 0
 		var sample string
 		for _, id := range ids {
-			if d := out[id]; d != nil && api.IsTerminal(d.Status) {
+			if d := out[id]; d != nil && d.Status.Terminal() {
 				continue
 			}
 			d, err := e.admin.GetDeployment(context.Background(), id)
@@ -233,9 +233,9 @@ func (e *env) waitTerminal(ids []string, timeout time.Duration) map[string]*api.
 				return false, err.Error()
 			}
 			out[id] = d
-			if !api.IsTerminal(d.Status) {
+			if !d.Status.Terminal() {
 				pending++
-				sample = id + " is " + d.Status
+				sample = id + " is " + string(d.Status)
 			}
 		}
 		return pending == 0, fmt.Sprintf("%d not finished (%s)", pending, sample)

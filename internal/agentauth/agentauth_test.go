@@ -98,7 +98,7 @@ func TestVerifyAcceptsAndRefuses(t *testing.T) {
 		}, ReasonBody},
 		{"wrong URL", func(f *fixture) (string, string, []byte, string) {
 			tok, _ := f.signer.Sign("POST", url, body)
-			return "POST", "http://orchestrator.example:8080/api/v1/agent/jobs/x/claim", body, tok
+			return "POST", "http://orchestrator.example:8080/api/v1/agent/deployments/x/claim", body, tok
 		}, ReasonURL},
 		{"wrong method", func(f *fixture) (string, string, []byte, string) {
 			tok, _ := f.signer.Sign("GET", url, body)

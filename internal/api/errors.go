@@ -120,7 +120,7 @@ func (e *Error) Is(target error) bool {
 // retried with backoff instead of the agent dying or dropping an event. Not permanent does not
 // mean retry at once, though: within one call the client retries only what a retry can cure
 // (retry.Idempotent, retry.Unapplied), so a create refused with 401 is not sent again blindly;
-// and a holder of a credential that is never renewed (a job's per-job token) treats 401/403 as
+// and a holder of a credential that is never renewed (the job token) treats 401/403 as
 // the end (retry.WhileTokenHolds).
 func Permanent(err error) bool {
 	var e *Error

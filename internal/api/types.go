@@ -3,16 +3,14 @@
 // package client. It imports neither terraform-plugin packages, nor request signing, nor
 // Kubernetes types, so every side can share it without pulling in another's dependencies.
 //
-// Two audiences use the API. Admins (the provider, people, CI) authenticate with a bearer token
+// Three kinds of caller use the API. Admins (the provider, people, CI) authenticate with a bearer token
 // and work under /api/v1/orgs/{org}/. Agents authenticate every request with a short-lived EdDSA
-// JWT (package agentauth) and work under /api/v1/agent/. A running Job authenticates with the
-// per-job token it was given and works under /api/v1/job/.
+// JWT (package agentauth) and work under /api/v1/agent/. The job runner of an attempt
+// authenticates with the job token the claim granted and works under /api/v1/job/. The words
+// (deployment, attempt, claim, event, …) are defined in the glossary of ARCHITECTURE.md.
 package api
 
-import (
-	"encoding/json"
-	"time"
-)
+import "time"
 
 // Runner types.
 const (
@@ -30,16 +28,16 @@ type Runner struct {
 	PublicKeys     []string  `json:"public_keys"`
 	Job            RunnerJob `json:"job"`
 	StateStorageID string    `json:"state_storage_id"`
-	// MaxConcurrency is how many jobs the agent may run at once.
+	// MaxConcurrency is how many attempts the agent may run at once.
 	MaxConcurrency int `json:"max_concurrency"`
-	// JobTimeoutSeconds bounds one job's run time.
+	// JobTimeoutSeconds bounds the run time of one attempt (of its Job, or process).
 	JobTimeoutSeconds int          `json:"job_timeout_seconds"`
 	Status            RunnerStatus `json:"status"`
 	CreatedAt         time.Time    `json:"created_at"`
 	UpdatedAt         time.Time    `json:"updated_at"`
 }
 
-// RunnerJob says where and as whom the runner's Jobs run.
+// RunnerJob is the runner's job settings: where and as whom its Jobs run.
 type RunnerJob struct {
 	Namespace      string `json:"namespace"`
 	ServiceAccount string `json:"service_account"`
@@ -140,124 +138,7 @@ type StateStorageInput struct {
 	AzureRM     *AzureRMStateSpec    `json:"azurerm,omitempty"`
 }
 
-// Operations a deployment can run.
-const (
-	OperationPlan    = "plan"
-	OperationApply   = "apply"
-	OperationDestroy = "destroy"
-)
-
-// Deployment statuses. Queued → Claimed → Running → one of the terminal ones. A lease that
-// expires returns Claimed jobs, and Running plan jobs, to Queued with the next attempt; a Running
-// apply or destroy becomes Lost instead, because re-running a half-done apply is not safe.
-const (
-	StatusQueued    = "queued"
-	StatusClaimed   = "claimed"
-	StatusRunning   = "running"
-	StatusSucceeded = "succeeded"
-	StatusFailed    = "failed"
-	StatusCanceled  = "canceled"
-	StatusLost      = "lost"
-)
-
-// IsTerminal reports whether a status is final.
-func IsTerminal(status string) bool {
-	switch status {
-	case StatusSucceeded, StatusFailed, StatusCanceled, StatusLost:
-		return true
-	}
-	return false
-}
-
-// Source is where a deployment's Terraform configuration comes from: exactly one of Inline or Git.
-type Source struct {
-	Inline *InlineSource `json:"inline,omitempty"`
-	Git    *GitSource    `json:"git,omitempty"`
-}
-
-// InlineSource is a gzip-compressed tar archive of the configuration, base64 in JSON.
-type InlineSource struct {
-	ArchiveTarGz []byte `json:"archive_tar_gz"`
-}
-
-// GitSource is a git repository, a ref (branch, tag or commit) and a path inside it.
-type GitSource struct {
-	URL  string `json:"url"`
-	Ref  string `json:"ref,omitempty"`
-	Path string `json:"path,omitempty"`
-}
-
-// DeploymentInput is the body of deployment create.
-type DeploymentInput struct {
-	RunnerID  string `json:"runner_id"`
-	Operation string `json:"operation"`
-	Source    Source `json:"source"`
-	// Variables are Terraform input variables; values are any JSON.
-	Variables map[string]json.RawMessage `json:"variables,omitempty"`
-	// StateKey names the state this deployment reads and writes.
-	StateKey string `json:"state_key"`
-	// TimeoutSeconds overrides the runner's job timeout when set.
-	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
-}
-
-// Deployment is a queued or finished run of Terraform/OpenTofu on a runner.
-type Deployment struct {
-	ID             string                     `json:"id"`
-	RunnerID       string                     `json:"runner_id"`
-	Operation      string                     `json:"operation"`
-	Source         Source                     `json:"source"`
-	Variables      map[string]json.RawMessage `json:"variables,omitempty"`
-	StateKey       string                     `json:"state_key"`
-	TimeoutSeconds int                        `json:"timeout_seconds"`
-	Status         string                     `json:"status"`
-	// Attempt counts from 1; it grows when an expired lease returns the job to the queue.
-	Attempt         int        `json:"attempt"`
-	CancelRequested bool       `json:"cancel_requested,omitempty"`
-	ExitCode        *int       `json:"exit_code,omitempty"`
-	Reason          string     `json:"reason,omitempty"`
-	Message         string     `json:"message,omitempty"`
-	LogSize         int64      `json:"log_size"`
-	LogTruncated    bool       `json:"log_truncated,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	ClaimedAt       *time.Time `json:"claimed_at,omitempty"`
-	StartedAt       *time.Time `json:"started_at,omitempty"`
-	FinishedAt      *time.Time `json:"finished_at,omitempty"`
-}
-
-// Output is one Terraform output, as `terraform output -json` prints it.
-type Output struct {
-	Value     json.RawMessage `json:"value"`
-	Type      json.RawMessage `json:"type,omitempty"`
-	Sensitive bool            `json:"sensitive"`
-}
-
-// Outputs maps output names to values.
-type Outputs map[string]Output
-
-// Event is a recorded job event (from the agent), listed by the admin API.
-type Event struct {
-	Attempt  int       `json:"attempt"`
-	Seq      int64     `json:"seq"`
-	Type     string    `json:"type"`
-	Result   string    `json:"result,omitempty"`
-	ExitCode *int      `json:"exit_code,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Message  string    `json:"message,omitempty"`
-	Time     time.Time `json:"time"`
-}
-
 // List wraps list responses so fields can be added later without breaking clients.
 type List[T any] struct {
 	Items []T `json:"items"`
-}
-
-// LogChunk is a slice of a deployment's log, from the admin API.
-type LogChunk struct {
-	Offset int64  `json:"offset"`
-	Data   []byte `json:"data"`
-	// NextOffset is where the next read should start.
-	NextOffset int64 `json:"next_offset"`
-	// Complete is true when the deployment is terminal and NextOffset is the end of the log.
-	Complete  bool `json:"complete"`
-	Truncated bool `json:"truncated,omitempty"`
 }

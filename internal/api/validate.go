@@ -196,9 +196,7 @@ func (in *DeploymentInput) Validate() error {
 	if err := ValidateID("runner_id", in.RunnerID); err != nil {
 		return err
 	}
-	switch in.Operation {
-	case OperationPlan, OperationApply, OperationDestroy:
-	default:
+	if !in.Operation.Valid() {
 		return fieldErr("operation", "%q is not an operation; use plan, apply or destroy", in.Operation)
 	}
 	switch {

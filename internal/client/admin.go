@@ -161,7 +161,7 @@ func (c *AdminClient) GetDeployment(ctx context.Context, id string) (*api.Deploy
 // DeploymentFilter narrows ListDeployments; empty fields match everything.
 type DeploymentFilter struct {
 	RunnerID string
-	Status   string
+	Status   api.Status
 }
 
 // ListDeployments lists deployments, newest first.
@@ -171,7 +171,7 @@ func (c *AdminClient) ListDeployments(ctx context.Context, f DeploymentFilter) (
 		q.Set("runner_id", f.RunnerID)
 	}
 	if f.Status != "" {
-		q.Set("status", f.Status)
+		q.Set("status", string(f.Status))
 	}
 	var out api.List[api.Deployment]
 	if err := c.t.do(ctx, call{method: http.MethodGet, path: c.path("deployments"), query: q, retryable: retry.Idempotent, out: &out}); err != nil {
@@ -202,7 +202,7 @@ func (c *AdminClient) GetOutputs(ctx context.Context, id string) (api.Outputs, e
 	return out, nil
 }
 
-// ListEvents lists a deployment's job events.
+// ListEvents lists the events of a deployment's attempts.
 func (c *AdminClient) ListEvents(ctx context.Context, id string) ([]api.Event, error) {
 	var out api.List[api.Event]
 	if err := c.send(ctx, http.MethodGet, c.path("deployments", id, "events"), nil, &out, retry.Idempotent); err != nil {

@@ -29,7 +29,8 @@ func NewAgentClient(baseURL string, signer *agentauth.Signer, opts ...Option) (*
 	return &AgentClient{t: t}, nil
 }
 
-// Poll long-polls for offers and directives, restating the agent's capacity and running jobs.
+// Poll long-polls for offers and directives, restating the agent's capacity and held attempts
+// (which renews their job leases).
 func (c *AgentClient) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
 	body, err := jsonBody(req)
 	if err != nil {
@@ -42,31 +43,22 @@ func (c *AgentClient) Poll(ctx context.Context, req api.PollRequest) (*api.PollR
 	return &out, nil
 }
 
-// Heartbeat renews the leases of running jobs without waiting for offers.
-func (c *AgentClient) Heartbeat(ctx context.Context, req api.PollRequest) error {
-	body, err := jsonBody(req)
-	if err != nil {
-		return err
-	}
-	return c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/heartbeat", body: body, retryable: retry.Idempotent})
-}
-
-// Claim claims an offered job attempt. It is idempotent for the same instance; another instance
-// gets api.ErrConflict while the lease holds.
-func (c *AgentClient) Claim(ctx context.Context, jobID string, req api.ClaimRequest) (*api.Claim, error) {
+// Claim claims an offered attempt of a deployment. It is idempotent for the same instance;
+// another instance gets api.ErrConflict while the job lease holds.
+func (c *AgentClient) Claim(ctx context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
 	body, err := jsonBody(req)
 	if err != nil {
 		return nil, err
 	}
 	var out api.Claim
-	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/jobs/" + url.PathEscape(jobID) + "/claim", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
+	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/claim", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
 		return nil, err
 	}
 	return &out, nil
 }
 
-// Event reports a job event; events are idempotent by (job, attempt, seq).
-func (c *AgentClient) Event(ctx context.Context, jobID string, req api.EventRequest) (*api.EventResponse, error) {
+// Event sends an event about an attempt; events are idempotent by (deployment, attempt, seq).
+func (c *AgentClient) Event(ctx context.Context, deploymentID string, req api.EventRequest) (*api.EventResponse, error) {
 	if req.Time.IsZero() {
 		req.Time = time.Now().UTC()
 	}
@@ -75,7 +67,7 @@ func (c *AgentClient) Event(ctx context.Context, jobID string, req api.EventRequ
 		return nil, err
 	}
 	var out api.EventResponse
-	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/jobs/" + url.PathEscape(jobID) + "/events", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
+	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/events", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -10,12 +10,13 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// JobClient is what a running job uses, authenticated by its per-job token.
+// JobClient calls the job API (/api/v1/job/) for the job runner of one attempt, authenticated by
+// its job token.
 type JobClient struct {
 	t *transport
 }
 
-// NewJobClient returns a client for the job holding token.
+// NewJobClient returns a client for the attempt the job token was granted for.
 func NewJobClient(baseURL, token string, opts ...Option) (*JobClient, error) {
 	t, err := newTransport(baseURL, bearer(token), opts)
 	if err != nil {
@@ -24,7 +25,7 @@ func NewJobClient(baseURL, token string, opts ...Option) (*JobClient, error) {
 	return &JobClient{t: t}, nil
 }
 
-// Spec fetches the job's spec.
+// Spec fetches the attempt's job spec.
 func (c *JobClient) Spec(ctx context.Context) (*api.JobSpec, error) {
 	var out api.JobSpec
 	if err := c.t.do(ctx, call{method: http.MethodGet, path: "/api/v1/job/spec", retryable: retry.Idempotent, out: &out}); err != nil {
@@ -48,7 +49,7 @@ func (c *JobClient) AppendLog(ctx context.Context, offset int64, data []byte) (*
 	return &out, nil
 }
 
-// PutOutputs uploads the job's Terraform outputs.
+// PutOutputs uploads the deployment's Terraform outputs.
 func (c *JobClient) PutOutputs(ctx context.Context, outputs api.Outputs) error {
 	body, err := jsonBody(outputs)
 	if err != nil {

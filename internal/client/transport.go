@@ -1,6 +1,6 @@
 // Package client is the Go client of the orchestrator's API: the admin client (the provider,
-// the demo), the agent client (requests signed with the runner's key) and the job client (a
-// job's per-job token), over one transport that retries by the policy of package retry and turns
+// the demo), the agent client (requests signed with the runner's key) and the job client (the
+// job runner, with its job token), over one transport that retries by the policy of package retry and turns
 // error answers into *api.Error. The wire types and errors themselves live in package api, which
 // the orchestrator shares without pulling in request signing.
 package client
@@ -67,7 +67,7 @@ func WithRequestHook(fn func(context.Context, RequestInfo)) Option {
 // single-use.
 type authorizer func(r *http.Request, body []byte) error
 
-// bearer authorises with a bearer token (an admin token, or a job's per-job token).
+// bearer authorises with a bearer token (an admin token, or the job token).
 func bearer(token string) authorizer {
 	return func(r *http.Request, _ []byte) error {
 		r.Header.Set("Authorization", "Bearer "+token)

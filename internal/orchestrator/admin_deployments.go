@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
@@ -32,13 +33,13 @@ func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request, c *cal
 
 func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request, c *call) error {
 	q := r.URL.Query()
-	runnerID, status := q.Get("runner_id"), q.Get("status")
+	runnerID, status := q.Get("runner_id"), api.Status(q.Get("status"))
 	if runnerID != "" {
 		if err := api.ValidateID("runner_id", runnerID); err != nil {
 			return err
 		}
 	}
-	if status != "" && !validStatus(status) {
+	if status != "" && !status.Valid() {
 		return invalid("status", "%q is not a deployment status; use one of %s", status, statusList())
 	}
 	list, err := s.store.listDeployments(r.Context(), c.org, runnerID, status)
@@ -137,4 +138,13 @@ func (s *Server) cancelDeployment(w http.ResponseWriter, r *http.Request, c *cal
 	s.notify.wake(c.org + "/" + out.RunnerID)
 	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// statusList names every status, for messages.
+func statusList() string {
+	names := make([]string, len(api.Statuses))
+	for i, st := range api.Statuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
 }

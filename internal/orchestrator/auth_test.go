@@ -52,7 +52,7 @@ func TestAgentAuthRefusalsAre401AndCounted(t *testing.T) {
 			return send(a.token(pollPath, body), jsonBytes(t, api.PollRequest{AgentVersion: "v1", CapacityFree: 50}))
 		}},
 		{"token for another endpoint", agentauth.ReasonURL, func() response {
-			return send(a.token("/api/v1/agent/heartbeat", body), body)
+			return send(a.token("/api/v1/agent/deployments/dep-other/claim", body), body)
 		}},
 		{"token for another host", agentauth.ReasonURL, func() response {
 			return send(signWith(a.signer, "POST", "http://evil.test:8700"+pollPath, body), body)
@@ -140,9 +140,13 @@ func TestJobTokenRefusals(t *testing.T) {
 		t.Fatalf("spec: HTTP %d %s", r.code, r.body)
 	}
 	r.decode(t, &spec)
-	if spec.JobID != d.ID || spec.Attempt != 1 || spec.StateStorage.Kubernetes == nil || spec.Job.Namespace != "outpost-jobs" ||
-		spec.Source.Inline == nil || spec.TimeoutSeconds != api.DefaultJobTimeoutSeconds || spec.StateKey != "stacks/r1" {
+	if spec.DeploymentID != d.ID || spec.Attempt != 1 || spec.StateStorage.Kubernetes == nil ||
+		spec.Source.Inline == nil || spec.StateKey != "stacks/r1" {
 		t.Fatalf("spec %+v", spec)
+	}
+	if p := c.Placement; p.Job.Namespace != "outpost-jobs" || p.TimeoutSeconds != api.DefaultJobTimeoutSeconds ||
+		p.StateKey != "stacks/r1" || p.StateStorage.Kubernetes == nil {
+		t.Fatalf("placement %+v", p)
 	}
 
 	tampered := c.JobToken[:len(c.JobToken)-2] + "AA"
@@ -165,7 +169,7 @@ func TestJobTokenRefusals(t *testing.T) {
 	}
 
 	// After the end the token works for the grace period, then no more.
-	a.mustOK("/api/v1/agent/jobs/"+d.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}, nil)
+	a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}, nil)
 	h.clock.Advance(DefaultJobTokenGrace - time.Minute)
 	if r := h.appendLog(c.JobToken, 0, "late line\n"); r.code != http.StatusOK {
 		t.Fatalf("log within the grace period: HTTP %d %s", r.code, r.body)
@@ -191,21 +195,21 @@ func TestAgentBadInputIsRefusedWithField(t *testing.T) {
 	d := h.deploy(api.OperationApply)
 	c := a.claim(d.ID, 1, "pod-a")
 	before := everything(h)
-	claimPath := "/api/v1/agent/jobs/" + d.ID + "/claim"
+	claimPath := "/api/v1/agent/deployments/" + d.ID + "/claim"
 	cases := []struct {
 		name, path, body, contentType string
 		wantCode                      int
 		wantField                     string
 	}{
 		{"unknown poll field", pollPath, `{"capacity":1}`, "", 400, "capacity"},
-		{"unknown field in a running entry", pollPath, `{"running":[{"job_id":"` + d.ID + `","attempt":1,"fencing":1,"phase":"x"}]}`, "", 400, "running[0].phase"},
-		{"invalid running job id", pollPath, `{"running":[{"job_id":"Not An Id","attempt":1,"fencing":1}]}`, "", 400, "running[0].job_id"},
+		{"unknown field in a held entry", pollPath, `{"held":[{"deployment_id":"` + d.ID + `","attempt":1,"fencing":1,"phase":"x"}]}`, "", 400, "held[0].phase"},
+		{"invalid held deployment id", pollPath, `{"held":[{"deployment_id":"Not An Id","attempt":1,"fencing":1}]}`, "", 400, "held[0].deployment_id"},
 		{"negative capacity", pollPath, `{"capacity_free":-1}`, "", 400, "capacity_free"},
 		{"claim attempt as string", claimPath, `{"attempt":"1","instance":"pod-b"}`, "", 400, "attempt"},
-		{"claim of an invalid id", "/api/v1/agent/jobs/NOPE/claim", `{"attempt":1,"instance":"pod-b"}`, "", 400, "id"},
-		{"event without type", "/api/v1/agent/jobs/" + d.ID + "/events", `{"attempt":1,"fencing":1,"seq":1}`, "", 400, "type"},
+		{"claim of an invalid id", "/api/v1/agent/deployments/NOPE/claim", `{"attempt":1,"instance":"pod-b"}`, "", 400, "id"},
+		{"event without type", "/api/v1/agent/deployments/" + d.ID + "/events", `{"attempt":1,"fencing":1,"seq":1}`, "", 400, "type"},
 		{"poll as text", pollPath, `{}`, "text/plain", 415, ""},
-		{"oversize event", "/api/v1/agent/jobs/" + d.ID + "/events", `{"message":"` + strings.Repeat("x", limitDefault) + `"}`, "", 413, ""},
+		{"oversize event", "/api/v1/agent/deployments/" + d.ID + "/events", `{"message":"` + strings.Repeat("x", limitDefault) + `"}`, "", 413, ""},
 	}
 	for _, tc := range cases {
 		ct := "application/json"

@@ -264,16 +264,16 @@ func (a *agent) poll(req api.PollRequest) api.PollResponse {
 	return out
 }
 
-func (a *agent) claim(jobID string, attempt int, instance string) api.Claim {
+func (a *agent) claim(deploymentID string, attempt int, instance string) api.Claim {
 	a.h.t.Helper()
 	var out api.Claim
-	a.mustOK("/api/v1/agent/jobs/"+jobID+"/claim", api.ClaimRequest{Attempt: attempt, Instance: instance}, &out)
+	a.mustOK("/api/v1/agent/deployments/"+deploymentID+"/claim", api.ClaimRequest{Attempt: attempt, Instance: instance}, &out)
 	return out
 }
 
-func (a *agent) event(jobID string, ev api.EventRequest) response {
+func (a *agent) event(deploymentID string, ev api.EventRequest) response {
 	a.h.t.Helper()
-	return a.post("/api/v1/agent/jobs/"+jobID+"/events", ev)
+	return a.post("/api/v1/agent/deployments/"+deploymentID+"/events", ev)
 }
 
 func (h *harness) job(token, method, path, contentType string, body []byte) response {
@@ -326,7 +326,7 @@ func (h *harness) setupRunner(org, runner string, maxConcurrency int) *agent {
 var gzipMagic = []byte{0x1f, 0x8b, 0x08, 0x00}
 
 // deploy queues a deployment with an inline source on runner r1 of acme.
-func (h *harness) deploy(op string) api.Deployment {
+func (h *harness) deploy(op api.Operation) api.Deployment {
 	const runner = "r1"
 	h.t.Helper()
 	var d api.Deployment

@@ -12,16 +12,18 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// jobTokenClaims is what a per-job token stands for: one grant of one job attempt.
-type jobTokenClaims struct {
-	Org     string
-	Job     string
-	Attempt int
-	Fencing int64
+// jobTokenPayload is what a job token stands for: one grant (fencing number) of the job lease on
+// one attempt of a deployment.
+type jobTokenPayload struct {
+	Org        string
+	Deployment string
+	Attempt    int
+	Fencing    int64
 }
 
-func (c jobTokenClaims) payload() string {
-	return c.Org + "|" + c.Job + "|" + strconv.Itoa(c.Attempt) + "|" + strconv.FormatInt(c.Fencing, 10)
+// encode is the payload as the token carries it (and its MAC covers).
+func (c jobTokenPayload) encode() string {
+	return c.Org + "|" + c.Deployment + "|" + strconv.Itoa(c.Attempt) + "|" + strconv.FormatInt(c.Fencing, 10)
 }
 
 // jobTokenDomain separates these MACs from any other use of the server secret.
@@ -37,17 +39,17 @@ func jobTokenMAC(secret []byte, payload string) []byte {
 // mintJobToken derives the token of a grant: opj_<payload>.<HMAC>. It is a pure function of the
 // server secret and the grant, so an idempotent re-claim returns the same token without the
 // server ever storing one.
-func mintJobToken(secret []byte, c jobTokenClaims) string {
-	p := c.payload()
+func mintJobToken(secret []byte, c jobTokenPayload) string {
+	p := c.encode()
 	return api.JobTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(p)) + "." +
 		base64.RawURLEncoding.EncodeToString(jobTokenMAC(secret, p))
 }
 
 // parseJobToken checks a token's MAC and returns the grant it stands for. Whether the grant is
-// still current is the store's question (checkJobGrant).
-func parseJobToken(secret []byte, raw string) (jobTokenClaims, error) {
-	bad := func(why string) (jobTokenClaims, error) {
-		return jobTokenClaims{}, &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobToken,
+// still current is the store's question (checkJobToken).
+func parseJobToken(secret []byte, raw string) (jobTokenPayload, error) {
+	bad := func(why string) (jobTokenPayload, error) {
+		return jobTokenPayload{}, &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobToken,
 			message: "job token refused: " + why}
 	}
 	rest, ok := strings.CutPrefix(raw, api.JobTokenPrefix)
@@ -75,21 +77,22 @@ func parseJobToken(secret []byte, raw string) (jobTokenClaims, error) {
 	if err1 != nil || err2 != nil {
 		return bad("malformed")
 	}
-	return jobTokenClaims{Org: parts[0], Job: parts[1], Attempt: attempt, Fencing: fencing}, nil
+	return jobTokenPayload{Org: parts[0], Deployment: parts[1], Attempt: attempt, Fencing: fencing}, nil
 }
 
-// checkJobGrant decides whether a genuine token still speaks for the job: it must be the current
-// grant (a superseded attempt gets stale_fencing, so the run stops), and a finished job accepts
-// it only for the grace period, so the run can flush its last log lines and outputs.
-func checkJobGrant(rec *jobRecord, c jobTokenClaims, now time.Time, grace time.Duration) error {
+// checkJobToken decides whether a genuine token still speaks for the deployment: it must be for the
+// current grant (a superseded attempt gets stale_fencing, so its job runner stops), and a finished
+// deployment accepts it only for the grace period, so the job runner can flush its last log lines
+// and outputs.
+func checkJobToken(rec *deploymentRecord, c jobTokenPayload, now time.Time, grace time.Duration) error {
 	if rec.D.Attempt != c.Attempt || rec.Fencing != c.Fencing {
 		return staleFencing("this job token is for attempt %d (fencing %d), but deployment %q is now at attempt %d (fencing %d); stop this run",
-			c.Attempt, c.Fencing, c.Job, rec.D.Attempt, rec.Fencing)
+			c.Attempt, c.Fencing, c.Deployment, rec.D.Attempt, rec.Fencing)
 	}
-	if api.IsTerminal(rec.D.Status) && rec.D.FinishedAt != nil && now.After(rec.D.FinishedAt.Add(grace)) {
+	if rec.D.Status.Terminal() && rec.D.FinishedAt != nil && now.After(rec.D.FinishedAt.Add(grace)) {
 		return &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobTokenExpired,
 			message: fmt.Sprintf("job token expired: deployment %q ended at %s and job tokens stay valid for %s after the end",
-				c.Job, rec.D.FinishedAt.Format(time.RFC3339), grace)}
+				c.Deployment, rec.D.FinishedAt.Format(time.RFC3339), grace)}
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 //
 // Every transaction that acts on a job settles it first, so the outcome never depends on when
 // the sweeper last ran. It reports whether rec changed (and was saved).
-func settleLease(tx *bolt.Tx, rec *jobRecord, now time.Time) (bool, error) {
+func settleLease(tx *bolt.Tx, rec *deploymentRecord, now time.Time) (bool, error) {
 	if rec.Lease == nil || now.Before(rec.Lease.ExpiresAt) {
 		return false, nil
 	}
@@ -28,16 +28,16 @@ func settleLease(tx *bolt.Tx, rec *jobRecord, now time.Time) (bool, error) {
 	runnerGone := tx.Bucket(bRunners).Get(key(rec.Org, rec.D.RunnerID)) == nil
 	switch {
 	case rec.D.Status == api.StatusRunning && rec.D.Operation != api.OperationPlan:
-		return true, finishJob(tx, rec, api.StatusLost, "lease_expired", fmt.Sprintf(
+		return true, finishDeployment(tx, rec, api.StatusLost, "lease_expired", fmt.Sprintf(
 			"the agent's lease on attempt %d (instance %q) expired at %s while the %s was running; "+
 				"it is not re-run automatically because it may have changed infrastructure half-way; "+
 				"check the state and start a new deployment",
 			rec.D.Attempt, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Operation), now)
 	case rec.D.CancelRequested:
-		return true, finishJob(tx, rec, api.StatusCanceled, "canceled",
+		return true, finishDeployment(tx, rec, api.StatusCanceled, "canceled",
 			fmt.Sprintf("cancel was requested and the agent's lease expired at %s", l.ExpiresAt.Format(time.RFC3339)), now)
 	case runnerGone:
-		return true, finishJob(tx, rec, api.StatusCanceled, "runner_deleted",
+		return true, finishDeployment(tx, rec, api.StatusCanceled, "runner_deleted",
 			fmt.Sprintf("runner %q was deleted and its agent's lease expired", rec.D.RunnerID), now)
 	}
 	prev := rec.D.Attempt
@@ -48,7 +48,7 @@ func settleLease(tx *bolt.Tx, rec *jobRecord, now time.Time) (bool, error) {
 	rec.D.Message = fmt.Sprintf("the agent's lease on attempt %d (instance %q) expired at %s before it finished; queued again as attempt %d",
 		prev, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Attempt)
 	rec.Lease = nil
-	return true, saveJob(tx, rec)
+	return true, saveDeployment(tx, rec)
 }
 
 // expireLeases settles every lease that has run out and returns the runners ("org/runner")
@@ -63,8 +63,8 @@ func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 			if !ok {
 				return nil
 			}
-			var rec jobRecord
-			found, err := getJSON(tx.Bucket(bJobs), key(org, job), &rec)
+			var rec deploymentRecord
+			found, err := getJSON(tx.Bucket(bDeployments), key(org, job), &rec)
 			if err != nil {
 				return err
 			}
@@ -81,7 +81,7 @@ func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 	err = s.update(ctx, func(tx *bolt.Tx) error {
 		for _, k := range due {
 			org, runner, job, _ := splitLeaseKey(k)
-			rec, err := loadJob(tx, org, job)
+			rec, err := loadDeployment(tx, org, job)
 			if err != nil {
 				if _, ok := asRefusal(err); ok {
 					// An index entry without its job cannot be settled; drop it.

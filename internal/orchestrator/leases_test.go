@@ -8,8 +8,9 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-func running(c api.Claim, started bool) api.RunningJob {
-	return api.RunningJob{JobID: c.JobID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, Started: started}
+// holding is the held list entry of a claimed attempt.
+func holding(c api.Claim, started bool) api.HeldAttempt {
+	return api.HeldAttempt{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, Started: started}
 }
 
 func TestLeaseExpiryRules(t *testing.T) {
@@ -31,9 +32,9 @@ func TestLeaseExpiryRules(t *testing.T) {
 		t.Fatalf("lease %+v, want fencing 1 expiring in %s", c1.Lease, DefaultLeaseDuration)
 	}
 	// Apply, plan and destroy started (one through the poll, two through events).
-	a.poll(api.PollRequest{Instance: "pod-a", Running: []api.RunningJob{running(c1, false), running(c2, true), running(c3, false), running(c4, false), running(c5, true)}})
+	a.poll(api.PollRequest{Instance: "pod-a", Held: []api.HeldAttempt{holding(c1, false), holding(c2, true), holding(c3, false), holding(c4, false), holding(c5, true)}})
 	for _, c := range []api.Claim{c3, c4} {
-		if r := a.event(c.JobID, api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventStarted}); r.code != http.StatusOK {
+		if r := a.event(c.DeploymentID, api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventStarted}); r.code != http.StatusOK {
 			t.Fatalf("started event: HTTP %d %s", r.code, r.body)
 		}
 	}
@@ -43,12 +44,12 @@ func TestLeaseExpiryRules(t *testing.T) {
 
 	// 60 s later only the renewed job is restated; 60 s after that every other lease is over.
 	h.clock.Advance(60 * time.Second)
-	a.poll(api.PollRequest{Instance: "pod-a", Running: []api.RunningJob{running(c5, true)}})
+	a.poll(api.PollRequest{Instance: "pod-a", Held: []api.HeldAttempt{holding(c5, true)}})
 	h.clock.Advance(60 * time.Second)
 	h.sweep()
 
 	want := map[string]struct {
-		status  string
+		status  api.Status
 		attempt int
 		reason  string
 	}{
@@ -69,39 +70,39 @@ func TestLeaseExpiryRules(t *testing.T) {
 	}
 
 	// The old grant of a requeued job is stale everywhere: events, logs, claims of attempt 1.
-	if r := a.event(c1.JobID, api.EventRequest{Attempt: 1, Fencing: 1, Seq: 2, Type: api.EventStarted}); r.code != http.StatusConflict || r.err(t).Code != api.CodeStaleFencing {
+	if r := a.event(c1.DeploymentID, api.EventRequest{Attempt: 1, Fencing: 1, Seq: 2, Type: api.EventStarted}); r.code != http.StatusConflict || r.err(t).Code != api.CodeStaleFencing {
 		t.Fatalf("event of the expired attempt: HTTP %d %s, want 409 stale_fencing", r.code, r.body)
 	}
 	if r := h.appendLog(c1.JobToken, 0, "x"); r.code != http.StatusConflict || r.err(t).Code != api.CodeStaleFencing {
 		t.Fatalf("log with the old job token: HTTP %d %s, want 409 stale_fencing", r.code, r.body)
 	}
-	if r := a.post("/api/v1/agent/jobs/"+c1.JobID+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod-a"}); r.code != http.StatusConflict {
+	if r := a.post("/api/v1/agent/deployments/"+c1.DeploymentID+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod-a"}); r.code != http.StatusConflict {
 		t.Fatalf("claim of attempt 1 after requeue: HTTP %d, want 409", r.code)
 	}
 	// Restating the lost and requeued jobs gets forget directives.
-	resp := a.poll(api.PollRequest{Instance: "pod-a", CapacityFree: 2, Running: []api.RunningJob{running(c1, false), running(c2, true), running(c5, true)}})
+	resp := a.poll(api.PollRequest{Instance: "pod-a", CapacityFree: 2, Held: []api.HeldAttempt{holding(c1, false), holding(c2, true), holding(c5, true)}})
 	forgets := map[string]string{}
 	for _, d := range resp.Directives {
 		if d.Type == api.DirectiveForget {
-			forgets[d.JobID] = d.Reason
+			forgets[d.DeploymentID] = d.Reason
 		}
 	}
-	if forgets[c1.JobID] != reasonLeaseLost || forgets[c2.JobID] != reasonTerminal || len(forgets) != 2 {
-		t.Fatalf("forget directives %v; want %s lease_lost and %s terminal only", forgets, c1.JobID, c2.JobID)
+	if forgets[c1.DeploymentID] != reasonLeaseLost || forgets[c2.DeploymentID] != reasonTerminal || len(forgets) != 2 {
+		t.Fatalf("forget directives %v; want %s lease_lost and %s terminal only", forgets, c1.DeploymentID, c2.DeploymentID)
 	}
 	// Attempt 2 is offered again (oldest first) and gets a new, higher fencing number.
-	if len(resp.Offers) == 0 || resp.Offers[0].JobID != claimedPlan.ID || resp.Offers[0].Attempt != 2 {
+	if len(resp.Offers) == 0 || resp.Offers[0].DeploymentID != claimedPlan.ID || resp.Offers[0].Attempt != 2 {
 		t.Fatalf("offers %+v, want %s attempt 2 first", resp.Offers, claimedPlan.ID)
 	}
-	c1b := a.claim(c1.JobID, 2, "pod-b")
+	c1b := a.claim(c1.DeploymentID, 2, "pod-b")
 	if c1b.Lease.Fencing != 2 || c1b.JobToken == c1.JobToken {
 		t.Fatalf("re-claim: fencing %d (want 2), token reused: %v", c1b.Lease.Fencing, c1b.JobToken == c1.JobToken)
 	}
 	// A late event of the lost apply is recorded but does not revive it.
-	if r := a.event(c2.JobID, api.EventRequest{Attempt: 1, Fencing: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusSucceeded}); r.code != http.StatusOK {
+	if r := a.event(c2.DeploymentID, api.EventRequest{Attempt: 1, Fencing: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusSucceeded}); r.code != http.StatusOK {
 		t.Fatalf("late final report of a lost apply: HTTP %d %s", r.code, r.body)
 	}
-	if d := h.deployment(c2.JobID); d.Status != api.StatusLost {
+	if d := h.deployment(c2.DeploymentID); d.Status != api.StatusLost {
 		t.Fatalf("lost apply became %s after a late report", d.Status)
 	}
 }
@@ -115,7 +116,7 @@ func TestExpiredLeaseSettlesWithoutSweeper(t *testing.T) {
 	c := a.claim(d.ID, 1, "pod-a")
 	h.clock.Advance(DefaultLeaseDuration + time.Second)
 	// The same instance cannot extend an expired lease by re-claiming: the job went back.
-	if r := a.post("/api/v1/agent/jobs/"+d.ID+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod-a"}); r.code != http.StatusConflict {
+	if r := a.post("/api/v1/agent/deployments/"+d.ID+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod-a"}); r.code != http.StatusConflict {
 		t.Fatalf("re-claim after expiry: HTTP %d %s, want 409", r.code, r.body)
 	}
 	if got := h.deployment(d.ID); got.Status != api.StatusQueued || got.Attempt != 2 {

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // metrics are the orchestrator's Prometheus metrics, in a registry of its own so that several
@@ -57,7 +58,7 @@ func newMetrics(st *store) *metrics {
 		m.authFailures.WithLabelValues(r)
 	}
 	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls,
-		&jobsCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_jobs",
+		&deploymentsCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_jobs",
 			"Deployments by status.", []string{"status"}, nil)},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -70,24 +71,25 @@ func (m *metrics) observe(route string, code int, d time.Duration) {
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
 }
 
-// jobsCollector reads the per-status counters the store keeps in step with the jobs, so a scrape
-// costs one small read, not a scan of every job.
-type jobsCollector struct {
+// deploymentsCollector reads the per-status counters the store keeps in step with the
+// deployments, so a scrape costs one small read, not a scan of every deployment. Its metric keeps
+// the name outpost_orchestrator_jobs: metric names stay stable.
+type deploymentsCollector struct {
 	st   *store
 	desc *prometheus.Desc
 }
 
-func (c *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *deploymentsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
-func (c *jobsCollector) Collect(ch chan<- prometheus.Metric) {
+func (c *deploymentsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	counts, err := c.st.jobCounts(ctx)
+	counts, err := c.st.statusCounts(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return
 	}
-	for _, s := range allStatuses {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), s)
+	for _, s := range api.Statuses {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), string(s))
 	}
 }

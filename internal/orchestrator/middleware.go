@@ -61,7 +61,7 @@ type call struct {
 	body  []byte
 	org   string             // admin routes
 	agent agentauth.Identity // agent routes
-	job   jobTokenClaims     // job routes
+	job   jobTokenPayload    // job API routes
 }
 
 type infoKey struct{}
@@ -258,12 +258,12 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 			return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonJobToken,
 				message: "missing job token: send Authorization: Bearer opj_<token> (the token from the claim)"}
 		}
-		claims, err := parseJobToken(s.store.secret, raw)
+		payload, err := parseJobToken(s.store.secret, raw)
 		if err != nil {
 			return err
 		}
-		c.job = claims
-		info.principal = fmt.Sprintf("job %s/%s#%d", claims.Org, claims.Job, claims.Attempt)
+		c.job = payload
+		info.principal = fmt.Sprintf("job %s/%s#%d", payload.Org, payload.Deployment, payload.Attempt)
 	}
 	return nil
 }

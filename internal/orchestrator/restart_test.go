@@ -72,7 +72,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 	}
 	// The lease and its fencing still hold: another instance is refused, the holder gets the
 	// same grant and the same token (derived from the persisted secret).
-	if r := a.post("/api/v1/agent/jobs/"+apply.ID+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod-b"}); r.code != http.StatusConflict {
+	if r := a.post("/api/v1/agent/deployments/"+apply.ID+"/claim", api.ClaimRequest{Attempt: 1, Instance: "pod-b"}); r.code != http.StatusConflict {
 		t.Fatalf("claim by another instance after restart: HTTP %d, want 409", r.code)
 	}
 	again := a.claim(apply.ID, 1, "pod-a")
@@ -87,8 +87,8 @@ func TestRestartKeepsEverything(t *testing.T) {
 		t.Fatalf("gap after restart: HTTP %d %s", r.code, r.body)
 	}
 	// Queue order survives: the plan is still offered; new ids sort after the old ones.
-	resp := a.poll(api.PollRequest{Instance: "pod-a", CapacityFree: 2, Running: []api.RunningJob{running(again, true)}})
-	if len(resp.Offers) != 1 || resp.Offers[0].JobID != plan.ID {
+	resp := a.poll(api.PollRequest{Instance: "pod-a", CapacityFree: 2, Held: []api.HeldAttempt{holding(again, true)}})
+	if len(resp.Offers) != 1 || resp.Offers[0].DeploymentID != plan.ID {
 		t.Fatalf("offers after restart %+v, want %s", resp.Offers, plan.ID)
 	}
 	newer := h.deploy(api.OperationPlan)
@@ -104,7 +104,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 	if d := h.deployment(apply.ID); d.Status != api.StatusLost {
 		t.Fatalf("apply after its lease ran out across a restart: %s", d.Status)
 	}
-	counts, err := h.srv.store.jobCounts(t.Context())
+	counts, err := h.srv.store.statusCounts(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,9 +38,8 @@ func (s *Server) routeTable() []route {
 		admin("POST "+orgs+"/deployments/{id}/cancel", bodyNone, 0, s.cancelDeployment),
 
 		{pattern: "POST /api/v1/agent/poll", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.poll},
-		{pattern: "POST /api/v1/agent/heartbeat", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.heartbeat},
-		{pattern: "POST /api/v1/agent/jobs/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},
-		{pattern: "POST /api/v1/agent/jobs/{id}/events", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.event},
+		{pattern: "POST /api/v1/agent/deployments/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},
+		{pattern: "POST /api/v1/agent/deployments/{id}/events", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.event},
 
 		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
 		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},
@@ -51,7 +50,7 @@ func (s *Server) routeTable() []route {
 // handleHealth answers 200 while the database answers, so a supervisor restarts an orchestrator
 // whose storage broke.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, _ *call) error {
-	if _, err := s.store.jobCounts(r.Context()); err != nil {
+	if _, err := s.store.statusCounts(r.Context()); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -50,7 +50,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of leases, token checks and timestamps; tests move it.
 	Now func() time.Time
-	// LeaseDuration is how long a claim or renewal keeps a job's lease.
+	// LeaseDuration is how long a claim or a poll's renewal keeps a job lease.
 	LeaseDuration time.Duration
 	// LogCapBytes is the most log bytes kept per deployment; beyond it the log ends with an
 	// explicit truncation marker.
@@ -139,16 +139,6 @@ func New(cfg Config) (*Server, error) {
 
 // Handler is the HTTP handler of the whole API, /healthz and /metrics included.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
-
-// Routes lists the registered route patterns ("METHOD /path"), so documentation tests can
-// check that the OpenAPI document covers exactly these.
-func (s *Server) Routes() []string {
-	out := make([]string, 0, len(s.routes))
-	for _, rt := range s.routes {
-		out = append(out, rt.pattern)
-	}
-	return out
-}
 
 // Close stops the sweeper, answers waiting long polls, waits (up to 10 s) for requests in
 // flight and closes the database. Requests arriving after Close get 503.

@@ -22,37 +22,39 @@ const DBFile = "orchestrator.db"
 // Bucket names. Keys are "org/id" (ids are DNS-1123 labels, so '/' never occurs inside one);
 // ordered indexes append big-endian numbers so that bbolt's byte order is the wanted order.
 var (
-	bMeta     = []byte("meta")      // "secret" → server HMAC secret, "schema" → version
-	bOrgs     = []byte("orgs")      // org → orgRecord
-	bRunners  = []byte("runners")   // org/runner → api.Runner (status fields persisted, Connected computed)
-	bStorages = []byte("storages")  // org/storage → api.StateStorage
-	bJobs     = []byte("jobs")      // org/job → jobRecord (without source)
-	bSources  = []byte("sources")   // org/job → api.Source (kept apart: it can be 16 MiB and jobs change often)
-	bJobSeq   = []byte("job_seq")   // org/ + seq → job id (list order)
-	bQueue    = []byte("queue")     // org/runner/ + seq → job id (queued jobs, oldest first)
-	bLeased   = []byte("leased")    // org/runner/job → "" (jobs holding a lease)
-	bEvents   = []byte("events")    // org/job/ + attempt + seq → api.Event
-	bLogs     = []byte("logs")      // org/job/ + stored offset → bytes of one append
-	bOutputs  = []byte("outputs")   // org/job → api.Outputs
-	bReplay   = []byte("replay")    // token id → expiry (unix nanos)
-	bReplayEx = []byte("replay_ex") // expiry + token id → "" (purge order)
-	bStats    = []byte("stats")     // status → number of jobs in it
+	bMeta          = []byte("meta")           // "secret" → server HMAC secret, "schema" → version
+	bOrgs          = []byte("orgs")           // org → orgRecord
+	bRunners       = []byte("runners")        // org/runner → api.Runner (status fields persisted, Connected computed)
+	bStorages      = []byte("storages")       // org/storage → api.StateStorage
+	bDeployments   = []byte("deployments")    // org/deployment → deploymentRecord (without source)
+	bSources       = []byte("sources")        // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
+	bDeploymentSeq = []byte("deployment_seq") // org/ + seq → deployment id (list order)
+	bQueue         = []byte("queue")          // org/runner/ + seq → deployment id (queued deployments, oldest first)
+	bLeased        = []byte("leased")         // org/runner/deployment → "" (deployments holding a job lease)
+	bEvents        = []byte("events")         // org/deployment/ + attempt + seq → api.Event
+	bLogs          = []byte("logs")           // org/deployment/ + stored offset → bytes of one append
+	bOutputs       = []byte("outputs")        // org/deployment → api.Outputs
+	bReplay        = []byte("replay")         // token id → expiry (unix nanos)
+	bReplayEx      = []byte("replay_ex")      // expiry + token id → "" (purge order)
+	bStats         = []byte("stats")          // status → number of deployments in it
 
-	allBuckets = [][]byte{bMeta, bOrgs, bRunners, bStorages, bJobs, bSources, bJobSeq, bQueue, bLeased,
+	allBuckets = [][]byte{bMeta, bOrgs, bRunners, bStorages, bDeployments, bSources, bDeploymentSeq, bQueue, bLeased,
 		bEvents, bLogs, bOutputs, bReplay, bReplayEx, bStats}
 )
 
-const schemaVersion = 1
+// schemaVersion is the layout of the database. Version 1 (a development layout before the
+// product's first release, with "jobs" buckets) is refused rather than migrated.
+const schemaVersion = 2
 
 // store is the orchestrator's persistent state in one bbolt file. Every method that changes
-// more than one record does so in a single Update transaction, so an invariant (a job is in the
-// queue index exactly when it is queued, a lease exists exactly when it is in the leased index,
-// the per-status counters match the jobs) holds across crashes.
+// more than one record does so in a single Update transaction, so an invariant (a deployment is
+// in the queue index exactly when it is queued, a job lease exists exactly when it is in the
+// leased index, the per-status counters match the deployments) holds across crashes.
 type store struct {
 	db     *bolt.DB
 	secret []byte
 	now    func() time.Time
-	// logCap is the most log bytes kept per job.
+	// logCap is the most log bytes kept per deployment.
 	logCap int64
 }
 
@@ -92,8 +94,13 @@ func openStore(dir string, now func() time.Time, logCap int64) (*store, error) {
 			}
 		}
 		meta := tx.Bucket(bMeta)
-		if v := meta.Get([]byte("schema")); v != nil && int(binary.BigEndian.Uint64(v)) > schemaVersion {
-			return fmt.Errorf("database %s was written by a newer orchestrator (schema %d, this one knows %d)", path, binary.BigEndian.Uint64(v), schemaVersion)
+		if v := meta.Get([]byte("schema")); v != nil {
+			switch n := int(binary.BigEndian.Uint64(v)); {
+			case n > schemaVersion:
+				return fmt.Errorf("database %s was written by a newer orchestrator (schema %d, this one knows %d)", path, n, schemaVersion)
+			case n < schemaVersion:
+				return fmt.Errorf("database %s was written by a development version of the orchestrator (schema %d) that this one does not read; start with an empty --data-dir", path, n)
+			}
 		}
 		if err := meta.Put([]byte("schema"), u64(schemaVersion)); err != nil {
 			return err
@@ -241,4 +248,45 @@ func unmarshal(data []byte, v any) error {
 		return fmt.Errorf("decode stored record: %w", err)
 	}
 	return nil
+}
+
+// getOrgObject reads one JSON object of an organisation from bucket; what names it in the
+// not-found message.
+func getOrgObject[T any](tx *bolt.Tx, bucket []byte, org, id, what string) (*T, error) {
+	var v T
+	ok, err := getJSON(tx.Bucket(bucket), key(org, id), &v)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, notFound("%s %q does not exist in organisation %q", what, id, org)
+	}
+	return &v, nil
+}
+
+// listOrgObjects reads every JSON object of an organisation from bucket, in key order.
+func listOrgObjects[T any](ctx context.Context, s *store, bucket []byte, org string) ([]T, error) {
+	out := []T{}
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		return scanPrefix(tx.Bucket(bucket), prefix(org), func(_, data []byte) (bool, error) {
+			var v T
+			if err := unmarshal(data, &v); err != nil {
+				return false, err
+			}
+			out = append(out, v)
+			return true, nil
+		})
+	})
+	return out, err
+}
+
+// viewOne runs a read-only transaction that produces one value.
+func viewOne[T any](ctx context.Context, s *store, fn func(tx *bolt.Tx) (*T, error)) (*T, error) {
+	var out *T
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		v, err := fn(tx)
+		out = v
+		return err
+	})
+	return out, err
 }

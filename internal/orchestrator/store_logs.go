@@ -18,12 +18,12 @@ func truncationMarker(limit int64) string {
 	return fmt.Sprintf("[outpost: log truncated at %d bytes]\n", limit)
 }
 
-func logKey(rec *jobRecord, stored int64) []byte {
+func logKey(rec *deploymentRecord, stored int64) []byte {
 	return append(prefix(rec.Org, rec.D.ID), u64(uint64(stored))...)
 }
 
 // putChunk stores b at the end of the stored log.
-func putChunk(tx *bolt.Tx, rec *jobRecord, b []byte) error {
+func putChunk(tx *bolt.Tx, rec *deploymentRecord, b []byte) error {
 	if err := tx.Bucket(bLogs).Put(logKey(rec, rec.D.LogSize), b); err != nil {
 		return err
 	}
@@ -32,7 +32,7 @@ func putChunk(tx *bolt.Tx, rec *jobRecord, b []byte) error {
 }
 
 // lastStoredByte returns the last byte of the stored log (0 when empty).
-func lastStoredByte(tx *bolt.Tx, rec *jobRecord) byte {
+func lastStoredByte(tx *bolt.Tx, rec *deploymentRecord) byte {
 	var last byte
 	_ = scanPrefixReverse(tx.Bucket(bLogs), prefix(rec.Org, rec.D.ID), func(_, v []byte) (bool, error) {
 		if len(v) > 0 {
@@ -46,7 +46,7 @@ func lastStoredByte(tx *bolt.Tx, rec *jobRecord) byte {
 // appendCapped stores b, keeping at most limit bytes per job. The first byte that does not fit
 // ends the log with the truncation marker; later bytes are dropped (the caller still counts them
 // in the writer's offset).
-func appendCapped(tx *bolt.Tx, rec *jobRecord, b []byte, limit int64) error {
+func appendCapped(tx *bolt.Tx, rec *deploymentRecord, b []byte, limit int64) error {
 	if rec.D.LogTruncated || len(b) == 0 {
 		return nil
 	}
@@ -77,10 +77,10 @@ func appendCapped(tx *bolt.Tx, rec *jobRecord, b []byte, limit int64) error {
 // appendLog appends a job's log bytes at the writer's offset. Offsets count what the writer
 // sent in the current grant; a resend of committed bytes is acknowledged without change, a
 // partial resend keeps only the new tail, and a gap is refused with the committed offset.
-func (s *store) appendLog(ctx context.Context, c jobTokenClaims, offset int64, data []byte, grace time.Duration) (*api.LogAppendResponse, error) {
+func (s *store) appendLog(ctx context.Context, c jobTokenPayload, offset int64, data []byte, grace time.Duration) (*api.LogAppendResponse, error) {
 	var out api.LogAppendResponse
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		rec, err := s.grantedJob(tx, c, grace)
+		rec, err := s.grantedDeployment(tx, c, grace)
 		if err != nil {
 			return err
 		}
@@ -93,7 +93,7 @@ func (s *store) appendLog(ctx context.Context, c jobTokenClaims, offset int64, d
 				return err
 			}
 			rec.LogCommitted = end
-			if err := saveJob(tx, rec); err != nil {
+			if err := saveDeployment(tx, rec); err != nil {
 				return err
 			}
 		}
@@ -106,28 +106,11 @@ func (s *store) appendLog(ctx context.Context, c jobTokenClaims, offset int64, d
 	return &out, nil
 }
 
-// grantedJob loads the job a token speaks for and checks the grant is current (settling an
-// expired lease first, so a superseded run learns it at once).
-func (s *store) grantedJob(tx *bolt.Tx, c jobTokenClaims, grace time.Duration) (*jobRecord, error) {
-	rec, err := loadJob(tx, c.Org, c.Job)
-	if err != nil {
-		return nil, &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobToken,
-			message: "job token refused: its deployment no longer exists"}
-	}
-	now := s.timeNow()
-	if tx.Writable() {
-		if _, err := settleLease(tx, rec, now); err != nil {
-			return nil, err
-		}
-	}
-	return rec, checkJobGrant(rec, c, now, grace)
-}
-
 // readLogs returns up to limit stored bytes from offset.
 func (s *store) readLogs(ctx context.Context, org, id string, offset, limit int64) (*api.LogChunk, error) {
 	out := &api.LogChunk{Offset: offset, Data: []byte{}}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		rec, err := loadJob(tx, org, id)
+		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return err
 		}
@@ -154,7 +137,7 @@ func (s *store) readLogs(ctx context.Context, org, id string, offset, limit int6
 		}
 		out.NextOffset = offset + int64(len(out.Data))
 		out.Truncated = rec.D.LogTruncated
-		out.Complete = api.IsTerminal(rec.D.Status) && out.NextOffset == rec.D.LogSize
+		out.Complete = rec.D.Status.Terminal() && out.NextOffset == rec.D.LogSize
 		return nil
 	})
 	if err != nil {
@@ -168,31 +151,4 @@ func chunkStart(k, p []byte) int64 {
 		return -1
 	}
 	return int64(binary.BigEndian.Uint64(k[len(p):]))
-}
-
-// putOutputs replaces a job's outputs.
-func (s *store) putOutputs(ctx context.Context, c jobTokenClaims, outputs api.Outputs, grace time.Duration) error {
-	return s.update(ctx, func(tx *bolt.Tx) error {
-		if _, err := s.grantedJob(tx, c, grace); err != nil {
-			return err
-		}
-		return putJSON(tx.Bucket(bOutputs), key(c.Org, c.Job), outputs)
-	})
-}
-
-// jobSpec returns the spec of the job a token speaks for.
-func (s *store) jobSpec(ctx context.Context, c jobTokenClaims, grace time.Duration) (*api.JobSpec, error) {
-	var out api.JobSpec
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		rec, err := s.grantedJob(tx, c, grace)
-		if err != nil {
-			return err
-		}
-		out, err = buildSpec(tx, rec)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
 }

@@ -21,7 +21,7 @@ func TestParse(t *testing.T) {
 		{"service account", `{"spec":{"serviceAccountName":"x","containers":[{"name":"main"}]}}`, "spec.serviceAccountName", "job.service_account"},
 		{"main command", `{"spec":{"containers":[{"name":"x"},{"name":"main","command":["sh"]}]}}`, "spec.containers[1].command", "set by the runner"},
 		{"main args", `{"spec":{"containers":[{"name":"main","args":["-c"]}]}}`, "spec.containers[0].args", "set by the runner"},
-		{"owned label", `{"metadata":{"labels":{"outpost.dev/job-id":"x"}},"spec":{"containers":[{"name":"main"}]}}`, "metadata.labels.outpost.dev/job-id", "set by the runner"},
+		{"owned label", `{"metadata":{"labels":{"outpost.dev/deployment-id":"x"}},"spec":{"containers":[{"name":"main"}]}}`, "metadata.labels.outpost.dev/deployment-id", "set by the runner"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

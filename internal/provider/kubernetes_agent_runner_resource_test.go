@@ -289,7 +289,7 @@ resource "outpost_kubernetes_agent_runner" "test" {
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"containers":[{"name":"main","command":["sh"]}]}}`)), ExpectError: errorPhrase(`the command of "main" is set by the runner`)},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"restartPolicy":"Always","containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("restartPolicy to Never")},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"serviceAccountName":"x","containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("the runner sets the service account")},
-		{Config: runner("r", []string{pub}, tpl(`{"metadata":{"labels":{"outpost.dev/job-id":"x"}},"spec":{"containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("labels under outpost.dev/ are set by the runner")},
+		{Config: runner("r", []string{pub}, tpl(`{"metadata":{"labels":{"outpost.dev/deployment-id":"x"}},"spec":{"containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("labels under outpost.dev/ are set by the runner")},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"containers":[{"name":"main"}]},"bogus":1}`)), ExpectError: errorPhrase("not a Kubernetes PodTemplateSpec")},
 		{Config: strings.Replace(runner("r", []string{pub}, ok), `state_storage_id = "states"`, `state_storage_id = "states"
   job_timeout = "10s"`, 1), ExpectError: allPhrases("Invalid Job Timeout", "out of range")},

@@ -46,7 +46,7 @@ func Unapplied(err error) bool {
 // that is registered or rotated later lets the same message in.
 func Eventually(err error) bool { return !api.Permanent(err) }
 
-// WhileTokenHolds is for a job's own requests, made with its per-job token: like Eventually, but
+// WhileTokenHolds is for a job's own requests, made with its job token: like Eventually, but
 // 401 and 403 end it too. The token is never renewed, so once the orchestrator refuses it (the
 // attempt ended, lost its lease or was superseded) no retry can succeed.
 func WhileTokenHolds(err error) bool {

@@ -1,7 +1,7 @@
 // Package config reads the agent's configuration from flags, OUTPOST_* environment variables and
 // an optional YAML file, in that order of precedence. The chart sets environment variables; people
 // running the agent by hand use flags; a file suits long lists. Secrets never come from here: the
-// private key is read from a mounted file and per-job tokens travel in Secrets.
+// private key is read from a mounted file and job tokens travel in Secrets.
 package config
 
 import (

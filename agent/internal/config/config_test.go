@@ -74,7 +74,7 @@ func TestValidate(t *testing.T) {
 		"process dir":    {func(c *Config) { c.Executor = ExecutorProcess; c.WorkDir = "rel/dir" }, []string{"--work-dir", "absolute"}},
 		"poll wait":      {func(c *Config) { c.PollWait = time.Minute }, []string{"--poll-wait", "30s"}},
 		"cli":            {func(c *Config) { c.CLI = "terragrunt" }, []string{"--cli", "terragrunt"}},
-		"labels":         {func(c *Config) { c.JobPodLabels = map[string]string{"outpost.dev/job-id": "x"} }, []string{"--job-pod-labels", "set by the agent"}},
+		"labels":         {func(c *Config) { c.JobPodLabels = map[string]string{"outpost.dev/deployment-id": "x"} }, []string{"--job-pod-labels", "set by the agent"}},
 		"pull secret":    {func(c *Config) { c.JobImagePullSecrets = []string{"Bad_Name"} }, []string{"--job-image-pull-secrets", "Bad_Name"}},
 		"qps":            {func(c *Config) { c.KubeQPS = 0 }, []string{"--kube-qps"}},
 		"log level":      {func(c *Config) { c.LogLevel = "verbose" }, []string{"--log-level", "verbose"}},

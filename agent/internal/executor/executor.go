@@ -1,7 +1,8 @@
 // Package executor is the seam between the agent's session (which talks to the orchestrator) and
-// the place jobs really run: Kubernetes Jobs in a cluster, or local processes for development and
-// the CLI tests. Everything an executor knows it keeps outside the agent's memory (Job objects,
-// annotations, files), so an agent that restarts rebuilds its whole picture from List.
+// the place attempts really run: one Kubernetes Job per attempt in a cluster, or one local process
+// per attempt for development and the CLI tests. Everything an executor knows it keeps outside
+// the agent's memory (Job objects, annotations, files), so an agent that restarts rebuilds its
+// whole picture from List.
 package executor
 
 import (
@@ -12,18 +13,13 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// Phases of a held job. Succeeded, Failed and Canceled are terminal: the session reports them
-// and, once the orchestrator has acknowledged, calls Cleanup.
-const (
-	PhasePending   = "pending"
-	PhaseRunning   = "running"
-	PhaseSucceeded = "succeeded"
-	PhaseFailed    = "failed"
-	PhaseCanceled  = "canceled"
-)
+// An attempt's Status in an executor is an API status: api.StatusClaimed until its CLI starts,
+// api.StatusRunning, then api.StatusSucceeded, api.StatusFailed or api.StatusCanceled, which are
+// terminal: the session sends them as the result of the finished event and, once the
+// orchestrator has acknowledged it, calls Cleanup.
 
-// Reasons an executor gives for a failed or canceled job. They become the reason of the final
-// report and the label of the failure metric, so keep the set small and stable.
+// Reasons an executor gives for a failed or canceled attempt. They become the reason of the
+// finished event and the label of the failure metric, so keep the set small and stable.
 const (
 	ReasonExitCode           = "exit_code"
 	ReasonOOMKilled          = "oom_killed"
@@ -41,41 +37,43 @@ const (
 )
 
 // ErrInvalidJob marks a Start error that no retry can fix (a pod template that breaks the
-// contract, a claim in the wrong namespace). The session turns it into a failed final report
+// contract, a claim in the wrong namespace). The session turns it into a failed finished event
 // instead of retrying.
 var ErrInvalidJob = errors.New("job cannot run")
 
-// Executor runs claimed jobs. Every method is idempotent: the session calls them again after
+// Executor runs claimed attempts. Every method is idempotent: the session calls them again after
 // errors and after restarts.
 type Executor interface {
-	// Start runs the claim; an existing Job or process for (job, attempt) is adopted.
+	// Start runs the claimed attempt; an existing Job or process of the attempt is adopted.
 	Start(ctx context.Context, c *api.Claim) error
-	// List returns every job this executor holds, including finished ones not yet cleaned up.
-	List(ctx context.Context) ([]Status, error)
-	// Cancel stops a job, giving the CLI grace to release locks and push state.
-	Cancel(ctx context.Context, jobID string, attempt int, grace time.Duration) error
-	// Cleanup deletes everything of the job, after its final report was acknowledged.
-	Cleanup(ctx context.Context, jobID string, attempt int) error
-	// SavePendingReport stores an undelivered final report with the job (the outbox), so it
+	// List returns every attempt this executor holds, including finished ones not yet cleaned up.
+	List(ctx context.Context) ([]AttemptStatus, error)
+	// Cancel stops an attempt, giving the CLI grace to release locks and push state.
+	Cancel(ctx context.Context, deploymentID string, attempt int, grace time.Duration) error
+	// Cleanup deletes everything of the attempt, after its finished event was acknowledged.
+	Cleanup(ctx context.Context, deploymentID string, attempt int) error
+	// SavePendingEvent stores an undelivered finished event with the attempt (the outbox), so it
 	// survives an agent restart and is re-sent byte for byte.
-	SavePendingReport(ctx context.Context, jobID string, attempt int, report []byte) error
-	// JobToken returns the per-job token stored with the job, so an agent that restarted can
-	// authorise the job's state requests again. ErrNoToken when it is not stored.
-	JobToken(ctx context.Context, jobID string, attempt int) (string, error)
-	// Changes signals (coalesced) that some job's status may have changed.
+	SavePendingEvent(ctx context.Context, deploymentID string, attempt int, event []byte) error
+	// JobToken returns the job token stored with the attempt, so an agent that restarted can
+	// authorise its job runner's state requests again. ErrNoToken when it is not stored.
+	JobToken(ctx context.Context, deploymentID string, attempt int) (string, error)
+	// Changes signals (coalesced) that some attempt's status may have changed.
 	Changes() <-chan struct{}
 }
 
-// ErrNoToken says the executor has no token stored for the job.
+// ErrNoToken says the executor has no job token stored for the attempt.
 var ErrNoToken = errors.New("no job token stored")
 
-// Status is what an executor observed of one job.
-type Status struct {
-	JobID   string
-	Attempt int
-	Fencing int64
-	Phase   string
-	// Started is true once the job's main container (or process) has started.
+// AttemptStatus is what an executor observed of one attempt.
+type AttemptStatus struct {
+	DeploymentID string
+	Attempt      int
+	Fencing      int64
+	// Status is where the attempt stands (see above): claimed, running, or a terminal result.
+	Status api.Status
+	// Started is true once the attempt's CLI (the Job's main container, or the process) has
+	// started.
 	Started bool
 	// ExitCode of main, when it terminated.
 	ExitCode *int
@@ -85,32 +83,28 @@ type Status struct {
 	StateKey string
 	// StateNamespace is where the claim's kubernetes state storage keeps states ("" for others).
 	StateNamespace string
-	// PendingReport is the saved, undelivered final report, if any.
-	PendingReport []byte
-	// ClaimedAt is when the agent created the job; StartedAt and FinishedAt come from the
-	// runtime and are zero while unknown.
+	// PendingEvent is the saved, undelivered finished event, if any.
+	PendingEvent []byte
+	// ClaimedAt is when the agent created the Job or process; StartedAt and FinishedAt come from
+	// the runtime and are zero while unknown.
 	ClaimedAt  time.Time
 	StartedAt  time.Time
 	FinishedAt time.Time
 }
 
-// Terminal reports whether the phase is final.
-func (s Status) Terminal() bool {
-	switch s.Phase {
-	case PhaseSucceeded, PhaseFailed, PhaseCanceled:
-		return true
-	}
-	return false
+// Terminal reports whether the attempt has ended.
+func (s AttemptStatus) Terminal() bool { return s.Status.Terminal() }
+
+// AttemptKey identifies an attempt of a deployment.
+type AttemptKey struct {
+	DeploymentID string
+	Attempt      int
 }
 
-// Key identifies a job attempt.
-type Key struct {
-	JobID   string
-	Attempt int
+// Key returns the attempt the status is of.
+func (s AttemptStatus) Key() AttemptKey {
+	return AttemptKey{DeploymentID: s.DeploymentID, Attempt: s.Attempt}
 }
-
-// Key returns the status's job attempt.
-func (s Status) Key() Key { return Key{JobID: s.JobID, Attempt: s.Attempt} }
 
 // Notifier coalesces change signals into a channel of capacity one, so producers never block.
 type Notifier struct{ ch chan struct{} }

@@ -70,7 +70,7 @@ func TestReadiness(t *testing.T) {
 	if code, body := get("/readyz"); code != 503 || !strings.Contains(body, "last successful poll 1m13s ago") {
 		t.Errorf("stale session readyz %d %s", code, body)
 	}
-	m.RequestHook(t.Context(), client.RequestInfo{Path: "/api/v1/agent/jobs/dep-1/claim", Status: 409, Duration: time.Millisecond})
+	m.RequestHook(t.Context(), client.RequestInfo{Path: "/api/v1/agent/deployments/dep-1/claim", Status: 409, Duration: time.Millisecond})
 	if _, body := get("/metrics"); !strings.Contains(body, `outpost_agent_orchestrator_requests_total{code="409",endpoint="claim"} 1`) {
 		t.Error("metrics lack the claim request")
 	}

@@ -1,24 +1,24 @@
 // Package jobenv is the environment contract between the agent's executors and the job runner:
-// the variables an executor sets on a job's main container (kubernetes executor) or process
-// (process executor), which `outpost-agent job` reads. Each is also a flag of `outpost-agent
-// job`, so the runner can be started by hand. The per-job token itself is never among them: the
+// the variables an executor sets on the main container of an attempt's Job (kubernetes executor)
+// or on its process (process executor), which `outpost-agent job` reads. Each is also a flag of `outpost-agent
+// job`, so the job runner can be started by hand. The job token itself is never among them: the
 // environment is visible in the pod spec and /proc, so only the path of the file holding it is.
 package jobenv
 
 const (
 	// APIURL is the orchestrator's base URL, the one the agent itself talks to. Required.
 	APIURL = "OUTPOST_API_URL"
-	// TokenFile is the path of the file holding the job's per-job token: a Secret volume in a
-	// Job's pod, a 0600 file in the job's directory for the process executor.
+	// TokenFile is the path of the file holding the attempt's job token: a Secret volume in a
+	// Job's pod, a 0600 file in the attempt's folder for the process executor.
 	TokenFile = "OUTPOST_JOB_TOKEN_FILE"
-	// StateURL is the base URL of the agent's state backend. Set only for jobs whose state
-	// storage is of type kubernetes; the runner points the CLI's http backend at it.
+	// StateURL is the base URL of the agent's state backend. Set only for attempts whose state
+	// storage is of type kubernetes; the job runner points the CLI's http backend at it.
 	StateURL = "OUTPOST_STATE_URL"
-	// CLI is the CLI the job runs: terraform, tofu, or an absolute path to one of them.
+	// CLI is the CLI the job runner runs: terraform, tofu, or an absolute path to one of them.
 	CLI = "OUTPOST_CLI"
-	// WorkDir is the directory the runner works in, owned by whoever set it (the process
-	// executor cleans it up after the final event). Unset, the runner uses a temporary directory
-	// of its own.
+	// WorkDir is the directory the job runner works in, owned by whoever set it (the process
+	// executor cleans it up after the finished event). Unset, the job runner uses a temporary
+	// directory of its own.
 	WorkDir = "OUTPOST_WORK_DIR"
 	// CABundleFile is a PEM bundle of extra CA certificates, trusted on top of the system's for
 	// the orchestrator and handed on to the http backend for an https state URL.

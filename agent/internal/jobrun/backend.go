@@ -135,13 +135,13 @@ func backendConfig(st api.StateStorage, stateKey, stateBaseURL string) (string, 
 }
 
 // backendEnv is the environment the CLI needs for the backend: for the agent's http backend
-// the job's credentials, which the agent checks against its claim (job id and token, and the
-// state key of the job's spec).
-func backendEnv(st api.StateStorage, jobID, token, caPEM, stateBaseURL string) []string {
+// the job runner's credentials, which the agent checks against the claim (deployment id and job
+// token, and the state key of the placement).
+func backendEnv(st api.StateStorage, deploymentID, token, caPEM, stateBaseURL string) []string {
 	if st.Type != api.StateStorageKubernetes {
 		return nil
 	}
-	env := []string{"TF_HTTP_USERNAME=" + jobID, "TF_HTTP_PASSWORD=" + token}
+	env := []string{"TF_HTTP_USERNAME=" + deploymentID, "TF_HTTP_PASSWORD=" + token}
 	if caPEM != "" && strings.HasPrefix(strings.ToLower(stateBaseURL), "https://") {
 		// The http backend trusts this PEM for the state URL (an in-cluster service whose
 		// certificate comes from a private CA).
@@ -180,7 +180,7 @@ func hclString(s string) string {
 	return b.String()
 }
 
-// writeConfigFiles writes the backend override and, when the job has variables, the variables
+// writeConfigFiles writes the backend override and, when the deployment has variables, the variables
 // file into the configuration directory. An existing file of the same name (from the source)
 // is replaced, never written through: it might be a symlink.
 func writeConfigFiles(dir, backend string, vars map[string]json.RawMessage) error {

@@ -15,7 +15,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 )
 
-// stopper turns the ways a job is asked to stop into two levels. The first request (the first
+// stopper turns the ways the job runner is asked to stop into two levels. The first request (the first
 // SIGTERM/SIGINT, or ctx ending) is "interrupt": the CLI gets SIGINT, which both Terraform and
 // OpenTofu treat as "finish the current operations, save the state, release the lock, exit".
 // A second signal is "kill": the CLI's process group gets SIGKILL.
@@ -100,7 +100,7 @@ func (s *stopper) isInterrupted() bool {
 	}
 }
 
-// exitCode is the code for a job stopped before the CLI (or its next phase) ran: 128+signal as
+// exitCode is the code for a job runner stopped before the CLI (or its next phase) ran: 128+signal as
 // shells report it, 130 (as for SIGINT) when ctx ended without a signal.
 func (s *stopper) exitCode() int {
 	s.mu.Lock()

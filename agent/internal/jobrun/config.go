@@ -14,7 +14,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// defaultTokenFile is where the agent mounts the per-job token in a Job's pod.
+// defaultTokenFile is where the agent mounts the job token in a Job's pod.
 const defaultTokenFile = "/var/run/outpost/job/token"
 
 // config is the job runner's configuration. Every setting is a flag of `outpost-agent job` that
@@ -27,7 +27,7 @@ type config struct {
 	TokenFile    string // OUTPOST_JOB_TOKEN_FILE
 	StateURL     string // OUTPOST_STATE_URL, required for kubernetes state storage
 	CLI          string // OUTPOST_CLI: terraform, tofu or an absolute path
-	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<job id>
+	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
 	CABundleFile string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
 }
 
@@ -48,10 +48,10 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&c.APIURL, "api-url", env(jobenv.APIURL, ""), "orchestrator base URL ("+jobenv.APIURL+")")
-	fs.StringVar(&c.TokenFile, "token-file", env(jobenv.TokenFile, defaultTokenFile), "file holding the per-job token ("+jobenv.TokenFile+")")
+	fs.StringVar(&c.TokenFile, "token-file", env(jobenv.TokenFile, defaultTokenFile), "file holding the job token ("+jobenv.TokenFile+")")
 	fs.StringVar(&c.StateURL, "state-url", env(jobenv.StateURL, ""), "base URL of the agent's state backend ("+jobenv.StateURL+")")
 	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, "terraform"), "terraform, tofu or an absolute path ("+jobenv.CLI+")")
-	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<job id> ("+jobenv.WorkDir+")")
+	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<deployment id> ("+jobenv.WorkDir+")")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env(jobenv.CABundleFile, ""), "extra PEM CA certificates ("+jobenv.CABundleFile+")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -68,7 +68,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	return c, nil
 }
 
-// readToken reads the per-job token file.
+// readToken reads the job token file.
 func readToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -81,18 +81,16 @@ func readToken(path string) (string, error) {
 	return tok, nil
 }
 
-var jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var deploymentIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // validateSpec checks what the job runner relies on. The orchestrator validated the
 // deployment already; this guards against a different orchestrator version or a bug, with an
 // error that says what is wrong instead of a confusing CLI failure later.
 func validateSpec(s *api.JobSpec) error {
-	if !jobIDPattern.MatchString(s.JobID) {
-		return fmt.Errorf("job_id %q is not a valid job id", s.JobID)
+	if !deploymentIDPattern.MatchString(s.DeploymentID) {
+		return fmt.Errorf("deployment_id %q is not a valid deployment id", s.DeploymentID)
 	}
-	switch s.Operation {
-	case api.OperationPlan, api.OperationApply, api.OperationDestroy:
-	default:
+	if !s.Operation.Valid() {
 		return fmt.Errorf("operation %q is not one of plan, apply, destroy", s.Operation)
 	}
 	switch src := s.Source; {

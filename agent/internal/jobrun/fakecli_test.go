@@ -52,7 +52,7 @@ func TestExitCodePassesThroughAndTokenIsRedacted(t *testing.T) {
 	}
 	checkLogDelivery(t, r)
 	// The fake init echoes TF_HTTP_PASSWORD, i.e. the token: the redactor must catch it.
-	if !strings.Contains(r.Log, "user="+r.JobID+" password=[redacted]") {
+	if !strings.Contains(r.Log, "user="+r.DeploymentID+" password=[redacted]") {
 		t.Fatalf("backend credentials not passed through the environment, or not redacted:\n%s", r.Log)
 	}
 	if !containsAll(r.Log, "TF_IN_AUTOMATION=1", "applying\n", "oops\n", "failed with exit code 7") {

@@ -15,8 +15,8 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// gitTimeout bounds the whole checkout, so an unreachable server fails the job with a clear
-// error instead of hanging until the job's deadline.
+// gitTimeout bounds the whole checkout, so an unreachable server fails the attempt with a clear
+// error instead of hanging until its timeout.
 const gitTimeout = 10 * time.Minute
 
 var hexCommit = regexp.MustCompile(`^[0-9a-fA-F]{7,64}$`)

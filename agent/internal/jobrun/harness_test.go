@@ -97,7 +97,7 @@ func newHarness(t *testing.T, cli string) *harness {
 }
 
 // deploy enqueues a deployment.
-func (h *harness) deploy(op string, src api.Source, vars map[string]any, stateKey string) *api.Deployment {
+func (h *harness) deploy(op api.Operation, src api.Source, vars map[string]any, stateKey string) *api.Deployment {
 	h.t.Helper()
 	in := api.DeploymentInput{RunnerID: testRunner, Operation: op, Source: src, StateKey: stateKey, Variables: map[string]json.RawMessage{}}
 	for k, v := range vars {
@@ -113,15 +113,15 @@ func (h *harness) deploy(op string, src api.Source, vars map[string]any, stateKe
 
 // jobResult is what one run of the job runner left behind.
 type jobResult struct {
-	JobID    string
-	Code     int
-	Stdout   string
-	Stderr   string
-	Log      string // the orchestrator's stored log
-	Outputs  api.Outputs
-	Token    string
-	Duration time.Duration
-	Status   string // the deployment's status after the finished event
+	DeploymentID string
+	Code         int
+	Stdout       string
+	Stderr       string
+	Log          string // the orchestrator's stored log
+	Outputs      api.Outputs
+	Token        string
+	Duration     time.Duration
+	Status       api.Status // the deployment's status after the finished event
 }
 
 // runOptions change how runJob runs the job runner.
@@ -146,7 +146,7 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 	if err != nil {
 		h.t.Fatalf("claim %s: %v", d.ID, err)
 	}
-	h.state.allow(claim.JobID, claim.JobToken)
+	h.state.allow(claim.DeploymentID, claim.JobToken)
 	if _, err := h.agent.Event(ctx, d.ID, api.EventRequest{Attempt: claim.Attempt, Fencing: claim.Lease.Fencing, Seq: 0, Type: api.EventStarted}); err != nil {
 		h.t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 	} else {
 		code = run(runCtx, nil, func(k string) string { return env[k] }, o.sigs, &stdout, &stderr)
 	}
-	res := jobResult{JobID: d.ID, Code: code, Stdout: stdout.String(), Stderr: stderr.String(), Token: claim.JobToken, Duration: time.Since(start)}
+	res := jobResult{DeploymentID: d.ID, Code: code, Stdout: stdout.String(), Stderr: stderr.String(), Token: claim.JobToken, Duration: time.Since(start)}
 	wg.Wait()
 
 	result := api.StatusSucceeded

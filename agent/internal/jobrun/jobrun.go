@@ -1,7 +1,7 @@
 // Package jobrun is the job runner: `outpost-agent job`, the entrypoint of the main container
-// of every deployment Job (or of the process the agent's process executor starts).
+// of the Job of every attempt (or of the process the agent's process executor starts).
 //
-// It fetches the job's spec from the orchestrator with the per-job token, lays out the
+// It fetches the attempt's job spec from the orchestrator with the job token, lays out the
 // Terraform/OpenTofu source (inline archive or git), points the backend at the runner's state
 // storage (for kubernetes storage, the agent's http backend), runs init and then plan, apply or
 // destroy with the configured CLI, streams the combined output to the orchestrator by byte
@@ -14,7 +14,7 @@
 //	2      ExitRunnerError: the job runner failed before the CLI ran (configuration, token, spec
 //	       fetch or validation, source layout, backend file); the reason is in the log
 //	3      ExitOutputsFailed: the CLI succeeded but its outputs could not be read or uploaded
-//	128+N  the CLI was ended by signal N, or the job was stopped by signal N before the CLI
+//	128+N  the CLI was ended by signal N, or the job runner was stopped by signal N before the CLI
 //	       (or its next phase) started; 130 when ctx ended without a signal
 package jobrun
 
@@ -57,11 +57,11 @@ const (
 	userAgent = "outpost-agent-job"
 )
 
-// specRetry is patient: a Job may start while the orchestrator restarts, and a job that cannot
-// fetch its spec cannot do anything else.
+// specRetry is patient: a Job may start while the orchestrator restarts, and a job runner that
+// cannot fetch its job spec cannot do anything else.
 var specRetry = client.RetryPolicy{MaxAttempts: 8, BaseDelay: 500 * time.Millisecond, MaxDelay: 15 * time.Second}
 
-// Main runs the job and returns the process exit code. args are the arguments after `job`.
+// Main runs the attempt and returns the process exit code. args are the arguments after `job`.
 // stdout receives the complete log (what the orchestrator receives, so `kubectl logs` shows it
 // even when the orchestrator is unreachable); stderr only gets errors that occur before there is
 // a log, such as a missing OUTPOST_API_URL. SIGTERM and SIGINT are handled as described on
@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 	stream := newLogStreamer(logClient, console, streamerOptions{OnStop: func(reason string) { st.request(nil, reason) }})
 	out := newRedactor(teeWriter{console, stream}, token)
 
-	j := &job{cfg: cfg, token: token, caPEM: string(caPEM), client: orch, out: out, st: st}
+	j := &attemptRun{cfg: cfg, token: token, caPEM: string(caPEM), client: orch, out: out, st: st}
 	code := j.run()
 
 	_ = out.Flush()
@@ -161,8 +161,8 @@ func boundedContext(timeout time.Duration, st *stopper) (context.Context, contex
 	return ctx, cancel
 }
 
-// job is one run of the job runner.
-type job struct {
+// attemptRun is one run of the job runner: one attempt.
+type attemptRun struct {
 	cfg    config
 	token  string
 	caPEM  string
@@ -172,12 +172,12 @@ type job struct {
 }
 
 // fail logs a job runner error and returns ExitRunnerError.
-func (j *job) fail(format string, args ...any) int {
+func (j *attemptRun) fail(format string, args ...any) int {
 	fmt.Fprintf(j.out, "==> error: "+format+"\n", args...)
 	return ExitRunnerError
 }
 
-func (j *job) run() int {
+func (j *attemptRun) run() int {
 	start := time.Now()
 	netCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -199,17 +199,17 @@ func (j *job) run() int {
 		return j.fail("the job spec cannot be used: %v", err)
 	}
 	// TF_LOG=trace would print the backend's Basic credentials in this form.
-	j.out.add(base64.StdEncoding.EncodeToString([]byte(spec.JobID + ":" + j.token)))
+	j.out.add(base64.StdEncoding.EncodeToString([]byte(spec.DeploymentID + ":" + j.token)))
 
 	cliPath, err := resolveCLI(j.cfg.CLI)
 	if err != nil {
 		return j.fail("%v", err)
 	}
 	cli := strings.TrimSuffix(filepath.Base(cliPath), ".exe")
-	fmt.Fprintf(j.out, "==> outpost job %s (attempt %d): %s on runner %s, state key %q, %s, %s state storage %q\n",
-		spec.JobID, spec.Attempt, spec.Operation, spec.RunnerID, spec.StateKey, cliVersion(cliPath), spec.StateStorage.Type, spec.StateStorage.ID)
+	fmt.Fprintf(j.out, "==> outpost deployment %s (attempt %d): %s on runner %s, state key %q, %s, %s state storage %q\n",
+		spec.DeploymentID, spec.Attempt, spec.Operation, spec.RunnerID, spec.StateKey, cliVersion(cliPath), spec.StateStorage.Type, spec.StateStorage.ID)
 
-	workDir, cleanup, err := prepareWorkDir(j.cfg.WorkDir, spec.JobID)
+	workDir, cleanup, err := prepareWorkDir(j.cfg.WorkDir, spec.DeploymentID)
 	if err != nil {
 		return j.fail("%v", err)
 	}
@@ -242,7 +242,7 @@ func (j *job) run() int {
 	}
 
 	env := append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"},
-		backendEnv(spec.StateStorage, spec.JobID, j.token, j.caPEM, j.cfg.StateURL)...)
+		backendEnv(spec.StateStorage, spec.DeploymentID, j.token, j.caPEM, j.cfg.StateURL)...)
 	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, operationArgs(spec.Operation)}
 	for _, args := range phases {
 		if j.st.isInterrupted() {
@@ -269,10 +269,10 @@ func (j *job) run() int {
 	return 0
 }
 
-// operationArgs are the CLI arguments of the job's operation. Every operation waits up to 60 s
-// for the state lock: a previous run's lock may still be held briefly, e.g. while the agent's
-// state backend fails over.
-func operationArgs(op string) []string {
+// operationArgs are the CLI arguments of the attempt's operation. Every operation waits up to
+// 60 s for the state lock: a previous run's lock may still be held briefly, e.g. while the
+// agent's state backend fails over.
+func operationArgs(op api.Operation) []string {
 	switch op {
 	case api.OperationPlan:
 		return []string{"plan", "-input=false", "-no-color", "-lock-timeout=60s"}
@@ -286,7 +286,7 @@ func operationArgs(op string) []string {
 // the configuration's outputs; after a destroy they are empty, and uploading the empty set
 // records that nothing is deployed any more. A plan changes no state and uploads nothing. The
 // values never go to the log: only the CLI's stderr does.
-func (j *job) uploadOutputs(cli, cliPath, configDir string, env []string) int {
+func (j *attemptRun) uploadOutputs(cli, cliPath, configDir string, env []string) int {
 	fmt.Fprintf(j.out, "\n==> %s output -json\n", cli)
 	var buf strings.Builder
 	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"output", "-json", "-no-color"}, Dir: configDir, Env: env, Stdout: &buf, Stderr: j.out, Log: j.out})
@@ -317,15 +317,15 @@ func (j *job) uploadOutputs(cli, cliPath, configDir string, env []string) int {
 
 // prepareWorkDir creates the work directory. A directory the job runner chose itself is removed
 // afterwards; one given by OUTPOST_WORK_DIR belongs to whoever set it (the process executor
-// cleans it up after the final report, and may keep files of its own there).
-func prepareWorkDir(dir, jobID string) (string, func(), error) {
+// cleans it up after the finished event, and may keep files of its own there).
+func prepareWorkDir(dir, deploymentID string) (string, func(), error) {
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return "", nil, fmt.Errorf("create the work directory: %w", err)
 		}
 		return dir, func() {}, nil
 	}
-	dir = filepath.Join(os.TempDir(), "outpost-job-"+jobID)
+	dir = filepath.Join(os.TempDir(), "outpost-job-"+deploymentID)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", nil, fmt.Errorf("create the work directory: %w", err)
 	}
@@ -335,11 +335,11 @@ func prepareWorkDir(dir, jobID string) (string, func(), error) {
 func specHint(err error) string {
 	switch {
 	case errors.Is(err, api.ErrUnauthorized):
-		return " (the orchestrator refused the job token: it expired, or the job already finished)"
+		return " (the orchestrator refused the job token: it expired, or the deployment already finished)"
 	case errors.Is(err, api.ErrNotFound):
-		return " (the orchestrator does not know this job)"
+		return " (the orchestrator does not know this deployment)"
 	case errors.Is(err, api.ErrUnavailable):
-		return " (is " + jobenv.APIURL + " reachable from the job?)"
+		return " (is " + jobenv.APIURL + " reachable from the job runner?)"
 	}
 	return ""
 }

@@ -28,14 +28,14 @@ type streamerOptions struct {
 	// MaxChunk bounds one append; the orchestrator refuses bodies over 1 MiB.
 	MaxChunk int
 	// MaxBuffer bounds memory while the orchestrator is unreachable; bytes beyond it are dropped
-	// and replaced by a marker line. The orchestrator keeps at most 16 MiB per job anyway.
+	// and replaced by a marker line. The orchestrator keeps at most 16 MiB per deployment anyway.
 	MaxBuffer int
 	// RetryMin and RetryMax are the first and the largest backoff ceiling after a transient
 	// error (retry.Backoff).
 	RetryMin, RetryMax time.Duration
 	// RequestTimeout bounds one append, so a hung connection cannot stall the log.
 	RequestTimeout time.Duration
-	// OnStop is called (once, on its own goroutine) when an answer says the job should stop:
+	// OnStop is called (once, on its own goroutine) when an answer says the attempt should stop:
 	// a cancel was requested, or the run was superseded by a newer attempt (stale fencing).
 	// Log appends double as a cancel check between the agent's polls.
 	OnStop func(reason string)
@@ -75,7 +75,7 @@ type logStats struct {
 	Pending   int   // bytes still buffered when Close returned
 }
 
-// logStreamer sends the job log to the orchestrator by byte offset while the CLI runs.
+// logStreamer sends the attempt's log to the orchestrator by byte offset while the CLI runs.
 //
 // Writes never block on the network: they land in a buffer that a background loop sends every
 // FlushEvery, or sooner once FlushSize bytes wait. The protocol is offset based, so delivery is
@@ -86,10 +86,10 @@ type logStats struct {
 //   - A 409 offset_mismatch carries the committed offset. Once the streamer knows the log is its
 //     own, a committed offset inside the chunk means part of it arrived, and it resumes from
 //     there. Before its first definitive answer a different offset means the log already held
-//     bytes (an earlier attempt of the job), and the streamer appends after them.
+//     bytes (an earlier attempt of the deployment), and the streamer appends after them.
 //   - When the orchestrator reports truncated, sending stops; the CLI keeps running and the full
 //     log remains in the container's stdout.
-//   - An error no retry can cure (retry.WhileTokenHolds: the token refused, the job gone)
+//   - An error no retry can cure (retry.WhileTokenHolds: the token refused, the deployment gone)
 //     stops delivery the same way.
 type logStreamer struct {
 	api    logAppender
@@ -282,7 +282,7 @@ func (s *logStreamer) sendOnce() (more bool, err error) {
 		if resp.Truncated {
 			s.stop()
 			s.stats.Truncated = true
-			fmt.Fprintf(s.notice, "[outpost: the orchestrator truncated this job's log at its size cap; the rest is only in this output]\n")
+			fmt.Fprintf(s.notice, "[outpost: the orchestrator truncated this deployment's log at its size cap; the rest is only in this output]\n")
 			return false, nil
 		}
 	case errors.Is(err, api.ErrOffsetMismatch) && errors.As(err, &apiErr) && apiErr.CommittedOffset != nil:

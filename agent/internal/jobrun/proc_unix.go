@@ -20,7 +20,7 @@ func interruptProcess(p *os.Process) error { return p.Signal(syscall.SIGINT) }
 
 // killLeftovers kills what is left of the CLI's process group after the CLI exited, such as a
 // local-exec command that Terraform abandoned on an interrupt. In a Pod the container's end
-// would take them; under the process executor they would outlive the job, since the CLI's own
+// would take them; under the process executor they would outlive the attempt, since the CLI's own
 // group is out of reach of the executor's group kill. It reports whether anything was left.
 func killLeftovers(p *os.Process) bool {
 	return syscall.Kill(-p.Pid, syscall.SIGKILL) == nil

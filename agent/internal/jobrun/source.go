@@ -12,7 +12,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// layoutSource puts the job's source into srcDir (which must exist and be empty) and returns
+// layoutSource puts the deployment's source into srcDir (which must exist and be empty) and returns
 // the configuration directory: srcDir itself for an inline archive (the archive's root is the
 // configuration's root), srcDir/<path> for git. It logs one line saying what it laid out.
 func layoutSource(ctx context.Context, src api.Source, srcDir string, log io.Writer) (string, error) {

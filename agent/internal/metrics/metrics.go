@@ -1,5 +1,6 @@
 // Package metrics defines the agent's Prometheus metrics: orchestrator requests, polls, claims,
-// jobs, final events and leadership. Package health serves them on /metrics; the session, the
+// attempts, events and leadership. Metric names stay stable once published; the Go names follow
+// the glossary (ARCHITECTURE.md), so some differ (JobsRunning counts attempts). Package health serves them on /metrics; the session, the
 // API client's request hook and the leader election update them.
 package metrics
 
@@ -28,9 +29,9 @@ type Metrics struct {
 	JobDuration     *prometheus.HistogramVec
 	JobFailures     *prometheus.CounterVec
 	Readopted       prometheus.Counter
-	PendingReports  prometheus.Gauge
+	PendingEvents   prometheus.Gauge
 	Leader          prometheus.Gauge
-	Reports         *prometheus.CounterVec
+	Events          *prometheus.CounterVec
 }
 
 // New registers every metric on a new registry.
@@ -46,26 +47,26 @@ func New(version string) *Metrics {
 			Help: "Duration of long polls, held open up to 30 s.", Buckets: []float64{.05, .25, 1, 5, 10, 20, 30, 45}}),
 		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "claims_total",
 			Help: "Claims by result: claimed, conflict, error, start_failed, invalid."}, []string{"result"}),
-		JobsRunning:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "jobs_running", Help: "Jobs held and not finished."}),
-		CapacityFree: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "capacity_free", Help: "Free job slots stated in the last poll."}),
+		JobsRunning:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "jobs_running", Help: "Attempts held and not finished (their Jobs or processes)."}),
+		CapacityFree: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "capacity_free", Help: "Free attempt slots stated in the last poll."}),
 		StartLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "job_start_latency_seconds",
-			Help: "Time from claim to the job's main container running.", Buckets: []float64{.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300}}),
+			Help: "Time from claim to the attempt's CLI running (the Job's main container, or the process).", Buckets: []float64{.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300}}),
 		JobDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "job_duration_seconds",
-			Help: "Run time of finished jobs by result.", Buckets: prometheus.ExponentialBuckets(1, 2.5, 10)}, []string{"result"}),
+			Help: "Run time of finished attempts by result.", Buckets: prometheus.ExponentialBuckets(1, 2.5, 10)}, []string{"result"}),
 		JobFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "job_failures_total",
-			Help: "Failed jobs by reason (exit_code, oom_killed, deadline_exceeded, unschedulable, image_pull, ...)."}, []string{"reason"}),
+			Help: "Failed attempts by reason (exit_code, oom_killed, deadline_exceeded, unschedulable, image_pull, ...)."}, []string{"reason"}),
 		Readopted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "readopted_jobs_total",
-			Help: "Jobs found running when this agent became leader or started."}),
-		PendingReports: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "pending_reports",
-			Help: "Final reports not yet acknowledged by the orchestrator."}),
+			Help: "Attempts found running when this agent became leader or started."}),
+		PendingEvents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "pending_events",
+			Help: "Finished events not yet acknowledged by the orchestrator."}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "leader", Help: "1 while this replica leads."}),
-		Reports: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "final_reports_total",
-			Help: "Final report sends by outcome: acknowledged, retry, refused."}, []string{"outcome"}),
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "events_total",
+			Help: "Event sends by outcome: acknowledged (a finished event), retry, refused."}, []string{"outcome"}),
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "Agent build.", ConstLabels: prometheus.Labels{"version": version}})
 	info.Set(1)
 	m.Registry.MustRegister(m.Requests, m.RequestDuration, m.PollDuration, m.Claims, m.JobsRunning, m.CapacityFree,
-		m.StartLatency, m.JobDuration, m.JobFailures, m.Readopted, m.PendingReports, m.Leader, m.Reports, info,
+		m.StartLatency, m.JobDuration, m.JobFailures, m.Readopted, m.PendingEvents, m.Leader, m.Events, info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -77,12 +78,12 @@ func (m *Metrics) RequestHook(_ context.Context, info client.RequestInfo) {
 	m.RequestDuration.WithLabelValues(ep).Observe(info.Duration.Seconds())
 }
 
-// Endpoint turns a request path into a low-cardinality label: job ids are dropped.
+// Endpoint turns a request path into a low-cardinality label: deployment ids are dropped.
 func Endpoint(path string) string {
 	p := strings.TrimPrefix(path, "/api/v1/")
 	parts := strings.Split(p, "/")
 	switch {
-	case len(parts) >= 4 && parts[0] == "agent" && parts[1] == "jobs":
+	case len(parts) >= 4 && parts[0] == "agent" && parts[1] == "deployments":
 		return parts[3]
 	case len(parts) >= 2 && parts[0] == "agent":
 		return parts[1]

@@ -66,22 +66,22 @@ func (s *Session) pollLoop(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// orchestratorBack runs when a poll succeeds after failures: reports waiting out a long backoff
+// orchestratorBack runs when a poll succeeds after failures: events waiting out a long backoff
 // are retried now instead of up to a minute later.
 func (s *Session) orchestratorBack() {
 	s.mu.Lock()
-	for _, js := range s.jobs {
-		js.nextTry = time.Time{}
-		js.back.Reset()
+	for _, att := range s.attempts {
+		att.nextTry = time.Time{}
+		att.back.Reset()
 	}
 	s.mu.Unlock()
 	s.kick.Notify()
-	s.log.Info("orchestrator reachable again; retrying pending reports now")
+	s.log.Info("orchestrator reachable again; retrying pending events now")
 }
 
-// pollRequest restates the whole picture: every job held (so their leases renew) and the free
-// capacity. Until the orchestrator has told its limit the agent asks for nothing and waits not,
-// which makes the first poll after a restart a pure restatement of the adopted jobs.
+// pollRequest restates the whole picture: every attempt held (so their job leases renew) and the
+// free capacity. Until the orchestrator has told its limit the agent asks for nothing and waits
+// not, which makes the first poll after a restart a pure restatement of the adopted attempts.
 func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 	statuses, err := s.o.Executor.List(ctx)
 	if err != nil {
@@ -89,24 +89,24 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	req := api.PollRequest{AgentVersion: s.o.Version, Instance: s.o.Instance, Running: []api.RunningJob{}, WaitSeconds: int(s.o.PollWait.Seconds())}
-	// A job being started counts once: the executor may list it already while its claim
+	req := api.PollRequest{AgentVersion: s.o.Version, Instance: s.o.Instance, Held: []api.HeldAttempt{}, WaitSeconds: int(s.o.PollWait.Seconds())}
+	// An attempt being started counts once: the executor may list it already while its claim
 	// goroutine has not yet left s.starting.
 	busy := 0
 	for k := range s.starting {
-		if !slices.ContainsFunc(statuses, func(st executor.Status) bool { return st.Key() == k }) {
+		if !slices.ContainsFunc(statuses, func(st executor.AttemptStatus) bool { return st.Key() == k }) {
 			busy++
 		}
 	}
 	for _, st := range statuses {
-		js := s.jobs[st.Key()]
-		if js != nil && js.acked {
+		att := s.attempts[st.Key()]
+		if att != nil && att.acked {
 			continue
 		}
 		if !st.Terminal() {
 			busy++
 		}
-		req.Running = append(req.Running, api.RunningJob{JobID: st.JobID, Attempt: st.Attempt, Fencing: st.Fencing, Started: st.Started})
+		req.Held = append(req.Held, api.HeldAttempt{DeploymentID: st.DeploymentID, Attempt: st.Attempt, Fencing: st.Fencing, Started: st.Started})
 	}
 	limit := s.orchMax
 	if s.o.MaxConcurrency > 0 && s.o.MaxConcurrency < limit {
@@ -121,13 +121,13 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 	return req, nil
 }
 
-// offers claims and starts offered jobs, concurrently, never more than the capacity stated.
+// offers claims and starts offered attempts, concurrently, never more than the capacity stated.
 func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.Offer, capacity int) {
 	for i, o := range offers {
 		if i >= capacity {
 			break
 		}
-		k := executor.Key{JobID: o.JobID, Attempt: o.Attempt}
+		k := executor.AttemptKey{DeploymentID: o.DeploymentID, Attempt: o.Attempt}
 		s.mu.Lock()
 		if s.starting[k] {
 			s.mu.Unlock()
@@ -149,8 +149,8 @@ func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.O
 }
 
 func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
-	log := s.log.With("job_id", o.JobID, "attempt", o.Attempt, "operation", o.Operation)
-	c, err := s.o.Client.Claim(ctx, o.JobID, api.ClaimRequest{Attempt: o.Attempt, Instance: s.o.Instance})
+	log := s.log.With("deployment_id", o.DeploymentID, "attempt", o.Attempt, "operation", o.Operation)
+	c, err := s.o.Client.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: s.o.Instance})
 	switch {
 	case errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound):
 		s.o.Metrics.Claims.WithLabelValues("conflict").Inc()
@@ -158,19 +158,15 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 		return
 	case err != nil:
 		s.o.Metrics.Claims.WithLabelValues("error").Inc()
-		log.Warn("claim failed; the job stays queued for the next poll", "err", err)
+		log.Warn("claim failed; the attempt stays queued for the next poll", "err", err)
 		return
 	}
 	s.o.Metrics.Claims.WithLabelValues("claimed").Inc()
-	stateNS := ""
-	if ks := c.Spec.StateStorage.Kubernetes; c.Spec.StateStorage.Type == api.StateStorageKubernetes && ks != nil {
-		stateNS = ks.Namespace
-	}
-	s.o.Tokens.Put(c.JobID, c.Attempt, c.JobToken, c.Spec.StateKey, stateNS)
+	s.o.Tokens.Put(c.DeploymentID, c.Attempt, c.JobToken, c.Placement.StateKey, c.Placement.KubernetesStateNamespace())
 	s.mu.Lock()
-	s.state(executor.Key{JobID: c.JobID, Attempt: c.Attempt}).fencing = c.Lease.Fencing
+	s.state(executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}).fencing = c.Lease.Fencing
 	s.mu.Unlock()
-	// Creating the Job must not be abandoned half-way because the session stops: the claim is
+	// Starting the attempt must not be abandoned half-way because the session stops: the claim is
 	// ours, and a created Job is found again by the next leader.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout+30*time.Second)
 	defer cancel()
@@ -178,7 +174,7 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	for try := 1; ; try++ {
 		err = s.o.Executor.Start(sctx, c)
 		if err == nil {
-			log.Info("job started")
+			log.Info("attempt started")
 			return
 		}
 		if errors.Is(err, executor.ErrInvalidJob) || try >= 4 || sctx.Err() != nil {
@@ -195,27 +191,27 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 		reason, result = executor.ReasonInvalidTemplate, "invalid"
 	}
 	s.o.Metrics.Claims.WithLabelValues(result).Inc()
-	log.Error("job cannot start; reporting it failed", "err", err)
-	report := encodeReport(api.EventRequest{
+	log.Error("attempt cannot start; sending its finished event as failed", "err", err)
+	ev := encodeEvent(api.EventRequest{
 		Attempt: c.Attempt, Fencing: c.Lease.Fencing, Seq: SeqFinished, Type: api.EventFinished,
-		Result: api.StatusFailed, Reason: reason, Message: fmt.Sprintf("the agent could not start the job: %v", err), Time: time.Now().UTC(),
+		Result: api.StatusFailed, Reason: reason, Message: fmt.Sprintf("the agent could not start the attempt: %v", err), Time: time.Now().UTC(),
 	})
 	s.mu.Lock()
-	s.state(executor.Key{JobID: c.JobID, Attempt: c.Attempt}).report = report
+	s.state(executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}).pendingEvent = ev
 	s.mu.Unlock()
 	// Best effort: a Job may exist after all (a create that timed out); it must not run on.
-	_ = s.o.Executor.Cleanup(sctx, c.JobID, c.Attempt)
+	_ = s.o.Executor.Cleanup(sctx, c.DeploymentID, c.Attempt)
 }
 
 // directives acts on cancel and forget. Both are idempotent, so a directive repeated by the
 // next poll (before its effect is visible) does no harm.
 func (s *Session) directives(ctx context.Context, ds []api.Directive) {
 	for _, d := range ds {
-		log := s.log.With("job_id", d.JobID, "attempt", d.Attempt, "directive", d.Type, "reason", d.Reason)
+		log := s.log.With("deployment_id", d.DeploymentID, "attempt", d.Attempt, "directive", d.Type, "reason", d.Reason)
 		switch d.Type {
 		case api.DirectiveCancel:
-			log.Info("canceling job")
-			if err := s.o.Executor.Cancel(ctx, d.JobID, d.Attempt, s.o.CancelGrace); err != nil {
+			log.Info("canceling attempt")
+			if err := s.o.Executor.Cancel(ctx, d.DeploymentID, d.Attempt, s.o.CancelGrace); err != nil {
 				log.Error("cancel failed; will retry on the next poll", "err", err)
 			}
 		case api.DirectiveForget:

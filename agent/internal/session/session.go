@@ -1,8 +1,9 @@
 // Package session is the agent's conversation with the orchestrator: the long poll that restates
-// capacity and held jobs, claims of offered jobs, directives (cancel, forget), and the events and
-// final reports of the jobs the executor runs. It is level-triggered: every pass rebuilds its
-// picture from the executor's List, so an agent that restarts, or a message that got lost, heals
-// on the next pass without any state of its own surviving.
+// capacity and held attempts (renewing their job leases), claims of offered attempts, directives
+// (cancel, forget), and the events (started, finished) of the attempts the executor runs. It is
+// level-triggered: every pass rebuilds its picture from the executor's List, so an agent that
+// restarts, or a message that got lost, heals on the next pass without any state of its own
+// surviving.
 package session
 
 import (
@@ -25,15 +26,15 @@ import (
 // Orchestrator is the agent side of the API (client.AgentClient).
 type Orchestrator interface {
 	Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error)
-	Claim(ctx context.Context, jobID string, req api.ClaimRequest) (*api.Claim, error)
-	Event(ctx context.Context, jobID string, req api.EventRequest) (*api.EventResponse, error)
+	Claim(ctx context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error)
+	Event(ctx context.Context, deploymentID string, req api.EventRequest) (*api.EventResponse, error)
 }
 
 // Options configure a session.
 type Options struct {
 	Client   Orchestrator
 	Executor executor.Executor
-	// Tokens receives the job token of every job claimed or adopted, for the state backend.
+	// Tokens receives the job token of every attempt claimed or adopted, for the state backend.
 	Tokens  *jobtoken.Registry
 	Metrics *metrics.Metrics
 	Health  *health.State
@@ -41,14 +42,14 @@ type Options struct {
 	// Instance names this agent (pod name) in claims.
 	Instance string
 	Version  string
-	// MaxConcurrency caps jobs below the orchestrator's limit; 0 follows the orchestrator.
+	// MaxConcurrency caps attempts below the orchestrator's limit; 0 follows the orchestrator.
 	MaxConcurrency int
 	PollWait       time.Duration
 	CancelGrace    time.Duration
-	// FinalTimeout bounds the reports and cleanups that run on after the session is stopped.
+	// FinalTimeout bounds the events and cleanups that run on after the session is stopped.
 	FinalTimeout time.Duration
-	// ReportBackoff paces retries of undelivered reports (default 1 s … 60 s).
-	ReportBackoff retry.Backoff
+	// EventBackoff paces retries of undelivered events (default 1 s … 60 s).
+	EventBackoff retry.Backoff
 	// PollBackoff paces polls after errors (default 1 s … 30 s).
 	PollBackoff retry.Backoff
 }
@@ -59,34 +60,36 @@ type Session struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	jobs     map[executor.Key]*jobState
-	starting map[executor.Key]bool
+	attempts map[executor.AttemptKey]*attemptState
+	starting map[executor.AttemptKey]bool
 	orchMax  int
 	// orchKnown is false until the first poll told the runner's max_concurrency.
 	orchKnown bool
 	inflight  sync.WaitGroup
-	// kick wakes the report loop early.
+	// kick wakes the event loop early.
 	kick *executor.Notifier
 }
 
-// jobState is what the session remembers about a job between passes. All of it can be lost: a
-// new session resends events (the orchestrator deduplicates them by seq) and reports.
-type jobState struct {
+// attemptState is what the session remembers about an attempt between passes. All of it can be
+// lost: a new session resends the events (the orchestrator deduplicates them by seq).
+type attemptState struct {
 	fencing     int64
 	startedSent bool
-	acked       bool // the final report was acknowledged
-	refused     bool // the orchestrator refused the report for good; wait for forget
+	acked       bool // the finished event was acknowledged
+	refused     bool // the orchestrator refused an event for good; wait for forget
 	cleaned     bool
 	seen        bool
-	busy        bool // a goroutine is sending for this job
+	busy        bool // a goroutine is sending for this attempt
 	back        retry.Backoff
 	nextTry     time.Time
-	// report is a final report of a job the executor never got to hold (start failed).
-	report []byte
+	// pendingEvent is the finished event of an attempt the executor never got to hold (its start
+	// failed), so it has no outbox but this.
+	pendingEvent []byte
 }
 
 // Seq numbers of events. They are derived, not counted, so an agent that restarts sends
-// byte-identical events and the orchestrator's (job, attempt, seq) dedup makes it exactly once.
+// byte-identical events and the orchestrator's (deployment, attempt, seq) dedup makes it exactly
+// once.
 const (
 	SeqStarted  = 1
 	SeqFinished = 2
@@ -115,24 +118,24 @@ func New(o Options) *Session {
 	if o.FinalTimeout <= 0 {
 		o.FinalTimeout = 20 * time.Second
 	}
-	if o.ReportBackoff.Base == 0 {
-		o.ReportBackoff = retry.Backoff{Base: time.Second, Max: 60 * time.Second}
+	if o.EventBackoff.Base == 0 {
+		o.EventBackoff = retry.Backoff{Base: time.Second, Max: 60 * time.Second}
 	}
 	if o.PollBackoff.Base == 0 {
 		o.PollBackoff = retry.Backoff{Base: time.Second, Max: 30 * time.Second}
 	}
-	return &Session{o: o, log: o.Logger.With("component", "session"), jobs: map[executor.Key]*jobState{}, starting: map[executor.Key]bool{}, kick: executor.NewNotifier()}
+	return &Session{o: o, log: o.Logger.With("component", "session"), attempts: map[executor.AttemptKey]*attemptState{}, starting: map[executor.AttemptKey]bool{}, kick: executor.NewNotifier()}
 }
 
-// Run polls and reports until ctx ends (shutdown or lost leadership). Reports already being sent
-// finish under their own timeout; running jobs are left alone for the next leader.
+// Run polls and sends events until ctx ends (shutdown or lost leadership). Events already being
+// sent finish under their own timeout; running attempts are left alone for the next leader.
 func (s *Session) Run(ctx context.Context) error {
 	if err := s.adopt(ctx); err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.pollLoop(gctx) })
-	g.Go(func() error { return s.reportLoop(gctx) })
+	g.Go(func() error { return s.eventLoop(gctx) })
 	err := g.Wait()
 	s.inflight.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -142,7 +145,7 @@ func (s *Session) Run(ctx context.Context) error {
 }
 
 // RunAndRestart keeps the session running while ctx lasts: a run that fails (the executor could
-// not list its jobs) is started again after a backoff, instead of taking the agent down.
+// not list its attempts) is started again after a backoff, instead of taking the agent down.
 func (s *Session) RunAndRestart(ctx context.Context) {
 	back := retry.Backoff{Base: time.Second, Max: 30 * time.Second}
 	for ctx.Err() == nil {
@@ -154,8 +157,9 @@ func (s *Session) RunAndRestart(ctx context.Context) {
 	}
 }
 
-// adopt takes over whatever the executor holds: jobs of an earlier agent process, or of the
-// previous leader. Their tokens are recovered so the state backend admits their requests again.
+// adopt takes over whatever the executor holds: attempts of an earlier agent process, or of the
+// previous leader. Their job tokens are recovered so the state backend admits their job runners'
+// requests again.
 func (s *Session) adopt(ctx context.Context) error {
 	statuses, err := s.o.Executor.List(ctx)
 	if err != nil {
@@ -167,34 +171,34 @@ func (s *Session) adopt(ctx context.Context) error {
 			continue
 		}
 		n++
-		if s.o.Tokens.Has(st.JobID, st.Attempt) {
+		if s.o.Tokens.Has(st.DeploymentID, st.Attempt) {
 			continue
 		}
-		token, err := s.o.Executor.JobToken(ctx, st.JobID, st.Attempt)
+		token, err := s.o.Executor.JobToken(ctx, st.DeploymentID, st.Attempt)
 		stateKey := st.StateKey
 		if err != nil {
 			// Re-claiming is idempotent for the same instance and returns the same token.
-			c, cerr := s.o.Client.Claim(ctx, st.JobID, api.ClaimRequest{Attempt: st.Attempt, Instance: s.o.Instance})
+			c, cerr := s.o.Client.Claim(ctx, st.DeploymentID, api.ClaimRequest{Attempt: st.Attempt, Instance: s.o.Instance})
 			if cerr != nil {
-				s.log.Warn("cannot recover the token of an adopted job; its state requests will be refused", "job_id", st.JobID, "attempt", st.Attempt, "err", errors.Join(err, cerr))
+				s.log.Warn("cannot recover the job token of an adopted attempt; its state requests will be refused", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", errors.Join(err, cerr))
 				continue
 			}
-			token, stateKey = c.JobToken, c.Spec.StateKey
+			token, stateKey = c.JobToken, c.Placement.StateKey
 		}
-		s.o.Tokens.Put(st.JobID, st.Attempt, token, stateKey, st.StateNamespace)
+		s.o.Tokens.Put(st.DeploymentID, st.Attempt, token, stateKey, st.StateNamespace)
 	}
 	if n > 0 {
 		s.o.Metrics.Readopted.Add(float64(n))
-		s.log.Info("re-adopted running jobs", "count", n)
+		s.log.Info("re-adopted running attempts", "count", n)
 	}
 	return nil
 }
 
-func (s *Session) state(k executor.Key) *jobState {
-	js := s.jobs[k]
-	if js == nil {
-		js = &jobState{back: s.o.ReportBackoff}
-		s.jobs[k] = js
+func (s *Session) state(k executor.AttemptKey) *attemptState {
+	att := s.attempts[k]
+	if att == nil {
+		att = &attemptState{back: s.o.EventBackoff}
+		s.attempts[k] = att
 	}
-	return js
+	return att
 }

@@ -44,11 +44,11 @@ func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResp
 	return &api.PollResponse{Offers: offers, MaxConcurrency: f.max}, nil
 }
 
-func (f *fakeOrch) Claim(_ context.Context, jobID string, req api.ClaimRequest) (*api.Claim, error) {
-	return &api.Claim{JobID: jobID, Attempt: req.Attempt, JobToken: "opj_" + jobID, Lease: api.Lease{Fencing: 3}, Spec: api.JobSpec{StateKey: "k/" + jobID}}, nil
+func (f *fakeOrch) Claim(_ context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
+	return &api.Claim{DeploymentID: deploymentID, Attempt: req.Attempt, JobToken: "opj_" + deploymentID, Lease: api.Lease{Fencing: 3}, Placement: api.Placement{StateKey: "k/" + deploymentID}}, nil
 }
 
-func (f *fakeOrch) Event(_ context.Context, jobID string, req api.EventRequest) (*api.EventResponse, error) {
+func (f *fakeOrch) Event(_ context.Context, deploymentID string, req api.EventRequest) (*api.EventResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down {
@@ -57,40 +57,40 @@ func (f *fakeOrch) Event(_ context.Context, jobID string, req api.EventRequest) 
 	if f.events == nil {
 		f.events = map[string][]api.EventRequest{}
 	}
-	f.events[jobID] = append(f.events[jobID], req)
+	f.events[deploymentID] = append(f.events[deploymentID], req)
 	return &api.EventResponse{}, nil
 }
 
-// fakeExec holds jobs in memory; the test moves them through phases.
+// fakeExec holds attempts in memory; the test moves them through their statuses.
 type fakeExec struct {
-	mu      sync.Mutex
-	jobs    map[string]*executor.Status
-	saved   map[string][]byte
-	cleaned map[string]int
-	n       *executor.Notifier
+	mu       sync.Mutex
+	attempts map[string]*executor.AttemptStatus
+	saved    map[string][]byte
+	cleaned  map[string]int
+	n        *executor.Notifier
 }
 
 func newFakeExec() *fakeExec {
-	return &fakeExec{jobs: map[string]*executor.Status{}, saved: map[string][]byte{}, cleaned: map[string]int{}, n: executor.NewNotifier()}
+	return &fakeExec{attempts: map[string]*executor.AttemptStatus{}, saved: map[string][]byte{}, cleaned: map[string]int{}, n: executor.NewNotifier()}
 }
 
 func (f *fakeExec) Start(_ context.Context, c *api.Claim) error {
-	if c.JobID == "bad" {
+	if c.DeploymentID == "bad" {
 		return fmt.Errorf("%w: spec.containers: needs a container named \"main\"", executor.ErrInvalidJob)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.jobs[c.JobID] = &executor.Status{JobID: c.JobID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, Phase: executor.PhasePending}
+	f.attempts[c.DeploymentID] = &executor.AttemptStatus{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, Status: api.StatusClaimed}
 	return nil
 }
 
-func (f *fakeExec) List(context.Context) ([]executor.Status, error) {
+func (f *fakeExec) List(context.Context) ([]executor.AttemptStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []executor.Status
-	for _, s := range f.jobs {
+	var out []executor.AttemptStatus
+	for _, s := range f.attempts {
 		c := *s
-		c.PendingReport = f.saved[s.JobID]
+		c.PendingEvent = f.saved[s.DeploymentID]
 		out = append(out, c)
 	}
 	return out, nil
@@ -100,11 +100,11 @@ func (f *fakeExec) Cancel(context.Context, string, int, time.Duration) error { r
 func (f *fakeExec) Cleanup(_ context.Context, id string, _ int) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.jobs, id)
+	delete(f.attempts, id)
 	f.cleaned[id]++
 	return nil
 }
-func (f *fakeExec) SavePendingReport(_ context.Context, id string, _ int, r []byte) error {
+func (f *fakeExec) SavePendingEvent(_ context.Context, id string, _ int, r []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.saved[id] = r
@@ -115,9 +115,9 @@ func (f *fakeExec) JobToken(context.Context, string, int) (string, error) {
 }
 func (f *fakeExec) Changes() <-chan struct{} { return f.n.C() }
 
-func (f *fakeExec) set(id string, mut func(*executor.Status)) {
+func (f *fakeExec) set(id string, mut func(*executor.AttemptStatus)) {
 	f.mu.Lock()
-	mut(f.jobs[id])
+	mut(f.attempts[id])
 	f.mu.Unlock()
 	f.n.Notify()
 }
@@ -133,17 +133,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
-	orch := &fakeOrch{max: 5, offers: []api.Offer{{JobID: "a", Attempt: 1}, {JobID: "b", Attempt: 1}}}
+func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
+	orch := &fakeOrch{max: 5, offers: []api.Offer{{DeploymentID: "a", Attempt: 1}, {DeploymentID: "b", Attempt: 1}}}
 	ex := newFakeExec()
 	s := New(Options{Client: orch, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", MaxConcurrency: 3, PollWait: time.Second,
-		ReportBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+		EventBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
 
-	waitFor(t, "two jobs started", func() bool { l, _ := ex.List(ctx); return len(l) == 2 })
+	waitFor(t, "two attempts started", func() bool { l, _ := ex.List(ctx); return len(l) == 2 })
 	if h, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err != nil || h != "job/a/1" {
 		t.Errorf("claim of a not authorised: %v", err)
 	}
@@ -154,20 +154,20 @@ func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
 		t.Error("other state authorised")
 	}
 	// Capacity restated: min(orchestrator 5, configured 3) − 2 running.
-	waitFor(t, "a poll restating both jobs", func() bool {
+	waitFor(t, "a poll restating both attempts", func() bool {
 		orch.mu.Lock()
 		defer orch.mu.Unlock()
 		last := orch.polls[len(orch.polls)-1]
-		return len(last.Running) == 2 && last.CapacityFree == 1 && last.Instance == "agent-0"
+		return len(last.Held) == 2 && last.CapacityFree == 1 && last.Instance == "agent-0"
 	})
 
-	// A running job is reported started and left alone.
-	ex.set("b", func(s *executor.Status) { s.Started, s.Phase = true, executor.PhaseRunning })
-	waitFor(t, "b reported started", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.events["b"]) == 1 })
+	// A running attempt gets its started event and is left alone.
+	ex.set("b", func(s *executor.AttemptStatus) { s.Started, s.Status = true, api.StatusRunning })
+	waitFor(t, "b's started event", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.events["b"]) == 1 })
 	time.Sleep(100 * time.Millisecond)
 	ex.mu.Lock()
-	if ex.cleaned["b"] != 0 || ex.jobs["b"] == nil {
-		t.Error("a running job was cleaned up")
+	if ex.cleaned["b"] != 0 || ex.attempts["b"] == nil {
+		t.Error("a running attempt was cleaned up")
 	}
 	ex.mu.Unlock()
 
@@ -175,20 +175,20 @@ func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
 	orch.down = true
 	orch.mu.Unlock()
 	code := 2
-	ex.set("a", func(s *executor.Status) {
-		s.Started, s.Phase, s.ExitCode, s.Reason = true, executor.PhaseFailed, &code, executor.ReasonExitCode
+	ex.set("a", func(s *executor.AttemptStatus) {
+		s.Started, s.Status, s.ExitCode, s.Reason = true, api.StatusFailed, &code, executor.ReasonExitCode
 		s.FinishedAt = time.Unix(1700000000, 0)
 	})
-	waitFor(t, "the undelivered report saved with the job", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.saved["a"] != nil })
+	waitFor(t, "the undelivered finished event saved with the attempt", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.saved["a"] != nil })
 	ex.mu.Lock()
 	if ex.cleaned["a"] != 0 {
-		t.Error("job cleaned up before its report was acknowledged")
+		t.Error("attempt cleaned up before its finished event was acknowledged")
 	}
 	ex.mu.Unlock()
 	orch.mu.Lock()
 	orch.down = false
 	orch.mu.Unlock()
-	waitFor(t, "job a cleaned after the report", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.cleaned["a"] == 1 })
+	waitFor(t, "attempt a cleaned after the finished event", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.cleaned["a"] == 1 })
 
 	orch.mu.Lock()
 	evs := orch.events["a"]
@@ -197,24 +197,24 @@ func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
 		evs[1].Result != api.StatusFailed || *evs[1].ExitCode != 2 || evs[1].Fencing != 3 {
 		t.Fatalf("events of a = %+v", evs)
 	}
-	if string(encodeReport(evs[1])) != string(ex.saved["a"]) {
-		t.Errorf("delivered report differs from the saved one:\n%s\n%s", encodeReport(evs[1]), ex.saved["a"])
+	if string(encodeEvent(evs[1])) != string(ex.saved["a"]) {
+		t.Errorf("delivered finished event differs from the saved one:\n%s\n%s", encodeEvent(evs[1]), ex.saved["a"])
 	}
 	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err == nil {
-		t.Error("finished job still authorised")
+		t.Error("finished attempt still authorised")
 	}
 
-	// A job the executor refuses (bad pod template) is reported failed, not retried or crashed on.
+	// An attempt the executor refuses (bad pod template) ends failed, not retried or crashed on.
 	orch.mu.Lock()
-	orch.offers = []api.Offer{{JobID: "bad", Attempt: 1}}
+	orch.offers = []api.Offer{{DeploymentID: "bad", Attempt: 1}}
 	orch.mu.Unlock()
-	waitFor(t, "the refused job reported", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.events["bad"]) > 0 })
+	waitFor(t, "the refused attempt's finished event", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.events["bad"]) > 0 })
 	orch.mu.Lock()
 	bad := orch.events["bad"]
 	orch.mu.Unlock()
 	if len(bad) != 1 || bad[0].Type != api.EventFinished || bad[0].Result != api.StatusFailed || bad[0].Reason != executor.ReasonInvalidTemplate ||
 		!strings.Contains(bad[0].Message, "needs a container named") {
-		t.Errorf("report of the refused job: %+v", bad)
+		t.Errorf("finished event of the refused attempt: %+v", bad)
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -222,17 +222,17 @@ func TestSessionClaimsReportsAndKeepsUndeliveredReports(t *testing.T) {
 	}
 }
 
-// A job whose start is still in flight while the executor already lists it counts once, in the
-// capacity stated and in the jobs_running gauge.
-func TestStartingJobCountsOnce(t *testing.T) {
+// An attempt whose start is still in flight while the executor already lists it counts once, in
+// the capacity stated and in the jobs_running gauge.
+func TestStartingAttemptCountsOnce(t *testing.T) {
 	ex := newFakeExec()
 	s := New(Options{Client: &fakeOrch{}, Executor: ex, Logger: slog.New(slog.DiscardHandler), MaxConcurrency: 3})
-	if err := ex.Start(t.Context(), &api.Claim{JobID: "a", Attempt: 1}); err != nil {
+	if err := ex.Start(t.Context(), &api.Claim{DeploymentID: "a", Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	s.starting[executor.Key{JobID: "a", Attempt: 1}] = true // claimAndStart has not returned yet
-	s.starting[executor.Key{JobID: "b", Attempt: 1}] = true // not listed yet: counts too
+	s.starting[executor.AttemptKey{DeploymentID: "a", Attempt: 1}] = true // claimAndStart has not returned yet
+	s.starting[executor.AttemptKey{DeploymentID: "b", Attempt: 1}] = true // not listed yet: counts too
 	s.orchMax, s.orchKnown = 5, true
 	s.mu.Unlock()
 	req, err := s.pollRequest(t.Context())
@@ -240,7 +240,7 @@ func TestStartingJobCountsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if req.CapacityFree != 1 {
-		t.Errorf("capacity free %d, want 3 − 2 jobs = 1", req.CapacityFree)
+		t.Errorf("capacity free %d, want 3 − 2 attempts = 1", req.CapacityFree)
 	}
 	families, err := s.o.Metrics.Registry.Gather()
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package statebackend serves Terraform/OpenTofu state over the CLIs' built-in `http` backend
 // protocol, on top of package statestore (Secrets + Leases). The agent runs it in the cluster so
-// that job pods of either CLI reach their state over HTTP with a per-job token and need no
+// that job pods of either CLI reach their state over HTTP with a job token and need no
 // Kubernetes permissions at all (the stock `kubernetes` backend needs list/get/update on every
 // Secret of the namespace).
 //
@@ -65,7 +65,7 @@ const (
 )
 
 // Authorizer authenticates a request and authorises it for one state key. The agent implements
-// it with per-job tokens (jobtoken.Registry): username = job id, password = job token, and a job
+// it with job tokens (jobtoken.Registry): username = job id, password = job token, and a job
 // may only touch the state key of its own claim. The returned holder ("job/<id>/<attempt>")
 // names the lock holder and the writer in the state history. Its errors select the HTTP status:
 // jobtoken.ErrUnauthenticated → 401 (CLI: "requires auth"), jobtoken.ErrForbidden → 403 (CLI:

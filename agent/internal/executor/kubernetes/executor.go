@@ -1,7 +1,8 @@
-// Package kubernetes runs each claimed job as a batch/v1 Job. The Job object is the agent's
-// memory: its name is derived from the job attempt, its labels find it again after a restart,
-// and its annotations hold the lease's fencing number, the state key and an undelivered final
-// report. Watching is informer-based (list + watch, filtered by the agent's labels).
+// Package kubernetes is the kubernetes executor: it runs each claimed attempt as one batch/v1
+// Job. The Job object is the agent's memory: its name is derived from the attempt, its labels
+// find it again after a restart, and its annotations hold the job lease's fencing number, the
+// state key and an undelivered finished event (the pending event). Watching is informer-based
+// (list + watch, filtered by the agent's labels).
 package kubernetes
 
 import (
@@ -33,10 +34,10 @@ import (
 // Options configure the executor.
 type Options struct {
 	Client kubernetes.Interface
-	// Namespace is the job namespace to watch; empty watches all namespaces.
+	// Namespace is the jobs namespace to watch; empty watches all namespaces.
 	Namespace string
 	// ServiceAccount, when set, is the job service account the agent was installed for (and made
-	// RBAC for); a claim naming another one fails with a message saying what to align.
+	// RBAC for); a placement naming another one fails with a message saying what to align.
 	ServiceAccount string
 	Pod            PodOptions
 	StartupTimeout time.Duration
@@ -126,18 +127,19 @@ func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
 // the Job, then the Secret is handed to the Job as owner so the garbage collector removes it with
 // the Job. Every step tolerates having been done before.
 func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
-	if sa := e.o.ServiceAccount; sa != "" && c.Spec.Job.ServiceAccount != sa {
+	runnerJob := c.Placement.Job
+	if sa := e.o.ServiceAccount; sa != "" && runnerJob.ServiceAccount != sa {
 		return fmt.Errorf("%w: the runner's job service account is %q but this agent was installed for %q; set the chart value jobs.serviceAccount.name (OUTPOST_JOB_SERVICE_ACCOUNT) to the runner's job.service_account",
-			executor.ErrInvalidJob, c.Spec.Job.ServiceAccount, sa)
+			executor.ErrInvalidJob, runnerJob.ServiceAccount, sa)
 	}
-	if e.o.Namespace != "" && c.Spec.Job.Namespace != e.o.Namespace {
+	if e.o.Namespace != "" && runnerJob.Namespace != e.o.Namespace {
 		return fmt.Errorf("%w: the runner's job namespace is %q but this agent manages %q; set the chart value jobs.namespace (OUTPOST_JOB_NAMESPACE) to the runner's job.namespace",
-			executor.ErrInvalidJob, c.Spec.Job.Namespace, e.o.Namespace)
+			executor.ErrInvalidJob, runnerJob.Namespace, e.o.Namespace)
 	}
 	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
 	if err != nil {
 		if errors.Is(err, podtemplate.ErrInvalid) {
-			return fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, c.Spec.RunnerID, err)
+			return fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)
 		}
 		return err
 	}
@@ -151,14 +153,14 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 		if created, err = e.o.Client.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("adopt Job %s/%s: %w", ns, job.Name, err)
 		}
-		e.log.Info("adopted existing Job", "job_id", c.JobID, "attempt", c.Attempt, "k8s_job", job.Name)
+		e.log.Info("adopted existing Job", "deployment_id", c.DeploymentID, "attempt", c.Attempt, "k8s_job", job.Name)
 	case err != nil:
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 			return fmt.Errorf("%w: Kubernetes refused Job %s/%s: %w", executor.ErrInvalidJob, ns, job.Name, err)
 		}
 		return fmt.Errorf("create Job %s/%s: %w", ns, job.Name, err)
 	default:
-		e.log.Info("created Job", "job_id", c.JobID, "attempt", c.Attempt, "k8s_job", job.Name, "namespace", ns)
+		e.log.Info("created Job", "deployment_id", c.DeploymentID, "attempt", c.Attempt, "k8s_job", job.Name, "namespace", ns)
 	}
 	if err := e.ownSecret(ctx, created, secret.Name); err != nil {
 		return err
@@ -183,7 +185,7 @@ func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) error {
 	if string(have.Data[tokenKey]) == string(s.Data[tokenKey]) {
 		return nil
 	}
-	// A different token for the same attempt (the claim was re-issued): replace the Secret.
+	// A different token for the same attempt (the claim was granted again): replace the Secret.
 	// Delete and create need no update permission on Secrets.
 	if err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
@@ -211,7 +213,7 @@ func (e *Executor) ownSecret(ctx context.Context, job *batchv1.Job, name string)
 }
 
 // List implements executor.Executor from the informer cache.
-func (e *Executor) List(ctx context.Context) ([]executor.Status, error) {
+func (e *Executor) List(ctx context.Context) ([]executor.AttemptStatus, error) {
 	if err := e.waitSynced(ctx); err != nil {
 		return nil, err
 	}
@@ -219,7 +221,7 @@ func (e *Executor) List(ctx context.Context) ([]executor.Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]executor.Status, 0, len(jobs))
+	out := make([]executor.AttemptStatus, 0, len(jobs))
 	for _, j := range jobs {
 		if s, ok := e.status(j); ok {
 			out = append(out, s)
@@ -228,18 +230,18 @@ func (e *Executor) List(ctx context.Context) ([]executor.Status, error) {
 	return out, nil
 }
 
-// find returns the cached Job of a job attempt.
-func (e *Executor) find(ctx context.Context, jobID string, attempt int) (*batchv1.Job, error) {
+// find returns the cached Job of an attempt.
+func (e *Executor) find(ctx context.Context, deploymentID string, attempt int) (*batchv1.Job, error) {
 	if err := e.waitSynced(ctx); err != nil {
 		return nil, err
 	}
-	sel := labels.SelectorFromSet(labels.Set{LabelJobID: labelValue(jobID), LabelAttempt: strconv.Itoa(attempt)})
+	sel := labels.SelectorFromSet(labels.Set{LabelDeploymentID: labelValue(deploymentID), LabelAttempt: strconv.Itoa(attempt)})
 	jobs, err := e.jobs.List(sel)
 	if err != nil {
 		return nil, err
 	}
 	for _, j := range jobs {
-		if j.Annotations[AnnJobID] == jobID && j.DeletionTimestamp == nil {
+		if j.Annotations[AnnDeploymentID] == deploymentID && j.DeletionTimestamp == nil {
 			return j, nil
 		}
 	}
@@ -249,9 +251,9 @@ func (e *Executor) find(ctx context.Context, jobID string, attempt int) (*batchv
 // Cancel implements executor.Executor. The Job is suspended and marked rather than deleted: the
 // Job controller stops its pods, each with its terminationGracePeriodSeconds (set from the cancel
 // grace when the Job was built, so grace is already in force and the agent needs no pod delete
-// permission), and the Job keeps carrying the final report until the orchestrator has it.
-func (e *Executor) Cancel(ctx context.Context, jobID string, attempt int, _ time.Duration) error {
-	j, err := e.find(ctx, jobID, attempt)
+// permission), and the Job keeps carrying the finished event until the orchestrator has it.
+func (e *Executor) Cancel(ctx context.Context, deploymentID string, attempt int, _ time.Duration) error {
+	j, err := e.find(ctx, deploymentID, attempt)
 	if err != nil || j == nil {
 		return err
 	}
@@ -275,8 +277,8 @@ func (e *Executor) stop(ctx context.Context, j *batchv1.Job, annotation, value s
 }
 
 // Cleanup implements executor.Executor.
-func (e *Executor) Cleanup(ctx context.Context, jobID string, attempt int) error {
-	j, err := e.find(ctx, jobID, attempt)
+func (e *Executor) Cleanup(ctx context.Context, deploymentID string, attempt int) error {
+	j, err := e.find(ctx, deploymentID, attempt)
 	if err != nil || j == nil {
 		return err
 	}
@@ -293,28 +295,28 @@ func (e *Executor) Cleanup(ctx context.Context, jobID string, attempt int) error
 	return nil
 }
 
-// SavePendingReport implements executor.Executor on the Job's annotation.
-func (e *Executor) SavePendingReport(ctx context.Context, jobID string, attempt int, report []byte) error {
-	j, err := e.find(ctx, jobID, attempt)
+// SavePendingEvent implements executor.Executor on the Job's annotation.
+func (e *Executor) SavePendingEvent(ctx context.Context, deploymentID string, attempt int, event []byte) error {
+	j, err := e.find(ctx, deploymentID, attempt)
 	if err != nil {
 		return err
 	}
 	if j == nil {
-		return fmt.Errorf("no Job for job %s attempt %d to keep its final report on", jobID, attempt)
+		return fmt.Errorf("no Job for deployment %s attempt %d to keep its finished event on", deploymentID, attempt)
 	}
-	if j.Annotations[AnnFinalReport] == string(report) {
+	if j.Annotations[AnnPendingEvent] == string(event) {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnFinalReport: string(report)}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnPendingEvent: string(event)}}})
 	if _, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("save final report on Job %s/%s: %w", j.Namespace, j.Name, err)
+		return fmt.Errorf("save the finished event on Job %s/%s: %w", j.Namespace, j.Name, err)
 	}
 	return nil
 }
 
-// JobToken implements executor.Executor from the job's token Secret.
-func (e *Executor) JobToken(ctx context.Context, jobID string, attempt int) (string, error) {
-	j, err := e.find(ctx, jobID, attempt)
+// JobToken implements executor.Executor from the Job's token Secret.
+func (e *Executor) JobToken(ctx context.Context, deploymentID string, attempt int) (string, error) {
+	j, err := e.find(ctx, deploymentID, attempt)
 	if err != nil {
 		return "", err
 	}

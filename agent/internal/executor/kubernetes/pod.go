@@ -26,12 +26,12 @@ const (
 	ttlAfterFinished    = 24 * 3600
 )
 
-// PodOptions are the agent-wide inputs of the Job a claim becomes.
+// PodOptions are the agent-wide inputs of the Job a claimed attempt becomes.
 type PodOptions struct {
 	RunnerID string
 	Image    string
 	APIURL   string
-	// StateURL is where jobs reach the agent's state backend; set only for kubernetes state.
+	// StateURL is where job runners reach the agent's state backend; set only for kubernetes state.
 	StateURL         string
 	CLI              string
 	PodLabels        map[string]string
@@ -44,22 +44,23 @@ type PodOptions struct {
 	CancelGrace time.Duration
 }
 
-// BuildJob turns a claim into the Job and the token Secret that run it. The user's pod template
+// BuildJob turns a claim into the Job and the token Secret that run its attempt. The user's pod template
 // is the base, the agent's overlay is merged over it with a strategic merge patch (containers,
 // env, mounts and volumes merge by name, so the user's sidecars, volumes and env stay), and the
 // fields the agent owns are re-asserted after the merge so no template can take them over.
 // A template that breaks the contract returns a *podtemplate.Error.
 func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.Secret, error) {
-	base, err := podtemplate.Parse(c.Spec.Job.PodTemplate)
+	p := &c.Placement
+	base, err := podtemplate.Parse(p.Job.PodTemplate)
 	if err != nil {
 		return nil, nil, err
 	}
-	name := JobName(c.JobID, c.Attempt)
+	name := JobName(c.DeploymentID, c.Attempt)
 	labels := map[string]string{
-		LabelManagedBy: ManagedByValue,
-		LabelRunnerID:  o.RunnerID,
-		LabelJobID:     labelValue(c.JobID),
-		LabelAttempt:   strconv.Itoa(c.Attempt),
+		LabelManagedBy:    ManagedByValue,
+		LabelRunnerID:     o.RunnerID,
+		LabelDeploymentID: labelValue(c.DeploymentID),
+		LabelAttempt:      strconv.Itoa(c.Attempt),
 	}
 	env := ownedEnv(c, o)
 	mounts := []corev1.VolumeMount{{Name: tokenVolume, MountPath: tokenMountPath, ReadOnly: true}}
@@ -74,7 +75,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		ObjectMeta: metav1.ObjectMeta{Labels: mergeLabels(o.PodLabels, labels)},
 		Spec: corev1.PodSpec{
 			RestartPolicy:      corev1.RestartPolicyNever,
-			ServiceAccountName: c.Spec.Job.ServiceAccount,
+			ServiceAccountName: p.Job.ServiceAccount,
 			Containers: []corev1.Container{{
 				Name: podtemplate.MainContainer, Image: o.Image, Command: JobCommand,
 				Env: env, VolumeMounts: mounts,
@@ -94,18 +95,18 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 	if tpl.Spec.TerminationGracePeriodSeconds == nil || *tpl.Spec.TerminationGracePeriodSeconds < int64(grace.Seconds()) {
 		tpl.Spec.TerminationGracePeriodSeconds = ptr.To(int64(grace.Seconds()))
 	}
-	timeout := c.Spec.TimeoutSeconds
+	timeout := p.TimeoutSeconds
 	if timeout <= 0 {
 		timeout = api.DefaultJobTimeoutSeconds
 	}
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: c.Spec.Job.Namespace, Labels: labels,
+			Name: name, Namespace: p.Job.Namespace, Labels: labels,
 			Annotations: map[string]string{
-				AnnJobID:     c.JobID,
-				AnnFencing:   strconv.FormatInt(c.Lease.Fencing, 10),
-				AnnStateKey:  c.Spec.StateKey,
-				AnnClaimedAt: now.UTC().Format(time.RFC3339Nano),
+				AnnDeploymentID: c.DeploymentID,
+				AnnFencing:      strconv.FormatInt(c.Lease.Fencing, 10),
+				AnnStateKey:     p.StateKey,
+				AnnClaimedAt:    now.UTC().Format(time.RFC3339Nano),
 			},
 		},
 		Spec: batchv1.JobSpec{
@@ -118,19 +119,19 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
 					ContainerName: ptr.To(podtemplate.MainContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0},
 				}},
-				{Action: disruptionAction(c.Spec.Operation), OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
+				{Action: disruptionAction(p.Operation), OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
 					{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
 				}},
 			}},
 			Template: *tpl,
 		},
 	}
-	if ks := c.Spec.StateStorage.Kubernetes; c.Spec.StateStorage.Type == api.StateStorageKubernetes && ks != nil {
-		job.Annotations[AnnStateNS] = ks.Namespace
+	if ns := p.KubernetesStateNamespace(); ns != "" {
+		job.Annotations[AnnStateNS] = ns
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name), Namespace: c.Spec.Job.Namespace, Labels: labels,
-			Annotations: map[string]string{AnnJobID: c.JobID}},
+		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name), Namespace: p.Job.Namespace, Labels: labels,
+			Annotations: map[string]string{AnnDeploymentID: c.DeploymentID}},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{tokenKey: []byte(c.JobToken)},
 	}
@@ -142,7 +143,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 // infrastructure before the eviction, and the pod failure policy cannot tell whether main had
 // started, so the Job fails and the orchestrator (or a person) decides; an apply is never re-run
 // behind anyone's back.
-func disruptionAction(operation string) batchv1.PodFailurePolicyAction {
+func disruptionAction(operation api.Operation) batchv1.PodFailurePolicyAction {
 	if operation == api.OperationPlan {
 		return batchv1.PodFailurePolicyActionIgnore
 	}
@@ -156,7 +157,7 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 		{Name: jobenv.TokenFile, Value: tokenMountPath + "/" + tokenKey},
 		{Name: jobenv.CLI, Value: o.CLI},
 	}
-	if c.Spec.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {
+	if c.Placement.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {
 		env = append(env, corev1.EnvVar{Name: jobenv.StateURL, Value: o.StateURL})
 	}
 	if o.CASecret != "" {
@@ -190,8 +191,8 @@ func merge(base, overlay *corev1.PodTemplateSpec) (*corev1.PodTemplateSpec, erro
 }
 
 // reassert puts back every field the agent owns, whatever the merge made of it: a template must
-// not be able to change the restart policy, the identity the job runs as, how the agent finds its
-// pods, what main runs, or where the token comes from.
+// not be able to change the restart policy, the identity the job runner runs as, how the agent
+// finds its pods, what main runs, or where the token comes from.
 func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec) {
 	tpl.Labels = mergeLabels(tpl.Labels, overlay.Labels)
 	tpl.Spec.RestartPolicy = corev1.RestartPolicyNever

@@ -33,8 +33,8 @@ const userTemplate = `{
 
 func claim(tpl string) *api.Claim {
 	return &api.Claim{
-		JobID: "dep-123", Attempt: 2, JobToken: "opj_secret", Lease: api.Lease{Fencing: 7},
-		Spec: api.JobSpec{JobID: "dep-123", Attempt: 2, RunnerID: "r1", Operation: api.OperationApply, StateKey: "prod/net", TimeoutSeconds: 600,
+		DeploymentID: "dep-123", Attempt: 2, JobToken: "opj_secret", Lease: api.Lease{Fencing: 7},
+		Placement: api.Placement{Operation: api.OperationApply, StateKey: "prod/net", TimeoutSeconds: 600,
 			StateStorage: api.StateStorage{Type: api.StateStorageKubernetes},
 			Job:          api.RunnerJob{Namespace: "jobs", ServiceAccount: "deployer", PodTemplate: tpl}},
 	}
@@ -60,11 +60,11 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 		js.PodFailurePolicy.Rules[1].Action != batchv1.PodFailurePolicyActionFailJob {
 		t.Errorf("pod failure policy = %+v", js.PodFailurePolicy)
 	}
-	if job.Annotations[AnnFencing] != "7" || job.Annotations[AnnStateKey] != "prod/net" || job.Annotations[AnnJobID] != "dep-123" {
+	if job.Annotations[AnnFencing] != "7" || job.Annotations[AnnStateKey] != "prod/net" || job.Annotations[AnnDeploymentID] != "dep-123" {
 		t.Errorf("annotations = %v", job.Annotations)
 	}
 	pod := js.Template
-	wantLabels := map[string]string{"team": "infra", "np": "allow-agent", LabelManagedBy: ManagedByValue, LabelRunnerID: "r1", LabelJobID: "dep-123", LabelAttempt: "2"}
+	wantLabels := map[string]string{"team": "infra", "np": "allow-agent", LabelManagedBy: ManagedByValue, LabelRunnerID: "r1", LabelDeploymentID: "dep-123", LabelAttempt: "2"}
 	for k, v := range wantLabels {
 		if pod.Labels[k] != v {
 			t.Errorf("pod label %s = %q, want %q", k, pod.Labels[k], v)
@@ -150,8 +150,8 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 
 func TestBuildJobEmptyTemplate(t *testing.T) {
 	c := claim("")
-	c.Spec.StateStorage.Type = api.StateStorageS3
-	c.Spec.Operation = api.OperationPlan
+	c.Placement.StateStorage.Type = api.StateStorageS3
+	c.Placement.Operation = api.OperationPlan
 	job, _, err := BuildJob(c, PodOptions{RunnerID: "r1", Image: "img", APIURL: "https://o", CLI: "terraform", CancelGrace: 10 * time.Second}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestBuildJobRefusesBrokenTemplates(t *testing.T) {
 		"main command":    `{"spec": {"containers": [{"name": "main", "command": ["sh"]}]}}`,
 		"restart policy":  `{"spec": {"restartPolicy": "OnFailure", "containers": [{"name": "main"}]}}`,
 		"service account": `{"spec": {"serviceAccountName": "root", "containers": [{"name": "main"}]}}`,
-		"owned label":     `{"metadata": {"labels": {"outpost.dev/job-id": "x"}}, "spec": {"containers": [{"name": "main"}]}}`,
+		"owned label":     `{"metadata": {"labels": {"outpost.dev/deployment-id": "x"}}, "spec": {"containers": [{"name": "main"}]}}`,
 		"unknown field":   `{"spec": {"containerz": []}}`,
 	} {
 		t.Run(name, func(t *testing.T) {

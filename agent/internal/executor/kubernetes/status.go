@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
@@ -25,18 +26,18 @@ type startupFailure struct {
 	Message string `json:"message"`
 }
 
-// status derives a job's Status from its Job and pods. ok is false for objects that are not
-// ours after all (no job-id annotation) or are being deleted.
-func (e *Executor) status(j *batchv1.Job) (executor.Status, bool) {
-	jobID := j.Annotations[AnnJobID]
+// status derives an attempt's status from its Job and pods. ok is false for objects that are not
+// ours after all (no deployment-id annotation) or are being deleted.
+func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
+	deploymentID := j.Annotations[AnnDeploymentID]
 	attempt, err := strconv.Atoi(j.Labels[LabelAttempt])
-	if jobID == "" || err != nil || j.DeletionTimestamp != nil {
-		return executor.Status{}, false
+	if deploymentID == "" || err != nil || j.DeletionTimestamp != nil {
+		return executor.AttemptStatus{}, false
 	}
-	s := executor.Status{JobID: jobID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS], Phase: executor.PhasePending}
+	s := executor.AttemptStatus{DeploymentID: deploymentID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS], Status: api.StatusClaimed}
 	s.Fencing, _ = strconv.ParseInt(j.Annotations[AnnFencing], 10, 64)
-	if r := j.Annotations[AnnFinalReport]; r != "" {
-		s.PendingReport = []byte(r)
+	if r := j.Annotations[AnnPendingEvent]; r != "" {
+		s.PendingEvent = []byte(r)
 	}
 	s.ClaimedAt, _ = time.Parse(time.RFC3339Nano, j.Annotations[AnnClaimedAt])
 	pods := e.podsOf(j)
@@ -57,7 +58,7 @@ func (e *Executor) status(j *batchv1.Job) (executor.Status, bool) {
 		}
 	}
 	if s.Started {
-		s.Phase = executor.PhaseRunning
+		s.Status = api.StatusRunning
 	}
 	if main != nil && main.State.Terminated != nil {
 		code := int(main.State.Terminated.ExitCode)
@@ -66,22 +67,22 @@ func (e *Executor) status(j *batchv1.Job) (executor.Status, bool) {
 	}
 	switch cond, reason, msg, at := finishedCondition(j); {
 	case j.Annotations[AnnCancel] != "" && (!live || cond != ""):
-		s.Phase, s.Reason, s.Message = executor.PhaseCanceled, executor.ReasonCanceled, "canceled by request"
+		s.Status, s.Reason, s.Message = api.StatusCanceled, executor.ReasonCanceled, "canceled by request"
 		s.FinishedAt = latest(s.FinishedAt, at)
 	case j.Annotations[AnnStartupError] != "":
 		var f startupFailure
 		_ = json.Unmarshal([]byte(j.Annotations[AnnStartupError]), &f)
-		s.Phase, s.Reason, s.Message = executor.PhaseFailed, f.Reason, f.Message
+		s.Status, s.Reason, s.Message = api.StatusFailed, f.Reason, f.Message
 		s.FinishedAt = latest(s.FinishedAt, at)
 	case cond == batchv1.JobComplete:
-		s.Phase = executor.PhaseSucceeded
+		s.Status = api.StatusSucceeded
 		if s.ExitCode == nil {
 			zero := 0
 			s.ExitCode = &zero
 		}
 		s.FinishedAt = latest(s.FinishedAt, at)
 	case cond == batchv1.JobFailed:
-		s.Phase = executor.PhaseFailed
+		s.Status = api.StatusFailed
 		s.Reason, s.Message = failureReason(reason, msg, main)
 		if p := disrupted(pods); p != nil && reason != batchv1.JobReasonDeadlineExceeded {
 			s.Reason, s.Message = executor.ReasonEvicted, fmt.Sprintf("pod %s was evicted or preempted (%s); an apply or destroy is not re-run automatically", p.Name, disruptionReason(p))
@@ -113,7 +114,7 @@ func finished(j *batchv1.Job) batchv1.JobConditionType {
 // status says (exit code, OOM) over the Job controller's summary.
 func failureReason(condReason, condMsg string, main *corev1.ContainerStatus) (string, string) {
 	if condReason == batchv1.JobReasonDeadlineExceeded {
-		return executor.ReasonDeadlineExceeded, "the job ran past its timeout (activeDeadlineSeconds): " + condMsg
+		return executor.ReasonDeadlineExceeded, "the Job ran past its timeout (activeDeadlineSeconds): " + condMsg
 	}
 	if main != nil && main.State.Terminated != nil {
 		t := main.State.Terminated
@@ -198,9 +199,9 @@ func (e *Executor) watchdog(ctx context.Context) {
 			continue
 		}
 		reason, msg := e.startupReason(ctx, j)
-		f := startupFailure{Reason: reason, Message: fmt.Sprintf("the job's pod did not start within %s: %s", e.o.StartupTimeout, msg)}
+		f := startupFailure{Reason: reason, Message: fmt.Sprintf("the Job's pod did not start within %s: %s", e.o.StartupTimeout, msg)}
 		data, _ := json.Marshal(f)
-		e.log.Warn("job did not start in time", "k8s_job", j.Name, "namespace", j.Namespace, "reason", reason, "message", msg)
+		e.log.Warn("Job did not start in time", "k8s_job", j.Name, "namespace", j.Namespace, "reason", reason, "message", msg)
 		if err := e.stop(ctx, j, AnnStartupError, string(data)); err != nil {
 			e.log.Error("stop Job stuck in startup", "k8s_job", j.Name, "err", err)
 		}

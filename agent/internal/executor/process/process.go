@@ -1,8 +1,10 @@
-// Package process runs each claimed job as a local `outpost-agent job` process. It is how the
-// demo and the real terraform/tofu tests run jobs without a container runtime. Each job has a
-// folder under the work dir holding everything a restarted agent needs to find it again: the
-// claim (without token), the token file (0600), the supervising wrapper's pid, and the exit code
-// the wrapper writes. Jobs run in their own session (setsid), so an agent restart leaves them be.
+// Package process is the process executor: it runs each claimed attempt as a local `outpost-agent
+// job` process, the job runner without a Kubernetes Job around it. It is how the demo and the
+// real terraform/tofu tests run attempts without a container runtime. Each attempt has a folder
+// under the work dir holding everything a restarted agent needs to find it again: the claim
+// (without token), the token file (0600), the supervising wrapper's pid, and the exit code the
+// wrapper writes. The processes run in their own session (setsid), so an agent restart leaves
+// them be.
 package process
 
 import (
@@ -25,15 +27,15 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// Files in a job folder.
+// Files in an attempt's folder.
 const (
-	claimFile   = "claim.json"
-	tokenFile   = "token"
-	pidFile     = "pid"
-	cancelFile  = "cancel-requested"
-	failureFile = "failure.json"
-	reportFile  = "final-report"
-	logFile     = "output.log"
+	claimFile        = "claim.json"
+	tokenFile        = "token"
+	pidFile          = "pid"
+	cancelFile       = "cancel-requested"
+	failureFile      = "failure.json"
+	pendingEventFile = "pending-event"
+	logFile          = "output.log"
 )
 
 // Options configure the executor.
@@ -60,7 +62,7 @@ var _ executor.Executor = (*Executor)(nil)
 
 // claimRecord is claim.json: what the agent must remember of a claim, minus the token.
 type claimRecord struct {
-	JobID          string    `json:"job_id"`
+	DeploymentID   string    `json:"deployment_id"`
 	Attempt        int       `json:"attempt"`
 	Fencing        int64     `json:"fencing"`
 	StateKey       string    `json:"state_key"`
@@ -98,9 +100,9 @@ func New(o Options) (*Executor, error) {
 	return &Executor{o: o, log: o.Logger.With("executor", "process"), notify: executor.NewNotifier()}, nil
 }
 
-// dirName is the folder of a job attempt (the same deterministic name a Kubernetes Job gets).
-func (e *Executor) dir(jobID string, attempt int) string {
-	return filepath.Join(e.o.WorkDir, safeName(jobID)+"-"+strconv.Itoa(attempt))
+// dir is the folder of an attempt (named like the Job the kubernetes executor would create).
+func (e *Executor) dir(deploymentID string, attempt int) string {
+	return filepath.Join(e.o.WorkDir, safeName(deploymentID)+"-"+strconv.Itoa(attempt))
 }
 
 func safeName(s string) string {
@@ -116,26 +118,25 @@ func safeName(s string) string {
 func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
 
 // Start implements executor.Executor. A folder that already exists is adopted: its process is
-// running or finished, and starting it again would run the job twice.
+// running or finished, and starting it again would run the attempt twice.
 func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	dir := e.dir(c.JobID, c.Attempt)
+	dir := e.dir(c.DeploymentID, c.Attempt)
 	if _, err := os.Stat(filepath.Join(dir, pidFile)); err == nil {
-		e.log.Info("adopted existing job process", "job_id", c.JobID, "attempt", c.Attempt)
+		e.log.Info("adopted existing attempt process", "deployment_id", c.DeploymentID, "attempt", c.Attempt)
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "work"), 0o700); err != nil {
-		return fmt.Errorf("create job folder: %w", err)
+		return fmt.Errorf("create the attempt's folder: %w", err)
 	}
 	if err := writeAtomic(filepath.Join(dir, tokenFile), []byte(c.JobToken)); err != nil {
 		return fmt.Errorf("write job token file: %w", err)
 	}
-	rec := claimRecord{JobID: c.JobID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, StateKey: c.Spec.StateKey,
-		StateStorage: c.Spec.StateStorage.Type, TimeoutSeconds: c.Spec.TimeoutSeconds, ClaimedAt: time.Now().UTC()}
-	if ks := c.Spec.StateStorage.Kubernetes; ks != nil {
-		rec.StateNamespace = ks.Namespace
-	}
+	p := &c.Placement
+	rec := claimRecord{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, StateKey: p.StateKey,
+		StateStorage: p.StateStorage.Type, StateNamespace: p.KubernetesStateNamespace(), TimeoutSeconds: p.TimeoutSeconds,
+		ClaimedAt: time.Now().UTC()}
 	data, _ := json.Marshal(rec)
 	if err := writeAtomic(filepath.Join(dir, claimFile), data); err != nil {
 		return fmt.Errorf("write claim record: %w", err)
@@ -151,23 +152,23 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 func (e *Executor) launch(ctx context.Context, dir string, rec claimRecord) error {
 	out, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("open job log: %w", err)
+		return fmt.Errorf("open the attempt's log: %w", err)
 	}
 	defer out.Close()
-	// Never canceled: the job must outlive the call, and the agent process too.
+	// Never canceled: the process must outlive the call, and the agent process too.
 	cmd := exec.CommandContext(context.WithoutCancel(ctx), e.o.AgentBinary, WrapperCommand, dir, "--", e.o.AgentBinary, "job")
 	cmd.Dir = dir
 	cmd.Env = e.env(dir, rec)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start job process: %w", err)
+		return fmt.Errorf("start the attempt's process: %w", err)
 	}
 	if err := writeAtomic(filepath.Join(dir, pidFile), []byte(strconv.Itoa(cmd.Process.Pid))); err != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		return fmt.Errorf("record job pid: %w", err)
+		return fmt.Errorf("record the attempt's pid: %w", err)
 	}
-	e.log.Info("started job process", "job_id", rec.JobID, "attempt", rec.Attempt, "pid", cmd.Process.Pid, "dir", dir)
+	e.log.Info("started attempt process", "deployment_id", rec.DeploymentID, "attempt", rec.Attempt, "pid", cmd.Process.Pid, "dir", dir)
 	go func() {
 		_ = cmd.Wait() // reap; the exit code is in the file the wrapper wrote
 		e.notify.Notify()
@@ -176,7 +177,7 @@ func (e *Executor) launch(ctx context.Context, dir string, rec claimRecord) erro
 }
 
 // env is the job runner's environment (package jobenv) on top of the agent's own, minus the
-// agent's OUTPOST_* settings (which mean something else to the job).
+// agent's OUTPOST_* settings (which mean something else to the job runner).
 func (e *Executor) env(dir string, rec claimRecord) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -199,12 +200,12 @@ func (e *Executor) env(dir string, rec claimRecord) []string {
 	return env
 }
 
-// Cancel implements executor.Executor: SIGTERM to the job's process group now, SIGKILL after
+// Cancel implements executor.Executor: SIGTERM to the attempt's process group now, SIGKILL after
 // the grace (enforced by Run, so it survives an agent restart too).
-func (e *Executor) Cancel(_ context.Context, jobID string, attempt int, grace time.Duration) error {
+func (e *Executor) Cancel(_ context.Context, deploymentID string, attempt int, grace time.Duration) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	dir := e.dir(jobID, attempt)
+	dir := e.dir(deploymentID, attempt)
 	if _, err := os.Stat(filepath.Join(dir, claimFile)); err != nil {
 		return nil
 	}
@@ -223,32 +224,32 @@ func (e *Executor) Cancel(_ context.Context, jobID string, attempt int, grace ti
 }
 
 // Cleanup implements executor.Executor.
-func (e *Executor) Cleanup(_ context.Context, jobID string, attempt int) error {
+func (e *Executor) Cleanup(_ context.Context, deploymentID string, attempt int) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	dir := e.dir(jobID, attempt)
+	dir := e.dir(deploymentID, attempt)
 	if pid, ok := alivePid(dir); ok {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove job folder: %w", err)
+		return fmt.Errorf("remove the attempt's folder: %w", err)
 	}
 	e.notify.Notify()
 	return nil
 }
 
-// SavePendingReport implements executor.Executor.
-func (e *Executor) SavePendingReport(_ context.Context, jobID string, attempt int, report []byte) error {
-	dir := e.dir(jobID, attempt)
+// SavePendingEvent implements executor.Executor.
+func (e *Executor) SavePendingEvent(_ context.Context, deploymentID string, attempt int, event []byte) error {
+	dir := e.dir(deploymentID, attempt)
 	if _, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("no job folder to keep the final report in: %w", err)
+		return fmt.Errorf("no folder of the attempt to keep its finished event in: %w", err)
 	}
-	return writeAtomic(filepath.Join(dir, reportFile), report)
+	return writeAtomic(filepath.Join(dir, pendingEventFile), event)
 }
 
 // JobToken implements executor.Executor.
-func (e *Executor) JobToken(_ context.Context, jobID string, attempt int) (string, error) {
-	b, err := os.ReadFile(filepath.Join(e.dir(jobID, attempt), tokenFile))
+func (e *Executor) JobToken(_ context.Context, deploymentID string, attempt int) (string, error) {
+	b, err := os.ReadFile(filepath.Join(e.dir(deploymentID, attempt), tokenFile))
 	if errors.Is(err, os.ErrNotExist) || (err == nil && len(b) == 0) {
 		return "", executor.ErrNoToken
 	}

@@ -16,13 +16,13 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// List implements executor.Executor by reading the job folders.
-func (e *Executor) List(_ context.Context) ([]executor.Status, error) {
+// List implements executor.Executor by reading the attempts' folders.
+func (e *Executor) List(_ context.Context) ([]executor.AttemptStatus, error) {
 	entries, err := os.ReadDir(e.o.WorkDir)
 	if err != nil {
 		return nil, fmt.Errorf("read work dir: %w", err)
 	}
-	var out []executor.Status
+	var out []executor.AttemptStatus
 	for _, ent := range entries {
 		if !ent.IsDir() {
 			continue
@@ -34,19 +34,19 @@ func (e *Executor) List(_ context.Context) ([]executor.Status, error) {
 	return out, nil
 }
 
-func (e *Executor) status(dir string) (executor.Status, bool) {
+func (e *Executor) status(dir string) (executor.AttemptStatus, bool) {
 	var rec claimRecord
 	data, err := os.ReadFile(filepath.Join(dir, claimFile))
-	if err != nil || json.Unmarshal(data, &rec) != nil || rec.JobID == "" {
-		return executor.Status{}, false
+	if err != nil || json.Unmarshal(data, &rec) != nil || rec.DeploymentID == "" {
+		return executor.AttemptStatus{}, false
 	}
-	s := executor.Status{JobID: rec.JobID, Attempt: rec.Attempt, Fencing: rec.Fencing, StateKey: rec.StateKey, StateNamespace: rec.StateNamespace,
-		Phase: executor.PhasePending, ClaimedAt: rec.ClaimedAt}
-	if b, err := os.ReadFile(filepath.Join(dir, reportFile)); err == nil && len(b) > 0 {
-		s.PendingReport = b
+	s := executor.AttemptStatus{DeploymentID: rec.DeploymentID, Attempt: rec.Attempt, Fencing: rec.Fencing, StateKey: rec.StateKey, StateNamespace: rec.StateNamespace,
+		Status: api.StatusClaimed, ClaimedAt: rec.ClaimedAt}
+	if b, err := os.ReadFile(filepath.Join(dir, pendingEventFile)); err == nil && len(b) > 0 {
+		s.PendingEvent = b
 	}
 	if fi, err := os.Stat(filepath.Join(dir, pidFile)); err == nil {
-		s.Started, s.StartedAt, s.Phase = true, fi.ModTime().UTC(), executor.PhaseRunning
+		s.Started, s.StartedAt, s.Status = true, fi.ModTime().UTC(), api.StatusRunning
 	}
 	_, canceled := readCancel(dir)
 	var fail failureRecord
@@ -60,13 +60,13 @@ func (e *Executor) status(dir string) (executor.Status, bool) {
 		s.ExitCode, s.FinishedAt = &code, fi.ModTime().UTC()
 		switch {
 		case canceled:
-			s.Phase, s.Reason, s.Message = executor.PhaseCanceled, executor.ReasonCanceled, "canceled by request"
+			s.Status, s.Reason, s.Message = api.StatusCanceled, executor.ReasonCanceled, "canceled by request"
 		case failed:
-			s.Phase, s.Reason, s.Message = executor.PhaseFailed, fail.Reason, fail.Message
+			s.Status, s.Reason, s.Message = api.StatusFailed, fail.Reason, fail.Message
 		case code == 0:
-			s.Phase = executor.PhaseSucceeded
+			s.Status = api.StatusSucceeded
 		default:
-			s.Phase, s.Reason, s.Message = executor.PhaseFailed, executor.ReasonExitCode, fmt.Sprintf("the job process exited with code %d", code)
+			s.Status, s.Reason, s.Message = api.StatusFailed, executor.ReasonExitCode, fmt.Sprintf("the job runner process exited with code %d", code)
 		}
 		return s, true
 	}
@@ -81,19 +81,19 @@ func (e *Executor) status(dir string) (executor.Status, bool) {
 	s.FinishedAt = time.Now().UTC()
 	switch {
 	case canceled:
-		s.Phase, s.Reason, s.Message = executor.PhaseCanceled, executor.ReasonCanceled, "canceled by request (killed after the grace period)"
+		s.Status, s.Reason, s.Message = api.StatusCanceled, executor.ReasonCanceled, "canceled by request (killed after the grace period)"
 	case failed:
-		s.Phase, s.Reason, s.Message = executor.PhaseFailed, fail.Reason, fail.Message
+		s.Status, s.Reason, s.Message = api.StatusFailed, fail.Reason, fail.Message
 	default:
-		s.Phase, s.Reason, s.Message = executor.PhaseFailed, executor.ReasonLost, "the job process ended without recording an exit code"
+		s.Status, s.Reason, s.Message = api.StatusFailed, executor.ReasonLost, "the job runner process ended without recording an exit code"
 	}
 	if fi, err := os.Stat(filepath.Join(dir, pidFile)); err == nil {
-		s.FinishedAt = fi.ModTime().UTC() // stable across passes, so the report is deterministic
+		s.FinishedAt = fi.ModTime().UTC() // stable across passes, so the finished event is deterministic
 	}
 	return s, true
 }
 
-// Run enforces timeouts and cancel grace periods, launches jobs whose launch an earlier agent
+// Run enforces timeouts and cancel grace periods, launches attempts whose launch an earlier agent
 // did not finish, and signals changes, until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
 	tick := time.NewTicker(time.Second)
@@ -126,14 +126,14 @@ func (e *Executor) supervise() string {
 			continue
 		}
 		s, _ := e.status(dir)
-		fmt.Fprintf(&sig, "%s/%d=%s,%v,%d;", s.JobID, s.Attempt, s.Phase, s.Started, len(s.PendingReport))
+		fmt.Fprintf(&sig, "%s/%d=%s,%v,%d;", s.DeploymentID, s.Attempt, s.Status, s.Started, len(s.PendingEvent))
 		if s.Terminal() {
 			continue
 		}
 		if !s.Started {
 			if _, err := os.Stat(filepath.Join(dir, tokenFile)); err == nil && time.Since(rec.ClaimedAt) > 5*time.Second {
 				if err := e.launch(context.Background(), dir, rec); err != nil {
-					e.log.Error("launch job left unstarted", "dir", dir, "err", err)
+					e.log.Error("launch attempt left unstarted", "dir", dir, "err", err)
 				}
 			}
 			continue
@@ -153,7 +153,7 @@ func (e *Executor) supervise() string {
 			timeout = api.DefaultJobTimeoutSeconds * time.Second
 		}
 		if time.Since(s.StartedAt) > timeout && !readJSON(filepath.Join(dir, failureFile), &failureRecord{}) {
-			data, _ := json.Marshal(failureRecord{Reason: executor.ReasonDeadlineExceeded, Message: fmt.Sprintf("the job ran past its timeout of %s", timeout)})
+			data, _ := json.Marshal(failureRecord{Reason: executor.ReasonDeadlineExceeded, Message: fmt.Sprintf("the attempt ran past its timeout of %s", timeout)})
 			_ = writeAtomic(filepath.Join(dir, failureFile), data)
 			cdata, _ := json.Marshal(cancelRecord{At: time.Now().UTC(), Grace: 30 * time.Second})
 			_ = writeAtomic(filepath.Join(dir, deadlineFile), cdata)
@@ -168,7 +168,8 @@ func readCancel(dir string) (cancelRecord, bool) {
 	return c, readJSON(filepath.Join(dir, cancelFile), &c)
 }
 
-// deadlineFile records when the executor stopped a job that overran, for the SIGKILL escalation.
+// deadlineFile records when the executor stopped an attempt that overran, for the SIGKILL
+// escalation.
 const deadlineFile = "deadline-stop"
 
 // stopping returns the stop request (cancel or deadline) whose grace the supervisor enforces.
@@ -186,7 +187,7 @@ func readJSON(path string, v any) bool {
 }
 
 // alivePid returns the wrapper's pid when that process still runs. The command line is checked
-// so that a recycled pid is not mistaken for the job.
+// so that a recycled pid is not mistaken for the attempt's.
 func alivePid(dir string) (int, bool) {
 	b, err := os.ReadFile(filepath.Join(dir, pidFile))
 	if err != nil {

@@ -12,19 +12,19 @@ import (
 	"syscall"
 )
 
-// WrapperCommand is the hidden subcommand of outpost-agent that supervises one job process.
+// WrapperCommand is the hidden subcommand of outpost-agent that supervises the process of one attempt.
 const WrapperCommand = "process-wrapper"
 
-// exitCodeFile is written by the wrapper when the job ends; its presence means "finished".
+// exitCodeFile is written by the wrapper when the command ends; its presence means "finished".
 const exitCodeFile = "exit-code"
 
-// WrapperMain runs `outpost-agent process-wrapper <job dir> -- <command...>`: it starts the
-// command, passes SIGTERM/SIGINT on, and writes the exit code to <job dir>/exit-code when the
-// command ends. The wrapper, not the agent, is the job's parent, so the exit code is recorded
+// WrapperMain runs `outpost-agent process-wrapper <attempt dir> -- <command...>`: it starts the
+// command, passes SIGTERM/SIGINT on, and writes the exit code to <attempt dir>/exit-code when the
+// command ends. The wrapper, not the agent, is the command's parent, so the exit code is recorded
 // even when the agent was restarted in between, and a new agent reads it from the file.
 func WrapperMain(args []string) int {
 	if len(args) < 3 || args[1] != "--" {
-		fmt.Fprintln(os.Stderr, "usage: outpost-agent process-wrapper <job dir> -- <command> [args...]")
+		fmt.Fprintln(os.Stderr, "usage: outpost-agent process-wrapper <attempt dir> -- <command> [args...]")
 		return 2
 	}
 	dir, argv := args[0], args[2:]
@@ -42,7 +42,7 @@ func WrapperMain(args []string) int {
 			for {
 				select {
 				case s := <-sigs:
-					// SIGHUP arrives when the agent's terminal goes away; it must not stop the job.
+					// SIGHUP arrives when the agent's terminal goes away; it must not stop the attempt.
 					if s != syscall.SIGHUP {
 						_ = cmd.Process.Signal(s)
 					}

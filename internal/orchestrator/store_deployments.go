@@ -6,7 +6,6 @@ import (
 	"encoding/base32"
 	"encoding/binary"
 	"fmt"
-	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,27 +13,28 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// jobRecord is a deployment as stored: the public view plus the lease bookkeeping the API does
-// not show. The source lives in its own bucket.
-type jobRecord struct {
+// deploymentRecord is a deployment as stored: the public view plus the job lease bookkeeping the
+// API does not show. The source lives in its own bucket.
+type deploymentRecord struct {
 	Org string `json:"org"`
-	// Seq orders jobs by creation; it keys the list and queue indexes.
+	// Seq orders deployments by creation; it keys the list and queue indexes.
 	Seq uint64         `json:"seq"`
 	D   api.Deployment `json:"deployment"`
-	// Fencing is the last fencing number granted for this job; it only grows.
+	// Fencing is the last fencing number granted for this deployment; it only grows.
 	Fencing int64 `json:"fencing"`
-	// Lease is the lease currently held; nil when none is.
+	// Lease is the job lease currently held; nil when none is.
 	Lease *leaseRecord `json:"lease,omitempty"`
 	// LogCommitted is the log offset of the current grant as the writer counts it: bytes
 	// dropped beyond the cap are counted, so the writer never has to know about the cap.
 	LogCommitted int64 `json:"log_committed"`
 
-	// What the record looked like when loaded, so saveJob can keep indexes and counters right.
-	savedStatus string
+	// What the record looked like when loaded, so saveDeployment can keep indexes and counters
+	// right.
+	savedStatus api.Status
 	savedLeased bool
 }
 
-// leaseRecord is a granted lease.
+// leaseRecord is a granted job lease.
 type leaseRecord struct {
 	Fencing   int64     `json:"fencing"`
 	ExpiresAt time.Time `json:"expires_at"`
@@ -53,9 +53,9 @@ func newDeploymentID() (string, error) {
 	return "dep-" + idEncoding.EncodeToString(b), nil
 }
 
-func loadJob(tx *bolt.Tx, org, id string) (*jobRecord, error) {
-	var rec jobRecord
-	ok, err := getJSON(tx.Bucket(bJobs), key(org, id), &rec)
+func loadDeployment(tx *bolt.Tx, org, id string) (*deploymentRecord, error) {
+	var rec deploymentRecord
+	ok, err := getJSON(tx.Bucket(bDeployments), key(org, id), &rec)
 	if err != nil {
 		return nil, err
 	}
@@ -67,24 +67,24 @@ func loadJob(tx *bolt.Tx, org, id string) (*jobRecord, error) {
 	return &rec, nil
 }
 
-// loadIndexedJob loads a job an index points at. A missing job there is corruption, not the
-// caller's fault, so it is an internal error (and never a refusal that would commit).
-func loadIndexedJob(tx *bolt.Tx, org, id string) (*jobRecord, error) {
-	rec, err := loadJob(tx, org, id)
+// loadIndexedDeployment loads a deployment an index points at. A missing one there is corruption,
+// not the caller's fault, so it is an internal error (and never a refusal that would commit).
+func loadIndexedDeployment(tx *bolt.Tx, org, id string) (*deploymentRecord, error) {
+	rec, err := loadDeployment(tx, org, id)
 	if _, refused := asRefusal(err); refused {
-		return nil, fmt.Errorf("index entry for missing job %s/%s", org, id)
+		return nil, fmt.Errorf("index entry for missing deployment %s/%s", org, id)
 	}
 	return rec, err
 }
 
-func queueKey(rec *jobRecord) []byte {
+func queueKey(rec *deploymentRecord) []byte {
 	return append(prefix(rec.Org, rec.D.RunnerID), u64(rec.Seq)...)
 }
 
-// saveJob writes rec and brings the queue and lease indexes and the status counters in line with
-// it. Every change of a job goes through here, which is what keeps them consistent.
-func saveJob(tx *bolt.Tx, rec *jobRecord) error {
-	if err := putJSON(tx.Bucket(bJobs), key(rec.Org, rec.D.ID), rec); err != nil {
+// saveDeployment writes rec and brings the queue and lease indexes and the status counters in line
+// with it. Every change of a deployment goes through here, which is what keeps them consistent.
+func saveDeployment(tx *bolt.Tx, rec *deploymentRecord) error {
+	if err := putJSON(tx.Bucket(bDeployments), key(rec.Org, rec.D.ID), rec); err != nil {
 		return err
 	}
 	queue, leased := tx.Bucket(bQueue), tx.Bucket(bLeased)
@@ -122,7 +122,7 @@ func saveJob(tx *bolt.Tx, rec *jobRecord) error {
 	return nil
 }
 
-func addStat(tx *bolt.Tx, status string, delta int64) error {
+func addStat(tx *bolt.Tx, status api.Status, delta int64) error {
 	if status == "" {
 		return nil
 	}
@@ -138,13 +138,13 @@ func addStat(tx *bolt.Tx, status string, delta int64) error {
 	return b.Put([]byte(status), u64(uint64(n)))
 }
 
-// finishJob ends a job in a terminal status and releases its lease.
-func finishJob(tx *bolt.Tx, rec *jobRecord, status, reason, message string, now time.Time) error {
+// finishDeployment ends a deployment in a terminal status and releases its job lease.
+func finishDeployment(tx *bolt.Tx, rec *deploymentRecord, status api.Status, reason, message string, now time.Time) error {
 	rec.D.Status = status
 	rec.D.Reason, rec.D.Message = reason, message
 	rec.D.FinishedAt = &now
 	rec.Lease = nil
-	return saveJob(tx, rec)
+	return saveDeployment(tx, rec)
 }
 
 // createDeployment queues a deployment on a runner of the organisation.
@@ -159,8 +159,8 @@ func (s *store) createDeployment(ctx context.Context, org string, in api.Deploym
 		if !ok {
 			return invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
 		}
-		jobs := tx.Bucket(bJobs)
-		seq, err := jobs.NextSequence()
+		deployments := tx.Bucket(bDeployments)
+		seq, err := deployments.NextSequence()
 		if err != nil {
 			return err
 		}
@@ -168,7 +168,7 @@ func (s *store) createDeployment(ctx context.Context, org string, in api.Deploym
 		if err != nil {
 			return err
 		}
-		if jobs.Get(key(org, id)) != nil {
+		if deployments.Get(key(org, id)) != nil {
 			return fmt.Errorf("deployment id %s collided; retry", id)
 		}
 		now := s.timeNow()
@@ -176,7 +176,7 @@ func (s *store) createDeployment(ctx context.Context, org string, in api.Deploym
 		if timeout == 0 {
 			timeout = runner.JobTimeoutSeconds
 		}
-		rec := &jobRecord{Org: org, Seq: seq, D: api.Deployment{
+		rec := &deploymentRecord{Org: org, Seq: seq, D: api.Deployment{
 			ID: id, RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
 			StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
 			CreatedAt: now,
@@ -187,10 +187,10 @@ func (s *store) createDeployment(ctx context.Context, org string, in api.Deploym
 		if err := putJSON(tx.Bucket(bSources), key(org, id), in.Source); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bJobSeq).Put(append(prefix(org), u64(seq)...), []byte(id)); err != nil {
+		if err := tx.Bucket(bDeploymentSeq).Put(append(prefix(org), u64(seq)...), []byte(id)); err != nil {
 			return err
 		}
-		if err := saveJob(tx, rec); err != nil {
+		if err := saveDeployment(tx, rec); err != nil {
 			return err
 		}
 		out = rec.D
@@ -212,7 +212,7 @@ func loadSource(tx *bolt.Tx, org, id string) (api.Source, error) {
 func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
 	var out api.Deployment
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		rec, err := loadJob(tx, org, id)
+		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return err
 		}
@@ -227,11 +227,11 @@ func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deploym
 }
 
 // listDeployments lists newest first, without sources (they can be megabytes each).
-func (s *store) listDeployments(ctx context.Context, org, runnerID, status string) ([]api.Deployment, error) {
+func (s *store) listDeployments(ctx context.Context, org, runnerID string, status api.Status) ([]api.Deployment, error) {
 	out := []api.Deployment{}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return scanPrefixReverse(tx.Bucket(bJobSeq), prefix(org), func(_, v []byte) (bool, error) {
-			rec, err := loadIndexedJob(tx, org, string(v))
+		return scanPrefixReverse(tx.Bucket(bDeploymentSeq), prefix(org), func(_, v []byte) (bool, error) {
+			rec, err := loadIndexedDeployment(tx, org, string(v))
 			if err != nil {
 				return false, err
 			}
@@ -249,7 +249,7 @@ func (s *store) listDeployments(ctx context.Context, org, runnerID, status strin
 func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
 	var out api.Deployment
 	err := s.update(ctx, func(tx *bolt.Tx) error {
-		rec, err := loadJob(tx, org, id)
+		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return err
 		}
@@ -258,17 +258,17 @@ func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Depl
 			return err
 		}
 		switch st := rec.D.Status; {
-		case api.IsTerminal(st):
+		case st.Terminal():
 			return conflict("deployment %q already ended with status %s; nothing to cancel", id, st)
 		case st == api.StatusQueued:
-			if err := finishJob(tx, rec, api.StatusCanceled, "canceled", "canceled before it started", now); err != nil {
+			if err := finishDeployment(tx, rec, api.StatusCanceled, "canceled", "canceled before it started", now); err != nil {
 				return err
 			}
 			rec.D.CancelRequested = true
 		default:
 			rec.D.CancelRequested = true
 		}
-		if err := saveJob(tx, rec); err != nil {
+		if err := saveDeployment(tx, rec); err != nil {
 			return err
 		}
 		out = rec.D
@@ -285,7 +285,7 @@ func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Depl
 func (s *store) listEvents(ctx context.Context, org, id string) ([]api.Event, error) {
 	out := []api.Event{}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		if _, err := loadJob(tx, org, id); err != nil {
+		if _, err := loadDeployment(tx, org, id); err != nil {
 			return err
 		}
 		return scanPrefix(tx.Bucket(bEvents), prefix(org, id), func(_, v []byte) (bool, error) {
@@ -303,7 +303,7 @@ func (s *store) listEvents(ctx context.Context, org, id string) ([]api.Event, er
 func (s *store) getOutputs(ctx context.Context, org, id string) (api.Outputs, error) {
 	out := api.Outputs{}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
-		if _, err := loadJob(tx, org, id); err != nil {
+		if _, err := loadDeployment(tx, org, id); err != nil {
 			return err
 		}
 		_, err := getJSON(tx.Bucket(bOutputs), key(org, id), &out)
@@ -312,31 +312,16 @@ func (s *store) getOutputs(ctx context.Context, org, id string) (api.Outputs, er
 	return out, err
 }
 
-// jobCounts returns the number of jobs per status, for the metrics gauge.
-func (s *store) jobCounts(ctx context.Context) (map[string]int64, error) {
-	out := map[string]int64{}
+// statusCounts returns the number of deployments per status, for the metrics gauge.
+func (s *store) statusCounts(ctx context.Context) (map[api.Status]int64, error) {
+	out := map[api.Status]int64{}
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(bStats).ForEach(func(k, v []byte) error {
 			if len(v) == 8 {
-				out[string(k)] = int64(binary.BigEndian.Uint64(v))
+				out[api.Status(k)] = int64(binary.BigEndian.Uint64(v))
 			}
 			return nil
 		})
 	})
 	return out, err
 }
-
-// validStatus checks a status filter value.
-func validStatus(s string) bool {
-	switch s {
-	case api.StatusQueued, api.StatusClaimed, api.StatusRunning, api.StatusSucceeded,
-		api.StatusFailed, api.StatusCanceled, api.StatusLost:
-		return true
-	}
-	return false
-}
-
-var allStatuses = []string{api.StatusQueued, api.StatusClaimed, api.StatusRunning, api.StatusSucceeded,
-	api.StatusFailed, api.StatusCanceled, api.StatusLost}
-
-func statusList() string { return strings.Join(allStatuses, ", ") }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"sort"
-	"strings"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -126,22 +124,22 @@ func (s *store) deleteRunner(ctx context.Context, org, id string) error {
 		}); err != nil {
 			return err
 		}
-		for _, jobID := range queued {
-			rec, err := loadIndexedJob(tx, org, jobID)
+		for _, deploymentID := range queued {
+			rec, err := loadIndexedDeployment(tx, org, deploymentID)
 			if err != nil {
 				return err
 			}
-			if err := finishJob(tx, rec, api.StatusCanceled, "runner_deleted", fmt.Sprintf("runner %q was deleted before the deployment started", id), now); err != nil {
+			if err := finishDeployment(tx, rec, api.StatusCanceled, "runner_deleted", fmt.Sprintf("runner %q was deleted before the deployment started", id), now); err != nil {
 				return err
 			}
 		}
-		for _, jobID := range leased {
-			rec, err := loadIndexedJob(tx, org, jobID)
+		for _, deploymentID := range leased {
+			rec, err := loadIndexedDeployment(tx, org, deploymentID)
 			if err != nil {
 				return err
 			}
 			rec.D.CancelRequested = true
-			if err := saveJob(tx, rec); err != nil {
+			if err := saveDeployment(tx, rec); err != nil {
 				return err
 			}
 		}
@@ -171,126 +169,4 @@ func (s *store) runnerKeys(ctx context.Context, org, id string) ([]ed25519.Publi
 		}
 	}
 	return out, nil
-}
-
-func storageFromInput(st *api.StateStorage, in api.StateStorageInput) {
-	st.ID, st.Type, st.Description = in.ID, in.Type, in.Description
-	st.Kubernetes, st.S3, st.GCS, st.AzureRM = in.Kubernetes, in.S3, in.GCS, in.AzureRM
-}
-
-func (s *store) createStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
-	var out api.StateStorage
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bStorages)
-		if b.Get(key(org, in.ID)) != nil {
-			return conflict("state storage %q already exists in organisation %q; update it with PUT or choose another id", in.ID, org)
-		}
-		now := s.timeNow()
-		out = api.StateStorage{CreatedAt: now, UpdatedAt: now}
-		storageFromInput(&out, in)
-		if err := ensureOrg(tx, org, now); err != nil {
-			return err
-		}
-		return putJSON(b, key(org, in.ID), out)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-func getStorageTx(tx *bolt.Tx, org, id string) (*api.StateStorage, error) {
-	return getOrgObject[api.StateStorage](tx, bStorages, org, id, "state storage")
-}
-
-func (s *store) getStorage(ctx context.Context, org, id string) (*api.StateStorage, error) {
-	return viewOne(ctx, s, func(tx *bolt.Tx) (*api.StateStorage, error) { return getStorageTx(tx, org, id) })
-}
-
-func (s *store) listStorages(ctx context.Context, org string) ([]api.StateStorage, error) {
-	return listOrgObjects[api.StateStorage](ctx, s, bStorages, org)
-}
-
-func (s *store) updateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
-	var out *api.StateStorage
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		st, err := getStorageTx(tx, org, in.ID)
-		if err != nil {
-			return err
-		}
-		storageFromInput(st, in)
-		st.UpdatedAt = s.timeNow()
-		out = st
-		return putJSON(tx.Bucket(bStorages), key(org, in.ID), st)
-	})
-	return out, err
-}
-
-// deleteStorage refuses while runners use the storage and names them, so the caller knows what
-// to change first.
-func (s *store) deleteStorage(ctx context.Context, org, id string) error {
-	return s.update(ctx, func(tx *bolt.Tx) error {
-		if _, err := getStorageTx(tx, org, id); err != nil {
-			return err
-		}
-		var users []string
-		if err := scanPrefix(tx.Bucket(bRunners), prefix(org), func(_, v []byte) (bool, error) {
-			var r api.Runner
-			if err := unmarshal(v, &r); err != nil {
-				return false, err
-			}
-			if r.StateStorageID == id {
-				users = append(users, fmt.Sprintf("%q", r.ID))
-			}
-			return true, nil
-		}); err != nil {
-			return err
-		}
-		if len(users) > 0 {
-			sort.Strings(users)
-			return conflict("state storage %q is used by runner(s) %s; point them at another state storage or delete them first", id, strings.Join(users, ", "))
-		}
-		return tx.Bucket(bStorages).Delete(key(org, id))
-	})
-}
-
-// getOrgObject reads one JSON object of an organisation from bucket; what names it in the
-// not-found message.
-func getOrgObject[T any](tx *bolt.Tx, bucket []byte, org, id, what string) (*T, error) {
-	var v T
-	ok, err := getJSON(tx.Bucket(bucket), key(org, id), &v)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, notFound("%s %q does not exist in organisation %q", what, id, org)
-	}
-	return &v, nil
-}
-
-// listOrgObjects reads every JSON object of an organisation from bucket, in key order.
-func listOrgObjects[T any](ctx context.Context, s *store, bucket []byte, org string) ([]T, error) {
-	out := []T{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return scanPrefix(tx.Bucket(bucket), prefix(org), func(_, data []byte) (bool, error) {
-			var v T
-			if err := unmarshal(data, &v); err != nil {
-				return false, err
-			}
-			out = append(out, v)
-			return true, nil
-		})
-	})
-	return out, err
-}
-
-// viewOne runs a read-only transaction that produces one value.
-func viewOne[T any](ctx context.Context, s *store, fn func(tx *bolt.Tx) (*T, error)) (*T, error) {
-	var out *T
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		v, err := fn(tx)
-		out = v
-		return err
-	})
-	return out, err
 }

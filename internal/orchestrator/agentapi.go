@@ -12,7 +12,7 @@ import (
 const (
 	maxInstanceLen     = 253
 	maxAgentVersionLen = 128
-	maxRunningEntries  = 10000
+	maxHeldEntries     = 10000
 	maxCapacityFree    = api.MaxMaxConcurrency
 	maxEventMessageLen = 64 << 10
 	maxEventReasonLen  = 256
@@ -32,12 +32,12 @@ func validatePoll(req *api.PollRequest) error {
 		return invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
 	case len(req.AgentVersion) > maxAgentVersionLen:
 		return invalid("agent_version", "is %d characters; at most %d", len(req.AgentVersion), maxAgentVersionLen)
-	case len(req.Running) > maxRunningEntries:
-		return invalid("running", "lists %d jobs; at most %d", len(req.Running), maxRunningEntries)
+	case len(req.Held) > maxHeldEntries:
+		return invalid("held", "lists %d attempts; at most %d", len(req.Held), maxHeldEntries)
 	}
-	for i, e := range req.Running {
-		at := fmt.Sprintf("running[%d]", i)
-		if err := api.ValidateID(at+".job_id", e.JobID); err != nil {
+	for i, e := range req.Held {
+		at := fmt.Sprintf("held[%d]", i)
+		if err := api.ValidateID(at+".deployment_id", e.DeploymentID); err != nil {
 			return err
 		}
 		if e.Attempt < 1 {
@@ -50,10 +50,10 @@ func validatePoll(req *api.PollRequest) error {
 	return nil
 }
 
-// poll is the agent's long poll. It renews the leases the agent restates, then answers at once
-// when there are offers or directives, and otherwise waits for the runner's next wake (a
-// deployment queued, a cancel, a lease settled) until the wait is over. No busy loop: between
-// wakes it only sleeps on a channel.
+// poll is the agent's long poll. It renews the job leases of the attempts the agent restates (the
+// only renewal there is), then answers at once when there are offers or directives, and otherwise
+// waits for the runner's next wake (a deployment queued, a cancel, a job lease settled) until the
+// wait is over. No busy loop: between wakes it only sleeps on a channel.
 func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	var req api.PollRequest
 	if err := decodeJSON(c.body, &req); err != nil {
@@ -101,22 +101,6 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 			return nil
 		}
 	}
-}
-
-// heartbeat renews leases without waiting; directives come with the next poll.
-func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req api.PollRequest
-	if err := decodeJSON(c.body, &req); err != nil {
-		return err
-	}
-	if err := validatePoll(&req); err != nil {
-		return err
-	}
-	if _, err := s.store.renewLeases(r.Context(), c.agent, &req, s.cfg.LeaseDuration); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, struct{}{})
-	return nil
 }
 
 func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {

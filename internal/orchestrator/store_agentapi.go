@@ -14,10 +14,10 @@ import (
 
 // Directive reasons.
 const (
-	reasonUnknownJob      = "unknown_job"
-	reasonTerminal        = "terminal"
-	reasonLeaseLost       = "lease_lost"
-	reasonCancelRequested = "cancel_requested"
+	reasonUnknownDeployment = "unknown_deployment"
+	reasonTerminal          = "terminal"
+	reasonLeaseLost         = "lease_lost"
+	reasonCancelRequested   = "cancel_requested"
 )
 
 // touchRunner records that the runner's agent made an authenticated request. The write is
@@ -47,19 +47,19 @@ func runnerGone(id agentauth.Identity) *refusal {
 	return r
 }
 
-// loadRunnerJob loads a job the runner may act on; a job of another runner is reported as not
-// found, so an agent learns nothing about jobs that are not its own.
-func loadRunnerJob(tx *bolt.Tx, id agentauth.Identity, jobID string) (*jobRecord, error) {
-	rec, err := loadJob(tx, id.Org, jobID)
+// loadRunnerDeployment loads a deployment the runner may act on; one of another runner is reported
+// as not found, so an agent learns nothing about deployments that are not its own.
+func loadRunnerDeployment(tx *bolt.Tx, id agentauth.Identity, deploymentID string) (*deploymentRecord, error) {
+	rec, err := loadDeployment(tx, id.Org, deploymentID)
 	if err == nil && rec.D.RunnerID != id.RunnerID {
-		err = notFound("deployment %q does not exist for runner %q", jobID, id.RunnerID)
+		err = notFound("deployment %q does not exist for runner %q", deploymentID, id.RunnerID)
 	}
 	return rec, err
 }
 
-// renewLeases handles the running list of a poll or heartbeat: it renews the leases the agent
-// still holds, marks started jobs running, takes the lease over for a new agent instance (a
-// new leader re-adopting Jobs) and returns forget directives for everything else.
+// renewLeases handles the held list of a poll: it renews the job leases the agent still holds,
+// marks started attempts running, takes the job lease over for a new agent instance (a new
+// leader re-adopting the attempts) and returns forget directives for everything else.
 func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api.PollRequest, leaseFor time.Duration) ([]api.Directive, error) {
 	var out []api.Directive
 	err := s.update(ctx, func(tx *bolt.Tx) error {
@@ -68,14 +68,14 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 		if _, err := touchRunner(tx, id, req.AgentVersion, now); err != nil {
 			return err
 		}
-		for _, e := range req.Running {
+		for _, e := range req.Held {
 			forget := func(reason string) {
-				out = append(out, api.Directive{Type: api.DirectiveForget, JobID: e.JobID, Attempt: e.Attempt, Reason: reason})
+				out = append(out, api.Directive{Type: api.DirectiveForget, DeploymentID: e.DeploymentID, Attempt: e.Attempt, Reason: reason})
 			}
-			rec, err := loadRunnerJob(tx, id, e.JobID)
+			rec, err := loadRunnerDeployment(tx, id, e.DeploymentID)
 			if err != nil {
 				if _, ok := asRefusal(err); ok {
-					forget(reasonUnknownJob)
+					forget(reasonUnknownDeployment)
 					continue
 				}
 				return err
@@ -84,7 +84,7 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 				return err
 			}
 			switch {
-			case api.IsTerminal(rec.D.Status):
+			case rec.D.Status.Terminal():
 				forget(reasonTerminal)
 				continue
 			case rec.Lease == nil || rec.D.Attempt != e.Attempt || rec.Lease.Fencing != e.Fencing:
@@ -99,7 +99,7 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 				rec.D.Status = api.StatusRunning
 				rec.D.StartedAt = &now
 			}
-			if err := saveJob(tx, rec); err != nil {
+			if err := saveDeployment(tx, rec); err != nil {
 				return err
 			}
 		}
@@ -108,9 +108,9 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 	return out, err
 }
 
-// offers returns what a poll may hand out now: queued jobs of this runner, oldest first, at most
-// capacityFree and never beyond max_concurrency counting the jobs the runner already holds; and
-// cancel directives for held jobs whose cancel was requested.
+// offers returns what a poll may hand out now: queued attempts of this runner, oldest first, at
+// most capacityFree and never beyond max_concurrency counting the attempts the runner already
+// holds; and cancel directives for held attempts whose cancel was requested.
 func (s *store) offers(ctx context.Context, id agentauth.Identity, capacityFree int) (offers []api.Offer, cancels []api.Directive, maxConcurrency int, err error) {
 	offers, cancels = []api.Offer{}, []api.Directive{}
 	err = s.view(ctx, func(tx *bolt.Tx) error {
@@ -123,12 +123,12 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, capacityFree 
 		p := prefix(id.Org, id.RunnerID)
 		if err := scanPrefix(tx.Bucket(bLeased), p, func(k, _ []byte) (bool, error) {
 			held++
-			rec, err := loadIndexedJob(tx, id.Org, string(k[len(p):]))
+			rec, err := loadIndexedDeployment(tx, id.Org, string(k[len(p):]))
 			if err != nil {
 				return false, err
 			}
 			if rec.D.CancelRequested {
-				cancels = append(cancels, api.Directive{Type: api.DirectiveCancel, JobID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
+				cancels = append(cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
 			}
 			return true, nil
 		}); err != nil {
@@ -139,20 +139,20 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, capacityFree 
 			return nil
 		}
 		return scanPrefix(tx.Bucket(bQueue), p, func(_, v []byte) (bool, error) {
-			rec, err := loadIndexedJob(tx, id.Org, string(v))
+			rec, err := loadIndexedDeployment(tx, id.Org, string(v))
 			if err != nil {
 				return false, err
 			}
-			offers = append(offers, api.Offer{JobID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
+			offers = append(offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			return len(offers) < n, nil
 		})
 	})
 	return offers, cancels, maxConcurrency, err
 }
 
-// claim grants the lease on a queued job attempt, or returns the same grant again to the
+// claim grants the job lease on a queued attempt, or returns the same grant again to the
 // instance that holds it (idempotent retries).
-func (s *store) claim(ctx context.Context, id agentauth.Identity, jobID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
+func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
 	var out *api.Claim
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		now := s.timeNow()
@@ -160,7 +160,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, jobID string, 
 		if err != nil {
 			return err
 		}
-		rec, err := loadRunnerJob(tx, id, jobID)
+		rec, err := loadRunnerDeployment(tx, id, deploymentID)
 		if err != nil {
 			return err
 		}
@@ -168,10 +168,10 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, jobID string, 
 			return err
 		}
 		switch st := rec.D.Status; {
-		case api.IsTerminal(st):
-			return conflict("deployment %q already ended with status %s", jobID, st)
+		case st.Terminal():
+			return conflict("deployment %q already ended with status %s", deploymentID, st)
 		case req.Attempt != rec.D.Attempt:
-			return conflict("attempt %d is not the current attempt of deployment %q (it is %d, status %s); claim the attempt the latest poll offers", req.Attempt, jobID, rec.D.Attempt, st)
+			return conflict("attempt %d is not the current attempt of deployment %q (it is %d, status %s); claim the attempt the latest poll offers", req.Attempt, deploymentID, rec.D.Attempt, st)
 		case st == api.StatusQueued:
 			held := 0
 			if err := scanPrefix(tx.Bucket(bLeased), prefix(id.Org, id.RunnerID), func(_, _ []byte) (bool, error) {
@@ -181,7 +181,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, jobID string, 
 				return err
 			}
 			if held >= runner.MaxConcurrency {
-				return conflict("runner %q already holds %d job(s), its max_concurrency; finish one first", id.RunnerID, held)
+				return conflict("runner %q already holds %d attempt(s), its max_concurrency; finish one first", id.RunnerID, held)
 			}
 			rec.Fencing++
 			rec.Lease = &leaseRecord{Fencing: rec.Fencing, Instance: req.Instance}
@@ -196,73 +196,77 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, jobID string, 
 				}
 			}
 		case rec.Lease == nil:
-			return conflict("deployment %q is %s without a lease; wait for the next poll", jobID, st)
+			return conflict("deployment %q is %s without a lease; wait for the next poll", deploymentID, st)
 		case rec.Lease.Instance != req.Instance:
-			return conflict("deployment %q attempt %d is held by agent instance %q until %s", jobID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
+			return conflict("deployment %q attempt %d is held by agent instance %q until %s", deploymentID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
 		}
 		rec.Lease.ExpiresAt = now.Add(leaseFor)
-		if err := saveJob(tx, rec); err != nil {
+		if err := saveDeployment(tx, rec); err != nil {
 			return err
 		}
-		spec, err := buildSpec(tx, rec)
+		placement, err := placementOf(tx, rec)
 		if err != nil {
 			return err
 		}
 		out = &api.Claim{
-			JobID: jobID, Attempt: rec.D.Attempt,
-			Lease:    api.Lease{Fencing: rec.Lease.Fencing, ExpiresAt: rec.Lease.ExpiresAt},
-			JobToken: mintJobToken(s.secret, jobTokenClaims{Org: id.Org, Job: jobID, Attempt: rec.D.Attempt, Fencing: rec.Lease.Fencing}),
-			Spec:     spec,
+			DeploymentID: deploymentID, Attempt: rec.D.Attempt,
+			Lease:     api.Lease{Fencing: rec.Lease.Fencing, ExpiresAt: rec.Lease.ExpiresAt},
+			JobToken:  mintJobToken(s.secret, jobTokenPayload{Org: id.Org, Deployment: deploymentID, Attempt: rec.D.Attempt, Fencing: rec.Lease.Fencing}),
+			Placement: *placement,
 		}
 		return nil
 	})
 	return out, err
 }
 
-// buildSpec is the job's view of itself: the deployment, with the runner's job settings and
-// state storage as they are now.
-func buildSpec(tx *bolt.Tx, rec *jobRecord) (api.JobSpec, error) {
+// runnerAndStorage loads the runner of a deployment and its state storage as they are now.
+func runnerAndStorage(tx *bolt.Tx, rec *deploymentRecord) (*api.Runner, *api.StateStorage, error) {
 	runner, err := getRunnerTx(tx, rec.Org, rec.D.RunnerID)
 	if err != nil {
-		return api.JobSpec{}, notFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
+		return nil, nil, notFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
 	}
 	st, err := getStorageTx(tx, rec.Org, runner.StateStorageID)
 	if err != nil {
-		return api.JobSpec{}, notFound("state storage %q of runner %q no longer exists", runner.StateStorageID, runner.ID)
+		return nil, nil, notFound("state storage %q of runner %q no longer exists", runner.StateStorageID, runner.ID)
 	}
-	src, err := loadSource(tx, rec.Org, rec.D.ID)
+	return runner, st, nil
+}
+
+// placementOf is what the agent needs to run the deployment's current attempt: the runner's job
+// settings and state storage as they are now. The source stays out (only the job runner reads it).
+func placementOf(tx *bolt.Tx, rec *deploymentRecord) (*api.Placement, error) {
+	runner, st, err := runnerAndStorage(tx, rec)
 	if err != nil {
-		return api.JobSpec{}, err
+		return nil, err
 	}
-	return api.JobSpec{
-		JobID: rec.D.ID, Attempt: rec.D.Attempt, RunnerID: rec.D.RunnerID, Operation: rec.D.Operation,
-		Source: src, Variables: rec.D.Variables, StateKey: rec.D.StateKey, StateStorage: *st,
+	return &api.Placement{
+		Operation: rec.D.Operation, StateKey: rec.D.StateKey, StateStorage: *st,
 		TimeoutSeconds: rec.D.TimeoutSeconds, Job: runner.Job,
 	}, nil
 }
 
-func eventKey(org, job string, attempt int, seq int64) []byte {
-	k := prefix(org, job)
+func eventKey(org, deploymentID string, attempt int, seq int64) []byte {
+	k := prefix(org, deploymentID)
 	k = binary.BigEndian.AppendUint32(k, uint32(attempt))
 	return binary.BigEndian.AppendUint64(k, uint64(seq))
 }
 
-// recordEvent stores a job event once per (job, attempt, seq) and applies it: started makes the
-// job running, finished ends it and releases the lease. A resend of a stored event is
-// acknowledged without change, before any fencing check, so an agent that lost the answer to its
-// final report can still get it acknowledged.
-func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, jobID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
+// recordEvent stores an event once per (deployment, attempt, seq) and applies it: started makes
+// the deployment running, finished ends it and releases the job lease. A resend of a stored event
+// is acknowledged without change, before any fencing check, so an agent that lost the answer to
+// its finished event can still get it acknowledged.
+func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
 	var out api.EventResponse
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		now := s.timeNow()
 		if _, err := touchRunner(tx, id, "", now); err != nil {
 			return err
 		}
-		rec, err := loadRunnerJob(tx, id, jobID)
+		rec, err := loadRunnerDeployment(tx, id, deploymentID)
 		if err != nil {
 			return err
 		}
-		ek := eventKey(id.Org, jobID, req.Attempt, req.Seq)
+		ek := eventKey(id.Org, deploymentID, req.Attempt, req.Seq)
 		if tx.Bucket(bEvents).Get(ek) != nil {
 			out = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
 			return nil
@@ -272,11 +276,11 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, jobID st
 		}
 		switch {
 		case req.Attempt != rec.D.Attempt:
-			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's lease was lost", req.Attempt, jobID, rec.D.Attempt)
+			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's lease was lost", req.Attempt, deploymentID, rec.D.Attempt)
 		case req.Fencing < rec.Fencing:
-			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, jobID)
+			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, deploymentID)
 		case req.Fencing > rec.Fencing:
-			return invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, jobID, rec.Fencing)
+			return invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, deploymentID, rec.Fencing)
 		}
 		when := req.Time.UTC().Round(0)
 		if req.Time.IsZero() {
@@ -287,8 +291,8 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, jobID st
 		if err := putJSON(tx.Bucket(bEvents), ek, ev); err != nil {
 			return err
 		}
-		// A terminal job (e.g. lost after its lease ran out) keeps its status; the late event is
-		// recorded so people can see what really happened.
+		// A terminal deployment (e.g. lost after its job lease ran out) keeps its status; the late
+		// event is recorded so people can see what really happened.
 		if rec.Lease != nil {
 			rec.Lease.ExpiresAt = now.Add(leaseFor)
 			switch req.Type {
@@ -299,11 +303,11 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, jobID st
 				}
 			case api.EventFinished:
 				rec.D.ExitCode = req.ExitCode
-				if err := finishJob(tx, rec, req.Result, req.Reason, req.Message, now); err != nil {
+				if err := finishDeployment(tx, rec, req.Result, req.Reason, req.Message, now); err != nil {
 					return err
 				}
 			}
-			if err := saveJob(tx, rec); err != nil {
+			if err := saveDeployment(tx, rec); err != nil {
 				return err
 			}
 		}

@@ -1,0 +1,149 @@
+package api
+
+import "time"
+
+// The agent side of the API (/api/v1/agent/): the long poll, claims and events.
+
+// PollRequest is the body of an agent's long poll. It restates the whole picture every time, so
+// a lost message heals on the next poll, and it renews the job leases of the attempts it lists:
+// there is no other renewal.
+type PollRequest struct {
+	AgentVersion string `json:"agent_version"`
+	// Instance names the agent process (pod name); a claim by another instance is refused while
+	// a job lease is held.
+	Instance string `json:"instance"`
+	// CapacityFree is how many more attempts the agent will take now.
+	CapacityFree int `json:"capacity_free"`
+	// Held lists every attempt the agent holds (from its executor), renewing their job leases.
+	Held []HeldAttempt `json:"held"`
+	// WaitSeconds is how long the server may hold the poll open (at most 30).
+	WaitSeconds int `json:"wait_seconds"`
+}
+
+// HeldAttempt is an attempt the agent holds: claimed, and not yet cleaned up after its finished
+// event was acknowledged (or after a forget directive).
+type HeldAttempt struct {
+	DeploymentID string `json:"deployment_id"`
+	Attempt      int    `json:"attempt"`
+	Fencing      int64  `json:"fencing"`
+	// Started is true once the attempt's CLI started (the Job's main container, or the process).
+	Started bool `json:"started"`
+}
+
+// PollResponse carries offers and directives.
+type PollResponse struct {
+	Offers     []Offer     `json:"offers"`
+	Directives []Directive `json:"directives"`
+	// MaxConcurrency is the runner's current limit, so the agent follows changes without restart.
+	MaxConcurrency int `json:"max_concurrency"`
+	// ServerTime lets the agent notice clock skew.
+	ServerTime time.Time `json:"server_time"`
+}
+
+// Offer is a queued attempt the agent may claim.
+type Offer struct {
+	DeploymentID string    `json:"deployment_id"`
+	Attempt      int       `json:"attempt"`
+	Operation    Operation `json:"operation"`
+}
+
+// DirectiveType is what a directive asks the agent to do.
+type DirectiveType string
+
+// Directive types.
+const (
+	// DirectiveCancel asks the agent to stop the attempt and send its finished event with the
+	// result canceled.
+	DirectiveCancel DirectiveType = "cancel"
+	// DirectiveForget says the orchestrator no longer assigns the attempt to this agent (unknown,
+	// terminal, or the job lease was lost): deliver any pending event, then clean the attempt up.
+	DirectiveForget DirectiveType = "forget"
+)
+
+// Directive tells the agent to act on an attempt it holds.
+type Directive struct {
+	Type         DirectiveType `json:"type"`
+	DeploymentID string        `json:"deployment_id"`
+	Attempt      int           `json:"attempt"`
+	Reason       string        `json:"reason,omitempty"`
+}
+
+// ClaimRequest is the body of a claim.
+type ClaimRequest struct {
+	Attempt  int    `json:"attempt"`
+	Instance string `json:"instance"`
+}
+
+// Lease is the agent's job lease on an attempt: its right to act on it until ExpiresAt, renewed
+// by every poll that lists the attempt. Fencing grows with every grant, so a request carrying an
+// older number is refused.
+type Lease struct {
+	Fencing   int64     `json:"fencing"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Claim is the answer to a successful claim: the job lease, the job token, and the placement of
+// the attempt.
+type Claim struct {
+	DeploymentID string    `json:"deployment_id"`
+	Attempt      int       `json:"attempt"`
+	Lease        Lease     `json:"lease"`
+	JobToken     string    `json:"job_token"`
+	Placement    Placement `json:"placement"`
+}
+
+// Placement is what the agent needs to run an attempt: the operation (it decides what an evicted
+// pod does), where the Job goes and as whom (the runner's job settings), how long it may run, and
+// which state the job runner may use (the agent's state backend authorises it). The source and
+// the variables are not in it: only the job runner reads them, from the job API (JobSpec).
+type Placement struct {
+	Operation      Operation    `json:"operation"`
+	StateKey       string       `json:"state_key"`
+	StateStorage   StateStorage `json:"state_storage"`
+	TimeoutSeconds int          `json:"timeout_seconds"`
+	Job            RunnerJob    `json:"job"`
+}
+
+// KubernetesStateNamespace is the namespace of the placement's kubernetes state storage, or ""
+// when its state storage is of another type.
+func (p *Placement) KubernetesStateNamespace() string {
+	if ks := p.StateStorage.Kubernetes; p.StateStorage.Type == StateStorageKubernetes && ks != nil {
+		return ks.Namespace
+	}
+	return ""
+}
+
+// EventType is what an event says happened to an attempt.
+type EventType string
+
+// Event types.
+const (
+	// EventStarted: the attempt's CLI started (an apply past this point is never re-run).
+	EventStarted EventType = "started"
+	// EventProgress: informational (e.g. "pod pending: image pull").
+	EventProgress EventType = "progress"
+	// EventFinished: terminal; Result says how the attempt ended.
+	EventFinished EventType = "finished"
+)
+
+// EventRequest is the body of an event. Events are idempotent by (deployment, attempt, seq).
+type EventRequest struct {
+	Attempt int       `json:"attempt"`
+	Fencing int64     `json:"fencing"`
+	Seq     int64     `json:"seq"`
+	Type    EventType `json:"type"`
+	// Result is the terminal status of a finished event: succeeded, failed or canceled.
+	Result   Status    `json:"result,omitempty"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// EventResponse acknowledges an event.
+type EventResponse struct {
+	// Status is the deployment's status after the event.
+	Status Status `json:"status"`
+	// CancelRequested tells the agent a cancel is pending.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+}

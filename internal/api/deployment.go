@@ -1,0 +1,155 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Operation is what a deployment runs: plan, apply or destroy.
+type Operation string
+
+// Operations a deployment can run.
+const (
+	OperationPlan    Operation = "plan"
+	OperationApply   Operation = "apply"
+	OperationDestroy Operation = "destroy"
+)
+
+// Valid reports whether o is one of the operations above.
+func (o Operation) Valid() bool {
+	switch o {
+	case OperationPlan, OperationApply, OperationDestroy:
+		return true
+	}
+	return false
+}
+
+// Status is where a deployment stands. Queued → Claimed → Running → one of the terminal ones. A
+// job lease that expires returns a Claimed deployment, and a Running plan, to Queued with the
+// next attempt; a Running apply or destroy becomes Lost instead, because re-running a half-done
+// apply is not safe. Executors use the same values for an attempt: Claimed until its CLI starts,
+// Running, then Succeeded, Failed or Canceled (the result of the finished event).
+type Status string
+
+// Deployment statuses.
+const (
+	StatusQueued    Status = "queued"
+	StatusClaimed   Status = "claimed"
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCanceled  Status = "canceled"
+	StatusLost      Status = "lost"
+)
+
+// Statuses lists every status in lifecycle order, for filters, metrics and messages.
+var Statuses = []Status{StatusQueued, StatusClaimed, StatusRunning, StatusSucceeded, StatusFailed, StatusCanceled, StatusLost}
+
+// Terminal reports whether the status is final.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusSucceeded, StatusFailed, StatusCanceled, StatusLost:
+		return true
+	}
+	return false
+}
+
+// Valid reports whether s is one of Statuses.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Source is where a deployment's Terraform configuration comes from: exactly one of Inline or Git.
+type Source struct {
+	Inline *InlineSource `json:"inline,omitempty"`
+	Git    *GitSource    `json:"git,omitempty"`
+}
+
+// InlineSource is a gzip-compressed tar archive of the configuration, base64 in JSON.
+type InlineSource struct {
+	ArchiveTarGz []byte `json:"archive_tar_gz"`
+}
+
+// GitSource is a git repository, a ref (branch, tag or commit) and a path inside it.
+type GitSource struct {
+	URL  string `json:"url"`
+	Ref  string `json:"ref,omitempty"`
+	Path string `json:"path,omitempty"`
+}
+
+// DeploymentInput is the body of deployment create.
+type DeploymentInput struct {
+	RunnerID  string    `json:"runner_id"`
+	Operation Operation `json:"operation"`
+	Source    Source    `json:"source"`
+	// Variables are Terraform input variables; values are any JSON.
+	Variables map[string]json.RawMessage `json:"variables,omitempty"`
+	// StateKey names the state this deployment reads and writes.
+	StateKey string `json:"state_key"`
+	// TimeoutSeconds overrides the runner's job timeout when set.
+	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+}
+
+// Deployment is what a user queues on a runner: an operation on a source, with variables and a
+// state key, run by one attempt after another until one ends it.
+type Deployment struct {
+	ID             string                     `json:"id"`
+	RunnerID       string                     `json:"runner_id"`
+	Operation      Operation                  `json:"operation"`
+	Source         Source                     `json:"source"`
+	Variables      map[string]json.RawMessage `json:"variables,omitempty"`
+	StateKey       string                     `json:"state_key"`
+	TimeoutSeconds int                        `json:"timeout_seconds"`
+	Status         Status                     `json:"status"`
+	// Attempt counts from 1; it grows when an expired job lease returns the deployment to the
+	// queue.
+	Attempt         int        `json:"attempt"`
+	CancelRequested bool       `json:"cancel_requested,omitempty"`
+	ExitCode        *int       `json:"exit_code,omitempty"`
+	Reason          string     `json:"reason,omitempty"`
+	Message         string     `json:"message,omitempty"`
+	LogSize         int64      `json:"log_size"`
+	LogTruncated    bool       `json:"log_truncated,omitempty"`
+	CreatedAt       time.Time  `json:"created_at"`
+	ClaimedAt       *time.Time `json:"claimed_at,omitempty"`
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+}
+
+// Output is one Terraform output, as `terraform output -json` prints it.
+type Output struct {
+	Value     json.RawMessage `json:"value"`
+	Type      json.RawMessage `json:"type,omitempty"`
+	Sensitive bool            `json:"sensitive"`
+}
+
+// Outputs maps output names to values.
+type Outputs map[string]Output
+
+// Event is a recorded event of an attempt (sent by the agent), listed by the admin API.
+type Event struct {
+	Attempt  int       `json:"attempt"`
+	Seq      int64     `json:"seq"`
+	Type     EventType `json:"type"`
+	Result   Status    `json:"result,omitempty"`
+	ExitCode *int      `json:"exit_code,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Message  string    `json:"message,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// LogChunk is a slice of a deployment's log, from the admin API.
+type LogChunk struct {
+	Offset int64  `json:"offset"`
+	Data   []byte `json:"data"`
+	// NextOffset is where the next read should start.
+	NextOffset int64 `json:"next_offset"`
+	// Complete is true when the deployment is terminal and NextOffset is the end of the log.
+	Complete  bool `json:"complete"`
+	Truncated bool `json:"truncated,omitempty"`
+}

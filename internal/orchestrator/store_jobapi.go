@@ -1,0 +1,71 @@
+package orchestrator
+
+import (
+	"context"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// The store side of the job API: what the job runner of an attempt may read and write with its
+// job token (log appends are in store_logs.go).
+
+// grantedDeployment loads the deployment a job token speaks for and checks the token is for its
+// current grant (settling an expired job lease first, so a superseded attempt learns it at once).
+func (s *store) grantedDeployment(tx *bolt.Tx, c jobTokenPayload, grace time.Duration) (*deploymentRecord, error) {
+	rec, err := loadDeployment(tx, c.Org, c.Deployment)
+	if err != nil {
+		return nil, &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobToken,
+			message: "job token refused: its deployment no longer exists"}
+	}
+	now := s.timeNow()
+	if tx.Writable() {
+		if _, err := settleLease(tx, rec, now); err != nil {
+			return nil, err
+		}
+	}
+	return rec, checkJobToken(rec, c, now, grace)
+}
+
+// putOutputs replaces a deployment's outputs.
+func (s *store) putOutputs(ctx context.Context, c jobTokenPayload, outputs api.Outputs, grace time.Duration) error {
+	return s.update(ctx, func(tx *bolt.Tx) error {
+		if _, err := s.grantedDeployment(tx, c, grace); err != nil {
+			return err
+		}
+		return putJSON(tx.Bucket(bOutputs), key(c.Org, c.Deployment), outputs)
+	})
+}
+
+// jobSpec returns the job spec of the attempt a job token speaks for.
+func (s *store) jobSpec(ctx context.Context, c jobTokenPayload, grace time.Duration) (*api.JobSpec, error) {
+	var out *api.JobSpec
+	err := s.view(ctx, func(tx *bolt.Tx) error {
+		rec, err := s.grantedDeployment(tx, c, grace)
+		if err != nil {
+			return err
+		}
+		out, err = jobSpecOf(tx, rec)
+		return err
+	})
+	return out, err
+}
+
+// jobSpecOf is what the job runner of the current attempt needs: the deployment with its source,
+// and the state storage as it is now.
+func jobSpecOf(tx *bolt.Tx, rec *deploymentRecord) (*api.JobSpec, error) {
+	_, st, err := runnerAndStorage(tx, rec)
+	if err != nil {
+		return nil, err
+	}
+	src, err := loadSource(tx, rec.Org, rec.D.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &api.JobSpec{
+		DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, RunnerID: rec.D.RunnerID, Operation: rec.D.Operation,
+		Source: src, Variables: rec.D.Variables, StateKey: rec.D.StateKey, StateStorage: *st,
+	}, nil
+}
