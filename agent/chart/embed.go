@@ -36,12 +36,6 @@ const (
 //go:embed Chart.yaml values.yaml values.schema.json README.md .helmignore all:templates
 var files embed.FS
 
-// Files returns the chart's files as they are embedded, rooted at the chart directory, for callers
-// that need the raw chart (writing it to disk for the helm CLI, linting).
-func Files() fs.FS {
-	return files
-}
-
 // Load returns the embedded chart, parsed by Helm's loader. Every call returns a fresh copy, so a
 // caller may change it (e.g. its values) without affecting other callers.
 func Load() (*helmchart.Chart, error) {

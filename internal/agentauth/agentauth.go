@@ -27,7 +27,7 @@ import (
 )
 
 const (
-	// Audience is the aud claim of every agent token; it keeps tokens minted for other systems
+	// Audience is the aud field of every agent token; it keeps tokens minted for other systems
 	// that might share a key format from being accepted here.
 	Audience = "outpost-orchestrator"
 	// MaxLifetime is the longest a token may live (exp - iat).
@@ -39,8 +39,9 @@ const (
 	scheme = "Outpost-Agent "
 )
 
-// Claims are the JWT claims of an agent request token.
-type Claims struct {
+// TokenFields are the payload fields of an agent request token (the JWT "claims"; the word claim
+// is kept for an agent claiming an attempt).
+type TokenFields struct {
 	jwt.RegisteredClaims
 	// Org is the organisation the runner belongs to.
 	Org string `json:"org"`
@@ -91,7 +92,7 @@ func (s *Signer) Sign(method, rawURL string, body []byte) (string, error) {
 	if life <= 0 || life > MaxLifetime {
 		life = MaxLifetime
 	}
-	claims := Claims{
+	fields := TokenFields{
 		RegisteredClaims: jwt.RegisteredClaims{
 			Issuer:    s.runnerID,
 			Subject:   s.runnerID,
@@ -105,7 +106,7 @@ func (s *Signer) Sign(method, rawURL string, body []byte) (string, error) {
 		URL:      u,
 		BodyHash: BodyHash(body),
 	}
-	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims)
+	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, fields)
 	tok.Header["kid"] = s.kid
 	signed, err := tok.SignedString(s.key)
 	if err != nil {
@@ -124,7 +125,7 @@ func (s *Signer) Authorize(r *http.Request, body []byte) error {
 	return nil
 }
 
-// BodyHash is the body binding used in the bh claim.
+// BodyHash is the body binding used in the bh field.
 func BodyHash(body []byte) string {
 	sum := sha256.Sum256(body)
 	return base64.RawURLEncoding.EncodeToString(sum[:])
@@ -257,19 +258,19 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, requestURL strin
 		skew = DefaultSkew
 	}
 
-	var claims Claims
+	var fields TokenFields
 	var fingerprint string
 	var lookupErr error
 	parser := jwt.NewParser(jwt.WithValidMethods([]string{jwt.SigningMethodEdDSA.Alg()}), jwt.WithoutClaimsValidation())
-	_, err := parser.ParseWithClaims(raw, &claims, func(t *jwt.Token) (any, error) {
+	_, err := parser.ParseWithClaims(raw, &fields, func(t *jwt.Token) (any, error) {
 		kid, _ := t.Header["kid"].(string)
-		c, ok := t.Claims.(*Claims)
+		c, ok := t.Claims.(*TokenFields)
 		if !ok {
-			lookupErr = refuse(ReasonMalformed, "unexpected claims type")
+			lookupErr = refuse(ReasonMalformed, "unexpected token fields type")
 			return nil, lookupErr
 		}
 		if c.Org == "" || c.Issuer == "" {
-			lookupErr = refuse(ReasonMalformed, "token has no org or iss claim")
+			lookupErr = refuse(ReasonMalformed, "token has no org or iss field")
 			return nil, lookupErr
 		}
 		pubs, err := v.Keys(ctx, c.Org, c.Issuer)
@@ -296,13 +297,13 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, requestURL strin
 		return Identity{}, refuse(ReasonMalformed, "%v", err)
 	}
 
-	if !containsString(claims.Audience, Audience) {
+	if !containsString(fields.Audience, Audience) {
 		return Identity{}, refuse(ReasonAudience, "aud must be %q", Audience)
 	}
-	if claims.IssuedAt == nil || claims.ExpiresAt == nil || claims.ID == "" {
+	if fields.IssuedAt == nil || fields.ExpiresAt == nil || fields.ID == "" {
 		return Identity{}, refuse(ReasonMalformed, "iat, exp and jti are required")
 	}
-	iat, exp := claims.IssuedAt.Time, claims.ExpiresAt.Time
+	iat, exp := fields.IssuedAt.Time, fields.ExpiresAt.Time
 	if exp.Sub(iat) > MaxLifetime {
 		return Identity{}, refuse(ReasonLifetime, "token lives %s; at most %s allowed", exp.Sub(iat), MaxLifetime)
 	}
@@ -313,28 +314,28 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, requestURL strin
 	if t.After(exp.Add(skew)) {
 		return Identity{}, refuse(ReasonExpired, "expired at %s", exp.UTC().Format(time.RFC3339))
 	}
-	if !strings.EqualFold(claims.Method, r.Method) {
-		return Identity{}, refuse(ReasonMethod, "token is for %s, request is %s", claims.Method, r.Method)
+	if !strings.EqualFold(fields.Method, r.Method) {
+		return Identity{}, refuse(ReasonMethod, "token is for %s, request is %s", fields.Method, r.Method)
 	}
 	want, err := CanonicalURL(requestURL)
-	if err != nil || claims.URL != want {
+	if err != nil || fields.URL != want {
 		return Identity{}, refuse(ReasonURL, "token is for another URL")
 	}
-	if claims.BodyHash != BodyHash(body) {
+	if fields.BodyHash != BodyHash(body) {
 		return Identity{}, refuse(ReasonBody, "body does not match the token's hash")
 	}
-	if len(claims.ID) < 16 {
+	if len(fields.ID) < 16 {
 		return Identity{}, refuse(ReasonMalformed, "jti must be at least 16 characters")
 	}
 	// The id is remembered until the token could no longer pass the expiry check.
-	seen, err := v.Replay.CheckAndStore(ctx, claims.Org+"/"+claims.Issuer+"/"+claims.ID, exp.Add(skew))
+	seen, err := v.Replay.CheckAndStore(ctx, fields.Org+"/"+fields.Issuer+"/"+fields.ID, exp.Add(skew))
 	if err != nil {
 		return Identity{}, &Error{Reason: ReasonInternal, Detail: "replay cache unavailable"}
 	}
 	if seen {
 		return Identity{}, refuse(ReasonReplayed, "token id was already used")
 	}
-	return Identity{Org: claims.Org, RunnerID: claims.Issuer, Fingerprint: fingerprint}, nil
+	return Identity{Org: fields.Org, RunnerID: fields.Issuer, Fingerprint: fingerprint}, nil
 }
 
 func containsString(list []string, s string) bool {

@@ -8,7 +8,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -103,9 +102,6 @@ func (s *stepper) step(format string, args ...any) {
 func (s *stepper) info(format string, args ...any) {
 	fmt.Fprintf(s.out, "    %s\n", fmt.Sprintf(format, args...))
 }
-
-// IsPrereq reports whether err is a missing prerequisite (printed without a stack of wrapping).
-func IsPrereq(err error) bool { return errors.Is(err, errPrereq) }
 
 // buildBinaries compiles what the demo runs. The Go build cache makes repeat runs take seconds.
 func buildBinaries(ctx context.Context, c *Config, s *stepper) error {

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -42,3 +43,6 @@ func TestPrerequisiteMessages(t *testing.T) {
 		}
 	})
 }
+
+// IsPrereq reports whether err is a missing prerequisite.
+func IsPrereq(err error) bool { return errors.Is(err, errPrereq) }

@@ -72,13 +72,3 @@ func (s *store) purgeReplay(ctx context.Context) (int, error) {
 	})
 	return n, err
 }
-
-// replayCount is the number of remembered token ids (tests check the purge).
-func (s *store) replayCount(ctx context.Context) (int, error) {
-	n := 0
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		n = tx.Bucket(bReplay).Stats().KeyN
-		return nil
-	})
-	return n, err
-}

@@ -57,7 +57,7 @@ func BenchmarkStateBackends(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	st := statestore.New(kc, ns, statestore.Options{Logger: testLogger()})
+	st := mustStore(statestore.New(kc, ns, statestore.Options{Logger: testLogger()}))
 	authz := newTestAuthz()
 	authz.add("bench", "pw")
 	h := NewHandler(st, authz, testLogger())

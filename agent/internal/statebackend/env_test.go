@@ -96,7 +96,7 @@ func newEnv(t *testing.T, sopts statestore.Options, hopts ...Option) *env {
 	if sopts.Logger == nil {
 		sopts.Logger = testLogger()
 	}
-	st := statestore.New(c.Client(), ns, sopts)
+	st := mustStore(statestore.New(c.Client(), ns, sopts))
 	authz := newTestAuthz()
 	h := NewHandler(st, authz, sopts.Logger, hopts...)
 	srv := httptest.NewServer(h)
@@ -297,3 +297,11 @@ func (e *env) waitLocked(t *testing.T, key string, timeout time.Duration) *state
 
 // trimPull removes the newline `state pull` prints after the document.
 func trimPull(b []byte) []byte { return bytes.TrimSuffix(b, []byte("\n")) }
+
+// mustStore is statestore.New for tests: a configuration error panics.
+func mustStore(s *statestore.Store, err error) *statestore.Store {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}

@@ -25,12 +25,11 @@
 // TF_HTTP_PASSWORD), checked per request by an Authorizer that also decides which state keys
 // the caller may touch and names the lock holder.
 //
-// Lock lifetime: a Lease lock expires unless renewed, and the CLIs never renew, so the Handler
-// renews every lock it granted while its holder is alive, and stops when the holder unlocks,
-// when ReleaseLocksOf is called for the holder, when the Authorizer (implementing
-// HolderLiveness) reports the holder gone, or when the Handler is closed. A lock whose holder
-// died therefore expires one lock duration later and the next run proceeds; force-unlock works
-// at any time. See ReleaseLocksOf and HolderLiveness.
+// Lock lifetime: a state lock (a Lease) expires unless renewed, and the CLIs never renew, so the
+// Handler renews every lock it granted while its holder is alive, and stops when the holder
+// unlocks, when the Authorizer (implementing HolderLiveness) reports the holder gone, or when the
+// Handler is closed. A lock whose holder died therefore expires one lock duration later and the
+// next run proceeds; force-unlock works at any time. See HolderLiveness.
 package statebackend
 
 import (
@@ -76,27 +75,17 @@ type Authorizer interface {
 }
 
 // HolderLiveness is optionally implemented by the Authorizer. When it is, the handler asks it
-// before every lock renewal and stops renewing the locks of a holder reported gone (the job
-// finished, failed, was cancelled or lost its lease), so the lock expires one lock duration
-// later even if nobody calls ReleaseLocksOf. Without it, locks are renewed until they are
-// unlocked, released with ReleaseLocksOf, or held for the maximum hold time (WithMaxLockHold).
+// before every lock renewal and stops renewing the state locks of a holder reported gone (its
+// attempt finished, failed, was canceled or lost its job lease), so the lock expires one lock
+// duration later. Without it, locks are renewed until they are unlocked or held for
+// DefaultMaxLockHold.
 type HolderLiveness interface {
 	HolderAlive(ctx context.Context, holder string) (bool, error)
 }
 
-// Option configures a Handler.
+// Option configures a Handler beyond its defaults (tests shorten the renewal interval and the
+// body limit).
 type Option func(*Handler)
-
-// WithMaxBodyBytes sets the largest accepted state upload (default 64 MiB); larger → 413.
-func WithMaxBodyBytes(n int64) Option { return func(h *Handler) { h.maxBody = n } }
-
-// WithRenewInterval sets how often held locks are renewed (default: a third of the store's
-// lock duration).
-func WithRenewInterval(d time.Duration) Option { return func(h *Handler) { h.renewEvery = d } }
-
-// WithMaxLockHold bounds how long a lock is renewed when the Authorizer does not implement
-// HolderLiveness (default 12 h); after that it is left to expire.
-func WithMaxLockHold(d time.Duration) Option { return func(h *Handler) { h.maxHold = d } }
 
 // Handler is the http.Handler of the state backend.
 type Handler struct {
@@ -106,7 +95,6 @@ type Handler struct {
 	log        *slog.Logger
 	maxBody    int64
 	renewEvery time.Duration
-	maxHold    time.Duration
 
 	baseCtx  context.Context
 	stop     context.CancelFunc
@@ -124,7 +112,7 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		store: store, authz: authz, log: logger,
-		maxBody: DefaultMaxBodyBytes, renewEvery: store.LockDuration() / 3, maxHold: DefaultMaxLockHold,
+		maxBody: DefaultMaxBodyBytes, renewEvery: store.LockDuration() / 3,
 		baseCtx: ctx, stop: cancel, renewals: map[string]*renewal{},
 	}
 	if l, ok := authz.(HolderLiveness); ok {

@@ -197,13 +197,12 @@ func TestBodyLimit(t *testing.T) {
 	}
 }
 
-// The handler renews locks while the holder lives and lets them expire when it is gone:
-// through HolderLiveness, and through ReleaseLocksOf.
+// The handler renews locks while the holder lives and lets them expire when it is gone
+// (HolderLiveness).
 func TestLockRenewalAndExpiry(t *testing.T) {
 	e := newEnv(t, statestore.Options{LockDuration: 2 * time.Second}, WithRenewInterval(300*time.Millisecond))
 	e.authz.add("a", "p")
 	e.authz.add("b", "p")
-	ctx := context.Background()
 	u := e.url("renewed")
 	if code, _, _ := doReq(t, "LOCK", u, "a", "p", lockBody("la")); code != 200 {
 		t.Fatal(code)
@@ -226,21 +225,6 @@ func TestLockRenewalAndExpiry(t *testing.T) {
 	}
 	t.Logf("dead holder's lock taken over %v after it was declared dead", time.Since(start).Round(100*time.Millisecond))
 
-	// ReleaseLocksOf frees a holder's locks at once.
-	u2 := e.url("released")
-	if code, _, _ := doReq(t, "LOCK", u2, "b", "p", lockBody("lb2")); code != 200 {
-		t.Fatal(code)
-	}
-	keys, err := e.handler.ReleaseLocksOf(ctx, "job/b/1")
-	if err != nil || len(keys) != 2 {
-		t.Errorf("ReleaseLocksOf = %v, %v", keys, err)
-	}
-	if l, _ := e.store.LockInfo(ctx, "released"); l != nil {
-		t.Errorf("still locked: %+v", l)
-	}
-	if len(e.handler.RenewedLocks()) != 0 {
-		t.Errorf("renewals left: %v", e.handler.RenewedLocks())
-	}
 }
 
 // After an agent restart, ResumeRenewals adopts the live holders' locks.

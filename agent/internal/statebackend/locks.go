@@ -15,42 +15,6 @@ type renewal struct {
 	cancel              context.CancelFunc
 }
 
-// ReleaseLocksOf releases every lock held by holder and stops renewing them. The agent calls it
-// when a job attempt has ended for certain (its pod or process is gone), so the next run does
-// not even wait for the lease to expire. It returns the state keys it unlocked.
-func (h *Handler) ReleaseLocksOf(ctx context.Context, holder string) ([]string, error) {
-	h.mu.Lock()
-	for key, r := range h.renewals {
-		if r.holder == holder {
-			r.cancel()
-			delete(h.renewals, key)
-		}
-	}
-	h.mu.Unlock()
-	locks, err := h.store.ListLocks(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var released []string
-	var errs []error
-	for _, l := range locks {
-		if l.Lock.Info.Holder != holder {
-			continue
-		}
-		err := h.store.Unlock(ctx, l.Key, l.Lock.Info.ID)
-		switch {
-		case err == nil:
-			released = append(released, l.Key)
-			h.log.LogAttrs(ctx, slog.LevelInfo, "released lock of ended holder", slog.String("state_key", l.Key),
-				slog.String("holder", holder), slog.String("lock_id", l.Lock.Info.ID))
-		case errors.Is(err, statestore.ErrNotLocked), errors.Is(err, statestore.ErrLockMismatch):
-		default:
-			errs = append(errs, err)
-		}
-	}
-	return released, errors.Join(errs...)
-}
-
 // ResumeRenewals adopts the unexpired locks found in the store whose holders HolderLiveness
 // reports alive, and renews them from now on. An agent calls it after it starts (or becomes
 // leader), so that locks of jobs that outlived the previous agent process do not expire under
@@ -119,7 +83,7 @@ func (h *Handler) forget(r *renewal) {
 	r.cancel()
 }
 
-// renew keeps one lock alive while its holder is (see HolderLiveness and WithMaxLockHold).
+// renew keeps one lock alive while its holder is (see HolderLiveness and DefaultMaxLockHold).
 func (h *Handler) renew(ctx context.Context, r *renewal) {
 	t := time.NewTicker(h.renewEvery)
 	defer t.Stop()
@@ -137,7 +101,7 @@ func (h *Handler) renew(ctx context.Context, r *renewal) {
 				h.log.LogAttrs(ctx, slog.LevelInfo, "lock holder is gone; its lock is left to expire", attrs...)
 				return
 			}
-		} else if time.Since(started) > h.maxHold {
+		} else if time.Since(started) > DefaultMaxLockHold {
 			h.log.LogAttrs(ctx, slog.LevelWarn, "lock held longer than the maximum hold time; no longer renewed", attrs...)
 			return
 		}
@@ -153,16 +117,4 @@ func (h *Handler) renew(ctx context.Context, r *renewal) {
 			h.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", append(attrs, slog.String("error", err.Error()))...)
 		}
 	}
-}
-
-// RenewedLocks returns the state keys whose locks this handler currently renews (for metrics
-// and tests).
-func (h *Handler) RenewedLocks() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make([]string, 0, len(h.renewals))
-	for k := range h.renewals {
-		out = append(out, k)
-	}
-	return out
 }

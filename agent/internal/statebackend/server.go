@@ -85,7 +85,7 @@ func (s *Server) handler(ns string) (*Handler, error) {
 	if h := s.handlers[ns]; h != nil {
 		return h, nil
 	}
-	store, err := statestore.NewChecked(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey})
+	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey})
 	if err != nil {
 		return nil, err
 	}

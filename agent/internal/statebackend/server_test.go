@@ -52,7 +52,7 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	if code, _ := do(http.MethodGet, "dep-b", "opj_b", ""); code != http.StatusNoContent {
 		t.Fatalf("read as dep-b: %d, want 204 (its namespace holds no state)", code)
 	}
-	if _, err := statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger()}).History(t.Context(), "team/app"); err != nil {
+	if _, err := mustStore(statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger()})).History(t.Context(), "team/app"); err != nil {
 		t.Fatalf("the state is not in dep-a's namespace: %v", err)
 	}
 	if code, _ := do(http.MethodGet, "dep-a", "opj_b", ""); code != http.StatusUnauthorized {

@@ -162,7 +162,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if cmd == "list" {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	store, err := statestore.NewChecked(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log})
+	store, err := statestore.New(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log})
 	if err != nil {
 		return usage("--encryption-key-file: %v", err)
 	}

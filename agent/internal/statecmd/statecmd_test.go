@@ -53,7 +53,7 @@ func TestStateCommand(t *testing.T) {
 		return stdout.String(), stderr.String()
 	}
 
-	store := statestore.New(cluster.Client(), ns, statestore.Options{Logger: slog.New(slog.DiscardHandler)})
+	store := mustStore(statestore.New(cluster.Client(), ns, statestore.Options{Logger: slog.New(slog.DiscardHandler)}))
 	const key = "team-a/prod/network"
 	// Odd whitespace and a trailing newline: get must hand back the stored bytes, not re-encoded JSON.
 	states := make([][]byte, 3)
@@ -200,4 +200,12 @@ func TestStateCommandUsage(t *testing.T) {
 			t.Errorf("%s: exit code %d, want %d; stderr:\n%s", name, code, exitConfigError, stderr.String())
 		}
 	}
+}
+
+// mustStore is statestore.New for tests: a configuration error panics.
+func mustStore(s *statestore.Store, err error) *statestore.Store {
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

@@ -228,36 +228,6 @@ func (s *Store) LockInfo(ctx context.Context, key string) (*HeldLock, error) {
 	return held, err
 }
 
-// KeepAlive renews the lock held by lockID every interval until ctx is done (then it returns
-// nil) or the lock is lost (then it returns the *LockMismatchError of Renew). Transient API
-// errors are logged and retried at the next tick; the lock duration should cover a few missed
-// renewals (interval ≤ duration/3).
-func (s *Store) KeepAlive(ctx context.Context, key, lockID string, interval time.Duration) error {
-	if interval <= 0 {
-		interval = s.opts.LockDuration / 3
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		err := s.Renew(ctx, key, lockID)
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrLockMismatch), errors.Is(err, ErrKeyCollision):
-			return err
-		case ctx.Err() != nil:
-			return nil
-		default:
-			s.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", slog.String("state_key", key),
-				slog.String("lock_id", lockID), slog.String("error", err.Error()))
-		}
-	}
-}
-
 // KeyedLock is one entry of ListLocks.
 type KeyedLock struct {
 	Key  string

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +210,7 @@ func TestLockRace(t *testing.T) {
 func TestLockLostDuringWrite(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient()
-	admin := New(c, testNS, Options{Logger: quiet})
+	admin := mustStore(New(c, testNS, Options{Logger: quiet}))
 	key := "fenced"
 	v1 := testState("l", 1, "v1")
 	if _, err := admin.Write(ctx, key, v1, WriteOptions{}); err != nil {
@@ -218,12 +219,12 @@ func TestLockLostDuringWrite(t *testing.T) {
 	if err := admin.Lock(ctx, key, lockInfo("slow", "job/slow/1")); err != nil {
 		t.Fatal(err)
 	}
-	slow := New(c, testNS, Options{Logger: quiet, BeforeManifestSwap: func(ctx context.Context, k string, _ int64) error {
+	slow := mustStore(New(c, testNS, Options{Logger: quiet, BeforeManifestSwap: func(ctx context.Context, k string, _ int64) error {
 		if _, err := admin.ForceUnlock(ctx, k); err != nil {
 			return err
 		}
 		return admin.Lock(ctx, k, lockInfo("fast", "job/fast/1"))
-	}})
+	}}))
 	_, err := slow.Write(ctx, key, testState("l", 2, "v2"), WriteOptions{LockID: "slow"})
 	if !errors.Is(err, ErrLockMismatch) {
 		t.Fatalf("write after losing the lock = %v", err)
@@ -233,5 +234,35 @@ func TestLockLostDuringWrite(t *testing.T) {
 	}
 	if n := listChunks(t, c, key); len(n) != 1 {
 		t.Errorf("chunks of the refused write left behind: %v", n)
+	}
+}
+
+// KeepAlive renews the lock held by lockID every interval until ctx is done (then it returns
+// nil) or the lock is lost (then it returns the *LockMismatchError of Renew). Transient API
+// errors are logged and retried at the next tick; the lock duration should cover a few missed
+// renewals (interval ≤ duration/3).
+func (s *Store) KeepAlive(ctx context.Context, key, lockID string, interval time.Duration) error {
+	if interval <= 0 {
+		interval = s.opts.LockDuration / 3
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		err := s.Renew(ctx, key, lockID)
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrLockMismatch), errors.Is(err, ErrKeyCollision):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		default:
+			s.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", slog.String("state_key", key),
+				slog.String("lock_id", lockID), slog.String("error", err.Error()))
+		}
 	}
 }

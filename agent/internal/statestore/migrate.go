@@ -33,15 +33,9 @@ const (
 type ImportOption func(*importConfig)
 
 type importConfig struct {
-	namespace string
 	key       string
 	overwrite bool
 	ignoreLck bool
-}
-
-// ImportNamespace reads the stock backend's Secrets from namespace instead of the Store's.
-func ImportNamespace(namespace string) ImportOption {
-	return func(c *importConfig) { c.namespace = namespace }
 }
 
 // ImportKey sets the Outpost state key to import into (default: KubernetesBackendKey).
@@ -83,7 +77,7 @@ type ImportResult struct {
 // unless ImportIgnoreLock is given. Importing the same bytes again is a no-op; importing over a
 // different existing Outpost state needs ImportOverwrite.
 func (s *Store) ImportFromKubernetesBackend(ctx context.Context, workspace, suffix string, opts ...ImportOption) (ImportResult, error) {
-	cfg := importConfig{namespace: s.namespace, key: KubernetesBackendKey(workspace, suffix)}
+	cfg := importConfig{key: KubernetesBackendKey(workspace, suffix)}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -92,10 +86,10 @@ func (s *Store) ImportFromKubernetesBackend(ctx context.Context, workspace, suff
 		return res, err
 	}
 	base := "tfstate-" + workspace + "-" + suffix
-	source := fmt.Sprintf("kubernetes backend secret %s/%s", cfg.namespace, base)
+	source := fmt.Sprintf("kubernetes backend secret %s/%s", s.namespace, base)
 
 	if !cfg.ignoreLck {
-		l, err := s.client.CoordinationV1().Leases(cfg.namespace).Get(ctx, "lock-"+base, metav1.GetOptions{})
+		l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, "lock-"+base, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return res, fmt.Errorf("import %s: read its lock: %w", source, err)
 		}
@@ -107,7 +101,7 @@ func (s *Store) ImportFromKubernetesBackend(ctx context.Context, workspace, suff
 		}
 	}
 
-	secrets := s.client.CoreV1().Secrets(cfg.namespace)
+	secrets := s.client.CoreV1().Secrets(s.namespace)
 	var parts [][]byte
 	for i := 0; i < maxStockParts; i++ {
 		name := base

@@ -59,11 +59,6 @@ func StateHash(key string) string {
 // ManifestName is the name of the manifest Secret of a state.
 func ManifestName(key string) string { return "tfstate-" + StateHash(key) }
 
-// ChunkName is the name of chunk i of generation gen of a state.
-func ChunkName(key string, gen int64, i int) string {
-	return chunkName(StateHash(key), gen, i)
-}
-
 func chunkName(hash string, gen int64, i int) string {
 	return fmt.Sprintf("tfstate-%s-g%d-%d", hash, gen, i)
 }

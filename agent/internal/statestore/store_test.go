@@ -40,7 +40,7 @@ func newTestStore(t *testing.T, opts Options) (*Store, kubernetes.Interface) {
 	if opts.Logger == nil {
 		opts.Logger = quiet
 	}
-	return New(c, testNS, opts), c
+	return mustStore(New(c, testNS, opts)), c
 }
 
 func listChunks(t *testing.T, c kubernetes.Interface, key string) []string {
@@ -402,19 +402,19 @@ func TestHistoryGCRestore(t *testing.T) {
 func TestConcurrentWriterLosesCAS(t *testing.T) {
 	ctx := context.Background()
 	c := newFakeClient()
-	other := New(c, testNS, Options{Logger: quiet})
+	other := mustStore(New(c, testNS, Options{Logger: quiet}))
 	key := "race"
 	if _, err := other.Write(ctx, key, testState("l", 1, "base"), WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	winner := testState("l", 2, "winner")
 	// A's swap window: B commits in between.
-	a := New(c, testNS, Options{Logger: quiet, BeforeManifestSwap: func(ctx context.Context, k string, gen int64) error {
+	a := mustStore(New(c, testNS, Options{Logger: quiet, BeforeManifestSwap: func(ctx context.Context, k string, gen int64) error {
 		if _, err := other.Write(ctx, k, winner, WriteOptions{}); err != nil {
 			t.Errorf("B's write: %v", err)
 		}
 		return nil
-	}})
+	}}))
 	_, err := a.Write(ctx, key, testState("l", 2, "loser"), WriteOptions{})
 	var ce *ConflictError
 	if !errors.Is(err, ErrConflict) || !errors.As(err, &ce) || ce.Expected != 1 || ce.Current != 3 {
@@ -436,7 +436,7 @@ func TestEncryption(t *testing.T) {
 	c := newFakeClient()
 	k1 := bytes.Repeat([]byte{1}, 32)
 	k2 := bytes.Repeat([]byte{2}, 32)
-	s1 := New(c, testNS, Options{Logger: quiet, EncryptionKey: k1, ChunkSize: 16 << 10})
+	s1 := mustStore(New(c, testNS, Options{Logger: quiet, EncryptionKey: k1, ChunkSize: 16 << 10}))
 	key := "secret/state"
 	secretPayload := "TOP-SECRET-" + randomHex(40<<10)
 	st := testState("l", 1, secretPayload)
@@ -456,16 +456,16 @@ func TestEncryption(t *testing.T) {
 	if got, _, err := s1.Read(ctx, key); err != nil || !bytes.Equal(got, st) {
 		t.Fatalf("encrypted round trip: %v", err)
 	}
-	plain := New(c, testNS, Options{Logger: quiet})
+	plain := mustStore(New(c, testNS, Options{Logger: quiet}))
 	if _, _, err := plain.Read(ctx, key); !errors.Is(err, ErrEncryption) || !strings.Contains(err.Error(), KeyID(k1)) {
 		t.Errorf("read without key = %v", err)
 	}
-	wrong := New(c, testNS, Options{Logger: quiet, EncryptionKey: k2})
+	wrong := mustStore(New(c, testNS, Options{Logger: quiet, EncryptionKey: k2}))
 	if _, _, err := wrong.Read(ctx, key); !errors.Is(err, ErrEncryption) {
 		t.Errorf("read with the wrong key = %v", err)
 	}
 	// Rotation: k2 with k1 as a decryption key reads, and the next write re-seals with k2.
-	rot := New(c, testNS, Options{Logger: quiet, EncryptionKey: k2, DecryptionKeys: [][]byte{k1}, ChunkSize: 16 << 10})
+	rot := mustStore(New(c, testNS, Options{Logger: quiet, EncryptionKey: k2, DecryptionKeys: [][]byte{k1}, ChunkSize: 16 << 10}))
 	if got, _, err := rot.Read(ctx, key); err != nil || !bytes.Equal(got, st) {
 		t.Fatalf("rotated read: %v", err)
 	}
@@ -483,7 +483,7 @@ func TestEncryption(t *testing.T) {
 	if _, _, err := rot.Read(ctx, key); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("swapped chunks read = %v, want ErrCorrupt", err)
 	}
-	if _, err := NewChecked(c, testNS, Options{EncryptionKey: []byte("short")}); err == nil {
+	if _, err := New(c, testNS, Options{EncryptionKey: []byte("short")}); err == nil {
 		t.Error("short key accepted")
 	}
 }
@@ -503,4 +503,17 @@ func TestKeyCollisionDetected(t *testing.T) {
 	if _, err := s.Write(ctx, "a", testState("l", 2, ""), WriteOptions{}); !errors.Is(err, ErrKeyCollision) {
 		t.Errorf("Write = %v", err)
 	}
+}
+
+// ChunkName is the name of chunk i of generation gen of a state.
+func ChunkName(key string, gen int64, i int) string {
+	return chunkName(StateHash(key), gen, i)
+}
+
+// mustStore is New for tests: a configuration error panics.
+func mustStore(s *Store, err error) *Store {
+	if err != nil {
+		panic(err)
+	}
+	return s
 }

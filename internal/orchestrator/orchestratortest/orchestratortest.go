@@ -33,20 +33,6 @@ func WithClock(now func() time.Time) Option {
 	return func(c *orchestrator.Config) { c.Now = now }
 }
 
-// WithLeaseDuration sets how long a claim or renewal keeps a job's lease (default 90 s).
-func WithLeaseDuration(d time.Duration) Option {
-	return func(c *orchestrator.Config) { c.LeaseDuration = d }
-}
-
-// WithLogCap sets the most log bytes kept per deployment (default 16 MiB).
-func WithLogCap(n int64) Option {
-	return func(c *orchestrator.Config) { c.LogCapBytes = n }
-}
-
-// WithConfig lets a test change any other field of the configuration. DataDir and AdminToken
-// are set by Start and should be left alone.
-func WithConfig(fn func(*orchestrator.Config)) Option { return Option(fn) }
-
 // Instance is a running orchestrator.
 type Instance struct {
 	// URL is the base URL, e.g. http://127.0.0.1:41234; it stays the same across Restart.

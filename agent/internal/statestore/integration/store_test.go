@@ -65,7 +65,7 @@ func chunkNames(t *testing.T, c kubernetes.Interface, ns, key string) []string {
 func TestLargeStateRoundTrip(t *testing.T) {
 	c, ns := setup(t)
 	ctx := context.Background()
-	s := statestore.New(c, ns, statestore.Options{Logger: quiet})
+	s := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet}))
 	big := state("big", 1, randomHex(20<<20))
 	start := time.Now()
 	g, err := s.Write(ctx, "big/state", big, statestore.WriteOptions{})
@@ -86,7 +86,7 @@ func TestLargeStateRoundTrip(t *testing.T) {
 		t.Fatal("20 MiB state not read back byte-identical")
 	}
 	// And once more with encryption on.
-	es := statestore.New(c, ns, statestore.Options{Logger: quiet, EncryptionKey: bytes.Repeat([]byte{7}, 32)})
+	es := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet, EncryptionKey: bytes.Repeat([]byte{7}, 32)}))
 	if _, err := es.Write(ctx, "big/encrypted", big, statestore.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestCrashBetweenChunksAndSwap(t *testing.T) {
 	c, ns := setup(t)
 	ctx := context.Background()
 	key := "crash/me"
-	good := statestore.New(c, ns, statestore.Options{Logger: quiet, ChunkSize: 256 << 10})
+	good := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet, ChunkSize: 256 << 10}))
 	v1 := state("l", 1, randomHex(2<<20))
 	if _, err := good.Write(ctx, key, v1, statestore.WriteOptions{}); err != nil {
 		t.Fatal(err)
@@ -111,11 +111,11 @@ func TestCrashBetweenChunksAndSwap(t *testing.T) {
 	// The "crash": the writer's context is cancelled right before the swap, as when the agent
 	// process is killed; the hook reports it the way a dead process would (no cleanup).
 	wctx, cancel := context.WithCancel(ctx)
-	dying := statestore.New(c, ns, statestore.Options{Logger: quiet, ChunkSize: 256 << 10,
+	dying := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet, ChunkSize: 256 << 10,
 		BeforeManifestSwap: func(ctx context.Context, key string, gen int64) error {
 			cancel()
 			return fmt.Errorf("killed before swapping to generation %d: %w", gen, context.Canceled)
-		}})
+		}}))
 	if _, err := dying.Write(wctx, key, state("l", 2, randomHex(3<<20)), statestore.WriteOptions{}); err == nil {
 		t.Fatal("the dying write succeeded")
 	}
@@ -156,7 +156,7 @@ func TestConcurrentWritersCAS(t *testing.T) {
 	c, ns := setup(t)
 	ctx := context.Background()
 	key := "race"
-	s := statestore.New(c, ns, statestore.Options{Logger: quiet, ChunkSize: 64 << 10})
+	s := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet, ChunkSize: 64 << 10}))
 	if _, err := s.Write(ctx, key, state("l", 0, "base"), statestore.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -216,11 +216,11 @@ func TestConcurrentWritersCAS(t *testing.T) {
 }
 
 // Locks on real Leases: conflict, expiry after the holder stops renewing, takeover, and
-// KeepAlive keeping a lock past its duration.
+// renewals keeping a lock past its duration.
 func TestLeaseLocks(t *testing.T) {
 	c, ns := setup(t)
 	ctx := context.Background()
-	s := statestore.New(c, ns, statestore.Options{Logger: quiet, LockDuration: 2 * time.Second})
+	s := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet, LockDuration: 2 * time.Second}))
 	key := "locks/a"
 	a := statestore.LockInfo{ID: "a-1", Operation: "OperationTypeApply", Who: "a@pod", Holder: "job/a/1", Created: time.Now()}
 	b := statestore.LockInfo{ID: "b-1", Operation: "OperationTypePlan", Who: "b@pod", Holder: "job/b/1", Created: time.Now()}
@@ -229,7 +229,7 @@ func TestLeaseLocks(t *testing.T) {
 	}
 	kctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- s.KeepAlive(kctx, key, a.ID, 300*time.Millisecond) }()
+	go func() { done <- keepAlive(kctx, s, key, a.ID, 300*time.Millisecond) }()
 	time.Sleep(3 * time.Second) // longer than the lock duration: only renewals keep it
 	var le *statestore.LockedError
 	if err := s.Lock(ctx, key, b); !errors.As(err, &le) || le.Lock.Info.ID != "a-1" || le.Lock.Info.Who != "a@pod" {
@@ -237,7 +237,7 @@ func TestLeaseLocks(t *testing.T) {
 	}
 	stop() // the holder "dies"
 	if err := <-done; err != nil {
-		t.Errorf("KeepAlive after cancel = %v", err)
+		t.Errorf("renewals after cancel = %v", err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -258,5 +258,31 @@ func TestLeaseLocks(t *testing.T) {
 	}
 	if l, err := s.LockInfo(ctx, key); err != nil || l != nil {
 		t.Errorf("after force-unlock: %+v %v", l, err)
+	}
+}
+
+// mustStore is statestore.New for tests: a configuration error panics.
+func mustStore(s *statestore.Store, err error) *statestore.Store {
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// keepAlive renews the lock held by lockID every interval until ctx is done (then it returns
+// nil) or the lock is lost (then it returns the error of Renew), as the state backend does for
+// the locks it granted.
+func keepAlive(ctx context.Context, s *statestore.Store, key, lockID string, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := s.Renew(ctx, key, lockID); err != nil && ctx.Err() == nil {
+			return err
+		}
 	}
 }
