@@ -113,9 +113,9 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	if n != 1 || evs[0].Type != api.EventStarted || evs[0].Seq != 1 {
 		t.Errorf("events %+v", evs)
 	}
-	wait(t, 30*time.Second, "the Job to be deleted after the report", func() (bool, string) { return len(e.jobs()) == 0, "" })
-	if a.logCount("final report acknowledged") != 1 {
-		t.Errorf("final report acknowledged %d times", a.logCount("final report acknowledged"))
+	wait(t, 30*time.Second, "the Job to be deleted after its finished event", func() (bool, string) { return len(e.jobs()) == 0, "" })
+	if a.logCount("finished event acknowledged") != 1 {
+		t.Errorf("finished event acknowledged %d times", a.logCount("finished event acknowledged"))
 	}
 }
 
@@ -154,7 +154,7 @@ func TestStuckPendingFailsWithSchedulingReason(t *testing.T) {
 	wait(t, 30*time.Second, "the Job to be deleted", func() (bool, string) { return len(e.jobs()) == 0, "" })
 }
 
-// TestCancelDirective: canceling a running deployment stops its pod, reports canceled and
+// TestCancelDirective: canceling a running deployment stops its pod, ends it canceled and
 // deletes the Job.
 func TestCancelDirective(t *testing.T) {
 	t.Parallel()

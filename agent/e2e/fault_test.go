@@ -18,7 +18,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// creations watches the namespace's Jobs and records every Job object (by UID) per job id, so
+// creations watches the namespace's Jobs and records every Job object (by UID) per deployment id, so
 // a Job created twice for the same job attempt is caught even if it was deleted in between.
 type creations struct {
 	mu   sync.Mutex
@@ -84,11 +84,11 @@ func (e *env) checkExactlyOnce(ids []string, c *creations) {
 			e.t.Errorf("deployment %s: %d finished events, want exactly 1: %+v", id, n, evs)
 		}
 	}
-	wait(e.t, 60*time.Second, "every Job deleted after its report", func() (bool, string) { return len(e.jobs()) == 0, "" })
+	wait(e.t, 60*time.Second, "every Job deleted after its finished event", func() (bool, string) { return len(e.jobs()) == 0, "" })
 }
 
 // TestSIGKILLWhileJobsRun kills the agent with 20 Jobs running and starts it again: the new
-// process re-adopts the Jobs, and every job is reported exactly once and created exactly once.
+// process re-adopts the Jobs, and every attempt ends with one finished event and one Job.
 func TestSIGKILLWhileJobsRun(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, `{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":"15s"}},"spec":{"containers":[{"name":"main"}]}}`, 25)
@@ -101,8 +101,8 @@ func TestSIGKILLWhileJobsRun(t *testing.T) {
 	a.kill()
 	b := e.startAgent("agent-0")
 	e.checkExactlyOnce(ids, c)
-	t.Logf("all 20 reported %s after enqueue; restarted agent re-adopted: %d log lines", time.Since(began).Round(time.Millisecond), b.logCount("re-adopted running jobs"))
-	if b.logCount("re-adopted running jobs") == 0 {
+	t.Logf("all 20 reported %s after enqueue; restarted agent re-adopted: %d log lines", time.Since(began).Round(time.Millisecond), b.logCount("re-adopted running attempts"))
+	if b.logCount("re-adopted running attempts") == 0 {
 		t.Error("the restarted agent did not re-adopt any Job")
 	}
 }
@@ -184,7 +184,7 @@ func (p *proxy) up(t *testing.T) {
 }
 
 // TestOrchestratorDown30s: the orchestrator is unreachable for 30 s while Jobs finish. The
-// agent keeps their final reports on the Jobs, backs off, reconnects, and every report arrives.
+// agent keeps their finished events on the Jobs, backs off, reconnects, and every event arrives.
 func TestOrchestratorDown30s(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, `{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":"4s"}},"spec":{"containers":[{"name":"main"}]}}`, 10)
@@ -197,8 +197,8 @@ func TestOrchestratorDown30s(t *testing.T) {
 	p.down()
 	downAt := time.Now()
 	t.Log("orchestrator unreachable")
-	// The Jobs finish while the orchestrator is away: their reports must be kept on the Jobs.
-	wait(t, 30*time.Second, "an undelivered final report kept on a Job", func() (bool, string) {
+	// The Jobs finish while the orchestrator is away: their finished events must be kept on the Jobs.
+	wait(t, 30*time.Second, "an undelivered finished event kept on a Job", func() (bool, string) {
 		for _, j := range e.jobs() {
 			if j.Annotations[kubeexec.AnnPendingEvent] != "" {
 				return true, ""
@@ -212,10 +212,10 @@ func TestOrchestratorDown30s(t *testing.T) {
 	upAt := time.Now()
 	t.Log("orchestrator back")
 	e.checkExactlyOnce(ids, c)
-	t.Logf("all reports arrived %s after the orchestrator came back; poll failures logged: %d", time.Since(upAt).Round(time.Millisecond), a.logCount("poll failed"))
-	// Poll backoff is capped at 30 s; once a poll succeeds the pending reports go at once.
+	t.Logf("all finished events arrived %s after the orchestrator came back; poll failures logged: %d", time.Since(upAt).Round(time.Millisecond), a.logCount("poll failed"))
+	// Poll backoff is capped at 30 s; once a poll succeeds the pending events go at once.
 	if el := time.Since(upAt); el > 45*time.Second {
-		t.Errorf("reports took %s after the orchestrator came back; want < 45 s", el.Round(time.Second))
+		t.Errorf("finished events took %s after the orchestrator came back; want < 45 s", el.Round(time.Second))
 	}
 	if a.logCount("poll failed") > 40 {
 		t.Errorf("%d failed polls in a 30 s outage: the agent does not back off", a.logCount("poll failed"))
@@ -232,7 +232,7 @@ func TestTwoReplicasOneLeader(t *testing.T) {
 	b := e.startAgent("agent-b")
 	ids := e.deploy(6)
 	e.checkExactlyOnce(ids, c)
-	ca, cb := a.logCount(`"msg":"job started"`), b.logCount(`"msg":"job started"`)
+	ca, cb := a.logCount(`"msg":"attempt started"`), b.logCount(`"msg":"attempt started"`)
 	if ca+cb != 6 || (ca != 0 && cb != 0) {
 		t.Fatalf("jobs started by agent-a %d, agent-b %d: want all 6 by one replica", ca, cb)
 	}
@@ -248,7 +248,7 @@ func TestTwoReplicasOneLeader(t *testing.T) {
 	<-leader.done
 	more := e.deploy(2)
 	e.checkExactlyOnce(more, c)
-	if n := standby.logCount(`"msg":"job started"`); n != 2 {
+	if n := standby.logCount(`"msg":"attempt started"`); n != 2 {
 		t.Errorf("the new leader started %d jobs, want 2", n)
 	}
 }

@@ -28,7 +28,7 @@ output "name" { value = terraform_data.slow.output }
 // TestProcessExecutorTerraformSurvivesAgentKill runs a real `terraform apply` through the
 // process executor, with state in the agent's Kubernetes state backend, and SIGKILLs the agent
 // while terraform runs. The job process survives, the restarted agent re-adopts it (and its
-// token, so the state write is authorised), and the deployment is reported exactly once.
+// token, so the state write is authorised), and the deployment gets exactly one finished event.
 func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	t.Parallel()
 	tf := "/usr/local/bin/terraform"
@@ -74,7 +74,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	if err != nil || !strings.Contains(string(state), `"first"`) {
 		t.Errorf("state in the cluster: %v\n%s", err, state)
 	}
-	wait(t, 30*time.Second, "the job folder removed after the report", func() (bool, string) {
+	wait(t, 30*time.Second, "the attempt's folder removed after its finished event", func() (bool, string) {
 		ents, _ := os.ReadDir(workDir)
 		return len(ents) == 0, ""
 	})

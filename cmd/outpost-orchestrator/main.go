@@ -67,7 +67,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	if err != nil {
 		return nil, fmt.Errorf("OUTPOST_ORCHESTRATOR_LEASE_DURATION=%q is not a duration like 90s", lease)
 	}
-	fs.DurationVar(&o.leaseDuration, "lease-duration", d, "how long a claim or renewal keeps a job's lease (env OUTPOST_ORCHESTRATOR_LEASE_DURATION)")
+	fs.DurationVar(&o.leaseDuration, "lease-duration", d, "how long a claim or a poll's renewal keeps a job lease (env OUTPOST_ORCHESTRATOR_LEASE_DURATION)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -111,12 +111,12 @@ func (e *Error) Is(target error) bool {
 
 // Permanent is the one definition of a permanent error: the orchestrator refused the request for
 // good, sending it again can never succeed, so it is not retried and a message it carried (a
-// final event) is given up. That is an *Error whose status is a 4xx other than 408 and 429
+// finished event) is given up. That is an *Error whose status is a 4xx other than 408 and 429
 // (which say "later") and other than 401 and 403. Network errors and 5xx are never permanent.
 //
 // 401 and 403 are deliberately not permanent: they say "not with these credentials yet", and
 // the request itself is fine. An agent whose key is not registered yet, was just rotated, or
-// whose clock is off is let in once an operator acts, so its polls and final events keep being
+// whose clock is off is let in once an operator acts, so its polls and finished events keep being
 // retried with backoff instead of the agent dying or dropping an event. Not permanent does not
 // mean retry at once, though: within one call the client retries only what a retry can cure
 // (retry.Idempotent, retry.Unapplied), so a create refused with 401 is not sent again blindly;

@@ -11,7 +11,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// AgentClient calls the agent side of the API. Every attempt is signed afresh, because agent
+// AgentClient calls the agent side of the API. Every try is signed afresh, because agent
 // tokens are bound to one request and refused when replayed.
 type AgentClient struct {
 	t *transport

@@ -15,7 +15,7 @@ import (
 // the system trust store plus the PEM certificates in caBundleFile when one is named. The bundle
 // is appended, never a replacement: a private CA for the orchestrator must not cut the process
 // off from public endpoints it also reaches through the same trust store. timeout bounds one
-// attempt, long-poll wait included. It also returns the bundle's PEM (nil without one), which
+// try, long-poll wait included. It also returns the bundle's PEM (nil without one), which
 // the job runner hands on to the CLI's http backend.
 func NewHTTPClient(caBundleFile string, timeout time.Duration) (*http.Client, []byte, error) {
 	base, ok := http.DefaultTransport.(*http.Transport)

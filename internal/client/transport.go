@@ -26,21 +26,21 @@ import (
 // decided per request by its intent (retry.Idempotent or retry.Unapplied); the waits are
 // retry.Backoff, never shorter than the server's Retry-After.
 type RetryPolicy struct {
-	// MaxAttempts counts the first try; 1 disables retries.
-	MaxAttempts int
-	// BaseDelay is the first backoff ceiling; it doubles per attempt up to MaxDelay.
+	// MaxTries counts the first try; 1 disables retries.
+	MaxTries int
+	// BaseDelay is the first backoff ceiling; it doubles per try up to MaxDelay.
 	BaseDelay time.Duration
 	MaxDelay  time.Duration
 }
 
 // DefaultRetryPolicy is used when no policy is given.
-var DefaultRetryPolicy = RetryPolicy{MaxAttempts: 5, BaseDelay: 250 * time.Millisecond, MaxDelay: 30 * time.Second}
+var DefaultRetryPolicy = RetryPolicy{MaxTries: 5, BaseDelay: 250 * time.Millisecond, MaxDelay: 30 * time.Second}
 
-// RequestInfo describes one HTTP attempt, for logging hooks. It never holds credentials or bodies.
+// RequestInfo describes one try of an HTTP request, for logging hooks. It never holds credentials or bodies.
 type RequestInfo struct {
 	Method   string
 	Path     string
-	Attempt  int
+	Try      int
 	Status   int
 	Duration time.Duration
 	Err      error
@@ -58,12 +58,12 @@ func WithRetryPolicy(p RetryPolicy) Option { return func(t *transport) { t.retry
 // WithUserAgent sets the User-Agent header.
 func WithUserAgent(ua string) Option { return func(t *transport) { t.userAgent = ua } }
 
-// WithRequestHook calls fn after every attempt, so callers can log through their own logger.
+// WithRequestHook calls fn after every try, so callers can log through their own logger.
 func WithRequestHook(fn func(context.Context, RequestInfo)) Option {
 	return func(t *transport) { t.hook = fn }
 }
 
-// authorizer adds credentials to one attempt. It runs per attempt because agent tokens are
+// authorizer adds credentials to one try. It runs per try because agent tokens are
 // single-use.
 type authorizer func(r *http.Request, body []byte) error
 
@@ -105,8 +105,8 @@ func newTransport(baseURL string, auth authorizer, opts []Option) (*transport, e
 	for _, o := range opts {
 		o(t)
 	}
-	if t.retry.MaxAttempts < 1 {
-		t.retry.MaxAttempts = 1
+	if t.retry.MaxTries < 1 {
+		t.retry.MaxTries = 1
 	}
 	return t, nil
 }
@@ -118,7 +118,7 @@ type call struct {
 	query       url.Values
 	body        []byte
 	contentType string
-	// retryable decides whether a failed attempt is sent again: retry.Idempotent for requests
+	// retryable decides whether a failed try is sent again: retry.Idempotent for requests
 	// that may be applied twice, retry.Unapplied for creates.
 	retryable retry.Decision
 	out       any // decoded from a 2xx JSON body when non-nil
@@ -133,12 +133,12 @@ func (t *transport) do(ctx context.Context, c call) error {
 	}
 	full := u.String()
 	back := retry.Backoff{Base: t.retry.BaseDelay, Max: t.retry.MaxDelay}
-	for attempt := 1; ; attempt++ {
-		err := t.once(ctx, c, full, attempt)
+	for try := 1; ; try++ {
+		err := t.once(ctx, c, full, try)
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || attempt >= t.retry.MaxAttempts || !c.retryable(err) {
+		if ctx.Err() != nil || try >= t.retry.MaxTries || !c.retryable(err) {
 			return err
 		}
 		if serr := t.sleep(ctx, back.Next(api.RetryAfter(err))); serr != nil {
@@ -147,9 +147,9 @@ func (t *transport) do(ctx context.Context, c call) error {
 	}
 }
 
-// once runs one attempt. Failures to get an answer carry api.ErrUnavailable; error answers are
+// once makes one try. Failures to get an answer carry api.ErrUnavailable; error answers are
 // an *api.Error with the server's Retry-After.
-func (t *transport) once(ctx context.Context, c call, full string, attempt int) error {
+func (t *transport) once(ctx context.Context, c call, full string, try int) error {
 	start := time.Now()
 	var rdr io.Reader
 	if c.body != nil {
@@ -174,10 +174,10 @@ func (t *transport) once(ctx context.Context, c call, full string, attempt int) 
 		}
 	}
 	resp, err := t.http.Do(req)
-	info := RequestInfo{Method: c.method, Path: c.path, Attempt: attempt, Duration: time.Since(start)}
+	info := RequestInfo{Method: c.method, Path: c.path, Try: try, Duration: time.Since(start)}
 	if err != nil {
 		info.Err = err
-		t.report(ctx, info)
+		t.callHook(ctx, info)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -185,7 +185,7 @@ func (t *transport) once(ctx context.Context, c call, full string, attempt int) 
 	}
 	defer resp.Body.Close()
 	info.Status = resp.StatusCode
-	t.report(ctx, info)
+	t.callHook(ctx, info)
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("read response of %s %s: %w", c.method, c.path, errors.Join(api.ErrUnavailable, err))
@@ -201,7 +201,7 @@ func (t *transport) once(ctx context.Context, c call, full string, attempt int) 
 	return decodeError(resp, data)
 }
 
-func (t *transport) report(ctx context.Context, info RequestInfo) {
+func (t *transport) callHook(ctx context.Context, info RequestInfo) {
 	if t.hook != nil {
 		t.hook(ctx, info)
 	}

@@ -65,11 +65,11 @@ func TestNonIdempotentNotRetriedOn500(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Fatalf("a create that may have been applied must not be retried; got %d calls", calls.Load())
 	}
-	// An idempotent read is retried up to MaxAttempts.
+	// An idempotent read is retried up to MaxTries.
 	calls.Store(0)
 	_, err = c.GetDeployment(context.Background(), "d")
-	if err == nil || calls.Load() != int32(DefaultRetryPolicy.MaxAttempts) {
-		t.Fatalf("GET retried %d times (err %v), want %d", calls.Load(), err, DefaultRetryPolicy.MaxAttempts)
+	if err == nil || calls.Load() != int32(DefaultRetryPolicy.MaxTries) {
+		t.Fatalf("GET retried %d times (err %v), want %d", calls.Load(), err, DefaultRetryPolicy.MaxTries)
 	}
 }
 
@@ -106,7 +106,7 @@ func TestTypedErrors(t *testing.T) {
 
 func TestBackoffIsBoundedFullJitter(t *testing.T) {
 	c, slept := newTestAdmin(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
-	c.t.retry = RetryPolicy{MaxAttempts: 10, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
+	c.t.retry = RetryPolicy{MaxTries: 10, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
 	for range 50 {
 		*slept = nil
 		if _, err := c.GetDeployment(context.Background(), "d"); err == nil {
@@ -124,7 +124,7 @@ func TestBackoffIsBoundedFullJitter(t *testing.T) {
 		w.Header().Set("Retry-After", "5")
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	c2.t.retry = RetryPolicy{MaxAttempts: 2, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
+	c2.t.retry = RetryPolicy{MaxTries: 2, BaseDelay: 100 * time.Millisecond, MaxDelay: time.Second}
 	_, _ = c2.GetDeployment(context.Background(), "d")
 	if len(*slept2) != 1 || (*slept2)[0] < 5*time.Second {
 		t.Fatalf("backoff %v below the server's Retry-After", *slept2)
@@ -160,15 +160,15 @@ func TestConnectionRefusedRetriedEvenForCreate(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	url := srv.URL
 	srv.Close()
-	c, err := NewAdminClient(url, "acme", "tok", WithRetryPolicy(RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}))
+	c, err := NewAdminClient(url, "acme", "tok", WithRetryPolicy(RetryPolicy{MaxTries: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var attempts int
-	c.t.hook = func(_ context.Context, info RequestInfo) { attempts = info.Attempt }
+	var tries int
+	c.t.hook = func(_ context.Context, info RequestInfo) { tries = info.Try }
 	_, err = c.CreateRunner(context.Background(), api.RunnerInput{})
-	if !errors.Is(err, api.ErrUnavailable) || attempts != 3 {
-		t.Fatalf("err %v after %d attempts; a request never sent is safe to retry", err, attempts)
+	if !errors.Is(err, api.ErrUnavailable) || tries != 3 {
+		t.Fatalf("err %v after %d tries; a request never sent is safe to retry", err, tries)
 	}
 }
 

@@ -73,10 +73,10 @@ func startAgent(ctx context.Context, c *Config, s *stepper, cli, kubeconfig, api
 		"--health-listen", c.HealthAddr,
 		"--agent-binary", filepath.Join(c.binDir(), "outpost-agent"),
 	)
-	// The jobs get a CLI configuration of their own: the one of the person running the demo may
+	// The job runners get a CLI configuration of their own: the one of the person running the demo may
 	// hold dev overrides (or name a file that does not exist, which the CLI warns about).
 	rc := filepath.Join(agentDir, "job-cli.tfrc")
-	if err := os.WriteFile(rc, []byte("# CLI configuration of the demo's deployment jobs\n"), 0o644); err != nil {
+	if err := os.WriteFile(rc, []byte("# CLI configuration of the demo's job runners\n"), 0o644); err != nil {
 		return err
 	}
 	cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc)

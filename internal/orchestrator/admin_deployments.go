@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -61,19 +60,6 @@ func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request, c *call) 
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-// queryInt reads an optional non-negative integer query parameter.
-func queryInt(r *http.Request, name string, def int64) (int64, error) {
-	v := r.URL.Query().Get(name)
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, invalid(name, "%q is not a non-negative integer", v)
-	}
-	return n, nil
 }
 
 func (s *Server) getLogs(w http.ResponseWriter, r *http.Request, c *call) error {

@@ -7,13 +7,6 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
-// pathID reads and checks the {id} path parameter; a malformed id is a 400, not a 404, so a
-// caller learns the id can never exist.
-func pathID(r *http.Request) (string, error) {
-	id := r.PathValue("id")
-	return id, api.ValidateID("id", id)
-}
-
 // validateRunner checks a runner body, pod template included (package api leaves that check to
 // package podtemplate, which has the Kubernetes types).
 func validateRunner(in *api.RunnerInput) error {
@@ -110,82 +103,6 @@ func (s *Server) deleteRunner(w http.ResponseWriter, r *http.Request, c *call) e
 		return err
 	}
 	s.notify.wake(c.org + "/" + id)
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-func (s *Server) createStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	var in api.StateStorageInput
-	if err := decodeJSON(c.body, &in); err != nil {
-		return err
-	}
-	if err := in.Validate(); err != nil {
-		return err
-	}
-	out, err := s.store.createStorage(r.Context(), c.org, in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
-}
-
-func (s *Server) listStorages(w http.ResponseWriter, r *http.Request, c *call) error {
-	list, err := s.store.listStorages(r.Context(), c.org)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, api.List[api.StateStorage]{Items: list})
-	return nil
-}
-
-func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	out, err := s.store.getStorage(r.Context(), c.org, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-func (s *Server) updateStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	var in api.StateStorageInput
-	if err := decodeJSON(c.body, &in); err != nil {
-		return err
-	}
-	if in.ID == "" {
-		in.ID = id
-	}
-	if in.ID != id {
-		return invalid("id", "%q does not match the id %q in the path; a state storage's id cannot change", in.ID, id)
-	}
-	if err := in.Validate(); err != nil {
-		return err
-	}
-	out, err := s.store.updateStorage(r.Context(), c.org, in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
-}
-
-func (s *Server) deleteStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	if err := s.store.deleteStorage(r.Context(), c.org, id); err != nil {
-		return err
-	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

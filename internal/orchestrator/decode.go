@@ -7,9 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // decodeJSON decodes a request body strictly: unknown fields, wrong types, trailing data and
@@ -171,4 +175,24 @@ func structField(t reflect.Type, k string) (reflect.Type, bool) {
 		}
 	}
 	return fold, fold != nil
+}
+
+// pathID reads and checks the {id} path parameter; a malformed id is a 400, not a 404, so a
+// caller learns the id can never exist.
+func pathID(r *http.Request) (string, error) {
+	id := r.PathValue("id")
+	return id, api.ValidateID("id", id)
+}
+
+// queryInt reads an optional non-negative integer query parameter.
+func queryInt(r *http.Request, name string, def int64) (int64, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, invalid(name, "%q is not a non-negative integer", v)
+	}
+	return n, nil
 }

@@ -11,15 +11,15 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// settleLease applies the lease rules to a job whose lease has run out:
+// settleLease applies the job lease rules to a deployment whose job lease has run out:
 //
 //   - a running apply or destroy becomes lost: it may have changed infrastructure half-way, so
 //     re-running it without a person looking is not safe;
-//   - a job whose cancel was requested, or whose runner was deleted, ends canceled;
+//   - a deployment whose cancel was requested, or whose runner was deleted, ends canceled;
 //   - anything else (claimed, or a running plan) returns to the queue with the next attempt.
 //
-// Every transaction that acts on a job settles it first, so the outcome never depends on when
-// the sweeper last ran. It reports whether rec changed (and was saved).
+// Every transaction that acts on a deployment settles it first, so the outcome never depends on
+// when the sweeper last ran. It reports whether rec changed (and was saved).
 func settleLease(tx *bolt.Tx, rec *deploymentRecord, now time.Time) (bool, error) {
 	if rec.Lease == nil || now.Before(rec.Lease.ExpiresAt) {
 		return false, nil
@@ -52,24 +52,24 @@ func settleLease(tx *bolt.Tx, rec *deploymentRecord, now time.Time) (bool, error
 }
 
 // expireLeases settles every lease that has run out and returns the runners ("org/runner")
-// whose jobs changed, so their long polls can be woken.
+// whose deployments changed, so their long polls can be woken.
 func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 	now := s.timeNow()
 	var due [][]byte
 	// A read pass first: most sweeps find nothing and then cost no write transaction.
 	err := s.view(ctx, func(tx *bolt.Tx) error {
 		return tx.Bucket(bLeased).ForEach(func(k, _ []byte) error {
-			org, runner, job, ok := splitLeaseKey(k)
+			org, runner, depID, ok := splitLeaseKey(k)
 			if !ok {
 				return nil
 			}
 			var rec deploymentRecord
-			found, err := getJSON(tx.Bucket(bDeployments), key(org, job), &rec)
+			found, err := getJSON(tx.Bucket(bDeployments), key(org, depID), &rec)
 			if err != nil {
 				return err
 			}
 			if !found || rec.Lease == nil || !now.Before(rec.Lease.ExpiresAt) {
-				due = append(due, key(org, runner, job))
+				due = append(due, key(org, runner, depID))
 			}
 			return nil
 		})
@@ -80,11 +80,11 @@ func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 	touched := map[string]bool{}
 	err = s.update(ctx, func(tx *bolt.Tx) error {
 		for _, k := range due {
-			org, runner, job, _ := splitLeaseKey(k)
-			rec, err := loadDeployment(tx, org, job)
+			org, runner, depID, _ := splitLeaseKey(k)
+			rec, err := loadDeployment(tx, org, depID)
 			if err != nil {
 				if _, ok := asRefusal(err); ok {
-					// An index entry without its job cannot be settled; drop it.
+					// An index entry without its deployment cannot be settled; drop it.
 					if err := tx.Bucket(bLeased).Delete(k); err != nil {
 						return err
 					}
@@ -109,7 +109,7 @@ func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 	return out, err
 }
 
-func splitLeaseKey(k []byte) (org, runner, job string, ok bool) {
+func splitLeaseKey(k []byte) (org, runner, deploymentID string, ok bool) {
 	parts := bytes.Split(k, []byte("/"))
 	if len(parts) != 3 {
 		return "", "", "", false

@@ -100,7 +100,7 @@ func TestLeaseExpiryRules(t *testing.T) {
 	}
 	// A late event of the lost apply is recorded but does not revive it.
 	if r := a.event(c2.DeploymentID, api.EventRequest{Attempt: 1, Fencing: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusSucceeded}); r.code != http.StatusOK {
-		t.Fatalf("late final report of a lost apply: HTTP %d %s", r.code, r.body)
+		t.Fatalf("late finished event of a lost apply: HTTP %d %s", r.code, r.body)
 	}
 	if d := h.deployment(c2.DeploymentID); d.Status != api.StatusLost {
 		t.Fatalf("lost apply became %s after a late report", d.Status)

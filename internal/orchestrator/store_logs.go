@@ -43,7 +43,7 @@ func lastStoredByte(tx *bolt.Tx, rec *deploymentRecord) byte {
 	return last
 }
 
-// appendCapped stores b, keeping at most limit bytes per job. The first byte that does not fit
+// appendCapped stores b, keeping at most limit bytes per deployment. The first byte that does not fit
 // ends the log with the truncation marker; later bytes are dropped (the caller still counts them
 // in the writer's offset).
 func appendCapped(tx *bolt.Tx, rec *deploymentRecord, b []byte, limit int64) error {
@@ -74,7 +74,7 @@ func appendCapped(tx *bolt.Tx, rec *deploymentRecord, b []byte, limit int64) err
 	return putChunk(tx, rec, []byte(marker))
 }
 
-// appendLog appends a job's log bytes at the writer's offset. Offsets count what the writer
+// appendLog appends log bytes of a deployment's attempt at the writer's offset. Offsets count what the writer
 // sent in the current grant; a resend of committed bytes is acknowledged without change, a
 // partial resend keeps only the new tail, and a gap is refused with the committed offset.
 func (s *store) appendLog(ctx context.Context, c jobTokenPayload, offset int64, data []byte, grace time.Duration) (*api.LogAppendResponse, error) {

@@ -119,7 +119,7 @@ func agentPoll(t *testing.T, e *accEnv, runnerID string, priv ed25519.PrivateKey
 
 func tryAgentPoll(e *accEnv, runnerID string, priv ed25519.PrivateKey) error {
 	agent, err := client.NewAgentClient(e.orch.URL, agentauth.NewSigner(e.org, runnerID, priv),
-		client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+		client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
 	if err != nil {
 		return err
 	}

@@ -195,13 +195,13 @@ func (p *outpostProvider) DataSources(_ context.Context) []func() datasource.Dat
 	}
 }
 
-// logRequest writes one orchestrator request attempt to the provider log. It never logs bodies
+// logRequest writes one try of an orchestrator request to the provider log. It never logs bodies
 // or credentials (RequestInfo holds neither).
 func logRequest(ctx context.Context, info client.RequestInfo) {
 	fields := map[string]any{
 		"method":      info.Method,
 		"path":        info.Path,
-		"attempt":     info.Attempt,
+		"try":         info.Try,
 		"status":      info.Status,
 		"duration_ms": info.Duration.Milliseconds(),
 	}

@@ -1,5 +1,5 @@
-// Package retry is Outpost's one retry policy: how long to wait between attempts (Backoff:
-// exponential with full jitter, never sooner than the server asked) and whether an attempt that
+// Package retry is Outpost's one retry policy: how long to wait between tries (Backoff:
+// exponential with full jitter, never sooner than the server asked) and whether a try that
 // failed may be made again (one decision per intent, see Decision). Every loop that talks to the
 // orchestrator uses it: the API client's retries, the agent's poll and event delivery, the job
 // runner's log stream, and the agent's session restarts.
@@ -27,7 +27,7 @@ type Backoff struct {
 	rand func(int64) int64 // uniform in [0, n); rand.Int64N unless a test fixes it
 }
 
-// Next returns the wait before the next attempt. atLeast is the server's minimum (its
+// Next returns the wait before the next try. atLeast is the server's minimum (its
 // Retry-After; 0 when it said nothing).
 func (b *Backoff) Next(atLeast time.Duration) time.Duration {
 	ceil := b.Max

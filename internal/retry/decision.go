@@ -9,7 +9,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// Decision says whether an attempt that failed with err may be made again. There is one per
+// Decision says whether a try that failed with err may be made again. There is one per
 // intent, so a caller picks what it means ("this request may be applied twice", "this message
 // must get through") rather than a list of status codes. None of them retries a permanent
 // refusal (api.Permanent); they differ in what else they retry.
@@ -46,9 +46,9 @@ func Unapplied(err error) bool {
 // that is registered or rotated later lets the same message in.
 func Eventually(err error) bool { return !api.Permanent(err) }
 
-// WhileTokenHolds is for a job's own requests, made with its job token: like Eventually, but
-// 401 and 403 end it too. The token is never renewed, so once the orchestrator refuses it (the
-// attempt ended, lost its lease or was superseded) no retry can succeed.
+// WhileTokenHolds is for the job runner's own requests, made with its job token: like
+// Eventually, but 401 and 403 end it too. The token is never renewed, so once the orchestrator
+// refuses it (the attempt ended, lost its job lease or was superseded) no retry can succeed.
 func WhileTokenHolds(err error) bool {
 	return Eventually(err) && !errors.Is(err, api.ErrUnauthorized) && !errors.Is(err, api.ErrForbidden)
 }

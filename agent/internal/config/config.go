@@ -51,8 +51,8 @@ type Config struct {
 	AgentBinary    string
 
 	// StateNamespace is the namespace of the runner's kubernetes state storage (chart value
-	// state.namespace); states of jobs whose claim does not name one (adopted before this agent
-	// knew) are served from it. Empty: learned from claims.
+	// state.namespace); states of attempts whose claim does not name one (adopted before this
+	// agent knew) are served from it. Empty: learned from claims.
 	StateNamespace string
 	// StateEncryptionKeyFile holds a 32-byte key (raw, or base64) that seals state chunks with
 	// AES-256-GCM before they are stored; empty leaves them to the cluster's own encryption at
@@ -72,13 +72,13 @@ type Config struct {
 	// JobServiceAccount is the job service account the chart made RBAC for; claims naming
 	// another fail clearly. Empty: take the claim's.
 	JobServiceAccount string
-	// MaxConcurrency caps concurrent jobs below the runner's limit; 0 follows the orchestrator.
+	// MaxConcurrency caps concurrent attempts below the runner's limit; 0 follows the orchestrator.
 	MaxConcurrency int
-	// CancelGrace is how long a canceled job's CLI may take to stop (release locks, push state).
+	// CancelGrace is how long a canceled attempt's CLI may take to stop (release locks, push state).
 	CancelGrace time.Duration
 	// PollWait is the long-poll hold time asked of the orchestrator (≤ 30 s).
 	PollWait time.Duration
-	// ShutdownTimeout bounds the work that must finish after SIGTERM (final reports).
+	// ShutdownTimeout bounds the work that must finish after SIGTERM (finished events).
 	ShutdownTimeout time.Duration
 }
 
@@ -103,23 +103,23 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.RunnerID, "runner-id", "", "runner id")
 	fs.StringVar(&c.PrivateKeyFile, "private-key-file", DefaultPrivateKeyFile, "PEM ed25519 private key of the runner")
 	fs.StringVar(&c.Executor, "executor", ExecutorKubernetes, "kubernetes | process")
-	fs.StringVar(&c.CLI, "cli", "terraform", "terraform | tofu | absolute path of the CLI jobs run")
+	fs.StringVar(&c.CLI, "cli", "terraform", "terraform | tofu | absolute path of the CLI the job runners run")
 	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container (it runs outpost-agent job)")
-	fs.StringVar(&c.StateURL, "state-url", "", "URL jobs use to reach the agent's state backend")
+	fs.StringVar(&c.StateURL, "state-url", "", "URL job runners use to reach the agent's state backend")
 	fs.StringVar(&c.StateListen, "state-listen", ":8080", "listen address of the state backend")
 	fs.StringVar(&c.HealthListen, "health-listen", ":9090", "listen address of /healthz, /readyz, /metrics")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader on a Lease; only the leader polls")
 	fs.StringVar(&c.LeaseName, "lease-name", "outpost-agent", "name of the leader-election Lease")
 	fs.StringVar(&c.Namespace, "namespace", "", "the agent's own namespace (holds the Lease)")
 	fs.StringVar(&c.PodName, "pod-name", "", "the agent's pod name (leader identity, claim instance)")
-	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 180*time.Second, "fail a job whose pod does not start within this")
+	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 180*time.Second, "fail an attempt whose Job's pod does not start within this")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", "", "extra PEM CAs trusted for the orchestrator")
 	fs.Float64Var(&c.KubeQPS, "kube-qps", 50, "Kubernetes client QPS")
 	fs.IntVar(&c.KubeBurst, "kube-burst", 100, "Kubernetes client burst")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path, or a list like $KUBECONFIG (empty = in-cluster)")
-	fs.StringVar(&c.WorkDir, "work-dir", "", "process executor: directory of job folders")
-	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs jobs (default: this one)")
+	fs.StringVar(&c.WorkDir, "work-dir", "", "process executor: directory of the attempts' folders")
+	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs the job runners (default: this one)")
 	fs.StringVar(&c.JobNamespace, "job-namespace", "", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
 	fs.StringVar(&c.StateNamespace, "state-namespace", "", "namespace of the kubernetes state storage (default: from claims)")
 	fs.StringVar(&c.StateEncryptionKeyFile, "state-encryption-key-file", "", "file with a 32-byte key (raw or base64) that encrypts state chunks with AES-256-GCM (off when empty)")
@@ -129,9 +129,9 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.JobCASecretKey, "job-ca-secret-key", "ca.crt", "data key of the CA bundle in --job-ca-secret")
 	fs.StringVar(&c.JobServiceAccount, "job-service-account", "", "the runner's job service account the chart prepared (checked against claims)")
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, "cap below the runner's max_concurrency (0 = follow the orchestrator)")
-	fs.DurationVar(&c.CancelGrace, "cancel-grace", 120*time.Second, "time a canceled job gets to stop")
+	fs.DurationVar(&c.CancelGrace, "cancel-grace", 120*time.Second, "time a canceled attempt gets to stop")
 	fs.DurationVar(&c.PollWait, "poll-wait", 30*time.Second, "long-poll hold time (at most 30s)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "time final reports get after SIGTERM")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 20*time.Second, "time finished events get after SIGTERM")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func (c *Config) Validate() error {
 		}
 	case ExecutorProcess:
 		if c.WorkDir == "" {
-			bad("work-dir", "required with --executor=process: a directory for the job folders")
+			bad("work-dir", "required with --executor=process: a directory for the attempts' folders")
 		} else if !filepath.IsAbs(c.WorkDir) {
 			bad("work-dir", "%q must be an absolute path", c.WorkDir)
 		}

@@ -39,7 +39,7 @@ const (
 // ErrInvalidJob marks a Start error that no retry can fix (a pod template that breaks the
 // contract, a claim in the wrong namespace). The session turns it into a failed finished event
 // instead of retrying.
-var ErrInvalidJob = errors.New("job cannot run")
+var ErrInvalidJob = errors.New("the attempt cannot run")
 
 // Executor runs claimed attempts. Every method is idempotent: the session calls them again after
 // errors and after restarts.

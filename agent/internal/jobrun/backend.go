@@ -53,7 +53,7 @@ func stateURL(base, stateKey string) string {
 // backendConfig renders the backend override file for the spec's state storage.
 //
 //   - kubernetes: the agent's http backend at $OUTPOST_STATE_URL/v1/states/<key>, locked with
-//     LOCK/UNLOCK. The credentials (job id and job token) are not in the file; they travel in
+//     LOCK/UNLOCK. The credentials (deployment id and job token) are not in the file; they travel in
 //     TF_HTTP_USERNAME / TF_HTTP_PASSWORD (see backendEnv), so the token never lands on disk in
 //     the work dir nor in a plan file.
 //   - s3: bucket and region from the storage, key from stateObjectKey, locking with an S3 lock

@@ -31,8 +31,8 @@ const (
 )
 
 // harness is a real orchestrator with a kubernetes state storage and a runner, an agent client
-// signed with the runner's key (standing in for the agent: it claims jobs and reports their
-// events) and an in-memory state backend that accepts the claimed jobs' credentials.
+// signed with the runner's key (standing in for the agent: it claims attempts and sends their
+// events) and an in-memory state backend that accepts the claimed attempts' credentials.
 type harness struct {
 	t    *testing.T
 	orch *orchestratortest.Instance

@@ -59,7 +59,7 @@ const (
 
 // specRetry is patient: a Job may start while the orchestrator restarts, and a job runner that
 // cannot fetch its job spec cannot do anything else.
-var specRetry = client.RetryPolicy{MaxAttempts: 8, BaseDelay: 500 * time.Millisecond, MaxDelay: 15 * time.Second}
+var specRetry = client.RetryPolicy{MaxTries: 8, BaseDelay: 500 * time.Millisecond, MaxDelay: 15 * time.Second}
 
 // Main runs the attempt and returns the process exit code. args are the arguments after `job`.
 // stdout receives the complete log (what the orchestrator receives, so `kubectl logs` shows it
@@ -101,7 +101,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 		return ExitRunnerError
 	}
 	// The streamer does its own retrying so that new output keeps buffering meanwhile.
-	logClient, _ := client.NewJobClient(cfg.APIURL, token, append(opts, client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))...)
+	logClient, _ := client.NewJobClient(cfg.APIURL, token, append(opts, client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))...)
 
 	st := newStopper(ctx, sigs)
 	defer st.close()

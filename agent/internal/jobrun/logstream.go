@@ -204,7 +204,7 @@ func (s *logStreamer) loop() {
 				continue
 			}
 			if n := back.Failures(); n > 0 {
-				fmt.Fprintf(s.notice, "[outpost: log delivery resumed after %d failed attempts]\n", n)
+				fmt.Fprintf(s.notice, "[outpost: log delivery resumed after %d failed tries]\n", n)
 				back.Reset()
 			}
 			if !more {

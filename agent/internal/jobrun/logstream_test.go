@@ -115,7 +115,7 @@ func newTestStreamer(t *testing.T, f *fakeLogServer, notice io.Writer) *logStrea
 	t.Helper()
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	c, err := client.NewJobClient(srv.URL, "opj_test", client.WithRetryPolicy(client.RetryPolicy{MaxAttempts: 1}))
+	c, err := client.NewJobClient(srv.URL, "opj_test", client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
 	if err != nil {
 		t.Fatal(err)
 	}

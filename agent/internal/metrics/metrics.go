@@ -40,9 +40,9 @@ func New(version string) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "orchestrator_requests_total",
-			Help: "HTTP attempts to the orchestrator by endpoint and status code (0 = no response)."}, []string{"endpoint", "code"}),
+			Help: "HTTP requests to the orchestrator by endpoint and status code, every try counted (0 = no response)."}, []string{"endpoint", "code"}),
 		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "orchestrator_request_duration_seconds",
-			Help: "Duration of HTTP attempts to the orchestrator.", Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"endpoint"}),
+			Help: "Duration of each try of an HTTP request to the orchestrator.", Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"endpoint"}),
 		PollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "poll_duration_seconds",
 			Help: "Duration of long polls, held open up to 30 s.", Buckets: []float64{.05, .25, 1, 5, 10, 20, 30, 45}}),
 		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "claims_total",

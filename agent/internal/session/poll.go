@@ -28,7 +28,7 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		began := time.Now()
 		req, err := s.pollRequest(ctx)
 		if err != nil {
-			s.log.Error("list jobs for the poll", "err", err)
+			s.log.Error("list attempts for the poll", "err", err)
 			if retry.Sleep(ctx, back.Next(0)) != nil {
 				break
 			}

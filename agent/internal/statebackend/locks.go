@@ -17,8 +17,8 @@ type renewal struct {
 
 // ResumeRenewals adopts the unexpired locks found in the store whose holders HolderLiveness
 // reports alive, and renews them from now on. An agent calls it after it starts (or becomes
-// leader), so that locks of jobs that outlived the previous agent process do not expire under
-// them. Without HolderLiveness it does nothing: locks of unknown liveness are left to expire.
+// leader), so that locks of attempts that outlived the previous agent process do not expire
+// under them. Without HolderLiveness it does nothing: locks of unknown liveness are left to expire.
 func (h *Handler) ResumeRenewals(ctx context.Context) (int, error) {
 	if h.liveness == nil {
 		return 0, nil

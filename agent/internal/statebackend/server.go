@@ -16,10 +16,11 @@ import (
 type ServerOptions struct {
 	// Kube is the cluster the states are kept in.
 	Kube kubernetes.Interface
-	// Tokens authorise every request: job id + job token, and only the state key of the job.
+	// Tokens authorise every request: deployment id + job token, and only the state key of the
+	// claim.
 	Tokens *jobtoken.Registry
-	// FallbackNamespace holds the states of jobs whose claim named no namespace (jobs adopted
-	// before this agent knew it; --state-namespace). Empty: such jobs are refused.
+	// FallbackNamespace holds the states of attempts whose claim named no namespace (attempts
+	// adopted before this agent knew it; --state-namespace). Empty: such attempts are refused.
 	FallbackNamespace string
 	// EncryptionKey seals state chunks at rest when set (--state-encryption-key-file).
 	EncryptionKey []byte
@@ -30,9 +31,9 @@ type ServerOptions struct {
 }
 
 // Server serves the Terraform/OpenTofu http state backend for runners whose state storage is of
-// type kubernetes. The namespace of the states comes from each job's claim (the runner's state
-// storage), so the server picks the store per request from the caller's job id and keeps one
-// Handler per namespace.
+// type kubernetes. The namespace of the states comes from each attempt's claim (the runner's
+// state storage), so the server picks the store per request from the caller's deployment id and
+// keeps one Handler per namespace.
 type Server struct {
 	o   ServerOptions
 	log *slog.Logger
@@ -67,7 +68,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Unknown caller (or no state storage known yet): let the handler of any namespace
 		// refuse it with the protocol's 401, or answer 401 here when none exists.
 		w.Header().Set("WWW-Authenticate", `Basic realm="outpost-state"`)
-		http.Error(w, "unknown job or wrong token", http.StatusUnauthorized)
+		http.Error(w, "unknown deployment or wrong token", http.StatusUnauthorized)
 		return
 	}
 	h, err := s.handler(ns)
@@ -90,7 +91,7 @@ func (s *Server) handler(ns string) (*Handler, error) {
 		return nil, err
 	}
 	h := NewHandler(store, s.o.Tokens, s.log)
-	// Locks granted by an earlier agent process are renewed again while their jobs live.
+	// Locks granted by an earlier agent process are renewed again while their attempts live.
 	if n, err := h.ResumeRenewals(context.Background()); err != nil {
 		s.log.Warn("resume lock renewals", "namespace", ns, "err", err)
 	} else if n > 0 {

@@ -111,7 +111,7 @@ func (c *stateCmd) history(ctx context.Context) error {
 }
 
 // restore with --force breaks the lock only once the generation is known to be readable, so a
-// typo in the generation never costs a running job its lock.
+// typo in the generation never costs a running attempt its lock.
 func (c *stateCmd) restore(ctx context.Context) error {
 	if c.opts.force {
 		if _, _, err := c.store.ReadGeneration(ctx, c.key, c.opts.generation); err != nil {

@@ -34,8 +34,8 @@
 // generation and the chunk; the read retries once from a fresh manifest first, so a reader that
 // raced a writer's garbage collection is not reported as corruption.
 //
-// Locks. A Lease per state holds the lock: holderIdentity is the holder (the job id and attempt
-// in the agent), the annotation outpost.dev/lock-info holds the Terraform lock info JSON, and
+// Locks. A Lease per state holds the lock: holderIdentity is the holder (the deployment id and
+// attempt in the agent), the annotation outpost.dev/lock-info holds the Terraform lock info JSON, and
 // leaseDurationSeconds/renewTime make the lock expire unless it is renewed. An expired lock can
 // be taken over; a holder whose lock was force-unlocked or taken over can no longer write (its
 // lock ID no longer matches), which fences out zombie writers.

@@ -31,8 +31,8 @@ type LockInfo struct {
 	Version   string
 	Created   time.Time
 	Path      string
-	// Holder is Outpost's addition: who holds the lock in the agent's terms (the job id and
-	// attempt, as returned by the state backend's Authorizer). It becomes the Lease's
+	// Holder is Outpost's addition: who holds the lock in the agent's terms (the deployment id
+	// and attempt, as returned by the state backend's Authorizer). It becomes the Lease's
 	// holderIdentity; when empty, ID is used. The CLIs ignore the extra JSON field.
 	Holder string `json:",omitempty"`
 }

@@ -80,7 +80,7 @@ func New(o Options) *Executor {
 		DeleteFunc: func(any) { e.notify.Notify() },
 	}
 	if _, err := factory.Batch().V1().Jobs().Informer().AddEventHandler(h); err != nil {
-		e.log.Error("register job handler", "err", err)
+		e.log.Error("register Job handler", "err", err)
 	}
 	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(h); err != nil {
 		e.log.Error("register pod handler", "err", err)
@@ -97,7 +97,7 @@ func (e *Executor) Run(ctx context.Context) error {
 		}
 	}
 	close(e.synced)
-	e.log.Info("watching jobs", "namespace", e.o.Namespace, "runner", e.o.Pod.RunnerID)
+	e.log.Info("watching Jobs", "namespace", e.o.Namespace, "runner", e.o.Pod.RunnerID)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	defer e.factory.Shutdown()
