@@ -126,18 +126,11 @@ const (
 	EventFinished EventType = "finished"
 )
 
-// EventRequest is the body of an event. Events are idempotent by (deployment, attempt, seq).
+// EventRequest is the body of an event: the event, and the fencing number of the job lease it
+// is sent under. Events are idempotent by (deployment, attempt, seq).
 type EventRequest struct {
-	Attempt int       `json:"attempt"`
-	Fencing int64     `json:"fencing"`
-	Seq     int64     `json:"seq"`
-	Type    EventType `json:"type"`
-	// Result is the terminal status of a finished event: succeeded, failed or canceled.
-	Result   Status    `json:"result,omitempty"`
-	ExitCode *int      `json:"exit_code,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Message  string    `json:"message,omitempty"`
-	Time     time.Time `json:"time"`
+	Event
+	Fencing int64 `json:"fencing"`
 }
 
 // EventResponse acknowledges an event.

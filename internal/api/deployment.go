@@ -131,11 +131,13 @@ type Output struct {
 // Outputs maps output names to values.
 type Outputs map[string]Output
 
-// Event is a recorded event of an attempt (sent by the agent), listed by the admin API.
+// Event is what the agent says happened to an attempt (the body of EventRequest without the
+// fencing number); the admin API lists the recorded ones.
 type Event struct {
-	Attempt  int       `json:"attempt"`
-	Seq      int64     `json:"seq"`
-	Type     EventType `json:"type"`
+	Attempt int       `json:"attempt"`
+	Seq     int64     `json:"seq"`
+	Type    EventType `json:"type"`
+	// Result is the terminal status of a finished event: succeeded, failed or canceled.
 	Result   Status    `json:"result,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
 	Reason   string    `json:"reason,omitempty"`

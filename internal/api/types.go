@@ -90,15 +90,10 @@ var StateStorageTypes = []string{StateStorageKubernetes, StateStorageS3, StateSt
 // StateStorage says where a runner's deployments keep their Terraform state. Exactly one of the
 // type blocks is set, the one matching Type.
 type StateStorage struct {
-	ID          string               `json:"id"`
-	Type        string               `json:"type"`
-	Description string               `json:"description,omitempty"`
-	Kubernetes  *KubernetesStateSpec `json:"kubernetes,omitempty"`
-	S3          *S3StateSpec         `json:"s3,omitempty"`
-	GCS         *GCSStateSpec        `json:"gcs,omitempty"`
-	AzureRM     *AzureRMStateSpec    `json:"azurerm,omitempty"`
-	CreatedAt   time.Time            `json:"created_at"`
-	UpdatedAt   time.Time            `json:"updated_at"`
+	// StateStorageInput is what was created or last put; its fields are the state storage's.
+	StateStorageInput
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // KubernetesStateSpec keeps state in Secrets of a namespace, served by the agent.
@@ -127,7 +122,8 @@ type AzureRMStateSpec struct {
 	PathPrefix         string `json:"path_prefix,omitempty"`
 }
 
-// StateStorageInput is the body of state storage create (POST) and update (PUT).
+// StateStorageInput is the body of state storage create (POST) and update (PUT), and what a
+// StateStorage holds besides its timestamps.
 type StateStorageInput struct {
 	ID          string               `json:"id"`
 	Type        string               `json:"type"`

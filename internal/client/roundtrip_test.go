@@ -226,7 +226,7 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	if renewal, err := agent.Poll(ctx, api.PollRequest{Instance: "pod-a", Held: held}); err != nil || len(renewal.Directives) != 0 {
 		t.Fatalf("renewing poll: %+v, %v", renewal, err)
 	}
-	ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Attempt: 1, Fencing: claim.Lease.Fencing, Seq: 1, Type: api.EventStarted})
+	ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted}})
 	if err != nil || ev.Status != api.StatusRunning {
 		t.Fatalf("started event: %+v, %v", ev, err)
 	}
@@ -257,12 +257,12 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 		t.Fatalf("put outputs: %v", err)
 	}
 	zero := 0
-	ev, err = agent.Event(ctx, dep.ID, api.EventRequest{Attempt: 1, Fencing: claim.Lease.Fencing, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero})
+	ev, err = agent.Event(ctx, dep.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}})
 	if err != nil || ev.Status != api.StatusSucceeded {
 		t.Fatalf("finished event: %+v, %v", ev, err)
 	}
 	// The same event again is acknowledged, not applied twice.
-	if ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Attempt: 1, Fencing: claim.Lease.Fencing, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}); err != nil || ev.Status != api.StatusSucceeded {
+	if ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}}); err != nil || ev.Status != api.StatusSucceeded {
 		t.Fatalf("duplicate finished event: %+v, %v", ev, err)
 	}
 

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"net/http"
 	"strings"
 
@@ -14,20 +15,13 @@ const (
 )
 
 func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
-	var in api.DeploymentInput
-	if err := decodeJSON(c.body, &in); err != nil {
-		return err
-	}
-	if err := in.Validate(); err != nil {
-		return err
-	}
-	out, err := s.store.createDeployment(r.Context(), c.org, in)
-	if err != nil {
-		return err
-	}
-	s.notify.wake(c.org + "/" + in.RunnerID)
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return create(w, r, c, (*api.DeploymentInput).Validate, func(ctx context.Context, in api.DeploymentInput) (*api.Deployment, error) {
+		out, err := s.store.createDeployment(ctx, c.org, in)
+		if err == nil {
+			s.notify.wake(c.org + "/" + in.RunnerID)
+		}
+		return out, err
+	})
 }
 
 func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -42,24 +36,13 @@ func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request, c *call
 		return invalid("status", "%q is not a deployment status; use one of %s", status, statusList())
 	}
 	list, err := s.store.listDeployments(r.Context(), c.org, runnerID, status)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, api.List[api.Deployment]{Items: list})
-	return nil
+	return listed(w, list, err)
 }
 
 func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	out, err := s.store.getDeployment(r.Context(), c.org, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return read(w, r, func(ctx context.Context, id string) (*api.Deployment, error) {
+		return s.store.getDeployment(ctx, c.org, id)
+	})
 }
 
 func (s *Server) getLogs(w http.ResponseWriter, r *http.Request, c *call) error {
@@ -87,43 +70,26 @@ func (s *Server) getLogs(w http.ResponseWriter, r *http.Request, c *call) error 
 }
 
 func (s *Server) getOutputs(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	out, err := s.store.getOutputs(r.Context(), c.org, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return read(w, r, func(ctx context.Context, id string) (api.Outputs, error) {
+		return s.store.getOutputs(ctx, c.org, id)
+	})
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	list, err := s.store.listEvents(r.Context(), c.org, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, api.List[api.Event]{Items: list})
-	return nil
+	return read(w, r, func(ctx context.Context, id string) (api.List[api.Event], error) {
+		list, err := s.store.listEvents(ctx, c.org, id)
+		return api.List[api.Event]{Items: list}, err
+	})
 }
 
 func (s *Server) cancelDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	out, err := s.store.cancelDeployment(r.Context(), c.org, id)
-	if err != nil {
-		return err
-	}
-	s.notify.wake(c.org + "/" + out.RunnerID)
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return read(w, r, func(ctx context.Context, id string) (*api.Deployment, error) {
+		out, err := s.store.cancelDeployment(ctx, c.org, id)
+		if err == nil {
+			s.notify.wake(c.org + "/" + out.RunnerID)
+		}
+		return out, err
+	})
 }
 
 // statusList names every status, for messages.

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -25,84 +26,55 @@ func (s *Server) runnerView(org string, r *api.Runner) api.Runner {
 	return out
 }
 
-func (s *Server) createRunner(w http.ResponseWriter, r *http.Request, c *call) error {
-	var in api.RunnerInput
-	if err := decodeJSON(c.body, &in); err != nil {
-		return err
-	}
-	if err := validateRunner(&in); err != nil {
-		return err
-	}
-	out, err := s.store.createRunner(r.Context(), c.org, in)
+// runnerViewOf is runnerView of what a store call returned, passing its error on.
+func (s *Server) runnerViewOf(org string, r *api.Runner, err error) (api.Runner, error) {
 	if err != nil {
-		return err
+		return api.Runner{}, err
 	}
-	writeJSON(w, http.StatusCreated, s.runnerView(c.org, out))
-	return nil
+	return s.runnerView(org, r), nil
+}
+
+func (s *Server) createRunner(w http.ResponseWriter, r *http.Request, c *call) error {
+	return create(w, r, c, validateRunner, func(ctx context.Context, in api.RunnerInput) (api.Runner, error) {
+		out, err := s.store.createRunner(ctx, c.org, in)
+		return s.runnerViewOf(c.org, out, err)
+	})
 }
 
 func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, c *call) error {
 	list, err := s.store.listRunners(r.Context(), c.org)
-	if err != nil {
-		return err
-	}
 	for i := range list {
 		list[i] = s.runnerView(c.org, &list[i])
 	}
-	writeJSON(w, http.StatusOK, api.List[api.Runner]{Items: list})
-	return nil
+	return listed(w, list, err)
 }
 
 func (s *Server) getRunner(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	out, err := s.store.getRunner(r.Context(), c.org, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, s.runnerView(c.org, out))
-	return nil
+	return read(w, r, func(ctx context.Context, id string) (api.Runner, error) {
+		out, err := s.store.getRunner(ctx, c.org, id)
+		return s.runnerViewOf(c.org, out, err)
+	})
 }
 
 func (s *Server) updateRunner(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	var in api.RunnerInput
-	if err := decodeJSON(c.body, &in); err != nil {
-		return err
-	}
-	if in.ID == "" {
-		in.ID = id
-	}
-	if in.ID != id {
-		return invalid("id", "%q does not match the id %q in the path; a runner's id cannot change", in.ID, id)
-	}
-	if err := validateRunner(&in); err != nil {
-		return err
-	}
-	out, err := s.store.updateRunner(r.Context(), c.org, in)
-	if err != nil {
-		return err
-	}
-	// max_concurrency may have changed: let a waiting poll hand out offers under the new limit.
-	s.notify.wake(c.org + "/" + id)
-	writeJSON(w, http.StatusOK, s.runnerView(c.org, out))
-	return nil
+	idOf := func(in *api.RunnerInput) *string { return &in.ID }
+	return replace(w, r, c, "runner", idOf, validateRunner, func(ctx context.Context, in api.RunnerInput) (api.Runner, error) {
+		out, err := s.store.updateRunner(ctx, c.org, in)
+		if err == nil {
+			// max_concurrency may have changed: let a waiting poll hand out offers under the new
+			// limit.
+			s.notify.wake(c.org + "/" + in.ID)
+		}
+		return s.runnerViewOf(c.org, out, err)
+	})
 }
 
 func (s *Server) deleteRunner(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
+	return remove(w, r, func(ctx context.Context, id string) error {
+		err := s.store.deleteRunner(ctx, c.org, id)
+		if err == nil {
+			s.notify.wake(c.org + "/" + id)
+		}
 		return err
-	}
-	if err := s.store.deleteRunner(r.Context(), c.org, id); err != nil {
-		return err
-	}
-	s.notify.wake(c.org + "/" + id)
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	})
 }

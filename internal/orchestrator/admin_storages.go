@@ -1,83 +1,36 @@
 package orchestrator
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 func (s *Server) createStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	var in api.StateStorageInput
-	if err := decodeJSON(c.body, &in); err != nil {
-		return err
-	}
-	if err := in.Validate(); err != nil {
-		return err
-	}
-	out, err := s.store.createStorage(r.Context(), c.org, in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusCreated, out)
-	return nil
+	return create(w, r, c, (*api.StateStorageInput).Validate, func(ctx context.Context, in api.StateStorageInput) (*api.StateStorage, error) {
+		return s.store.createStorage(ctx, c.org, in)
+	})
 }
 
 func (s *Server) listStorages(w http.ResponseWriter, r *http.Request, c *call) error {
 	list, err := s.store.listStorages(r.Context(), c.org)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, api.List[api.StateStorage]{Items: list})
-	return nil
+	return listed(w, list, err)
 }
 
 func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	out, err := s.store.getStorage(r.Context(), c.org, id)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return read(w, r, func(ctx context.Context, id string) (*api.StateStorage, error) {
+		return s.store.getStorage(ctx, c.org, id)
+	})
 }
 
 func (s *Server) updateStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	var in api.StateStorageInput
-	if err := decodeJSON(c.body, &in); err != nil {
-		return err
-	}
-	if in.ID == "" {
-		in.ID = id
-	}
-	if in.ID != id {
-		return invalid("id", "%q does not match the id %q in the path; a state storage's id cannot change", in.ID, id)
-	}
-	if err := in.Validate(); err != nil {
-		return err
-	}
-	out, err := s.store.updateStorage(r.Context(), c.org, in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	idOf := func(in *api.StateStorageInput) *string { return &in.ID }
+	return replace(w, r, c, "state storage", idOf, (*api.StateStorageInput).Validate, func(ctx context.Context, in api.StateStorageInput) (*api.StateStorage, error) {
+		return s.store.updateStorage(ctx, c.org, in)
+	})
 }
 
 func (s *Server) deleteStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	if err := s.store.deleteStorage(r.Context(), c.org, id); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
+	return remove(w, r, func(ctx context.Context, id string) error { return s.store.deleteStorage(ctx, c.org, id) })
 }

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -103,15 +104,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	}
 }
 
-func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	var req api.ClaimRequest
-	if err := decodeJSON(c.body, &req); err != nil {
-		return err
-	}
+func validateClaim(req *api.ClaimRequest) error {
 	switch {
 	case req.Attempt < 1:
 		return invalid("attempt", "%d is not an attempt; claim the attempt the offer names (from 1)", req.Attempt)
@@ -120,12 +113,13 @@ func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {
 	case len(req.Instance) > maxInstanceLen:
 		return invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
 	}
-	out, err := s.store.claim(r.Context(), c.agent, id, req, s.cfg.LeaseDuration)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {
+	return post(w, r, c, validateClaim, func(ctx context.Context, id string, req api.ClaimRequest) (*api.Claim, error) {
+		return s.store.claim(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+	})
 }
 
 func validateEvent(req *api.EventRequest) error {
@@ -159,25 +153,12 @@ func validateEvent(req *api.EventRequest) error {
 }
 
 func (s *Server) event(w http.ResponseWriter, r *http.Request, c *call) error {
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	var req api.EventRequest
-	if err := decodeJSON(c.body, &req); err != nil {
-		return err
-	}
-	if err := validateEvent(&req); err != nil {
-		return err
-	}
-	out, err := s.store.recordEvent(r.Context(), c.agent, id, req, s.cfg.LeaseDuration)
-	if err != nil {
-		return err
-	}
-	if req.Type == api.EventFinished {
-		// A slot is free again: a waiting poll may now hand out an offer.
-		s.notify.wake(c.agent.Org + "/" + c.agent.RunnerID)
-	}
-	writeJSON(w, http.StatusOK, out)
-	return nil
+	return post(w, r, c, validateEvent, func(ctx context.Context, id string, req api.EventRequest) (*api.EventResponse, error) {
+		out, err := s.store.recordEvent(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+		if err == nil && req.Type == api.EventFinished {
+			// A slot is free again: a waiting poll may now hand out an offer.
+			s.notify.wake(c.agent.Org + "/" + c.agent.RunnerID)
+		}
+		return out, err
+	})
 }

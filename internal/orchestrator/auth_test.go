@@ -169,7 +169,7 @@ func TestJobTokenRefusals(t *testing.T) {
 	}
 
 	// After the end the token works for the grace period, then no more.
-	a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}, nil)
+	a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, nil)
 	h.clock.Advance(DefaultJobTokenGrace - time.Minute)
 	if r := h.appendLog(c.JobToken, 0, "late line\n"); r.code != http.StatusOK {
 		t.Fatalf("log within the grace period: HTTP %d %s", r.code, r.body)

@@ -34,7 +34,7 @@ func TestLeaseExpiryRules(t *testing.T) {
 	// Apply, plan and destroy started (one through the poll, two through events).
 	a.poll(api.PollRequest{Instance: "pod-a", Held: []api.HeldAttempt{holding(c1, false), holding(c2, true), holding(c3, false), holding(c4, false), holding(c5, true)}})
 	for _, c := range []api.Claim{c3, c4} {
-		if r := a.event(c.DeploymentID, api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventStarted}); r.code != http.StatusOK {
+		if r := a.event(c.DeploymentID, api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted}}); r.code != http.StatusOK {
 			t.Fatalf("started event: HTTP %d %s", r.code, r.body)
 		}
 	}
@@ -70,7 +70,7 @@ func TestLeaseExpiryRules(t *testing.T) {
 	}
 
 	// The old grant of a requeued job is stale everywhere: events, logs, claims of attempt 1.
-	if r := a.event(c1.DeploymentID, api.EventRequest{Attempt: 1, Fencing: 1, Seq: 2, Type: api.EventStarted}); r.code != http.StatusConflict || r.err(t).Code != api.CodeStaleFencing {
+	if r := a.event(c1.DeploymentID, api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventStarted}}); r.code != http.StatusConflict || r.err(t).Code != api.CodeStaleFencing {
 		t.Fatalf("event of the expired attempt: HTTP %d %s, want 409 stale_fencing", r.code, r.body)
 	}
 	if r := h.appendLog(c1.JobToken, 0, "x"); r.code != http.StatusConflict || r.err(t).Code != api.CodeStaleFencing {
@@ -99,7 +99,7 @@ func TestLeaseExpiryRules(t *testing.T) {
 		t.Fatalf("re-claim: fencing %d (want 2), token reused: %v", c1b.Lease.Fencing, c1b.JobToken == c1.JobToken)
 	}
 	// A late event of the lost apply is recorded but does not revive it.
-	if r := a.event(c2.DeploymentID, api.EventRequest{Attempt: 1, Fencing: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusSucceeded}); r.code != http.StatusOK {
+	if r := a.event(c2.DeploymentID, api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusSucceeded}}); r.code != http.StatusOK {
 		t.Fatalf("late finished event of a lost apply: HTTP %d %s", r.code, r.body)
 	}
 	if d := h.deployment(c2.DeploymentID); d.Status != api.StatusLost {

@@ -118,7 +118,7 @@ func TestLogCapTruncatesWithMarker(t *testing.T) {
 	}
 	marker := truncationMarker(logCap)
 	want := strings.Repeat("a", 20) + strings.Repeat("b", 12) + "\n" + marker
-	a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventFinished, Result: api.StatusFailed}, nil)
+	a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusFailed}}, nil)
 	chunk := h.readLog(d.ID, 0, 0)
 	if string(chunk.Data) != want || !chunk.Truncated || !chunk.Complete {
 		t.Fatalf("truncated log %q (truncated %v complete %v), want %q", chunk.Data, chunk.Truncated, chunk.Complete, want)

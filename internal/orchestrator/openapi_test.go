@@ -275,6 +275,10 @@ func jsonFieldNames(t reflect.Type) []string {
 		if name == "-" || !f.IsExported() {
 			continue
 		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			out = append(out, jsonFieldNames(f.Type)...) // encoding/json flattens embedded structs
+			continue
+		}
 		if name == "" {
 			name = f.Name
 		}

@@ -129,7 +129,7 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 	a := h.setupRunner("acme", "r1", 1)
 	d := h.deploy(api.OperationApply)
 	c := a.claim(d.ID, 1, "pod-a")
-	started := api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventStarted, Message: "pod started"}
+	started := api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted, Message: "pod started"}}
 	for range 2 {
 		var resp api.EventResponse
 		a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", started, &resp)
@@ -138,7 +138,7 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 		}
 	}
 	exit := 0
-	finished := api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &exit}
+	finished := api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &exit}}
 	for range 2 {
 		var resp api.EventResponse
 		a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", finished, &resp)
@@ -165,10 +165,10 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 		req   api.EventRequest
 		field string
 	}{
-		{api.EventRequest{Attempt: 1, Fencing: 1, Seq: 3, Type: "exploded"}, "type"},
-		{api.EventRequest{Attempt: 1, Fencing: 1, Seq: 3, Type: api.EventFinished, Result: "done"}, "result"},
-		{api.EventRequest{Attempt: 0, Fencing: 1, Seq: 3, Type: api.EventProgress}, "attempt"},
-		{api.EventRequest{Attempt: 1, Fencing: 7, Seq: 3, Type: api.EventProgress}, "fencing"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 3, Type: "exploded"}}, "type"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 3, Type: api.EventFinished, Result: "done"}}, "result"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 0, Seq: 3, Type: api.EventProgress}}, "attempt"},
+		{api.EventRequest{Fencing: 7, Event: api.Event{Attempt: 1, Seq: 3, Type: api.EventProgress}}, "fencing"},
 	}
 	for _, b := range bad {
 		if r := a.event(d.ID, b.req); r.code != http.StatusBadRequest || r.err(t).Field != b.field {
@@ -207,7 +207,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("poll after cancel: %+v, want only %+v", resp, want)
 	}
 	var er api.EventResponse
-	a.mustOK("/api/v1/agent/deployments/"+held.ID+"/events", api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 5, Type: api.EventFinished, Result: api.StatusCanceled}, &er)
+	a.mustOK("/api/v1/agent/deployments/"+held.ID+"/events", api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 5, Type: api.EventFinished, Result: api.StatusCanceled}}, &er)
 	if er.Status != api.StatusCanceled || !er.CancelRequested {
 		t.Fatalf("event response %+v", er)
 	}

@@ -50,7 +50,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 		t.Fatalf("poll: HTTP %d %s", r.code, r.body)
 	}
 	c := a.claim(apply.ID, 1, "pod-a")
-	if r := a.event(apply.ID, api.EventRequest{Attempt: 1, Fencing: c.Lease.Fencing, Seq: 1, Type: api.EventStarted}); r.code != http.StatusOK {
+	if r := a.event(apply.ID, api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted}}); r.code != http.StatusOK {
 		t.Fatalf("event: HTTP %d", r.code)
 	}
 	mustAppend(t, h, c.JobToken, 0, "Terraform will perform the following actions:\n")

@@ -250,6 +250,51 @@ func unmarshal(data []byte, v any) error {
 	return nil
 }
 
+// createOrgObject stores a new object of an organisation under id in bucket, refusing an id that
+// is taken; build makes the object at time now, and may refuse the input. what names the kind of
+// object in messages.
+func createOrgObject[T any](ctx context.Context, s *store, bucket []byte, org, id, what string, build func(tx *bolt.Tx, now time.Time) (T, error)) (*T, error) {
+	var out T
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b.Get(key(org, id)) != nil {
+			return conflict("%s %q already exists in organisation %q; update it with PUT or choose another id", what, id, org)
+		}
+		now := s.timeNow()
+		v, err := build(tx, now)
+		if err != nil {
+			return err
+		}
+		if err := ensureOrg(tx, org, now); err != nil {
+			return err
+		}
+		out = v
+		return putJSON(b, key(org, id), v)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// updateOrgObject changes a stored object of an organisation; change applies the input to it at
+// time now, and may refuse it.
+func updateOrgObject[T any](ctx context.Context, s *store, bucket []byte, org, id, what string, change func(tx *bolt.Tx, v *T, now time.Time) error) (*T, error) {
+	var out *T
+	err := s.update(ctx, func(tx *bolt.Tx) error {
+		v, err := getOrgObject[T](tx, bucket, org, id, what)
+		if err != nil {
+			return err
+		}
+		if err := change(tx, v, s.timeNow()); err != nil {
+			return err
+		}
+		out = v
+		return putJSON(tx.Bucket(bucket), key(org, id), v)
+	})
+	return out, err
+}
+
 // getOrgObject reads one JSON object of an organisation from bucket; what names it in the
 // not-found message.
 func getOrgObject[T any](tx *bolt.Tx, bucket []byte, org, id, what string) (*T, error) {
@@ -262,6 +307,11 @@ func getOrgObject[T any](tx *bolt.Tx, bucket []byte, org, id, what string) (*T, 
 		return nil, notFound("%s %q does not exist in organisation %q", what, id, org)
 	}
 	return &v, nil
+}
+
+// viewOrgObject is getOrgObject in a read transaction of its own.
+func viewOrgObject[T any](ctx context.Context, s *store, bucket []byte, org, id, what string) (*T, error) {
+	return viewOne(ctx, s, func(tx *bolt.Tx) (*T, error) { return getOrgObject[T](tx, bucket, org, id, what) })
 }
 
 // listOrgObjects reads every JSON object of an organisation from bucket, in key order.

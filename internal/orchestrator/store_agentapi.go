@@ -286,8 +286,8 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		if req.Time.IsZero() {
 			when = now
 		}
-		ev := api.Event{Attempt: req.Attempt, Seq: req.Seq, Type: req.Type, Result: req.Result, ExitCode: req.ExitCode,
-			Reason: req.Reason, Message: req.Message, Time: when}
+		ev := req.Event
+		ev.Time = when
 		if err := putJSON(tx.Bucket(bEvents), ek, ev); err != nil {
 			return err
 		}

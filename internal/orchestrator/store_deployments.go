@@ -209,21 +209,22 @@ func loadSource(tx *bolt.Tx, org, id string) (api.Source, error) {
 	return src, err
 }
 
+// deploymentView is the API's view of a stored deployment: its record with the source.
+func deploymentView(tx *bolt.Tx, rec *deploymentRecord) (*api.Deployment, error) {
+	out := rec.D
+	var err error
+	out.Source, err = loadSource(tx, rec.Org, rec.D.ID)
+	return &out, err
+}
+
 func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
-	var out api.Deployment
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	return viewOne(ctx, s, func(tx *bolt.Tx) (*api.Deployment, error) {
 		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		out = rec.D
-		out.Source, err = loadSource(tx, org, id)
-		return err
+		return deploymentView(tx, rec)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
 }
 
 // listDeployments lists newest first, without sources (they can be megabytes each).
@@ -247,7 +248,7 @@ func (s *store) listDeployments(ctx context.Context, org, runnerID string, statu
 // cancelDeployment ends a queued deployment at once and asks the agent to stop a claimed or
 // running one (the agent sees a cancel directive in its next poll).
 func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
-	var out api.Deployment
+	var out *api.Deployment
 	err := s.update(ctx, func(tx *bolt.Tx) error {
 		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
@@ -271,14 +272,10 @@ func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Depl
 		if err := saveDeployment(tx, rec); err != nil {
 			return err
 		}
-		out = rec.D
-		out.Source, err = loadSource(tx, org, id)
+		out, err = deploymentView(tx, rec)
 		return err
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return out, err
 }
 
 // listEvents returns the deployment's events by attempt, then sequence number.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -45,29 +46,13 @@ func requireStorage(tx *bolt.Tx, org, id string) error {
 }
 
 func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
-	var out api.Runner
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bRunners)
-		if b.Get(key(org, in.ID)) != nil {
-			return conflict("runner %q already exists in organisation %q; update it with PUT or choose another id", in.ID, org)
-		}
+	return createOrgObject(ctx, s, bRunners, org, in.ID, "runner", func(tx *bolt.Tx, now time.Time) (api.Runner, error) {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
-			return err
+			return api.Runner{}, err
 		}
-		now := s.timeNow()
-		out = api.Runner{CreatedAt: now, UpdatedAt: now}
-		if err := applyRunnerInput(&out, in); err != nil {
-			return err
-		}
-		if err := ensureOrg(tx, org, now); err != nil {
-			return err
-		}
-		return putJSON(b, key(org, in.ID), out)
+		r := api.Runner{CreatedAt: now, UpdatedAt: now}
+		return r, applyRunnerInput(&r, in)
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
 }
 
 func getRunnerTx(tx *bolt.Tx, org, id string) (*api.Runner, error) {
@@ -75,7 +60,7 @@ func getRunnerTx(tx *bolt.Tx, org, id string) (*api.Runner, error) {
 }
 
 func (s *store) getRunner(ctx context.Context, org, id string) (*api.Runner, error) {
-	return viewOne(ctx, s, func(tx *bolt.Tx) (*api.Runner, error) { return getRunnerTx(tx, org, id) })
+	return viewOrgObject[api.Runner](ctx, s, bRunners, org, id, "runner")
 }
 
 func (s *store) listRunners(ctx context.Context, org string) ([]api.Runner, error) {
@@ -83,23 +68,13 @@ func (s *store) listRunners(ctx context.Context, org string) ([]api.Runner, erro
 }
 
 func (s *store) updateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
-	var out *api.Runner
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		r, err := getRunnerTx(tx, org, in.ID)
-		if err != nil {
-			return err
-		}
+	return updateOrgObject(ctx, s, bRunners, org, in.ID, "runner", func(tx *bolt.Tx, r *api.Runner, now time.Time) error {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
 			return err
 		}
-		if err := applyRunnerInput(r, in); err != nil {
-			return err
-		}
-		r.UpdatedAt = s.timeNow()
-		out = r
-		return putJSON(tx.Bucket(bRunners), key(org, in.ID), r)
+		r.UpdatedAt = now
+		return applyRunnerInput(r, in)
 	})
-	return out, err
 }
 
 // deleteRunner removes a runner. Its queued deployments end canceled (nobody could run them),

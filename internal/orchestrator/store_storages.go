@@ -5,36 +5,17 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-func storageFromInput(st *api.StateStorage, in api.StateStorageInput) {
-	st.ID, st.Type, st.Description = in.ID, in.Type, in.Description
-	st.Kubernetes, st.S3, st.GCS, st.AzureRM = in.Kubernetes, in.S3, in.GCS, in.AzureRM
-}
-
 func (s *store) createStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
-	var out api.StateStorage
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bStorages)
-		if b.Get(key(org, in.ID)) != nil {
-			return conflict("state storage %q already exists in organisation %q; update it with PUT or choose another id", in.ID, org)
-		}
-		now := s.timeNow()
-		out = api.StateStorage{CreatedAt: now, UpdatedAt: now}
-		storageFromInput(&out, in)
-		if err := ensureOrg(tx, org, now); err != nil {
-			return err
-		}
-		return putJSON(b, key(org, in.ID), out)
+	return createOrgObject(ctx, s, bStorages, org, in.ID, "state storage", func(_ *bolt.Tx, now time.Time) (api.StateStorage, error) {
+		return api.StateStorage{StateStorageInput: in, CreatedAt: now, UpdatedAt: now}, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &out, nil
 }
 
 func getStorageTx(tx *bolt.Tx, org, id string) (*api.StateStorage, error) {
@@ -42,7 +23,7 @@ func getStorageTx(tx *bolt.Tx, org, id string) (*api.StateStorage, error) {
 }
 
 func (s *store) getStorage(ctx context.Context, org, id string) (*api.StateStorage, error) {
-	return viewOne(ctx, s, func(tx *bolt.Tx) (*api.StateStorage, error) { return getStorageTx(tx, org, id) })
+	return viewOrgObject[api.StateStorage](ctx, s, bStorages, org, id, "state storage")
 }
 
 func (s *store) listStorages(ctx context.Context, org string) ([]api.StateStorage, error) {
@@ -50,18 +31,10 @@ func (s *store) listStorages(ctx context.Context, org string) ([]api.StateStorag
 }
 
 func (s *store) updateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
-	var out *api.StateStorage
-	err := s.update(ctx, func(tx *bolt.Tx) error {
-		st, err := getStorageTx(tx, org, in.ID)
-		if err != nil {
-			return err
-		}
-		storageFromInput(st, in)
-		st.UpdatedAt = s.timeNow()
-		out = st
-		return putJSON(tx.Bucket(bStorages), key(org, in.ID), st)
+	return updateOrgObject(ctx, s, bStorages, org, in.ID, "state storage", func(_ *bolt.Tx, st *api.StateStorage, now time.Time) error {
+		st.StateStorageInput, st.UpdatedAt = in, now
+		return nil
 	})
-	return out, err
 }
 
 // deleteStorage refuses while runners use the storage and names them, so the caller knows what

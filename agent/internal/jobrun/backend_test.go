@@ -66,7 +66,7 @@ func TestBackendConfigPerStorageType(t *testing.T) {
 	}{
 		{
 			name:     "kubernetes",
-			storage:  api.StateStorage{ID: "k", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: "outpost-state"}},
+			storage:  api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "k", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: "outpost-state"}}},
 			stateKey: "team-a/app.prod",
 			kind:     "http",
 			want: map[string]any{
@@ -79,28 +79,28 @@ func TestBackendConfigPerStorageType(t *testing.T) {
 		},
 		{
 			name:     "s3 with prefix",
-			storage:  api.StateStorage{ID: "s", Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-states", Region: "eu-west-1", PathPrefix: "/outpost/"}},
+			storage:  api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "s", Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-states", Region: "eu-west-1", PathPrefix: "/outpost/"}}},
 			stateKey: "app/prod",
 			kind:     "s3",
 			want:     map[string]any{"bucket": "tf-states", "region": "eu-west-1", "key": "outpost/app/prod/terraform.tfstate", "use_lockfile": true},
 		},
 		{
 			name:     "s3 without prefix",
-			storage:  api.StateStorage{ID: "s", Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-states", Region: "us-east-1"}},
+			storage:  api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "s", Type: api.StateStorageS3, S3: &api.S3StateSpec{Bucket: "tf-states", Region: "us-east-1"}}},
 			stateKey: "app",
 			kind:     "s3",
 			want:     map[string]any{"bucket": "tf-states", "region": "us-east-1", "key": "app/terraform.tfstate", "use_lockfile": true},
 		},
 		{
 			name:     "gcs",
-			storage:  api.StateStorage{ID: "g", Type: api.StateStorageGCS, GCS: &api.GCSStateSpec{Bucket: "tf-states", PathPrefix: "outpost"}},
+			storage:  api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "g", Type: api.StateStorageGCS, GCS: &api.GCSStateSpec{Bucket: "tf-states", PathPrefix: "outpost"}}},
 			stateKey: "app/prod",
 			kind:     "gcs",
 			want:     map[string]any{"bucket": "tf-states", "prefix": "outpost/app/prod"},
 		},
 		{
 			name:     "azurerm",
-			storage:  api.StateStorage{ID: "a", Type: api.StateStorageAzureRM, AzureRM: &api.AzureRMStateSpec{StorageAccountName: "acct", ContainerName: "tfstate", ResourceGroupName: "rg", PathPrefix: "outpost"}},
+			storage:  api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "a", Type: api.StateStorageAzureRM, AzureRM: &api.AzureRMStateSpec{StorageAccountName: "acct", ContainerName: "tfstate", ResourceGroupName: "rg", PathPrefix: "outpost"}}},
 			stateKey: "app",
 			kind:     "azurerm",
 			want:     map[string]any{"storage_account_name": "acct", "container_name": "tfstate", "resource_group_name": "rg", "key": "outpost/app/terraform.tfstate", "use_azuread_auth": true},
@@ -131,9 +131,9 @@ func TestBackendConfigErrors(t *testing.T) {
 		url  string
 		want string
 	}{
-		"kubernetes without state URL": {api.StateStorage{ID: "k", Type: api.StateStorageKubernetes}, "", "OUTPOST_STATE_URL"},
-		"s3 without bucket":            {api.StateStorage{ID: "s", Type: api.StateStorageS3}, "", "no s3 bucket"},
-		"unknown type":                 {api.StateStorage{ID: "x", Type: "consul"}, "", "unknown type"},
+		"kubernetes without state URL": {api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "k", Type: api.StateStorageKubernetes}}, "", "OUTPOST_STATE_URL"},
+		"s3 without bucket":            {api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "s", Type: api.StateStorageS3}}, "", "no s3 bucket"},
+		"unknown type":                 {api.StateStorage{StateStorageInput: api.StateStorageInput{ID: "x", Type: "consul"}}, "", "unknown type"},
 	} {
 		if _, err := backendConfig(tc.st, "k", tc.url); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", name, err, tc.want)
@@ -142,7 +142,7 @@ func TestBackendConfigErrors(t *testing.T) {
 }
 
 func TestBackendEnvCarriesCredentials(t *testing.T) {
-	k := api.StateStorage{Type: api.StateStorageKubernetes}
+	k := api.StateStorage{StateStorageInput: api.StateStorageInput{Type: api.StateStorageKubernetes}}
 	got := backendEnv(k, "dep-1", "opj_secret", "", "http://agent:8080")
 	want := []string{"TF_HTTP_USERNAME=dep-1", "TF_HTTP_PASSWORD=opj_secret"}
 	if !reflect.DeepEqual(got, want) {
@@ -151,7 +151,7 @@ func TestBackendEnvCarriesCredentials(t *testing.T) {
 	if got := backendEnv(k, "dep-1", "opj_secret", "PEM", "https://agent:8443"); len(got) != 3 || got[2] != "TF_HTTP_CLIENT_CA_CERTIFICATE_PEM=PEM" {
 		t.Fatalf("https state URL with CA bundle: env = %v", got)
 	}
-	if got := backendEnv(api.StateStorage{Type: api.StateStorageS3}, "dep-1", "opj_secret", "", ""); got != nil {
+	if got := backendEnv(api.StateStorage{StateStorageInput: api.StateStorageInput{Type: api.StateStorageS3}}, "dep-1", "opj_secret", "", ""); got != nil {
 		t.Fatalf("s3 must not get the job token: %v", got)
 	}
 }

@@ -147,7 +147,7 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 		h.t.Fatalf("claim %s: %v", d.ID, err)
 	}
 	h.state.allow(claim.DeploymentID, claim.JobToken)
-	if _, err := h.agent.Event(ctx, d.ID, api.EventRequest{Attempt: claim.Attempt, Fencing: claim.Lease.Fencing, Seq: 0, Type: api.EventStarted}); err != nil {
+	if _, err := h.agent.Event(ctx, d.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: claim.Attempt, Seq: 0, Type: api.EventStarted}}); err != nil {
 		h.t.Fatal(err)
 	}
 	dir := h.t.TempDir()
@@ -186,7 +186,7 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 	if code != 0 {
 		result = api.StatusFailed
 	}
-	ev, err := h.agent.Event(ctx, d.ID, api.EventRequest{Attempt: claim.Attempt, Fencing: claim.Lease.Fencing, Seq: 1, Type: api.EventFinished, Result: result, ExitCode: &code})
+	ev, err := h.agent.Event(ctx, d.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: claim.Attempt, Seq: 1, Type: api.EventFinished, Result: result, ExitCode: &code}})
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -80,8 +80,8 @@ func (s *Session) eventPass(ctx context.Context, sem chan struct{}) error {
 		case att.seen && !att.acked && !att.refused && !att.busy:
 			// Held before, gone now without a finished event: someone deleted the Job.
 			s.log.Warn("attempt disappeared before it finished; sending its finished event as failed", "deployment_id", k.DeploymentID, "attempt", k.Attempt, "fencing", att.fencing)
-			att.pendingEvent = encodeEvent(api.EventRequest{Attempt: k.Attempt, Fencing: att.fencing, Seq: SeqFinished, Type: api.EventFinished,
-				Result: api.StatusFailed, Reason: executor.ReasonDisappeared, Message: "the attempt's Kubernetes Job or process disappeared before it finished", Time: now.UTC()})
+			att.pendingEvent = encodeEvent(api.EventRequest{Fencing: att.fencing, Event: api.Event{Attempt: k.Attempt, Seq: SeqFinished, Type: api.EventFinished,
+				Result: api.StatusFailed, Reason: executor.ReasonDisappeared, Message: "the attempt's Kubernetes Job or process disappeared before it finished", Time: now.UTC()}})
 			pending++
 		case att.acked || att.refused || !att.seen:
 			if att.cleaned || att.refused {
@@ -144,7 +144,7 @@ func (s *Session) send(ctx context.Context, att *attemptState, st executor.Attem
 		}
 	}()
 	if st.Started && !startedSent {
-		ev := api.EventRequest{Attempt: st.Attempt, Fencing: fencing, Seq: SeqStarted, Type: api.EventStarted, Time: st.StartedAt.UTC()}
+		ev := api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqStarted, Type: api.EventStarted, Time: st.StartedAt.UTC()}}
 		if st.Fencing != 0 {
 			ev.Fencing = st.Fencing
 		}
@@ -248,8 +248,8 @@ func finishedEvent(st executor.AttemptStatus, fencing int64) api.EventRequest {
 	if t.IsZero() {
 		t = time.Now().UTC()
 	}
-	return api.EventRequest{Attempt: st.Attempt, Fencing: fencing, Seq: SeqFinished, Type: api.EventFinished,
-		Result: result, ExitCode: st.ExitCode, Reason: st.Reason, Message: st.Message, Time: t.Truncate(time.Second)}
+	return api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqFinished, Type: api.EventFinished,
+		Result: result, ExitCode: st.ExitCode, Reason: st.Reason, Message: st.Message, Time: t.Truncate(time.Second)}}
 }
 
 func encodeEvent(ev api.EventRequest) []byte {

@@ -192,10 +192,8 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	}
 	s.o.Metrics.Claims.WithLabelValues(result).Inc()
 	log.Error("attempt cannot start; sending its finished event as failed", "err", err)
-	ev := encodeEvent(api.EventRequest{
-		Attempt: c.Attempt, Fencing: c.Lease.Fencing, Seq: SeqFinished, Type: api.EventFinished,
-		Result: api.StatusFailed, Reason: reason, Message: fmt.Sprintf("the agent could not start the attempt: %v", err), Time: time.Now().UTC(),
-	})
+	ev := encodeEvent(api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: c.Attempt, Seq: SeqFinished, Type: api.EventFinished,
+		Result: api.StatusFailed, Reason: reason, Message: fmt.Sprintf("the agent could not start the attempt: %v", err), Time: time.Now().UTC()}})
 	s.mu.Lock()
 	s.state(executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}).pendingEvent = ev
 	s.mu.Unlock()

@@ -35,7 +35,7 @@ func claim(tpl string) *api.Claim {
 	return &api.Claim{
 		DeploymentID: "dep-123", Attempt: 2, JobToken: "opj_secret", Lease: api.Lease{Fencing: 7},
 		Placement: api.Placement{Operation: api.OperationApply, StateKey: "prod/net", TimeoutSeconds: 600,
-			StateStorage: api.StateStorage{Type: api.StateStorageKubernetes},
+			StateStorage: api.StateStorage{StateStorageInput: api.StateStorageInput{Type: api.StateStorageKubernetes}},
 			Job:          api.RunnerJob{Namespace: "jobs", ServiceAccount: "deployer", PodTemplate: tpl}},
 	}
 }
