@@ -46,116 +46,64 @@ func (c *AdminClient) path(parts ...string) string {
 	return p
 }
 
-func (c *AdminClient) send(ctx context.Context, method, path string, in, out any, retryable retry.Decision) error {
-	var body []byte
-	if in != nil {
-		b, err := jsonBody(in)
-		if err != nil {
-			return err
-		}
-		body = b
-	}
-	return c.t.do(ctx, call{method: method, path: path, body: body, retryable: retryable, out: out})
-}
-
 // CreateRunner registers a runner. api.ErrConflict when the id is taken.
 func (c *AdminClient) CreateRunner(ctx context.Context, in api.RunnerInput) (*api.Runner, error) {
-	var out api.Runner
-	if err := c.send(ctx, http.MethodPost, c.path("runners"), in, &out, retry.Unapplied); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.Runner](ctx, c.t, call{method: http.MethodPost, path: c.path("runners"), retryable: retry.Unapplied}, in)
 }
 
 // GetRunner reads a runner. api.ErrNotFound when it does not exist.
 func (c *AdminClient) GetRunner(ctx context.Context, id string) (*api.Runner, error) {
-	var out api.Runner
-	if err := c.send(ctx, http.MethodGet, c.path("runners", id), nil, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.Runner](ctx, c.t, call{method: http.MethodGet, path: c.path("runners", id), retryable: retry.Idempotent}, nil)
 }
 
 // ListRunners lists the organisation's runners.
 func (c *AdminClient) ListRunners(ctx context.Context) ([]api.Runner, error) {
-	var out api.List[api.Runner]
-	if err := c.send(ctx, http.MethodGet, c.path("runners"), nil, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return out.Items, nil
+	return items(roundTrip[api.List[api.Runner]](ctx, c.t, call{method: http.MethodGet, path: c.path("runners"), retryable: retry.Idempotent}, nil))
 }
 
 // UpdateRunner replaces a runner's mutable fields.
 func (c *AdminClient) UpdateRunner(ctx context.Context, in api.RunnerInput) (*api.Runner, error) {
-	var out api.Runner
-	if err := c.send(ctx, http.MethodPut, c.path("runners", in.ID), in, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.Runner](ctx, c.t, call{method: http.MethodPut, path: c.path("runners", in.ID), retryable: retry.Idempotent}, in)
 }
 
 // DeleteRunner removes a runner; its queued deployments are canceled.
 func (c *AdminClient) DeleteRunner(ctx context.Context, id string) error {
-	return c.send(ctx, http.MethodDelete, c.path("runners", id), nil, nil, retry.Idempotent)
+	return c.t.do(ctx, call{method: http.MethodDelete, path: c.path("runners", id), retryable: retry.Idempotent})
 }
 
 // CreateStateStorage registers a state storage. api.ErrConflict when the id is taken.
 func (c *AdminClient) CreateStateStorage(ctx context.Context, in api.StateStorageInput) (*api.StateStorage, error) {
-	var out api.StateStorage
-	if err := c.send(ctx, http.MethodPost, c.path("state-storages"), in, &out, retry.Unapplied); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.StateStorage](ctx, c.t, call{method: http.MethodPost, path: c.path("state-storages"), retryable: retry.Unapplied}, in)
 }
 
 // GetStateStorage reads a state storage. api.ErrNotFound when it does not exist.
 func (c *AdminClient) GetStateStorage(ctx context.Context, id string) (*api.StateStorage, error) {
-	var out api.StateStorage
-	if err := c.send(ctx, http.MethodGet, c.path("state-storages", id), nil, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.StateStorage](ctx, c.t, call{method: http.MethodGet, path: c.path("state-storages", id), retryable: retry.Idempotent}, nil)
 }
 
 // ListStateStorages lists the organisation's state storages.
 func (c *AdminClient) ListStateStorages(ctx context.Context) ([]api.StateStorage, error) {
-	var out api.List[api.StateStorage]
-	if err := c.send(ctx, http.MethodGet, c.path("state-storages"), nil, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return out.Items, nil
+	return items(roundTrip[api.List[api.StateStorage]](ctx, c.t, call{method: http.MethodGet, path: c.path("state-storages"), retryable: retry.Idempotent}, nil))
 }
 
 // UpdateStateStorage replaces a state storage's fields.
 func (c *AdminClient) UpdateStateStorage(ctx context.Context, in api.StateStorageInput) (*api.StateStorage, error) {
-	var out api.StateStorage
-	if err := c.send(ctx, http.MethodPut, c.path("state-storages", in.ID), in, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.StateStorage](ctx, c.t, call{method: http.MethodPut, path: c.path("state-storages", in.ID), retryable: retry.Idempotent}, in)
 }
 
 // DeleteStateStorage removes a state storage. api.ErrConflict while a runner uses it.
 func (c *AdminClient) DeleteStateStorage(ctx context.Context, id string) error {
-	return c.send(ctx, http.MethodDelete, c.path("state-storages", id), nil, nil, retry.Idempotent)
+	return c.t.do(ctx, call{method: http.MethodDelete, path: c.path("state-storages", id), retryable: retry.Idempotent})
 }
 
 // CreateDeployment queues a deployment on a runner.
 func (c *AdminClient) CreateDeployment(ctx context.Context, in api.DeploymentInput) (*api.Deployment, error) {
-	var out api.Deployment
-	if err := c.send(ctx, http.MethodPost, c.path("deployments"), in, &out, retry.Unapplied); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments"), retryable: retry.Unapplied}, in)
 }
 
 // GetDeployment reads a deployment.
 func (c *AdminClient) GetDeployment(ctx context.Context, id string) (*api.Deployment, error) {
-	var out api.Deployment
-	if err := c.send(ctx, http.MethodGet, c.path("deployments", id), nil, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodGet, path: c.path("deployments", id), retryable: retry.Idempotent}, nil)
 }
 
 // DeploymentFilter narrows ListDeployments; empty fields match everything.
@@ -173,11 +121,7 @@ func (c *AdminClient) ListDeployments(ctx context.Context, f DeploymentFilter) (
 	if f.Status != "" {
 		q.Set("status", string(f.Status))
 	}
-	var out api.List[api.Deployment]
-	if err := c.t.do(ctx, call{method: http.MethodGet, path: c.path("deployments"), query: q, retryable: retry.Idempotent, out: &out}); err != nil {
-		return nil, err
-	}
-	return out.Items, nil
+	return items(roundTrip[api.List[api.Deployment]](ctx, c.t, call{method: http.MethodGet, path: c.path("deployments"), query: q, retryable: retry.Idempotent}, nil))
 }
 
 // GetLogs reads a deployment's log from offset; limit 0 lets the server choose.
@@ -186,39 +130,27 @@ func (c *AdminClient) GetLogs(ctx context.Context, id string, offset, limit int6
 	if limit > 0 {
 		q.Set("limit", strconv.FormatInt(limit, 10))
 	}
-	var out api.LogChunk
-	if err := c.t.do(ctx, call{method: http.MethodGet, path: c.path("deployments", id, "logs"), query: q, retryable: retry.Idempotent, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.LogChunk](ctx, c.t, call{method: http.MethodGet, path: c.path("deployments", id, "logs"), query: q, retryable: retry.Idempotent}, nil)
 }
 
 // GetOutputs reads a deployment's Terraform outputs.
 func (c *AdminClient) GetOutputs(ctx context.Context, id string) (api.Outputs, error) {
-	out := api.Outputs{}
-	if err := c.send(ctx, http.MethodGet, c.path("deployments", id, "outputs"), nil, &out, retry.Idempotent); err != nil {
+	out, err := roundTrip[api.Outputs](ctx, c.t, call{method: http.MethodGet, path: c.path("deployments", id, "outputs"), retryable: retry.Idempotent}, nil)
+	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	return *out, nil
 }
 
 // ListEvents lists the events of a deployment's attempts.
 func (c *AdminClient) ListEvents(ctx context.Context, id string) ([]api.Event, error) {
-	var out api.List[api.Event]
-	if err := c.send(ctx, http.MethodGet, c.path("deployments", id, "events"), nil, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return out.Items, nil
+	return items(roundTrip[api.List[api.Event]](ctx, c.t, call{method: http.MethodGet, path: c.path("deployments", id, "events"), retryable: retry.Idempotent}, nil))
 }
 
 // CancelDeployment cancels a deployment. Queued ones end at once; running ones are stopped by
 // the agent. api.ErrConflict when it already ended.
 func (c *AdminClient) CancelDeployment(ctx context.Context, id string) (*api.Deployment, error) {
-	var out api.Deployment
-	if err := c.send(ctx, http.MethodPost, c.path("deployments", id, "cancel"), nil, &out, retry.Idempotent); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments", id, "cancel"), retryable: retry.Idempotent}, nil)
 }
 
 // FollowLogs copies a deployment's log to w as it grows, until the deployment ends, and returns
@@ -246,4 +178,12 @@ func (c *AdminClient) FollowLogs(ctx context.Context, id string, w io.Writer, in
 			return nil, err
 		}
 	}
+}
+
+// items unwraps a list answer.
+func items[T any](l *api.List[T], err error) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
 }

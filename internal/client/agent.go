@@ -32,29 +32,13 @@ func NewAgentClient(baseURL string, signer *agentauth.Signer, opts ...Option) (*
 // Poll long-polls for offers and directives, restating the agent's capacity and held attempts
 // (which renews their job leases).
 func (c *AgentClient) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
-	body, err := jsonBody(req)
-	if err != nil {
-		return nil, err
-	}
-	var out api.PollResponse
-	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/poll", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.PollResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/poll", retryable: retry.Idempotent}, req)
 }
 
 // Claim claims an offered attempt of a deployment. It is idempotent for the same instance;
 // another instance gets api.ErrConflict while the job lease holds.
 func (c *AgentClient) Claim(ctx context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
-	body, err := jsonBody(req)
-	if err != nil {
-		return nil, err
-	}
-	var out api.Claim
-	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/claim", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.Claim](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/claim", retryable: retry.Idempotent}, req)
 }
 
 // Event sends an event about an attempt; events are idempotent by (deployment, attempt, seq).
@@ -62,13 +46,5 @@ func (c *AgentClient) Event(ctx context.Context, deploymentID string, req api.Ev
 	if req.Time.IsZero() {
 		req.Time = time.Now().UTC()
 	}
-	body, err := jsonBody(req)
-	if err != nil {
-		return nil, err
-	}
-	var out api.EventResponse
-	if err := c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/events", body: body, retryable: retry.Idempotent, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.EventResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/events", retryable: retry.Idempotent}, req)
 }

@@ -27,11 +27,7 @@ func NewJobClient(baseURL, token string, opts ...Option) (*JobClient, error) {
 
 // Spec fetches the attempt's job spec.
 func (c *JobClient) Spec(ctx context.Context) (*api.JobSpec, error) {
-	var out api.JobSpec
-	if err := c.t.do(ctx, call{method: http.MethodGet, path: "/api/v1/job/spec", retryable: retry.Idempotent, out: &out}); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return roundTrip[api.JobSpec](ctx, c.t, call{method: http.MethodGet, path: "/api/v1/job/spec", retryable: retry.Idempotent}, nil)
 }
 
 // AppendLog appends data at offset. A wrong offset returns an error matching api.ErrOffsetMismatch

@@ -227,21 +227,21 @@ func decodeError(resp *http.Response, data []byte) *api.Error {
 	return e
 }
 
+// codeOfStatus is the error code of an error answer without an error body (a proxy's, say).
+var codeOfStatus = map[int]string{
+	http.StatusNotFound:              api.CodeNotFound,
+	http.StatusConflict:              api.CodeConflict,
+	http.StatusUnauthorized:          api.CodeUnauthorized,
+	http.StatusForbidden:             api.CodeForbidden,
+	http.StatusTooManyRequests:       api.CodeRateLimited,
+	http.StatusRequestEntityTooLarge: api.CodeTooLarge,
+}
+
 func codeForStatus(s int) string {
-	switch {
-	case s == http.StatusNotFound:
-		return api.CodeNotFound
-	case s == http.StatusConflict:
-		return api.CodeConflict
-	case s == http.StatusUnauthorized:
-		return api.CodeUnauthorized
-	case s == http.StatusForbidden:
-		return api.CodeForbidden
-	case s == http.StatusTooManyRequests:
-		return api.CodeRateLimited
-	case s == http.StatusRequestEntityTooLarge:
-		return api.CodeTooLarge
-	case s >= 500:
+	if code, ok := codeOfStatus[s]; ok {
+		return code
+	}
+	if s >= 500 {
 		return api.CodeUnavailable
 	}
 	return api.CodeInvalid
@@ -261,6 +261,24 @@ func parseRetryAfter(v string) time.Duration {
 		}
 	}
 	return 0
+}
+
+// roundTrip makes a request whose body is in as JSON (none when in is nil) and decodes the
+// answer into a new Out.
+func roundTrip[Out any](ctx context.Context, t *transport, c call, in any) (*Out, error) {
+	if in != nil {
+		b, err := jsonBody(in)
+		if err != nil {
+			return nil, err
+		}
+		c.body = b
+	}
+	var out Out
+	c.out = &out
+	if err := t.do(ctx, c); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 func jsonBody(v any) ([]byte, error) {

@@ -7,6 +7,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -38,27 +39,13 @@ type Config struct {
 
 // Defaults fills in unset fields.
 func (c *Config) Defaults() {
-	if c.Dir == "" {
-		c.Dir = filepath.Join(c.Repo, ".demo")
-	}
-	if c.CLI == "" {
-		c.CLI = "terraform"
-	}
-	if c.OrchestratorAddr == "" {
-		c.OrchestratorAddr = "127.0.0.1:8700"
-	}
-	if c.StateAddr == "" {
-		c.StateAddr = "127.0.0.1:8780"
-	}
-	if c.HealthAddr == "" {
-		c.HealthAddr = "127.0.0.1:8790"
-	}
-	if c.Org == "" {
-		c.Org = "demo"
-	}
-	if c.RunnerID == "" {
-		c.RunnerID = "quickstart"
-	}
+	c.Dir = cmp.Or(c.Dir, filepath.Join(c.Repo, ".demo"))
+	c.CLI = cmp.Or(c.CLI, "terraform")
+	c.OrchestratorAddr = cmp.Or(c.OrchestratorAddr, "127.0.0.1:8700")
+	c.StateAddr = cmp.Or(c.StateAddr, "127.0.0.1:8780")
+	c.HealthAddr = cmp.Or(c.HealthAddr, "127.0.0.1:8790")
+	c.Org = cmp.Or(c.Org, "demo")
+	c.RunnerID = cmp.Or(c.RunnerID, "quickstart")
 	if c.Out == nil {
 		c.Out = os.Stdout
 	}

@@ -31,29 +31,19 @@ type InstallOptions struct {
 // writing to the release it returned (a data race inside Helm). Callers must not read the
 // release of an error that matches context.Canceled or context.DeadlineExceeded.
 func Install(ctx context.Context, cfg *action.Configuration, chrt *chart.Chart, vals map[string]any, opts InstallOptions) (*release.Release, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("install release %q in namespace %q: %w", opts.ReleaseName, opts.Namespace, err)
-	}
 	in := action.NewInstall(cfg)
 	in.ReleaseName = opts.ReleaseName
 	in.Namespace = opts.Namespace
 	in.Timeout = opts.Timeout
 	in.Description = opts.Description
 	in.Wait = false
-	rel, err := in.RunWithContext(ctx, chrt, vals)
-	if err != nil {
-		return rel, fmt.Errorf("install release %q in namespace %q: %w", opts.ReleaseName, opts.Namespace, err)
-	}
-	return rel, nil
+	return runAction(ctx, "install", opts, func() (*release.Release, error) { return in.RunWithContext(ctx, chrt, vals) })
 }
 
 // Upgrade upgrades an existing release to chrt with exactly vals (the values of earlier
 // revisions are not reused). It does not wait for the workloads to become ready. The GOTCHA of
 // Install applies.
 func Upgrade(ctx context.Context, cfg *action.Configuration, chrt *chart.Chart, vals map[string]any, opts InstallOptions) (*release.Release, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("upgrade release %q in namespace %q: %w", opts.ReleaseName, opts.Namespace, err)
-	}
 	up := action.NewUpgrade(cfg)
 	up.Namespace = opts.Namespace
 	up.Timeout = opts.Timeout
@@ -61,9 +51,18 @@ func Upgrade(ctx context.Context, cfg *action.Configuration, chrt *chart.Chart, 
 	up.Wait = false
 	up.ResetValues = true
 	up.MaxHistory = MaxHistory
-	rel, err := up.RunWithContext(ctx, opts.ReleaseName, chrt, vals)
+	return runAction(ctx, "upgrade", opts, func() (*release.Release, error) { return up.RunWithContext(ctx, opts.ReleaseName, chrt, vals) })
+}
+
+// runAction runs an install or upgrade unless ctx already ended, naming the release in its
+// errors. The release comes back with the error, as Helm returns it.
+func runAction(ctx context.Context, verb string, opts InstallOptions, run func() (*release.Release, error)) (*release.Release, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%s release %q in namespace %q: %w", verb, opts.ReleaseName, opts.Namespace, err)
+	}
+	rel, err := run()
 	if err != nil {
-		return rel, fmt.Errorf("upgrade release %q in namespace %q: %w", opts.ReleaseName, opts.Namespace, err)
+		return rel, fmt.Errorf("%s release %q in namespace %q: %w", verb, opts.ReleaseName, opts.Namespace, err)
 	}
 	return rel, nil
 }

@@ -43,15 +43,18 @@ func secretNameValidator() validator.String {
 	}
 }
 
+// secretTarget connects to the cluster of the key Secret and names the Secret.
+func (r *keyPairResource) secretTarget(ctx context.Context, s *keyPairSecretModel) (*kubeConn, string, string, diag.Diagnostics) {
+	conn, diags := r.data.kubeConnect(ctx)
+	return conn, s.Namespace.ValueString(), s.Name.ValueString(), diags
+}
+
 // writeSecret creates the Secret holding the private key. It never overwrites an existing one.
 func (r *keyPairResource) writeSecret(ctx context.Context, s *keyPairSecretModel, privPEM, fingerprint string) diag.Diagnostics {
-	var diags diag.Diagnostics
-	conn, d := r.data.kubeConnect(ctx)
-	diags.Append(d...)
+	conn, ns, name, diags := r.secretTarget(ctx, s)
 	if diags.HasError() {
 		return diags
 	}
-	ns, name := s.Namespace.ValueString(), s.Name.ValueString()
 	if s.CreateNamespace.ValueBool() {
 		diags.Append(ensureNamespace(ctx, conn.clientset, ns)...)
 		if diags.HasError() {
@@ -91,13 +94,10 @@ func (r *keyPairResource) writeSecret(ctx context.Context, s *keyPairSecretModel
 // readSecret returns the public key of the private key in the Secret; found is false when the
 // Secret is gone or holds no usable key.
 func (r *keyPairResource) readSecret(ctx context.Context, s *keyPairSecretModel) (ed25519.PublicKey, bool, diag.Diagnostics) {
-	var diags diag.Diagnostics
-	conn, d := r.data.kubeConnect(ctx)
-	diags.Append(d...)
+	conn, ns, name, diags := r.secretTarget(ctx, s)
 	if diags.HasError() {
 		return nil, false, diags
 	}
-	ns, name := s.Namespace.ValueString(), s.Name.ValueString()
 	secret, err := conn.clientset.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil
@@ -121,13 +121,10 @@ func (r *keyPairResource) readSecret(ctx context.Context, s *keyPairSecretModel)
 
 // deleteSecret deletes the Secret if it still holds the key with the given fingerprint.
 func (r *keyPairResource) deleteSecret(ctx context.Context, s *keyPairSecretModel, fingerprint string) diag.Diagnostics {
-	var diags diag.Diagnostics
-	conn, d := r.data.kubeConnect(ctx)
-	diags.Append(d...)
+	conn, ns, name, diags := r.secretTarget(ctx, s)
 	if diags.HasError() {
 		return diags
 	}
-	ns, name := s.Namespace.ValueString(), s.Name.ValueString()
 	pub, found, d := r.readSecret(ctx, s)
 	diags.Append(d...)
 	if diags.HasError() || !found {

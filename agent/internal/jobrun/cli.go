@@ -91,9 +91,12 @@ func (s *stopper) request(sig os.Signal, reason string) {
 }
 
 // isInterrupted reports whether a stop was requested.
-func (s *stopper) isInterrupted() bool {
+func (s *stopper) isInterrupted() bool { return isClosed(s.interrupted) }
+
+// isClosed reports, without waiting, whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-s.interrupted:
+	case <-ch:
 		return true
 	default:
 		return false

@@ -219,14 +219,7 @@ func (s *logStreamer) loop() {
 	}
 }
 
-func (s *logStreamer) isClosing() bool {
-	select {
-	case <-s.closing:
-		return true
-	default:
-		return false
-	}
-}
+func (s *logStreamer) isClosing() bool { return isClosed(s.closing) }
 
 // idle reports whether nothing is left to send; on closing it also emits a pending drop marker.
 func (s *logStreamer) idle() bool {

@@ -11,6 +11,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // maxLockInfoSize bounds the lock info kept in the Lease annotation (objects allow 256 KiB of
@@ -74,7 +75,6 @@ func (s *Store) Lock(ctx context.Context, key string, info LockInfo) error {
 	if len(raw) > maxLockInfoSize {
 		return fmt.Errorf("state %q: lock info is %d bytes, at most %d allowed", key, len(raw), maxLockInfoSize)
 	}
-	hash := StateHash(key)
 	leases := s.client.CoordinationV1().Leases(s.namespace)
 	for range lockRetries {
 		lease, held, err := s.getLease(ctx, key)
@@ -82,73 +82,70 @@ func (s *Store) Lock(ctx context.Context, key string, info LockInfo) error {
 			return err
 		}
 		now := s.opts.Now()
-		mt := metav1.NewMicroTime(now)
-		secs := int32(s.opts.LockDuration.Round(time.Second) / time.Second)
-		if lease == nil {
-			lease = &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{
-					Name:        "tflock-" + hash,
-					Namespace:   s.namespace,
-					Labels:      baseLabels(hash, roleLock),
-					Annotations: map[string]string{AnnotationStateKey: key, AnnotationLockInfo: string(raw)},
-				},
-				Spec: coordinationv1.LeaseSpec{
-					HolderIdentity: &holder, LeaseDurationSeconds: &secs,
-					AcquireTime: &mt, RenewTime: &mt, LeaseTransitions: new(int32),
-				},
-			}
-			_, err := leases.Create(ctx, lease, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("state %q: create lock: %w", key, err)
-			}
-			s.logLock(ctx, "state locked", key, info, nil)
-			return nil
-		}
-		if held != nil && held.Info.ID == info.ID {
-			// Already ours (a retried LOCK): refresh it, so that it is good for a whole
-			// lock duration from now like a fresh lock.
+		create, what, previous := lease == nil, "take lock", held
+		switch {
+		case held != nil && held.Info.ID == info.ID:
+			// Already ours (a retried LOCK): refresh it, so that it is good for a whole lock
+			// duration from now like a fresh lock.
+			mt := metav1.NewMicroTime(now)
 			lease.Spec.RenewTime = &mt
-			_, err := leases.Update(ctx, lease, metav1.UpdateOptions{})
-			if apierrors.IsConflict(err) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("state %q: refresh lock: %w", key, err)
-			}
-			return nil
-		}
-		if held != nil && !held.Expired(now) {
+			what, previous = "refresh lock", nil
+		case held != nil && !held.Expired(now):
 			return &LockedError{Key: key, Lock: *held}
+		default:
+			if create {
+				what = "create lock"
+			}
+			lease = s.grantLease(lease, key, holder, raw, held != nil, now)
 		}
-		transitions := int32(0)
-		if lease.Spec.LeaseTransitions != nil {
-			transitions = *lease.Spec.LeaseTransitions
+		if create {
+			_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
+		} else {
+			_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 		}
-		if held != nil {
-			transitions++
+		switch {
+		case apierrors.IsAlreadyExists(err), apierrors.IsConflict(err):
+			continue // another locker changed the Lease first: look again
+		case err != nil:
+			return fmt.Errorf("state %q: %s: %w", key, what, err)
+		case what != "refresh lock":
+			s.logLock(ctx, "state locked", key, info, previous)
 		}
-		lease.Spec.HolderIdentity = &holder
-		lease.Spec.LeaseDurationSeconds = &secs
-		lease.Spec.AcquireTime, lease.Spec.RenewTime = &mt, &mt
-		lease.Spec.LeaseTransitions = &transitions
-		if lease.Annotations == nil {
-			lease.Annotations = map[string]string{}
-		}
-		lease.Annotations[AnnotationLockInfo] = string(raw)
-		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
-		if apierrors.IsConflict(err) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("state %q: take lock: %w", key, err)
-		}
-		s.logLock(ctx, "state locked", key, info, held)
 		return nil
 	}
-	return fmt.Errorf("state %q: lock: %w (gave up after %d attempts)", key, ErrConflict, lockRetries)
+	return fmt.Errorf("state %q: lock: %w (gave up after %d tries)", key, ErrConflict, lockRetries)
+}
+
+// grantLease makes lease (a new one when nil) say that holder holds the lock of key from now,
+// with the lock info info; takeover counts a transition from an earlier holder.
+func (s *Store) grantLease(lease *coordinationv1.Lease, key, holder string, info []byte, takeover bool, now time.Time) *coordinationv1.Lease {
+	if lease == nil {
+		hash := StateHash(key)
+		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
+			Name:        "tflock-" + hash,
+			Namespace:   s.namespace,
+			Labels:      baseLabels(hash, roleLock),
+			Annotations: map[string]string{AnnotationStateKey: key},
+		}}
+	}
+	transitions := int32(0)
+	if lease.Spec.LeaseTransitions != nil {
+		transitions = *lease.Spec.LeaseTransitions
+	}
+	if takeover {
+		transitions++
+	}
+	mt := metav1.NewMicroTime(now)
+	secs := int32(s.opts.LockDuration.Round(time.Second) / time.Second)
+	lease.Spec.HolderIdentity = &holder
+	lease.Spec.LeaseDurationSeconds = &secs
+	lease.Spec.AcquireTime, lease.Spec.RenewTime = &mt, &mt
+	lease.Spec.LeaseTransitions = &transitions
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
+	}
+	lease.Annotations[AnnotationLockInfo] = string(info)
+	return lease
 }
 
 func (s *Store) logLock(ctx context.Context, msg, key string, info LockInfo, previous *HeldLock) {
@@ -215,7 +212,7 @@ func (s *Store) ForceUnlock(ctx context.Context, key string) (*HeldLock, error) 
 			slog.String("lock_id", held.Info.ID), slog.String("holder", held.Info.Holder))
 		return held, nil
 	}
-	return nil, fmt.Errorf("state %q: force-unlock: %w (gave up after %d attempts)", key, ErrConflict, lockRetries)
+	return nil, fmt.Errorf("state %q: force-unlock: %w (gave up after %d tries)", key, ErrConflict, lockRetries)
 }
 
 // LockInfo returns the current lock of key, or nil when it is not locked. An expired lock that
@@ -237,25 +234,21 @@ type KeyedLock struct {
 // ListLocks returns every held lock of the namespace (expired ones included), for an agent
 // that restarts and has to decide which locks to keep renewing.
 func (s *Store) ListLocks(ctx context.Context) ([]KeyedLock, error) {
-	sel := fmt.Sprintf("%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelRole, roleLock)
 	var out []KeyedLock
-	opts := metav1.ListOptions{LabelSelector: sel, Limit: 500}
-	for {
-		list, err := s.client.CoordinationV1().Leases(s.namespace).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list locks: %w", err)
-		}
-		for i := range list.Items {
-			l := &list.Items[i]
+	err := s.eachOfRole(ctx, roleLock, 500, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return s.client.CoordinationV1().Leases(s.namespace).List(ctx, opts)
+	}, func(obj runtime.Object) error {
+		if l, ok := obj.(*coordinationv1.Lease); ok {
 			if held := heldFromLease(l); held != nil {
 				out = append(out, KeyedLock{Key: l.Annotations[AnnotationStateKey], Lock: *held})
 			}
 		}
-		if list.Continue == "" {
-			return out, nil
-		}
-		opts.Continue = list.Continue
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list locks: %w", err)
 	}
+	return out, nil
 }
 
 // checkWriteLock enforces the locking rules of writes (see WriteOptions.LockID).
@@ -300,7 +293,7 @@ func (s *Store) updateHeld(ctx context.Context, key, lockID string, change func(
 		}
 		return nil
 	}
-	return fmt.Errorf("state %q: update lock: %w (gave up after %d attempts)", key, ErrConflict, lockRetries)
+	return fmt.Errorf("state %q: update lock: %w (gave up after %d tries)", key, ErrConflict, lockRetries)
 }
 
 func release(l *coordinationv1.Lease) {

@@ -13,8 +13,10 @@ import (
 	"strings"
 
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Read returns the current state of key and its generation. It returns ErrNotFound (wrapped)
@@ -147,28 +149,25 @@ type StateInfo struct {
 // List returns every state of the namespace, sorted by key. Only manifests are read (they are
 // small); a manifest that cannot be parsed is logged and skipped.
 func (s *Store) List(ctx context.Context) ([]StateInfo, error) {
-	sel := fmt.Sprintf("%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelRole, roleManifest)
 	var out []StateInfo
-	opts := metav1.ListOptions{LabelSelector: sel, Limit: 250}
-	for {
-		list, err := s.client.CoreV1().Secrets(s.namespace).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list states: %w", err)
+	err := s.eachOfRole(ctx, roleManifest, 250, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		return s.client.CoreV1().Secrets(s.namespace).List(ctx, opts)
+	}, func(obj runtime.Object) error {
+		sec, ok := obj.(*corev1.Secret)
+		if !ok {
+			return nil
 		}
-		for i := range list.Items {
-			sec := &list.Items[i]
-			key := sec.Annotations[AnnotationStateKey]
-			m, err := parseManifest(key, sec)
-			if err != nil || sec.Name != ManifestName(key) {
-				s.log.LogAttrs(ctx, slog.LevelWarn, "skipping unreadable state manifest", slog.String("secret", sec.Name), slog.Any("error", err))
-				continue
-			}
-			out = append(out, StateInfo{Key: key, Current: m.current, Generations: len(m.history)})
+		key := sec.Annotations[AnnotationStateKey]
+		m, err := parseManifest(key, sec)
+		if err != nil || sec.Name != ManifestName(key) {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "skipping unreadable state manifest", slog.String("secret", sec.Name), slog.Any("error", err))
+			return nil
 		}
-		if list.Continue == "" {
-			break
-		}
-		opts.Continue = list.Continue
+		out = append(out, StateInfo{Key: key, Current: m.current, Generations: len(m.history)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list states: %w", err)
 	}
 	slices.SortFunc(out, func(a, b StateInfo) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -207,10 +208,10 @@ func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec) {
 		c.Image = want.Image
 		c.Command = append([]string(nil), want.Command...)
 		c.Args = nil
-		c.Env = replaceEnv(c.Env, want.Env)
-		c.VolumeMounts = replaceMounts(c.VolumeMounts, want.VolumeMounts)
+		c.Env = replaceOwned(c.Env, want.Env, func(e corev1.EnvVar) []string { return []string{e.Name} })
+		c.VolumeMounts = replaceOwned(c.VolumeMounts, want.VolumeMounts, func(m corev1.VolumeMount) []string { return []string{m.Name, m.MountPath} })
 	}
-	tpl.Spec.Volumes = replaceVolumes(tpl.Spec.Volumes, overlay.Spec.Volumes)
+	tpl.Spec.Volumes = replaceOwned(tpl.Spec.Volumes, overlay.Spec.Volumes, func(v corev1.Volume) []string { return []string{v.Name} })
 }
 
 func mergeLabels(base, over map[string]string) map[string]string {
@@ -224,43 +225,20 @@ func mergeLabels(base, over map[string]string) map[string]string {
 	return out
 }
 
-func replaceEnv(have, want []corev1.EnvVar) []corev1.EnvVar {
+// replaceOwned drops from have every item that shares a key with an item of want, then appends
+// want: the agent's env vars, mounts and volumes replace the template's of the same name (or
+// mount path).
+func replaceOwned[T any](have, want []T, keys func(T) []string) []T {
 	owned := map[string]bool{}
-	for _, e := range want {
-		owned[e.Name] = true
-	}
-	out := make([]corev1.EnvVar, 0, len(have)+len(want))
-	for _, e := range have {
-		if !owned[e.Name] {
-			out = append(out, e)
+	for _, w := range want {
+		for _, k := range keys(w) {
+			owned[k] = true
 		}
 	}
-	return append(out, want...)
-}
-
-func replaceMounts(have, want []corev1.VolumeMount) []corev1.VolumeMount {
-	owned := map[string]bool{}
-	for _, m := range want {
-		owned[m.Name], owned[m.MountPath] = true, true
-	}
-	out := make([]corev1.VolumeMount, 0, len(have)+len(want))
-	for _, m := range have {
-		if !owned[m.Name] && !owned[m.MountPath] {
-			out = append(out, m)
-		}
-	}
-	return append(out, want...)
-}
-
-func replaceVolumes(have, want []corev1.Volume) []corev1.Volume {
-	owned := map[string]bool{}
-	for _, v := range want {
-		owned[v.Name] = true
-	}
-	out := make([]corev1.Volume, 0, len(have)+len(want))
-	for _, v := range have {
-		if !owned[v.Name] {
-			out = append(out, v)
+	out := make([]T, 0, len(have)+len(want))
+	for _, h := range have {
+		if !slices.ContainsFunc(keys(h), func(k string) bool { return owned[k] }) {
+			out = append(out, h)
 		}
 	}
 	return append(out, want...)
