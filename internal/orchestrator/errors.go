@@ -1,7 +1,6 @@
 package orchestrator
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -107,18 +106,4 @@ func writeRefusal(w http.ResponseWriter, ref *refusal) {
 		Code: ref.code, Message: ref.message, Field: ref.field, CommittedOffset: ref.committed,
 	}}
 	writeJSON(w, ref.status, body)
-}
-
-// writeJSON answers with v as JSON.
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		// Wire types always encode; reaching this is a programming error.
-		http.Error(w, `{"error":{"code":"internal","message":"response encoding failed"}}`, http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(data, '\n'))
 }

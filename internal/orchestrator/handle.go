@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -113,4 +114,18 @@ func decodeAt[In any](r *http.Request, c *call) (string, In, error) {
 		return "", in, err
 	}
 	return id, in, decodeJSON(c.body, &in)
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		// Wire types always encode; reaching this is a programming error.
+		http.Error(w, `{"error":{"code":"internal","message":"response encoding failed"}}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(data, '\n'))
 }

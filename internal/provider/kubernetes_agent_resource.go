@@ -31,8 +31,8 @@ func NewKubernetesAgentResource() resource.Resource {
 }
 
 // kubernetesAgentResource installs the embedded agent chart. Schema in _schema.go, model and
-// chart values in _model.go, CRUD in _crud.go with its helpers in _helpers.go, the wait for the
-// agent's connection in _wait.go, the import mapping in _import.go.
+// chart values in _model.go, CRUD in _crud.go with the install preparation in _prepare.go, the
+// wait for the agent's connection in _wait.go, the import mapping in _import.go.
 type kubernetesAgentResource struct {
 	data *providerData
 }

@@ -1,17 +1,12 @@
 package statestore
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/base32"
 	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/tools/pager"
 )
 
 // Label and annotation keys on the objects this package owns.
@@ -96,14 +91,4 @@ func baseLabels(hash, role string) map[string]string {
 		LabelState:     hash,
 		LabelRole:      role,
 	}
-}
-
-// eachOfRole calls fn for every object of one role (manifests, chunks, locks) in the Store's
-// namespace, listing pageSize at a time with client-go's pager, so a namespace of thousands of
-// states is never read in one answer.
-func (s *Store) eachOfRole(ctx context.Context, role string, pageSize int64, list func(context.Context, metav1.ListOptions) (runtime.Object, error), fn func(runtime.Object) error) error {
-	p := pager.New(pager.SimplePageFunc(func(opts metav1.ListOptions) (runtime.Object, error) { return list(ctx, opts) }))
-	p.PageSize = pageSize
-	sel := fmt.Sprintf("%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelRole, role)
-	return p.EachListItem(ctx, metav1.ListOptions{LabelSelector: sel}, fn)
 }

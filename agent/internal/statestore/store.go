@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/pager"
 )
 
 // Defaults of Options.
@@ -128,3 +131,13 @@ func (s *Store) Namespace() string { return s.namespace }
 
 // LockDuration is the lease duration of the locks this Store takes.
 func (s *Store) LockDuration() time.Duration { return s.opts.LockDuration }
+
+// eachOfRole calls fn for every object of one role (manifests, chunks, locks) in the Store's
+// namespace, listing pageSize at a time with client-go's pager, so a namespace of thousands of
+// states is never read in one answer.
+func (s *Store) eachOfRole(ctx context.Context, role string, pageSize int64, list func(context.Context, metav1.ListOptions) (runtime.Object, error), fn func(runtime.Object) error) error {
+	p := pager.New(pager.SimplePageFunc(func(opts metav1.ListOptions) (runtime.Object, error) { return list(ctx, opts) }))
+	p.PageSize = pageSize
+	sel := fmt.Sprintf("%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelRole, role)
+	return p.EachListItem(ctx, metav1.ListOptions{LabelSelector: sel}, fn)
+}
