@@ -24,11 +24,11 @@ func (o Operation) Valid() bool {
 	return false
 }
 
-// Status is where a deployment stands. Queued → Claimed → Running → one of the terminal ones. A
-// job lease that expires returns a Claimed deployment, and a Running plan, to Queued with the
-// next attempt; a Running apply or destroy becomes Lost instead, because re-running a half-done
-// apply is not safe. Executors use the same values for an attempt: Claimed until its CLI starts,
-// Running, then Succeeded, Failed or Canceled (the result of the finished event).
+// Status is where a deployment stands. Queued → Claimed → Running → one of the terminal ones. A job
+// lease that expires returns a Claimed deployment, and a Running plan, to Queued with the next
+// attempt; a Running apply or destroy becomes Lost instead, because re-running a half-done apply is
+// not safe. Executors use the same values for an attempt: Claimed until its CLI starts, Running,
+// then Succeeded, Failed or Canceled (the result of the finished event).
 type Status string
 
 // Deployment statuses.

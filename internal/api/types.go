@@ -3,9 +3,9 @@
 // package client. It imports neither terraform-plugin packages, nor request signing, nor
 // Kubernetes types, so every side can share it without pulling in another's dependencies.
 //
-// Three kinds of caller use the API. Admins (the provider, people, CI) authenticate with a bearer token
-// and work under /api/v1/orgs/{org}/. Agents authenticate every request with a short-lived EdDSA
-// JWT (package agentauth) and work under /api/v1/agent/. The job runner of an attempt
+// Three kinds of caller use the API. Admins (the provider, people, CI) authenticate with a bearer
+// token and work under /api/v1/orgs/{org}/. Agents authenticate every request with a short-lived
+// EdDSA JWT (package agentauth) and work under /api/v1/agent/. The job runner of an attempt
 // authenticates with the job token the claim granted and works under /api/v1/job/. The words
 // (deployment, attempt, claim, event, …) are defined in the glossary of ARCHITECTURE.md.
 package api

@@ -1,8 +1,8 @@
-// Package client is the Go client of the orchestrator's API: the admin client (the provider,
-// the demo), the agent client (requests signed with the runner's key) and the job client (the
-// job runner, with its job token), over one transport that retries by the policy of package retry and turns
-// error answers into *api.Error. The wire types and errors themselves live in package api, which
-// the orchestrator shares without pulling in request signing.
+// Package client is the Go client of the orchestrator's API: the admin client (the provider, the
+// demo), the agent client (requests signed with the runner's key) and the job client (the job
+// runner, with its job token), over one transport that retries by the policy of package retry and
+// turns error answers into *api.Error. The wire types and errors themselves live in package api,
+// which the orchestrator shares without pulling in request signing.
 package client
 
 import (
@@ -36,7 +36,8 @@ type RetryPolicy struct {
 // DefaultRetryPolicy is used when no policy is given.
 var DefaultRetryPolicy = RetryPolicy{MaxTries: 5, BaseDelay: 250 * time.Millisecond, MaxDelay: 30 * time.Second}
 
-// RequestInfo describes one try of an HTTP request, for logging hooks. It never holds credentials or bodies.
+// RequestInfo describes one try of an HTTP request, for logging hooks. It never holds credentials
+// or bodies.
 type RequestInfo struct {
 	Method   string
 	Path     string

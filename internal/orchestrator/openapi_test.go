@@ -296,9 +296,3 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
-
-func sorted(s []string) []string {
-	out := slices.Clone(s)
-	sort.Strings(out)
-	return out
-}

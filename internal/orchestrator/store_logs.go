@@ -43,9 +43,9 @@ func lastStoredByte(tx *bolt.Tx, rec *deploymentRecord) byte {
 	return last
 }
 
-// appendCapped stores b, keeping at most limit bytes per deployment. The first byte that does not fit
-// ends the log with the truncation marker; later bytes are dropped (the caller still counts them
-// in the writer's offset).
+// appendCapped stores b, keeping at most limit bytes per deployment. The first byte that does not
+// fit ends the log with the truncation marker; later bytes are dropped (the caller still counts
+// them in the writer's offset).
 func appendCapped(tx *bolt.Tx, rec *deploymentRecord, b []byte, limit int64) error {
 	if rec.D.LogTruncated || len(b) == 0 {
 		return nil
@@ -74,9 +74,9 @@ func appendCapped(tx *bolt.Tx, rec *deploymentRecord, b []byte, limit int64) err
 	return putChunk(tx, rec, []byte(marker))
 }
 
-// appendLog appends log bytes of a deployment's attempt at the writer's offset. Offsets count what the writer
-// sent in the current grant; a resend of committed bytes is acknowledged without change, a
-// partial resend keeps only the new tail, and a gap is refused with the committed offset.
+// appendLog appends log bytes of a deployment's attempt at the writer's offset. Offsets count what
+// the writer sent in the current grant; a resend of committed bytes is acknowledged without change,
+// a partial resend keeps only the new tail, and a gap is refused with the committed offset.
 func (s *store) appendLog(ctx context.Context, c jobTokenPayload, offset int64, data []byte, grace time.Duration) (*api.LogAppendResponse, error) {
 	var out api.LogAppendResponse
 	err := s.update(ctx, func(tx *bolt.Tx) error {

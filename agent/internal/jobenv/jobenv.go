@@ -1,8 +1,9 @@
-// Package jobenv is the environment contract between the agent's executors and the job runner:
-// the variables an executor sets on the main container of an attempt's Job (kubernetes executor)
-// or on its process (process executor), which `outpost-agent job` reads. Each is also a flag of `outpost-agent
-// job`, so the job runner can be started by hand. The job token itself is never among them: the
-// environment is visible in the pod spec and /proc, so only the path of the file holding it is.
+// Package jobenv is the environment contract between the agent's executors and the job runner: the
+// variables an executor sets on the main container of an attempt's Job (kubernetes executor) or on
+// its process (process executor), which `outpost-agent job` reads. Each is also a flag of
+// `outpost-agent job`, so the job runner can be started by hand. The job token itself is never
+// among them: the environment is visible in the pod spec and /proc, so only the path of the file
+// holding it is.
 package jobenv
 
 const (

@@ -15,10 +15,10 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 )
 
-// stopper turns the ways the job runner is asked to stop into two levels. The first request (the first
-// SIGTERM/SIGINT, or ctx ending) is "interrupt": the CLI gets SIGINT, which both Terraform and
-// OpenTofu treat as "finish the current operations, save the state, release the lock, exit".
-// A second signal is "kill": the CLI's process group gets SIGKILL.
+// stopper turns the ways the job runner is asked to stop into two levels. The first request (the
+// first SIGTERM/SIGINT, or ctx ending) is "interrupt": the CLI gets SIGINT, which both Terraform
+// and OpenTofu treat as "finish the current operations, save the state, release the lock, exit". A
+// second signal is "kill": the CLI's process group gets SIGKILL.
 //
 // Only signals count towards the second level, and only when they come at least
 // signalDebounce after the first: one stop often arrives twice, e.g. the process executor
@@ -103,8 +103,8 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// exitCode is the code for a job runner stopped before the CLI (or its next phase) ran: 128+signal as
-// shells report it, 130 (as for SIGINT) when ctx ended without a signal.
+// exitCode is the code for a job runner stopped before the CLI (or its next phase) ran: 128+signal
+// as shells report it, 130 (as for SIGINT) when ctx ended without a signal.
 func (s *stopper) exitCode() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

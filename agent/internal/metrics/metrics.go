@@ -1,7 +1,7 @@
 // Package metrics defines the agent's Prometheus metrics: orchestrator requests, polls, claims,
-// attempts, events and leadership. Metric names stay stable once published; the Go names follow
-// the glossary (ARCHITECTURE.md), so some differ (JobsRunning counts attempts). Package health serves them on /metrics; the session, the
-// API client's request hook and the leader election update them.
+// attempts, events and leadership. Metric names stay stable once published; the Go names follow the
+// glossary (ARCHITECTURE.md), so some differ (JobsRunning counts attempts). Package health serves
+// them on /metrics; the session, the API client's request hook and the leader election update them.
 package metrics
 
 import (

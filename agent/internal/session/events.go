@@ -11,8 +11,8 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// maxConcurrentSends bounds the goroutines sending events, so a backlog (orchestrator back after an outage)
-// drains in parallel without opening hundreds of connections.
+// maxConcurrentSends bounds the goroutines sending events, so a backlog (orchestrator back after an
+// outage) drains in parallel without opening hundreds of connections.
 const maxConcurrentSends = 16
 
 // eventLoop sends started and finished events whenever the executor signals a change, and at

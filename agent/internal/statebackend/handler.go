@@ -63,9 +63,9 @@ const (
 	maxLockBodyBytes    = 64 << 10
 )
 
-// Authorizer authenticates a request and authorises it for one state key. The agent implements
-// it with job tokens (jobtoken.Registry): username = deployment id, password = job token, and a
-// job runner may only touch the state key of its own claim. The returned holder ("job/<id>/<attempt>")
+// Authorizer authenticates a request and authorises it for one state key. The agent implements it
+// with job tokens (jobtoken.Registry): username = deployment id, password = job token, and a job
+// runner may only touch the state key of its own claim. The returned holder ("job/<id>/<attempt>")
 // names the lock holder and the writer in the state history. Its errors select the HTTP status:
 // jobtoken.ErrUnauthenticated → 401 (CLI: "requires auth"), jobtoken.ErrForbidden → 403 (CLI:
 // "invalid auth"); any other error → 503, because the authorizer could not decide, so the CLI

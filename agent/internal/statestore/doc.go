@@ -35,10 +35,10 @@
 // raced a writer's garbage collection is not reported as corruption.
 //
 // Locks. A Lease per state holds the lock: holderIdentity is the holder (the deployment id and
-// attempt in the agent), the annotation outpost.dev/lock-info holds the Terraform lock info JSON, and
-// leaseDurationSeconds/renewTime make the lock expire unless it is renewed. An expired lock can
-// be taken over; a holder whose lock was force-unlocked or taken over can no longer write (its
-// lock ID no longer matches), which fences out zombie writers.
+// attempt in the agent), the annotation outpost.dev/lock-info holds the Terraform lock info JSON,
+// and leaseDurationSeconds/renewTime make the lock expire unless it is renewed. An expired lock can
+// be taken over; a holder whose lock was force-unlocked or taken over can no longer write (its lock
+// ID no longer matches), which fences out zombie writers.
 //
 // Required RBAC in the state namespace: secrets get, list, create, update, delete,
 // deletecollection; leases get, list, create, update, delete. Only the agent needs them; job pods

@@ -45,11 +45,11 @@ type PodOptions struct {
 	CancelGrace time.Duration
 }
 
-// BuildJob turns a claim into the Job and the token Secret that run its attempt. The user's pod template
-// is the base, the agent's overlay is merged over it with a strategic merge patch (containers,
-// env, mounts and volumes merge by name, so the user's sidecars, volumes and env stay), and the
-// fields the agent owns are re-asserted after the merge so no template can take them over.
-// A template that breaks the contract returns a *podtemplate.Error.
+// BuildJob turns a claim into the Job and the token Secret that run its attempt. The user's pod
+// template is the base, the agent's overlay is merged over it with a strategic merge patch
+// (containers, env, mounts and volumes merge by name, so the user's sidecars, volumes and env
+// stay), and the fields the agent owns are re-asserted after the merge so no template can take them
+// over. A template that breaks the contract returns a *podtemplate.Error.
 func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.Secret, error) {
 	p := &c.Placement
 	base, err := podtemplate.Parse(p.Job.PodTemplate)

@@ -12,7 +12,8 @@ import (
 	"syscall"
 )
 
-// WrapperCommand is the hidden subcommand of outpost-agent that supervises the process of one attempt.
+// WrapperCommand is the hidden subcommand of outpost-agent that supervises the process of one
+// attempt.
 const WrapperCommand = "process-wrapper"
 
 // exitCodeFile is written by the wrapper when the command ends; its presence means "finished".
