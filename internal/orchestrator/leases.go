@@ -29,23 +29,23 @@ func settleLease(tx *bolt.Tx, rec *deploymentRecord, now time.Time) (bool, error
 	switch {
 	case rec.D.Status == api.StatusRunning && rec.D.Operation != api.OperationPlan:
 		return true, finishDeployment(tx, rec, api.StatusLost, "lease_expired", fmt.Sprintf(
-			"the agent's lease on attempt %d (instance %q) expired at %s while the %s was running; "+
+			"the agent's job lease on attempt %d (instance %q) expired at %s while the %s was running; "+
 				"it is not re-run automatically because it may have changed infrastructure half-way; "+
 				"check the state and start a new deployment",
 			rec.D.Attempt, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Operation), now)
 	case rec.D.CancelRequested:
 		return true, finishDeployment(tx, rec, api.StatusCanceled, "canceled",
-			fmt.Sprintf("cancel was requested and the agent's lease expired at %s", l.ExpiresAt.Format(time.RFC3339)), now)
+			fmt.Sprintf("cancel was requested and the agent's job lease expired at %s", l.ExpiresAt.Format(time.RFC3339)), now)
 	case runnerGone:
 		return true, finishDeployment(tx, rec, api.StatusCanceled, "runner_deleted",
-			fmt.Sprintf("runner %q was deleted and its agent's lease expired", rec.D.RunnerID), now)
+			fmt.Sprintf("runner %q was deleted and its agent's job lease expired", rec.D.RunnerID), now)
 	}
 	prev := rec.D.Attempt
 	rec.D.Status = api.StatusQueued
 	rec.D.Attempt++
 	rec.D.ClaimedAt, rec.D.StartedAt = nil, nil
 	rec.D.Reason = "lease_expired"
-	rec.D.Message = fmt.Sprintf("the agent's lease on attempt %d (instance %q) expired at %s before it finished; queued again as attempt %d",
+	rec.D.Message = fmt.Sprintf("the agent's job lease on attempt %d (instance %q) expired at %s before it finished; queued again as attempt %d",
 		prev, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Attempt)
 	rec.Lease = nil
 	return true, saveDeployment(tx, rec)
@@ -126,7 +126,7 @@ func (s *Server) Sweep(ctx context.Context) error {
 		s.notify.wake(r)
 	}
 	if err != nil {
-		return fmt.Errorf("expire leases: %w", err)
+		return fmt.Errorf("expire job leases: %w", err)
 	}
 	if _, err := s.store.purgeReplay(ctx); err != nil {
 		return fmt.Errorf("purge agent token ids: %w", err)

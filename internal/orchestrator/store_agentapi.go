@@ -196,7 +196,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 				}
 			}
 		case rec.Lease == nil:
-			return conflict("deployment %q is %s without a lease; wait for the next poll", deploymentID, st)
+			return conflict("deployment %q is %s without a job lease; wait for the next poll", deploymentID, st)
 		case rec.Lease.Instance != req.Instance:
 			return conflict("deployment %q attempt %d is held by agent instance %q until %s", deploymentID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
 		}
@@ -276,7 +276,7 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		}
 		switch {
 		case req.Attempt != rec.D.Attempt:
-			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's lease was lost", req.Attempt, deploymentID, rec.D.Attempt)
+			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's job lease was lost", req.Attempt, deploymentID, rec.D.Attempt)
 		case req.Fencing < rec.Fencing:
 			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, deploymentID)
 		case req.Fencing > rec.Fencing:
