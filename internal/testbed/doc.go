@@ -27,6 +27,13 @@
 //		_, err := c.Client().CoreV1().Secrets(ns).Create(...)
 //	}
 //
+// A package whose other tests need no cluster gives the one test that does a test bed of its own
+// with ForTest instead of a TestMain.
+//
+// Under `go test -short` (`make check`) no test bed starts: Main runs the package's tests and
+// Shared and ForTest skip the tests that need one, with SkipReason, so the plain unit tests of the
+// same package still run. `make test` never passes -short, and with CI=true -short is refused.
+//
 // Setting OUTPOST_TESTBED_KUBECONFIG to the kubeconfig of a running test bed (from
 // `make testbed-up`) makes Main use it instead of starting a new one, which saves the few seconds
 // of start-up when iterating on one test.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -421,3 +422,34 @@ func condition(j *batchv1.Job, typ batchv1.JobConditionType) *batchv1.JobConditi
 }
 
 func hasCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool { return condition(j, typ) != nil }
+
+// TestShortSkipsOnlyTestBedTests runs this package's tests the way `make check` does (-short)
+// in a child `go test`: a test that needs the test bed skips with SkipReason while a plain unit
+// test of the same package passes; with CI=true the child refuses -short and fails.
+func TestShortSkipsOnlyTestBedTests(t *testing.T) {
+	t.Parallel()
+	run := func(ci string) (string, error) {
+		cmd := exec.CommandContext(t.Context(), "go", "test", "-short", "-count=1", "-v", "-run", "^(TestVersions|TestSecretRoundTrip)$", ".")
+		cmd.Env = append(os.Environ(), "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("")
+	t.Logf("go test -short:\n%s", out)
+	if err != nil {
+		t.Fatalf("go test -short failed: %v", err)
+	}
+	for _, want := range []string{"--- PASS: TestVersions", "--- SKIP: TestSecretRoundTrip", testbed.SkipReason} {
+		if !strings.Contains(out, want) {
+			t.Errorf("go test -short output lacks %q", want)
+		}
+	}
+	out, err = run("true")
+	t.Logf("CI=true go test -short:\n%s", out)
+	if err == nil {
+		t.Fatal("go test -short passed with CI=true; it must refuse to skip the test bed")
+	}
+	if !strings.Contains(out, "CI=true is set: CI runs the full suite") {
+		t.Error("the failure under CI=true does not say why")
+	}
+}

@@ -2,12 +2,14 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,9 +31,15 @@ const KubeconfigEnv = "OUTPOST_TESTBED_KUBECONFIG"
 // startTimeout bounds how long Main waits for a test bed; a healthy one needs a few seconds.
 const startTimeout = 4 * time.Minute
 
+// SkipReason is why a test that needs the test bed is skipped under `go test -short`, the fast
+// tier `make check` runs. Tests say it verbatim, so the skip summary groups them as one reason.
+const SkipReason = "needs the Kubernetes test bed: skipped under -short (make check); make test runs it"
+
 var (
 	sharedMu sync.Mutex
 	shared   *Cluster
+	// skipped is set by Main under -short: Shared then skips instead of failing.
+	skipped bool
 )
 
 // Main is for TestMain: it starts one test bed for the whole test binary (or reuses the one named
@@ -39,13 +47,27 @@ var (
 // package keeps tests fast (start-up costs seconds, a namespace per test costs milliseconds). If
 // the test bed cannot start, Main fails the binary with the reason instead of skipping tests: a
 // missing test bed must never look like a green run.
+//
+// Under -short (`make check`) Main starts nothing and runs the tests: those that call Shared are
+// skipped with SkipReason, the package's plain unit tests run. With CI=true it refuses -short,
+// because a CI run that skips the test bed would look green without having tested it.
 func Main(m *testing.M, opts Options) {
 	os.Exit(runMain(m, opts))
 }
 
 func runMain(m *testing.M, opts Options) int {
 	if !flag.Parsed() {
-		flag.Parse() // for testing.Verbose; m.Run parses again harmlessly
+		flag.Parse() // for testing.Verbose and testing.Short; m.Run parses again harmlessly
+	}
+	if testing.Short() {
+		if err := CheckShortAllowed(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: testbed: %v\n", err)
+			return 1
+		}
+		sharedMu.Lock()
+		skipped = true
+		sharedMu.Unlock()
+		return m.Run()
 	}
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -137,17 +159,64 @@ func Reuse(ctx context.Context, kubeconfig string) (*Cluster, error) {
 	return c, nil
 }
 
-// Shared returns the test bed that Main started for this test binary. It fails the test (never
-// skips it) when Main is not in use, because that is a mistake in the test, not a missing tool.
+// CheckShortAllowed returns an error when the tests run under CI (the CI environment variable is
+// true): the full suite must run there, so -short, which skips the test bed, is a mistake.
+func CheckShortAllowed() error {
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		return errors.New("-short skips every test that needs the test bed, and CI=true is set: CI runs the full suite " +
+			"(`make test`, without -short); unset CI to run the fast tier (`make check`) locally")
+	}
+	return nil
+}
+
+// Shared returns the test bed that Main started for this test binary. Under -short it skips the
+// test with SkipReason. It fails the test (never skips it) when Main is not in use, because that
+// is a mistake in the test, not a missing tool.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
+	if skipped {
+		t.Skip(SkipReason)
+	}
 	if shared == nil {
 		t.Fatal("testbed.Shared: no test bed; this package needs " +
 			"`func TestMain(m *testing.M) { testbed.Main(m, testbed.Options{Jobs: true}) }`")
 	}
 	return shared
+}
+
+// ForTest gives a test a test bed of its own, for packages whose other tests need none (so they
+// have no TestMain): it starts one (or reuses OUTPOST_TESTBED_KUBECONFIG's) and stops it when the
+// test ends. Under -short it skips the test with SkipReason; a test bed that cannot start fails
+// the test.
+func ForTest(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	skipUnderShort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	c, err := StartOrReuse(ctx, opts)
+	if err != nil {
+		t.Fatalf("testbed: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("testbed: stopping: %v", err)
+		}
+	})
+	return c
+}
+
+// skipUnderShort skips a test that starts test bed processes under -short, and fails it if CI
+// forbids -short.
+func skipUnderShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		if err := CheckShortAllowed(); err != nil {
+			t.Fatal(err)
+		}
+		t.Skip(SkipReason)
+	}
 }
 
 var nsUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
