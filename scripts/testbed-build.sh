@@ -10,18 +10,28 @@
 # renamed into place, so an interrupted build never leaves a half-written binary behind; binaries
 # already present are skipped, which makes a second run take well under a second.
 #
-# The versions below must match internal/testbed/binaries.go (a test in that package checks it).
+# The versions are those of scripts/versions.env (K8S_VERSION, ETCD_VERSION, KWOK_VERSION), the
+# one place they are defined; internal/testbed/versions.go is generated from the same file, so the
+# test bed looks for exactly the directory this script fills.
 #
 # Usage: scripts/testbed-build.sh            build what is missing, print the bin directory
 #        scripts/testbed-build.sh --print-dir print the bin directory only (nothing is built)
 set -euo pipefail
 
-K8S_VERSION=v1.34.4
-ETCD_VERSION=v3.6.4
-KWOK_VERSION=v0.7.0
-
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=versions.env
+source "$root/scripts/versions.env"
 components="$root/internal/testbed/components"
+
+# The components module pins what is really built; a version raised in versions.env alone would
+# build the old one under the new name.
+for req in "k8s.io/kubernetes $K8S_VERSION" "go.etcd.io/etcd/server/v3 $ETCD_VERSION"; do
+	grep -q "^[[:space:]]*$req\$" "$components/go.mod" || {
+		echo "testbed-build: internal/testbed/components/go.mod does not require $req, the version scripts/versions.env names;" \
+			"raise it there (go get ${req/ /@}, then go mod tidy in that directory) or correct scripts/versions.env" >&2
+		exit 1
+	}
+done
 
 command -v go >/dev/null 2>&1 || {
 	echo "testbed-build: Go is not installed; install Go 1.26 or newer from https://go.dev/dl and re-run." >&2
@@ -74,7 +84,7 @@ build_component() {
 	local tmp="$bin/.$name.tmp.$$"
 	tmpfiles+=("$tmp")
 	local start=$SECONDS
-	# gitVersion makes the API server report v1.34.4 instead of v0.0.0-master: Helm and clients that
+	# gitVersion makes the API server report K8S_VERSION instead of v0.0.0-master: Helm and clients that
 	# check the server version (chart kubeVersion constraints) need a real one.
 	local ldflags=""
 	if [[ "$name" == kube-* ]]; then

@@ -9,19 +9,7 @@ import (
 	"slices"
 )
 
-// Versions of the test bed's parts. scripts/testbed-build.sh builds exactly these (a test checks
-// that both files agree); changing one here means changing it there and in
-// internal/testbed/components/go.mod.
-const (
-	// KubernetesVersion is the version of kube-apiserver, kube-controller-manager and
-	// kube-scheduler. 1.34.4 is the newest release whose whole module graph the module proxy
-	// available here serves.
-	KubernetesVersion = "v1.34.4"
-	// EtcdVersion is the version of etcd; Debian's etcd-server package is too old (3.4).
-	EtcdVersion = "v3.6.4"
-	// KwokVersion is the version of kwok, which simulates kubelets for fake Nodes.
-	KwokVersion = "v0.7.0"
-)
+//go:generate go run gen_versions.go
 
 // BinDirEnv names an environment variable that, when set, is the directory holding the test bed's
 // binaries, instead of the versioned directory in the user's cache. It exists for CI systems that

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -346,25 +345,26 @@ func TestManyJobsComplete(t *testing.T) {
 	t.Logf("%d Jobs complete %s after the first create", n, time.Since(start).Round(time.Millisecond))
 }
 
-// TestBuildScriptVersions keeps scripts/testbed-build.sh and the components module in step with
-// the versions this package looks for; a mismatch would make every test run ask for a rebuild.
-func TestBuildScriptVersions(t *testing.T) {
+// TestVersions keeps versions.go (generated) and the components module in step with
+// scripts/versions.env, the file scripts/testbed-build.sh builds from; a mismatch would make every
+// test run ask for a rebuild, or build other versions than the cache key says.
+func TestVersions(t *testing.T) {
 	t.Parallel()
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Dir(file)
-	script, err := os.ReadFile(filepath.Join(dir, "..", "..", "scripts", "testbed-build.sh"))
+	env, err := os.ReadFile(filepath.Join("..", "..", "scripts", "versions.env"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{
 		"K8S_VERSION": testbed.KubernetesVersion, "ETCD_VERSION": testbed.EtcdVersion, "KWOK_VERSION": testbed.KwokVersion,
 	} {
-		m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindSubmatch(script)
-		if m == nil || string(m[1]) != want {
-			t.Errorf("scripts/testbed-build.sh: %s=%s, want %s", name, m, want)
+		m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindSubmatch(env)
+		if m == nil {
+			t.Errorf("scripts/versions.env does not define %s", name)
+		} else if string(m[1]) != want {
+			t.Errorf("scripts/versions.env: %s=%s, but versions.go says %s: run `make generate`", name, m[1], want)
 		}
 	}
-	gomod, err := os.ReadFile(filepath.Join(dir, "components", "go.mod"))
+	gomod, err := os.ReadFile(filepath.Join("components", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
