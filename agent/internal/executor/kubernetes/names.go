@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Labels and annotations the agent puts on its objects (CONTRACTS.md). The informers select on
+// Labels and annotations the agent puts on its objects. The informers select on
 // the labels, so everything the agent created is found again after a restart.
 const (
 	LabelManagedBy  = "app.kubernetes.io/managed-by"
