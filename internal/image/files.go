@@ -154,6 +154,25 @@ func (f *Files) AddSymlink(p, target string) error {
 // true; keep may be nil. Ownership and modes are taken from the stream; names, times and
 // extended attributes are not.
 func (f *Files) AddTar(r io.Reader, keep func(p string, typ byte) bool) error {
+	return walkTar(r, func(p string, h *tar.Header, content io.Reader) error {
+		if keep != nil && !keep(p, h.Typeflag) {
+			return nil
+		}
+		e := Entry{Path: p, Type: h.Typeflag, Mode: h.Mode & 0o7777, UID: h.Uid, GID: h.Gid, Linkname: h.Linkname}
+		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA { //nolint:staticcheck // old archives use TypeRegA
+			e.Type = tar.TypeReg
+			var err error
+			if e.Data, err = io.ReadAll(content); err != nil {
+				return err
+			}
+		}
+		return f.Add(e)
+	})
+}
+
+// walkTar calls fn for every entry of a tar stream but the root, with the entry's cleaned path
+// and a reader of its content; a path that leaves the root is an error.
+func walkTar(r io.Reader, fn func(p string, h *tar.Header, content io.Reader) error) error {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -167,18 +186,11 @@ func (f *Files) AddTar(r io.Reader, keep func(p string, typ byte) bool) error {
 		if err != nil {
 			return err
 		}
-		if p == "" || (keep != nil && !keep(p, h.Typeflag)) {
+		if p == "" {
 			continue
 		}
-		e := Entry{Path: p, Type: h.Typeflag, Mode: h.Mode & 0o7777, UID: h.Uid, GID: h.Gid, Linkname: h.Linkname}
-		if h.Typeflag == tar.TypeReg || h.Typeflag == tar.TypeRegA { //nolint:staticcheck // old archives use TypeRegA
-			e.Type = tar.TypeReg
-			if e.Data, err = io.ReadAll(tr); err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-		}
-		if err := f.Add(e); err != nil {
-			return err
+		if err := fn(p, h, tr); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
 		}
 	}
 }
@@ -350,7 +362,8 @@ func writeContent(w io.Writer, e *Entry) error {
 // on the Go release's compress/gzip.
 func (f *Files) Layer() (v1.Layer, error) {
 	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	// Level 6: level 9 takes twice as long for 0.4% less (measured on the 91 MB tofu binary).
+	zw, err := gzip.NewWriterLevel(&buf, gzip.DefaultCompression)
 	if err != nil {
 		return nil, err
 	}

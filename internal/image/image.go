@@ -110,7 +110,11 @@ func NewImage(p Platform, created time.Time, cfg Config, annotations map[string]
 		return nil, err
 	}
 	if len(annotations) > 0 {
-		img = mutate.Annotations(img, annotations).(v1.Image)
+		annotated, ok := mutate.Annotations(img, annotations).(v1.Image)
+		if !ok {
+			return nil, fmt.Errorf("annotating an image did not return an image")
+		}
+		img = annotated
 	}
 	return img, nil
 }
@@ -131,7 +135,11 @@ func NewIndex(images []v1.Image, annotations map[string]string) (v1.ImageIndex, 
 	}
 	idx = mutate.AppendManifests(idx, adds...)
 	if len(annotations) > 0 {
-		idx = mutate.Annotations(idx, annotations).(v1.ImageIndex)
+		annotated, ok := mutate.Annotations(idx, annotations).(v1.ImageIndex)
+		if !ok {
+			return nil, fmt.Errorf("annotating an image index did not return an index")
+		}
+		idx = annotated
 	}
 	return idx, nil
 }

@@ -22,7 +22,7 @@ func hostProgram(t *testing.T) (string, []string) {
 		t.Skip("git is not installed")
 	}
 	prog, _ = filepath.EvalSymlinks(prog)
-	out, err := exec.Command("ldd", prog).Output()
+	out, err := exec.CommandContext(t.Context(), "ldd", prog).Output()
 	if err != nil {
 		t.Skipf("ldd %s: %v", prog, err)
 	}

@@ -57,26 +57,7 @@ func each(l v1.Layer, fn func(p string, h *tar.Header, r io.Reader) error) error
 		return err
 	}
 	defer func() { _ = rc.Close() }()
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p, err := cleanPath(h.Name)
-		if err != nil {
-			return err
-		}
-		if p == "" {
-			continue
-		}
-		if err := fn(p, h, tr); err != nil {
-			return fmt.Errorf("%s: %w", p, err)
-		}
-	}
+	return walkTar(rc, fn)
 }
 
 func (u *unpacker) layer(l v1.Layer) error {
@@ -144,7 +125,7 @@ func (u *unpacker) entry(p string, h *tar.Header, r io.Reader) error {
 	}
 	fi, err := u.root.Lstat(p)
 	exists := err == nil
-	if exists && !(fi.IsDir() && h.Typeflag == tar.TypeDir) {
+	if exists && (!fi.IsDir() || h.Typeflag != tar.TypeDir) {
 		if err := u.removeAll(p); err != nil {
 			return err
 		}

@@ -98,8 +98,8 @@ func TestUnpackAppliesLayersAndWhiteouts(t *testing.T) {
 	}
 	if os.Geteuid() == 0 {
 		fi, _ := os.Lstat(filepath.Join(dir, "home/user"))
-		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 65532 || st.Gid != 65532 {
-			t.Errorf("home/user owned by %d:%d, want 65532:65532", st.Uid, st.Gid)
+		if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Uid != 65532 || st.Gid != 65532 {
+			t.Errorf("home/user owned by %v, want 65532:65532", fi.Sys())
 		}
 	}
 }

@@ -34,7 +34,7 @@ func checkTools(keyring string) error {
 			"so it builds on a Debian or Ubuntu machine (or run the build in a debian:bookworm container)", strings.Join(missing, ", "))
 	}
 	if _, err := os.Stat(keyring); err != nil {
-		return fmt.Errorf("the Debian archive keyring %s is missing (%v): install it with `apt-get install debian-archive-keyring`", keyring, err)
+		return fmt.Errorf("the Debian archive keyring %s is missing (%w): install it with `apt-get install debian-archive-keyring`", keyring, err)
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ func (a *apt) run(ctx context.Context, workDir string, name string, args ...stri
 		msg := strings.TrimSpace(stderr.String() + "\n" + stdout.String())
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return "", fmt.Errorf("%s %s failed (%v):\n%s", name, strings.Join(args, " "), err, msg)
+			return "", fmt.Errorf("%s %s failed (%w):\n%s", name, strings.Join(args, " "), err, msg)
 		}
 		return "", fmt.Errorf("%s: %w", name, err)
 	}

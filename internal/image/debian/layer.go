@@ -34,7 +34,7 @@ func dropped(p string) bool {
 	if rest, ok := strings.CutPrefix(p, "usr/share/doc/"); ok {
 		// Keep usr/share/doc/<package>/ and usr/share/doc/<package>/copyright.
 		parts := strings.Split(rest, "/")
-		return len(parts) > 1 && !(len(parts) == 2 && parts[1] == "copyright")
+		return len(parts) > 2 || (len(parts) == 2 && parts[1] != "copyright")
 	}
 	return false
 }
