@@ -94,9 +94,11 @@ func (a *apt) run(ctx context.Context, workDir string, name string, args ...stri
 	return stdout.String(), nil
 }
 
-func (a *apt) update(ctx context.Context) error {
-	_, err := a.run(ctx, "", "apt-get", "-q", "update", "-o", "APT::Update::Error-Mode=any")
-	return err
+func (a *apt) update(ctx context.Context, where string) error {
+	if _, err := a.run(ctx, "", "apt-get", "-q", "update", "-o", "APT::Update::Error-Mode=any"); err != nil {
+		return fmt.Errorf("reading the Debian package indexes failed; is %s reachable? %w", where, err)
+	}
+	return nil
 }
 
 func (a *apt) depends(ctx context.Context, names []string) (map[string][]group, error) {

@@ -164,7 +164,7 @@ func fetchInto(ctx context.Context, tmp string, req Request, log io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := a.update(ctx); err != nil {
+	if err := a.update(ctx, hosts(req.Archive.Sources)); err != nil {
 		return err
 	}
 	names, err := resolve(req.Packages, req.Exclude, func(n []string) (map[string][]group, error) { return a.depends(ctx, n) })

@@ -46,15 +46,16 @@ func runGo(ctx context.Context, dir string, env []string, args ...string) error 
 	return nil
 }
 
-// buildAgent builds outpost-agent for goarch from the module at root into dir. The binary's
-// version comes from the module's VCS stamp (-buildvcs=auto), so it names the commit it was built
-// from; the same commit and tree give the same bytes.
+// buildAgent builds outpost-agent for goarch from the module at root into dir. VCS stamping is
+// off: Go stamps a clone but not a git worktree or a source tarball, so with it the same sources
+// would give different binaries depending on how they were checked out. The image's labels carry
+// the version and revision instead.
 func buildAgent(ctx context.Context, root, goarch, dir string, log io.Writer) (string, error) {
 	start := time.Now()
 	fmt.Fprintf(log, "images: building outpost-agent for linux/%s...\n", goarch)
 	out := filepath.Join(dir, "outpost-agent-"+goarch)
 	if err := runGo(ctx, root, goEnv(goarch, "-mod=readonly"),
-		"build", "-trimpath", "-buildvcs=auto", "-ldflags=-s -w", "-o", out, "./agent"); err != nil {
+		"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, "./agent"); err != nil {
 		return "", err
 	}
 	if err := checkBinary(out, "github.com/outpost-dev/terraform-provider-outpost/agent", goarch); err != nil {
