@@ -179,7 +179,8 @@ func Build(ctx context.Context, o Options) ([]Built, error) {
 const agentDescription = "Outpost agent: runs Terraform/OpenTofu deployments from the Outpost orchestrator as Kubernetes Jobs; also the job runner (outpost-agent job)."
 
 func jobDescription(tofu string) string {
-	return "Default image of Outpost job pods: OpenTofu " + tofu + " (MPL-2.0), git and CA certificates on Debian bookworm packages; licences of the Debian packages in /usr/share/doc/*/copyright."
+	return "Default image of Outpost job pods: OpenTofu " + tofu + " (MPL-2.0), git, a shell with coreutils and sed, and CA certificates, " +
+		"from Debian bookworm packages (their licences in /usr/share/doc/*/copyright)."
 }
 
 // labels are the OCI annotations of both images, also set as config labels.
@@ -224,7 +225,6 @@ func buildPlatform(ctx context.Context, o *Options, p image.Platform, work strin
 	}
 
 	// OpenTofu, above the job image's Debian packages.
-	jobDeb := deb.job
 	tofuBin, err := buildTofu(ctx, o.CacheDir, o.TofuVersion, arch, o.Log)
 	if err != nil {
 		return platformImages{}, err
@@ -233,7 +233,7 @@ func buildPlatform(ctx context.Context, o *Options, p image.Platform, work strin
 	if err := tofuFiles.AddHostFile(tofuPath, 0o755, tofuBin); err != nil {
 		return platformImages{}, err
 	}
-	if err := image.CheckLinks(arch, base, jobDeb, tofuFiles); err != nil {
+	if err := image.CheckLinks(arch, base, deb.job, tofuFiles); err != nil {
 		return platformImages{}, err
 	}
 
@@ -249,7 +249,7 @@ func buildPlatform(ctx context.Context, o *Options, p image.Platform, work strin
 	}{
 		"base":   {base, historyLine(fmt.Sprintf("Debian bookworm (%d CA certificates, user %d): ", deb.certs, UID), deb.basePkgs)},
 		"agent":  {agentFiles, fmt.Sprintf("outpost-agent %s (%s, CGO_ENABLED=0, -trimpath) at %s", o.Version, gov, agentPath)},
-		"jobdeb": {jobDeb, historyLine("Debian bookworm: ", deb.jobOnlyPkgs)},
+		"jobdeb": {deb.job, historyLine("Debian bookworm: ", deb.jobOnlyPkgs)},
 		"tofu": {tofuFiles, fmt.Sprintf("OpenTofu %s (MPL-2.0) from github.com/opentofu/opentofu@%s (%s, CGO_ENABLED=0, -trimpath) at %s",
 			o.TofuVersion, o.TofuVersion, gov, tofuPath)},
 	} {
