@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -136,6 +137,7 @@ type debianFiles struct {
 // debianLayers fetches (or takes from the cache) the Debian packages of both images for arch
 // and lays out their files.
 func debianLayers(ctx context.Context, cacheDir, arch string, refresh bool, log io.Writer) (*debianFiles, error) {
+	cacheDir = filepath.Join(cacheDir, "images")
 	baseSet, err := debian.Fetch(ctx, cacheDir, baseRequest(arch), refresh, log)
 	if err != nil {
 		return nil, err

@@ -46,7 +46,8 @@ type Options struct {
 	TofuVersion string
 	// Platforms to build; each image is an index of all of them.
 	Platforms []image.Platform
-	// CacheDir holds the Debian packages and OpenTofu builds (~/.cache/outpost).
+	// CacheDir is the Outpost cache (~/.cache/outpost); the Debian packages and OpenTofu builds
+	// go under its images/ directory.
 	CacheDir string
 	// OutDir receives the archives.
 	OutDir string
