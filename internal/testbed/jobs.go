@@ -5,6 +5,7 @@ import (
 	_ "embed" // kwok.yaml
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,9 +52,9 @@ leaderElection:
 `
 
 // controllers are the kube-controller-manager controllers the test bed runs. node-lifecycle
-// removes the not-ready taint from the fake Node once kwok reports it Ready (without it no Pod is
-// ever scheduled); serviceaccount creates the "default" ServiceAccount Pods need; deployment and
-// replicaset make Helm installs with --wait complete.
+// removes the not-ready taint from a Node once it is Ready (without it no Pod is ever scheduled);
+// serviceaccount creates the "default" ServiceAccount Pods need; deployment and replicaset make
+// Helm installs with --wait complete.
 var controllers = []string{
 	"job-controller",
 	"ttl-after-finished-controller",
@@ -65,15 +66,30 @@ var controllers = []string{
 	"replicaset-controller",
 }
 
-func (c *Cluster) startJobParts(ctx context.Context, binDir string, detach bool) error {
+// nodeControllers are the controllers a real node needs on top of controllers: EndpointSlices for
+// kube-proxy and CoreDNS, and the kube-root-ca.crt ConfigMap every Pod's service account volume
+// mounts.
+var nodeControllers = []string{
+	"endpointslice-controller",
+	"root-ca-certificate-publisher-controller",
+}
+
+// startControlLoops starts kube-controller-manager and kube-scheduler, which Jobs on kwok's fake
+// node and Pods on the real node both need.
+func (c *Cluster) startControlLoops(ctx context.Context, binDir string, detach bool) error {
 	kubeconfig := c.path("kubeconfig")
+	ctrls := controllers
+	if c.Node {
+		ctrls = append(slices.Clip(ctrls), nodeControllers...)
+	}
 	kcm, err := startProcess(c.Dir, "kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"), []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--secure-port=0", // no health endpoint needed; and no fixed port to collide with other test beds
 		"--leader-elect=false",
-		"--controllers=" + strings.Join(controllers, ","),
+		"--controllers=" + strings.Join(ctrls, ","),
+		"--root-ca-file=" + c.path("pki/ca.crt"),
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
 		"--concurrent-job-syncs=20",
@@ -96,10 +112,12 @@ func (c *Cluster) startJobParts(ctx context.Context, binDir string, detach bool)
 	if err != nil {
 		return err
 	}
-	if err := c.track(sched); err != nil {
-		return err
-	}
+	return c.track(sched)
+}
 
+// startKwok starts kwok and waits until its fake Node has run a probe Pod.
+func (c *Cluster) startKwok(ctx context.Context, binDir string, detach bool) error {
+	kubeconfig := c.path("kubeconfig")
 	kwok, err := startProcess(c.Dir, "kwok", filepath.Join(binDir, "kwok"), []string{
 		"--kubeconfig=" + kubeconfig,
 		"--config=" + c.path("kwok/kwok.yaml"),
@@ -116,7 +134,17 @@ func (c *Cluster) startJobParts(ctx context.Context, binDir string, detach bool)
 
 	ctx, cancel := context.WithTimeout(ctx, jobsReadyTimeout)
 	defer cancel()
-	return c.waitJobsReady(ctx, kcm, sched, kwok)
+	return c.waitJobsReady(ctx, c.proc("kube-controller-manager"), c.proc("kube-scheduler"), kwok)
+}
+
+// proc returns the tracked process of a component.
+func (c *Cluster) proc(name string) *process {
+	for _, p := range c.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	panic("testbed: no component " + name)
 }
 
 // waitJobsReady creates the fake Node and proves, step by step, that a Pod goes all the way to

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -29,6 +30,19 @@ type Options struct {
 	// the API server run, which is enough (and about a second faster, ~300 MiB lighter) for tests
 	// of plain API objects such as Secrets and Leases.
 	Jobs bool
+
+	// Node also runs a real node: containerd, runc, the kubelet, kube-proxy (iptables) and CoreDNS
+	// in namespaces of their own (node.go), with kube-controller-manager and kube-scheduler, so
+	// Pods really run: a Job's container exits with its own exit code, `kubectl logs` works,
+	// Services and cluster DNS resolve. Images come from ImportImage (PauseImage and ToolboxImage
+	// are there from the start). The API server then listens on HostIP instead of 127.0.0.1,
+	// because the node's network namespace cannot reach this machine's loopback. It needs root,
+	// cgroups, overlayfs and Debian's containerd, runc and CNI plugins: Start fails with a
+	// *NodeUnavailableError saying exactly what is missing, and Main then skips the tests that
+	// call RequireNode (fails them under CI=true). With Jobs too, both nodes run and only Pods
+	// that tolerate the real node's taint (OnRealNode) go there; the rest keep kwok's simulation.
+	// It adds a few seconds to the start-up and about 150 MiB.
+	Node bool
 
 	// Dir is the directory for the test bed's files (certificates, kubeconfig, etcd data, logs).
 	// Empty means a new temporary directory that Stop removes. A given Dir is kept by Stop, so its
@@ -63,16 +77,28 @@ type Cluster struct {
 
 	// Jobs reports whether Jobs and Pods progress (controller manager, scheduler and kwok run).
 	Jobs bool
+	// Node reports whether the real node runs (Options.Node).
+	Node bool
+	// HostIP is the address at which Pods on the real node reach this machine: the API server
+	// listens there, and so must any server of a test that Pods call (the orchestrator), e.g.
+	// net.Listen("tcp", net.JoinHostPort(c.HostIP, "0")). It is on a veth that leads only into the
+	// node's network namespace, so nothing off this machine reaches it. Empty without a node.
+	HostIP string
 	// Dir holds the test bed's files, including logs/<component>.log. Empty for a reused test bed.
 	Dir string
 
-	procs      []*process // in start order; nil for a reused test bed
-	detached   bool
-	removeDir  bool
-	clientOnce sync.Once
-	client     kubernetes.Interface
-	stopOnce   sync.Once
-	stopErr    error
+	procs   []*process // in start order; nil for a reused test bed
+	node    *node      // the real node's state; nil without one or when reused
+	nodeErr error      // why the node asked for could not start (Main started without it)
+	// containerdSocket is the real node's containerd socket, for ImportImage; also known for a
+	// reused detached test bed.
+	containerdSocket string
+	detached         bool
+	removeDir        bool
+	clientOnce       sync.Once
+	client           kubernetes.Interface
+	stopOnce         sync.Once
+	stopErr          error
 }
 
 // Timeouts of the start-up phases. They are generous because tests run in parallel on two cores;
@@ -114,7 +140,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 // start makes one attempt at starting a test bed. On error the returned Cluster is not nil; its
 // processes are stopped and its directory is kept for the logs.
 func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err error) {
-	c := &Cluster{Jobs: opts.Jobs, Dir: opts.Dir, detached: opts.Detach}
+	c := &Cluster{Jobs: opts.Jobs, Node: opts.Node, Dir: opts.Dir, detached: opts.Detach}
 	if c.Dir == "" {
 		sweepStaleTempDirs()
 		c.Dir, err = os.MkdirTemp("", tempDirPrefix+strconv.Itoa(os.Getpid())+"-")
@@ -127,7 +153,7 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 	}
 	defer func() {
 		if err != nil {
-			c.stopProcesses()
+			_ = c.stopProcesses() // the start error says more than a cleanup error would
 			if c.removeDir {
 				// Keep the logs the error points at; sweepStaleTempDirs removes them later.
 				err = fmt.Errorf("%w\n(test bed files, including all component logs, kept in %s)", err, c.Dir)
@@ -135,7 +161,15 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 		}
 	}()
 
-	p, err := newPKI()
+	bindIP := "127.0.0.1"
+	if opts.Node {
+		if err := c.startNodeSandbox(ctx, binDir, opts.Detach); err != nil {
+			return c, err
+		}
+		bindIP = c.HostIP
+		c.containerdSocket = c.node.files.socket
+	}
+	p, err := newPKI(bindIP)
 	if err != nil {
 		return c, fmt.Errorf("testbed: %w", err)
 	}
@@ -144,7 +178,7 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 		return c, fmt.Errorf("testbed: %w", err)
 	}
 	etcdPort, etcdPeerPort, apiPort := ports[0], ports[1], ports[2]
-	c.Host = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	c.Host = "https://" + net.JoinHostPort(bindIP, strconv.Itoa(apiPort))
 	c.CAData, c.Token, c.ClientCertData, c.ClientKeyData = p.caCert, p.token, p.clientCert, p.clientKey
 	if err := c.writeFiles(p); err != nil {
 		return c, fmt.Errorf("testbed: writing files to %s: %w", c.Dir, err)
@@ -154,15 +188,32 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 	if err := c.startEtcd(ctx, binDir, etcdPort, etcdPeerPort, opts.Detach); err != nil {
 		return c, err
 	}
-	if err := c.startAPIServer(ctx, binDir, etcdPort, apiPort, opts.Detach); err != nil {
+	if err := c.startAPIServer(ctx, binDir, bindIP, etcdPort, apiPort, opts.Detach); err != nil {
 		return c, err
 	}
-	if opts.Jobs {
-		if err := c.startJobParts(ctx, binDir, opts.Detach); err != nil {
+	if opts.Jobs || opts.Node {
+		if err := c.startControlLoops(ctx, binDir, opts.Detach); err != nil {
 			return c, err
 		}
 	}
-	return c, nil
+	// kwok and the real node come up side by side; each proves itself with a probe Pod.
+	var kwokErr error
+	kwokDone := make(chan struct{})
+	go func() {
+		defer close(kwokDone)
+		if opts.Jobs {
+			kwokErr = c.startKwok(ctx, binDir, opts.Detach)
+		}
+	}()
+	var nodeErr error
+	if opts.Node {
+		nodeErr = c.startNodeAgents(ctx, binDir, opts.Jobs, opts.Detach)
+	}
+	<-kwokDone
+	if nodeErr != nil {
+		return c, nodeErr
+	}
+	return c, kwokErr
 }
 
 // track records a started process. For a detached test bed it also rewrites the state file at
@@ -293,11 +344,11 @@ func (c *Cluster) startEtcd(ctx context.Context, binDir string, port, peerPort i
 	})
 }
 
-func (c *Cluster) startAPIServer(ctx context.Context, binDir string, etcdPort, port int, detach bool) error {
-	p, err := startProcess(c.Dir, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), []string{
+func (c *Cluster) startAPIServer(ctx context.Context, binDir, bindIP string, etcdPort, port int, detach bool) error {
+	args := []string{
 		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + bindIP,
+		"--advertise-address=" + bindIP,
 		fmt.Sprintf("--secure-port=%d", port),
 		"--cert-dir=" + c.path("apiserver-certs"),
 		"--tls-cert-file=" + c.path("pki/apiserver.crt"),
@@ -309,15 +360,23 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir string, etcdPort, p
 		"--service-account-key-file=" + c.path("pki/sa.pub"),
 		"--service-account-signing-key-file=" + c.path("pki/sa.key"),
 		"--service-cluster-ip-range=" + serviceClusterIPRange,
-		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse; nothing in
-		// the test bed talks to the API server through the Service.
-		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--profiling=false",
 		// Load tests create hundreds of Jobs at once from several clients.
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
-	}, nil, detach)
+		// For logs, exec and port-forward through the real node's kubelet, which authenticates
+		// its callers by client certificate.
+		"--kubelet-client-certificate=" + c.path("pki/admin.crt"),
+		"--kubelet-client-key=" + c.path("pki/admin.key"),
+	}
+	if !c.Node {
+		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse; without a
+		// real node nothing talks to the API server through the Service. With one, it points at
+		// HostIP, which Pods reach.
+		args = append(args, "--endpoint-reconciler-type=none")
+	}
+	p, err := startProcess(c.Dir, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), args, nil, detach)
 	if err != nil {
 		return err
 	}
@@ -394,9 +453,13 @@ func (c *Cluster) Client() kubernetes.Interface {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		crashed := c.exitedErr()
-		c.stopProcesses()
+		nodeErr := c.stopProcesses()
 		if crashed != nil {
 			c.stopErr = fmt.Errorf("testbed: a component crashed while the test bed was in use (logs kept in %s): %w", c.Dir, crashed)
+			return
+		}
+		if nodeErr != nil {
+			c.stopErr = fmt.Errorf("testbed: %w", nodeErr)
 			return
 		}
 		if c.removeDir {
@@ -408,10 +471,10 @@ func (c *Cluster) Stop() error {
 	return c.stopErr
 }
 
-// stopProcesses stops all processes at once and waits for them. A test bed in a temporary
-// directory is killed outright: its data is about to be deleted, and the API server's graceful
-// shutdown would add seconds to every test binary.
-func (c *Cluster) stopProcesses() {
+// stopProcesses stops all processes at once and waits for them, then removes what the real node
+// leaves on the host. A test bed in a temporary directory is killed outright: its data is about to
+// be deleted, and the API server's graceful shutdown would add seconds to every test binary.
+func (c *Cluster) stopProcesses() error {
 	grace := stopGrace
 	if c.removeDir {
 		grace = 0
@@ -425,4 +488,5 @@ func (c *Cluster) stopProcesses() {
 		}(c.procs[i])
 	}
 	wg.Wait()
+	return c.stopNode()
 }
