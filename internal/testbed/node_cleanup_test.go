@@ -159,6 +159,7 @@ func output(t *testing.T, args ...string) string {
 type runningNode struct {
 	dir        string
 	namespaces map[string]string // "pid", "mnt", "net" -> the namespace's identity, e.g. "net:[4026532]"
+	cgroupRoot string // e.g. /outpost-testbed-123-0
 	veth       string
 	vethIndex  int
 	hostIP     string
@@ -169,7 +170,7 @@ type runningNode struct {
 func describeNode(t *testing.T, c *Cluster) runningNode {
 	t.Helper()
 	n := c.node
-	bed := runningNode{dir: c.Dir, namespaces: map[string]string{}, veth: n.link.veth, hostIP: c.HostIP}
+	bed := runningNode{dir: c.Dir, namespaces: map[string]string{}, cgroupRoot: n.files.cgroupRoot, veth: n.link.veth, hostIP: c.HostIP}
 	for _, ns := range []string{"pid", "mnt", "net"} {
 		id, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", n.initPID, ns))
 		if err != nil {
@@ -184,10 +185,10 @@ func describeNode(t *testing.T, c *Cluster) runningNode {
 	bed.vethIndex = link.Index
 	var container bool
 	for _, p := range nodeProcesses(bed) {
-		container = container || strings.Contains(p, "testbed-pod serve")
+		container = container || strings.HasSuffix(p, ": /testbed-pod serve :8080 x")
 	}
 	if !container {
-		t.Fatalf("no container process in the node's PID namespace; processes: %v", nodeProcesses(bed))
+		t.Fatalf("the Pod's container is not among the node's processes: %v", nodeProcesses(bed))
 	}
 	for _, dir := range n.cgroups {
 		if _, err := os.Stat(filepath.Join(dir, "kubepods")); err != nil {
@@ -198,9 +199,12 @@ func describeNode(t *testing.T, c *Cluster) runningNode {
 }
 
 // nodeProcesses lists the live (not zombie) processes that belong to a node: inside one of its
-// namespaces, or with its directory on their command line. Each is "pid: command line".
+// namespaces, in one of its cgroups, with its directory on their command line, or descended from
+// such a process (containers have PID namespaces of their own). Each is "pid: command line".
 func nodeProcesses(bed runningNode) []string {
-	var out []string
+	cmds := map[int]string{}
+	parents := map[int]int{}
+	ours := map[int]bool{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -208,17 +212,32 @@ func nodeProcesses(bed runningNode) []string {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		cmd := string(bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '}))
-		ours := strings.Contains(cmd, bed.dir)
-		for ns, id := range bed.namespaces {
-			if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns)); link == id {
-				ours = true
+		cmds[pid] = string(bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '}))
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+				if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+					parents[pid], _ = strconv.Atoi(f[1])
+				}
 			}
 		}
-		if ours {
-			out = append(out, fmt.Sprintf("%d: %s", pid, cmd))
+		cgroups, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		ours[pid] = strings.Contains(cmds[pid], bed.dir) || strings.Contains(string(cgroups), ":"+bed.cgroupRoot+"/")
+		for ns, id := range bed.namespaces {
+			if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns)); link == id {
+				ours[pid] = true
+			}
 		}
 	}
+	var out []string
+	for pid, cmd := range cmds {
+		for p, depth := pid, 0; p > 1 && depth < 64; p, depth = parents[p], depth+1 {
+			if ours[p] {
+				out = append(out, fmt.Sprintf("%d: %s", pid, cmd))
+				break
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -369,6 +369,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir, bindIP string, etc
 		// its callers by client certificate.
 		"--kubelet-client-certificate=" + c.path("pki/admin.crt"),
 		"--kubelet-client-key=" + c.path("pki/admin.key"),
+		// The node's address, never its name: resolving the name would ask this machine's DNS
+		// resolver, off this machine, about a name only the test bed knows.
+		"--kubelet-preferred-address-types=InternalIP",
 	}
 	if !c.Node {
 		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse; without a
