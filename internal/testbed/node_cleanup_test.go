@@ -159,7 +159,7 @@ func output(t *testing.T, args ...string) string {
 type runningNode struct {
 	dir        string
 	namespaces map[string]string // "pid", "mnt", "net" -> the namespace's identity, e.g. "net:[4026532]"
-	cgroupRoot string // e.g. /outpost-testbed-123-0
+	cgroupRoot string            // e.g. /outpost-testbed-123-0
 	veth       string
 	vethIndex  int
 	hostIP     string
