@@ -76,7 +76,7 @@ var nodeControllers = []string{
 
 // startControlLoops starts kube-controller-manager and kube-scheduler, which Jobs on kwok's fake
 // node and Pods on the real node both need.
-func (c *Cluster) startControlLoops(ctx context.Context, binDir string, detach bool) error {
+func (c *Cluster) startControlLoops(binDir string, detach bool) error {
 	kubeconfig := c.path("kubeconfig")
 	ctrls := controllers
 	if c.Node {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +233,10 @@ func TestPodReachesHostAndAPIServer(t *testing.T) {
 	})}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	_, port, err := net.SplitHostPort(l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	phase, out := runToCompletion(t, c, realPod(ns, "host", nil, corev1.RestartPolicyNever, "get", "http://"+net.JoinHostPort(c.HostIP, port)+"/"))
 	if phase != corev1.PodSucceeded || !strings.HasSuffix(out, text) {

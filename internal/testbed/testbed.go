@@ -192,7 +192,7 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 		return c, err
 	}
 	if opts.Jobs || opts.Node {
-		if err := c.startControlLoops(ctx, binDir, opts.Detach); err != nil {
+		if err := c.startControlLoops(binDir, opts.Detach); err != nil {
 			return c, err
 		}
 	}
