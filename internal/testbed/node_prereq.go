@@ -127,9 +127,11 @@ func RequireNode(t testing.TB, c *Cluster) {
 	}
 	if c.nodeErr == nil {
 		t.Fatal("testbed.RequireNode: this test bed runs no real node; start it with testbed.Options{Node: true}")
+		return
 	}
 	if inCI() {
 		t.Fatalf("the real node is required under %s=true: %v", CIEnv, c.nodeErr)
+		return
 	}
 	t.Skipf("skipped: %v", c.nodeErr)
 }
