@@ -115,8 +115,8 @@ func (c *Cluster) startControlLoops(binDir string, detach bool) error {
 	return c.track(sched)
 }
 
-// startKwok starts kwok and waits until its fake Node has run a probe Pod.
-func (c *Cluster) startKwok(ctx context.Context, binDir string, detach bool) error {
+// startKwok starts kwok; waitKwokReady then waits until its fake Node has run a probe Pod.
+func (c *Cluster) startKwok(binDir string, detach bool) (*process, error) {
 	kubeconfig := c.path("kubeconfig")
 	kwok, err := startProcess(c.Dir, "kwok", filepath.Join(binDir, "kwok"), []string{
 		"--kubeconfig=" + kubeconfig,
@@ -126,12 +126,12 @@ func (c *Cluster) startKwok(ctx context.Context, binDir string, detach bool) err
 		"KWOK_WORKDIR=" + c.path("kwok"),
 	}, detach)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := c.track(kwok); err != nil {
-		return err
-	}
+	return kwok, c.track(kwok)
+}
 
+func (c *Cluster) waitKwokReady(ctx context.Context, kwok *process) error {
 	ctx, cancel := context.WithTimeout(ctx, jobsReadyTimeout)
 	defer cancel()
 	return c.waitJobsReady(ctx, c.proc("kube-controller-manager"), c.proc("kube-scheduler"), kwok)

@@ -130,12 +130,13 @@ func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bo
 	if err := c.track(ctrd); err != nil {
 		return err
 	}
+	c.containerdSocket = n.files.socket
 	go func() { n.imports <- c.importBuiltinImages(ctx, ctrd, pod) }()
 	return nil
 }
 
-// writeNodeFiles writes the node's configuration files. The kubelet's taint depends on whether
-// kwok runs, which the caller knows by now.
+// writeNodeFiles writes the configuration files of containerd, the CNI plugins, kube-proxy and
+// CoreDNS (the kubelet's is written by startNodeAgents).
 func (c *Cluster) writeNodeFiles() error {
 	f := c.node.files
 	files := map[string]string{
@@ -152,21 +153,22 @@ func (c *Cluster) writeNodeFiles() error {
 	return nil
 }
 
-// startNodeAgents starts the kubelet, kube-proxy and CoreDNS once the API server answers, and
-// waits until the node is Ready and has run a probe Pod.
-func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool, detach bool) error {
+// startNodeAgents starts the kubelet, kube-proxy and CoreDNS once the API server answers and the
+// built-in images are in containerd, and returns the kubelet's process for waitNodeReady. taint
+// registers the node with RealNodeTaint (kwok's fake node runs too).
+func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool, detach bool) (*process, error) {
 	n := c.node
 	select {
 	case err := <-n.imports:
 		if err != nil {
-			return err
+			return nil, err
 		}
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	n.files.taint = taint
 	if err := os.WriteFile(n.files.path("kubelet.yaml"), []byte(n.files.kubeletConfig()), 0o600); err != nil {
-		return fmt.Errorf("testbed: %w", err)
+		return nil, fmt.Errorf("testbed: %w", err)
 	}
 	agents := []struct {
 		name string
@@ -188,16 +190,14 @@ func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool
 	for _, a := range agents {
 		p, err := startProcess(c.Dir, a.name, "nsenter", nsenter(n.initPID, filepath.Join(binDir, a.name), a.args...)[1:], nodeEnv(), detach)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := c.track(p); err != nil {
-			return err
+			return nil, err
 		}
 		procs[a.name] = p
 	}
-	ctx, cancel := context.WithTimeout(ctx, nodeReadyTimeout)
-	defer cancel()
-	return c.waitNodeReady(ctx, procs["kubelet"])
+	return procs["kubelet"], nil
 }
 
 // nsenter returns the command line that runs program with args in all three namespaces of the

@@ -16,6 +16,8 @@ import (
 // sandbox from PauseImage, an address from the CNI bridge, a container started by runc). A broken
 // part shows at start-up, named, with the log of the component to blame.
 func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
+	ctx, cancel := context.WithTimeout(ctx, nodeReadyTimeout)
+	defer cancel()
 	cs, err := kubernetes.NewForConfig(c.RESTConfig)
 	if err != nil {
 		return err
