@@ -209,17 +209,10 @@ func (c *Cluster) waitJobsReady(ctx context.Context, kcm, sched, kwok *process) 
 			Containers:                    []corev1.Container{{Name: "probe", Image: "registry.invalid/outpost/testbed-probe"}},
 		},
 	}
-	var createErr error
-	err = c.poll(ctx, func() (bool, error) {
-		_, createErr = cs.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{})
-		return createErr == nil || apierrors.IsAlreadyExists(createErr), nil
-	})
-	if err != nil {
-		return c.jobsFailure(fmt.Errorf("%w (last error creating a Pod: %w)", err, createErr), kcm, "did not create the default ServiceAccount")
+	if err := c.createProbe(ctx, cs, probe); err != nil {
+		return err
 	}
-	defer func() {
-		_ = cs.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), probe.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	}()
+	defer deleteProbe(ctx, cs, probe)
 	var lastPod *corev1.Pod
 	err = c.poll(ctx, func() (bool, error) {
 		p, err := cs.CoreV1().Pods(probe.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
@@ -244,6 +237,26 @@ func (c *Cluster) waitJobsReady(ctx context.Context, kcm, sched, kwok *process) 
 		return c.jobsFailure(err, kwok, fmt.Sprintf("did not take the scheduled probe Pod to Succeeded (phase %q)", lastPod.Status.Phase))
 	}
 	return nil
+}
+
+// createProbe creates a probe Pod, retrying until the namespace's "default" ServiceAccount, which
+// the controller manager creates, lets it in.
+func (c *Cluster) createProbe(ctx context.Context, cs kubernetes.Interface, probe *corev1.Pod) error {
+	var createErr error
+	err := c.poll(ctx, func() (bool, error) {
+		_, createErr = cs.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{})
+		return createErr == nil || apierrors.IsAlreadyExists(createErr), nil
+	})
+	if err != nil {
+		return c.jobsFailure(fmt.Errorf("%w (last error creating a Pod: %w)", err, createErr),
+			c.proc("kube-controller-manager"), "did not create the default ServiceAccount")
+	}
+	return nil
+}
+
+func deleteProbe(ctx context.Context, cs kubernetes.Interface, probe *corev1.Pod) {
+	_ = cs.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), probe.Name,
+		metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 }
 
 func (c *Cluster) jobsFailure(err error, p *process, what string) error {

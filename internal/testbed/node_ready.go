@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
@@ -60,18 +59,10 @@ func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
 		},
 	}
 	OnRealNode(&probe.Spec)
-	var createErr error
-	err = c.poll(ctx, func() (bool, error) {
-		_, createErr = cs.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{})
-		return createErr == nil || apierrors.IsAlreadyExists(createErr), nil
-	})
-	if err != nil {
-		return c.jobsFailure(fmt.Errorf("%w (last error creating a Pod: %w)", err, createErr),
-			c.proc("kube-controller-manager"), "did not create the default ServiceAccount")
+	if err := c.createProbe(ctx, cs, probe); err != nil {
+		return err
 	}
-	defer func() {
-		_ = cs.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), probe.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	}()
+	defer deleteProbe(ctx, cs, probe)
 	var lastPod *corev1.Pod
 	err = c.poll(ctx, func() (bool, error) {
 		p, err := cs.CoreV1().Pods(probe.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
