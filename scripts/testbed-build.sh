@@ -69,9 +69,18 @@ install_node_packages() {
 	fi
 	echo "testbed-build: installing Debian packages for the test bed's real node with apt-get: ${missing[*]}..."
 	local start=$SECONDS
-	DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	echo "testbed-build: installed ${missing[*]} in $((SECONDS - start))s"
+	if DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+		echo "testbed-build: installed ${missing[*]} in $((SECONDS - start))s"
+		return
+	fi
+	# Under CI a test bed without a real node must not pass; elsewhere the tests that need the
+	# node are skipped, each saying what is missing.
+	if [[ "${CI:-}" == true ]]; then
+		echo "testbed-build: installing ${missing[*]} failed (see above); CI=true needs the real node." >&2
+		exit 1
+	fi
+	echo "testbed-build: installing ${missing[*]} failed (see above); tests that need the real node will be skipped." >&2
 }
 install_node_packages
 
