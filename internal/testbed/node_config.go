@@ -162,6 +162,7 @@ bindAddress: %q
 healthzBindAddress: 127.0.0.1:10256
 metricsBindAddress: 127.0.0.1:10249
 clusterCIDR: %q
+nodePortAddresses: [primary]
 oomScoreAdj: 0
 iptables:
   localhostNodePorts: false
