@@ -37,7 +37,7 @@ type Options struct {
 	// *NodeUnavailableError saying exactly what is missing, and Main then skips the tests that
 	// call RequireNode (fails them under CI=true). With Jobs too, both nodes run and only Pods
 	// that tolerate the real node's taint (OnRealNode) go there; the rest keep kwok's simulation.
-	// It adds a few seconds to the start-up and about 150 MiB.
+	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 250 MiB.
 	Node bool
 
 	// Dir is the directory for the test bed's files (certificates, kubeconfig, etcd data, logs).
