@@ -130,7 +130,7 @@ build_component() {
 		ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 	fi
 	# Static binaries (no cgo): the kubelet and kube-proxy must be, and building every component the
-	# same way lets them share one build cache, so the node's two cost ~2 min on top of the rest.
+	# same way lets them share one build cache, so the node's two cost ~1 min on top of the rest.
 	(cd "$components" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp" "./$name")
 	install_binary "$name" "$tmp"
 	echo "testbed-build: built $name in $((SECONDS - start))s"
@@ -140,12 +140,12 @@ build_component etcd "1-2 min on 2 cores" "$ETCD_VERSION"
 build_component kube-apiserver "5 min on 2 cores" "$K8S_VERSION"
 build_component kube-controller-manager "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
 build_component kube-scheduler "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
-build_component kubelet "1-2 min on 2 cores after kube-apiserver" "$K8S_VERSION"
-build_component kube-proxy "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
+build_component kubelet "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
+build_component kube-proxy "15 s on 2 cores after the kubelet" "$K8S_VERSION"
 
 # CoreDNS: rebuilt when the binary reports another version (its module pins COREDNS_VERSION).
 if [[ "$("$bin/coredns" -version 2>/dev/null | head -1)" != "CoreDNS-${COREDNS_VERSION#v}" ]]; then
-	echo "testbed-build: building coredns $COREDNS_VERSION from source (about 1-2 min on 2 cores, cached afterwards)..."
+	echo "testbed-build: building coredns $COREDNS_VERSION from source (about 1 min on 2 cores, cached afterwards)..."
 	tmp="$bin/.coredns.tmp.$$"
 	tmpfiles+=("$tmp")
 	start=$SECONDS
