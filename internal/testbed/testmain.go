@@ -184,7 +184,7 @@ var nsUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // NewNamespace creates a namespace with a random name derived from the test's name, so tests can
 // share one test bed and run in parallel without seeing each other's objects, and deletes it when
-// the test ends. On a test bed with Jobs it also waits for the namespace's "default"
+// the test ends. On a test bed with Jobs or a node it also waits for the namespace's "default"
 // ServiceAccount, without which the first Pod of a Job would be refused.
 func NewNamespace(t testing.TB, c *Cluster) string {
 	t.Helper()
@@ -209,7 +209,7 @@ func NewNamespace(t testing.TB, c *Cluster) string {
 			t.Errorf("testbed: deleting namespace %s: %v", name, err)
 		}
 	})
-	if c.Jobs {
+	if c.Jobs || c.Node {
 		for {
 			_, err := cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 			if err == nil {
