@@ -172,13 +172,14 @@ func (c *Cluster) importBuiltinImages(ctx context.Context, ctrd *process, binary
 			_ = conn.Close()
 			break
 		}
-		if err := ctrd.exitedErr(); err != nil {
-			return err
-		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return ctrd.failure(fmt.Sprintf("did not serve on %s (%v)", c.node.files.socket, err))
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctrd.exited: // crashed, or stopped because the start failed elsewhere
+			return ctrd.failure(fmt.Sprintf("exited (%v)", ctrd.waitErr))
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	for _, img := range []struct{ ref, name string }{{PauseImage, "pause"}, {ToolboxImage, "toolbox"}} {
 		archive := filepath.Join(c.node.dir, "images", img.name+".tar")
