@@ -15,11 +15,11 @@ $(TOFU) $(GOLANGCI) $(TFPLUGINDOCS):
 	scripts/tools.sh $(notdir $@)
 	@test -x '$@' || { echo "scripts/tools.sh did not build $@: versions come from scripts/versions.env only" >&2; exit 1; }
 
-testbed-build: ## Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok from source (once, ~7 min cold).
+testbed-build: ## Builds the test bed (control plane, kwok, and the real node's kubelet, kube-proxy, CoreDNS) from source (once, ~10 min cold); installs containerd, runc and CNI plugins with apt-get as root.
 	scripts/testbed-build.sh
 
-testbed-up: testbed-build ## Starts a local Kubernetes test bed in the background and prints its kubeconfig.
-	$(OUTPOST_TESTBED) up --dir '$(TESTBED_DIR)'
+testbed-up: testbed-build ## Starts a local Kubernetes test bed in the background and prints its kubeconfig (NODE=1: with a real node).
+	$(OUTPOST_TESTBED) up --dir '$(TESTBED_DIR)' $(if $(NODE),--node)
 
 testbed-down: ## Stops the test bed started by testbed-up (does nothing if none runs).
 	$(OUTPOST_TESTBED) down --dir '$(TESTBED_DIR)'
@@ -27,5 +27,5 @@ testbed-down: ## Stops the test bed started by testbed-up (does nothing if none 
 testbed-status: ## Says whether the testbed-up test bed runs.
 	$(OUTPOST_TESTBED) status --dir '$(TESTBED_DIR)'
 
-testbed-test: testbed-build ## Runs the test bed's own tests (a real Job completes, a failing one fails with its exit code).
+testbed-test: testbed-build ## Runs the test bed's own tests (Jobs on kwok and on the real node, Services, DNS, logs, cleanup).
 	go test -count=1 ./internal/testbed/...

@@ -16,7 +16,9 @@ import (
 // restore prebuilt binaries to a path of their choosing.
 const BinDirEnv = "OUTPOST_TESTBED_BIN_DIR"
 
-// binaryNames are the executables a test bed needs, in start order.
+// binaryNames are the executables every test bed needs, in start order (a real node needs
+// nodeBinaryNames too; the cache is complete without them, so a test bed without a node works
+// from a cache built before the node existed).
 var binaryNames = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 
 // cacheRoot is ${OUTPOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outpost}, the directory the
@@ -92,7 +94,7 @@ type MissingBinariesError struct {
 // Error implements error.
 func (e *MissingBinariesError) Error() string {
 	return fmt.Sprintf("test bed binaries not found in %s (missing: %v); run `make testbed-build` "+
-		"(builds them from source, about 7 min once, cached afterwards)", e.Dir, e.Missing)
+		"(builds them from source, about 10 min once, cached afterwards)", e.Dir, e.Missing)
 }
 
 // IsMissingBinaries reports whether err says the test bed binaries have not been built.

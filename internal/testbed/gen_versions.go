@@ -17,9 +17,10 @@ import (
 
 // consts maps the Go constant to the versions.env variable it takes its value from, in output order.
 var consts = []struct{ name, env, doc string }{
-	{"KubernetesVersion", "K8S_VERSION", "is the version of kube-apiserver, kube-controller-manager and kube-scheduler."},
+	{"KubernetesVersion", "K8S_VERSION", "is the version of kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet and kube-proxy."},
 	{"EtcdVersion", "ETCD_VERSION", "is the version of etcd; Debian's etcd-server package is too old (3.4)."},
 	{"KwokVersion", "KWOK_VERSION", "is the version of kwok, which simulates kubelets for fake Nodes."},
+	{"CoreDNSVersion", "COREDNS_VERSION", "is the version of CoreDNS, the real node's cluster DNS."},
 }
 
 func main() {

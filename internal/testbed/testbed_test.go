@@ -23,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testbed.Main(m, testbed.Options{Jobs: true})
+	testbed.Main(m, testbed.Options{Jobs: true, Node: true})
 }
 
 func TestSecretRoundTrip(t *testing.T) {
@@ -356,6 +356,7 @@ func TestVersions(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"K8S_VERSION": testbed.KubernetesVersion, "ETCD_VERSION": testbed.EtcdVersion, "KWOK_VERSION": testbed.KwokVersion,
+		"COREDNS_VERSION": testbed.CoreDNSVersion,
 	} {
 		m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindSubmatch(env)
 		if m == nil {
@@ -372,6 +373,13 @@ func TestVersions(t *testing.T) {
 		if !strings.Contains(string(gomod), req) {
 			t.Errorf("components/go.mod does not require %s", req)
 		}
+	}
+	dnsmod, err := os.ReadFile(filepath.Join("coredns", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req := "github.com/coredns/coredns " + testbed.CoreDNSVersion; !strings.Contains(string(dnsmod), req) {
+		t.Errorf("coredns/go.mod does not require %s", req)
 	}
 }
 

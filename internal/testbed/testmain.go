@@ -46,7 +46,10 @@ var (
 // by OUTPOST_TESTBED_KUBECONFIG), runs the tests, stops the test bed and exits. One test bed per
 // package keeps tests fast (start-up costs seconds, a namespace per test costs milliseconds). If
 // the test bed cannot start, Main fails the binary with the reason instead of skipping tests: a
-// missing test bed must never look like a green run.
+// missing test bed must never look like a green run. The one exception is a real node
+// (Options.Node) this machine cannot run (not root, no cgroups, a package missing): Main then
+// starts the test bed without it, says why, and RequireNode skips the tests that need it, except
+// under CI=true, where Main fails.
 //
 // Under -short (`make check`) Main starts nothing and runs the tests: those that call Shared are
 // skipped with SkipReason, the package's plain unit tests run. With CI=true it refuses -short,
@@ -72,11 +75,23 @@ func runMain(m *testing.M, opts Options) int {
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	c, err := StartOrReuse(ctx, opts)
+	var nodeErr error
+	if err != nil && opts.Node && IsNodeUnavailable(err) && !inCI() {
+		nodeErr = err
+		fmt.Fprintf(os.Stderr, "testbed: %v\ntestbed: starting without the real node; the tests that need it are skipped\n", err)
+		withoutNode := opts
+		withoutNode.Node = false
+		c, err = StartOrReuse(ctx, withoutNode)
+	}
 	cancel()
 	if err != nil {
+		if IsNodeUnavailable(err) {
+			err = fmt.Errorf("%w (%s=true: a run without real Pods must not pass)", err, CIEnv)
+		}
 		fmt.Fprintf(os.Stderr, "FAIL: testbed: %v\n", err)
 		return 1
 	}
+	c.nodeErr = nodeErr
 	verbose := testing.Verbose() || os.Getenv("OUTPOST_TESTBED_VERBOSE") != ""
 	if verbose {
 		fmt.Fprintf(os.Stderr, "testbed: ready in %s, kubeconfig %s\n", time.Since(started).Round(10*time.Millisecond), c.Kubeconfig)
@@ -129,6 +144,10 @@ func StartOrReuse(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("%s=%s names a test bed without Jobs support (no Node %q); "+
 			"start one with `make testbed-up` or unset %s", KubeconfigEnv, path, FakeNodeName, KubeconfigEnv)
 	}
+	if opts.Node && !c.Node {
+		return nil, fmt.Errorf("%s=%s names a test bed without a real node (no Node %q); "+
+			"start one with `make testbed-up NODE=1` or unset %s", KubeconfigEnv, path, RealNodeName, KubeconfigEnv)
+	}
 	return c, nil
 }
 
@@ -155,6 +174,17 @@ func Reuse(ctx context.Context, kubeconfig string) (*Cluster, error) {
 		c.Jobs = true
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("looking for the fake Node: %w", err)
+	}
+	switch _, err := cs.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{}); {
+	case err == nil:
+		c.Node = true
+		// A test bed from `outpost-testbed up` records where its node's containerd listens
+		// beside its kubeconfig; ImportImage needs it.
+		if st, _ := readState(filepath.Dir(kubeconfig)); st != nil && st.Node != nil {
+			c.HostIP, c.containerdSocket = st.Node.HostIP, st.Node.ContainerdSocket
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("looking for the real Node: %w", err)
 	}
 	return c, nil
 }
@@ -223,7 +253,7 @@ var nsUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // NewNamespace creates a namespace with a random name derived from the test's name, so tests can
 // share one test bed and run in parallel without seeing each other's objects, and deletes it when
-// the test ends. On a test bed with Jobs it also waits for the namespace's "default"
+// the test ends. On a test bed with Jobs or a node it also waits for the namespace's "default"
 // ServiceAccount, without which the first Pod of a Job would be refused.
 func NewNamespace(t testing.TB, c *Cluster) string {
 	t.Helper()
@@ -248,7 +278,7 @@ func NewNamespace(t testing.TB, c *Cluster) string {
 			t.Errorf("testbed: deleting namespace %s: %v", name, err)
 		}
 	})
-	if c.Jobs {
+	if c.Jobs || c.Node {
 		for {
 			_, err := cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 			if err == nil {

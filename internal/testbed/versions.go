@@ -5,10 +5,12 @@ package testbed
 // Versions of the test bed's parts, as scripts/versions.env defines them; scripts/testbed-build.sh
 // builds exactly these. Edit versions.env and run `make generate`, never this file.
 const (
-	// KubernetesVersion is the version of kube-apiserver, kube-controller-manager and kube-scheduler.
+	// KubernetesVersion is the version of kube-apiserver, kube-controller-manager, kube-scheduler, the kubelet and kube-proxy.
 	KubernetesVersion = "v1.34.4"
 	// EtcdVersion is the version of etcd; Debian's etcd-server package is too old (3.4).
 	EtcdVersion = "v3.6.4"
 	// KwokVersion is the version of kwok, which simulates kubelets for fake Nodes.
 	KwokVersion = "v0.7.0"
+	// CoreDNSVersion is the version of CoreDNS, the real node's cluster DNS.
+	CoreDNSVersion = "v1.12.4"
 )
