@@ -29,9 +29,9 @@ type detachedState struct {
 
 // detachedNode is what StopDir and Reuse need to know about a detached test bed's real node.
 type detachedNode struct {
-	HostIP           string   `json:"hostIP"`
-	ContainerdSocket string   `json:"containerdSocket"`
-	Cgroups          []string `json:"cgroups"` // removed by StopDir
+	HostIP           string `json:"hostIP"`
+	ContainerdSocket string `json:"containerdSocket"`
+	nodeLeftovers           // cleaned up by StopDir
 }
 
 // detachedProcess identifies one process: the pid, and the executable so a pid reused by an
@@ -45,7 +45,8 @@ type detachedProcess struct {
 func (c *Cluster) writeState() error {
 	st := detachedState{Kubeconfig: c.Kubeconfig, Host: c.Host, Jobs: c.Jobs, Started: time.Now().UTC()}
 	if c.node != nil {
-		st.Node = &detachedNode{HostIP: c.HostIP, ContainerdSocket: c.node.files.socket, Cgroups: c.node.cgroups}
+		st.Node = &detachedNode{HostIP: c.HostIP, ContainerdSocket: c.node.files.socket,
+			nodeLeftovers: c.node.leftovers()}
 	}
 	for _, p := range c.procs {
 		st.Processes = append(st.Processes, detachedProcess{Name: p.name, Pid: p.cmd.Process.Pid, Exe: p.cmd.Path})
@@ -155,8 +156,8 @@ func StopDir(dir string) error {
 			return fmt.Errorf("testbed: still running after SIGKILL: %s", strings.Join(survivors, ", "))
 		}
 		if st.Node != nil {
-			if err := removeCgroups(st.Node.Cgroups, 10*time.Second); err != nil {
-				return fmt.Errorf("testbed: %w", err)
+			if err := removeNodeLeftovers(st.Node.nodeLeftovers); err != nil {
+				return err
 			}
 		}
 	}

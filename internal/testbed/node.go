@@ -3,7 +3,9 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -47,6 +49,7 @@ const nodeReadyTimeout = 120 * time.Second
 type node struct {
 	dir     string // <Dir>/node
 	initPID int    // this machine's pid of the node's init, PID 1 of the node's namespaces
+	pidNS   string // the node's PID namespace, as /proc/<pid>/ns/pid reads ("pid:[…]")
 	link    *nodeLink
 	cgroups []string // the node's cgroup root in each hierarchy
 	files   nodeFiles
@@ -92,6 +95,7 @@ func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bo
 			return fmt.Errorf("testbed: preparing the node's mount namespace: %w", err)
 		}
 	}
+	n.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", n.initPID))
 	if n.link, err = setupNodeLink(ctx, n.initPID); err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}
@@ -248,11 +252,83 @@ func waitForChild(ctx context.Context, p *process, program string) (int, error) 
 	}
 }
 
-// stopNode removes what the node leaves on the host once its processes are gone: its cgroups.
-// (The namespaces, their mounts, the veth and the iptables rules went with the processes.)
+// stopNode removes what the node leaves on the host once its processes are gone: its cgroups,
+// and the host end of its veth (see awaitNodeGone).
 func (c *Cluster) stopNode() error {
-	if c.node == nil || len(c.node.cgroups) == 0 {
+	if c.node == nil {
 		return nil
 	}
-	return removeCgroups(c.node.cgroups, 10*time.Second)
+	return removeNodeLeftovers(c.node.leftovers())
+}
+
+// leftovers is what of the node removeNodeLeftovers cleans up.
+func (n *node) leftovers() nodeLeftovers {
+	l := nodeLeftovers{Cgroups: n.cgroups, PIDNamespace: n.pidNS}
+	if n.link != nil { // nil when the node failed before its network was set up
+		l.Veth = n.link.veth
+	}
+	return l
+}
+
+// nodeLeftovers names what of a node can outlive its processes for a moment. It is recorded in a
+// detached test bed's state too, so StopDir cleans up the same way as Stop.
+type nodeLeftovers struct {
+	Cgroups      []string `json:"cgroups"`
+	PIDNamespace string   `json:"pidNamespace,omitempty"`
+	Veth         string   `json:"veth,omitempty"`
+}
+
+// nodeTeardownWait bounds the wait for the kernel's asynchronous part of a node's teardown.
+const nodeTeardownWait = 10 * time.Second
+
+// removeNodeLeftovers waits until the last process of the node's PID namespace has exited (a
+// process killed with its namespace's init is still exiting for a moment after the init is gone),
+// removes the node's cgroups, and deletes the host end of the veth if it is still there: the
+// kernel destroys a network namespace, and with it the veth pair, asynchronously after its last
+// process exits, so without this a test bed started right after could find the link and its
+// address still taken, and a check for leftovers would race the kernel.
+func removeNodeLeftovers(l nodeLeftovers) error {
+	deadline := time.Now().Add(nodeTeardownWait)
+	for l.PIDNamespace != "" && len(processesInNamespace("pid", l.PIDNamespace)) > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testbed: processes of the node still running %s after it was stopped: %v",
+				nodeTeardownWait, processesInNamespace("pid", l.PIDNamespace))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := removeCgroups(l.Cgroups, nodeTeardownWait); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	if l.Veth == "" {
+		return nil
+	}
+	for {
+		if _, err := net.InterfaceByName(l.Veth); err != nil {
+			return nil // gone
+		}
+		// Deleting either end of a veth pair deletes both; "Cannot find device" means the
+		// kernel got there first.
+		_ = exec.Command("ip", "link", "del", l.Veth).Run()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testbed: the node's veth %s is still there %s after the node stopped", l.Veth, nodeTeardownWait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processesInNamespace lists the live (not zombie) processes whose namespace of the given kind
+// is ns.
+func processesInNamespace(kind, ns string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind)); link == ns && processAlive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
