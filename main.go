@@ -9,10 +9,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/provider"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
-
-// version is set by goreleaser (-X main.version=...) to the release version.
-var version = "dev"
 
 func main() {
 	var debug bool
@@ -24,7 +22,7 @@ func main() {
 		Debug:           debug,
 		ProtocolVersion: 6,
 	}
-	if err := providerserver.Serve(context.Background(), provider.New(version), opts); err != nil {
+	if err := providerserver.Serve(context.Background(), provider.New(version.Version), opts); err != nil {
 		log.Fatal(err.Error())
 	}
 }

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds the parts of the local Kubernetes test bed from Go sources: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler (from the wrapper module internal/testbed/components,
-# which keeps k8s.io/kubernetes out of the product's go.mod) and kwok (fake nodes and pods, since
-# there is no container runtime).
+# kube-controller-manager, kube-scheduler, and for the real node the kubelet and kube-proxy (from
+# the wrapper module internal/testbed/components, which keeps k8s.io/kubernetes out of the
+# product's go.mod), CoreDNS (its own wrapper module internal/testbed/coredns), kwok (fake nodes
+# and pods, for scale) and testbed-pod (the one program of the node's pause and toolbox images).
+#
+# The real node also runs containerd, runc and the CNI plugins from Debian's packages; run as root,
+# this script installs the ones missing with apt-get (and says so). Without root it only says
+# what is missing, and the tests that need the real node are skipped (failed under CI=true).
 #
 # The binaries go to ${OUTPOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outpost}/testbed/<key>/bin, where <key> names
 # every component version and the Go version, so a fresh clone on a warm machine reuses them and a
@@ -10,18 +15,33 @@
 # renamed into place, so an interrupted build never leaves a half-written binary behind; binaries
 # already present are skipped, which makes a second run take well under a second.
 #
-# The versions below must match internal/testbed/binaries.go (a test in that package checks it).
+# The versions are those of scripts/versions.env (K8S_VERSION, ETCD_VERSION, KWOK_VERSION), the
+# one place they are defined; internal/testbed/versions.go is generated from the same file, so the
+# test bed looks for exactly the directory this script fills.
 #
 # Usage: scripts/testbed-build.sh            build what is missing, print the bin directory
 #        scripts/testbed-build.sh --print-dir print the bin directory only (nothing is built)
 set -euo pipefail
 
-K8S_VERSION=v1.34.4
-ETCD_VERSION=v3.6.4
-KWOK_VERSION=v0.7.0
+# Debian packages of the real node: containerd 1.6 and runc 1.1 (crun fails on cgroup hybrid
+# hosts), the CNI plugins (bridge, host-local, loopback, portmap), iptables for kube-proxy and the
+# plugins, iproute2 for the node's veth.
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2)
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=versions.env
+source "$root/scripts/versions.env"
 components="$root/internal/testbed/components"
+
+# The components module pins what is really built; a version raised in versions.env alone would
+# build the old one under the new name.
+for req in "k8s.io/kubernetes $K8S_VERSION" "go.etcd.io/etcd/server/v3 $ETCD_VERSION"; do
+	grep -q "^[[:space:]]*$req\$" "$components/go.mod" || {
+		echo "testbed-build: internal/testbed/components/go.mod does not require $req, the version scripts/versions.env names;" \
+			"raise it there (go get ${req/ /@}, then go mod tidy in that directory) or correct scripts/versions.env" >&2
+		exit 1
+	}
+done
 
 command -v go >/dev/null 2>&1 || {
 	echo "testbed-build: Go is not installed; install Go 1.26 or newer from https://go.dev/dl and re-run." >&2
@@ -39,6 +59,39 @@ if [[ "${1:-}" == "--print-dir" ]]; then
 fi
 
 mkdir -p "$bin"
+
+# install_node_packages installs the missing NODE_PACKAGES, or says why it cannot.
+install_node_packages() {
+	command -v dpkg-query >/dev/null 2>&1 || {
+		echo "testbed-build: not a Debian-based system; the real node needs ${NODE_PACKAGES[*]} (or their equivalents) installed by hand." >&2
+		return
+	}
+	local p missing=()
+	for p in "${NODE_PACKAGES[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	((${#missing[@]} == 0)) && return
+	if [[ $(id -u) != 0 ]]; then
+		echo "testbed-build: the test bed's real node needs the Debian packages ${missing[*]}; run this as root" \
+			"(or: sudo apt-get install ${missing[*]}). Tests that need the real node will be skipped." >&2
+		return
+	fi
+	echo "testbed-build: installing Debian packages for the test bed's real node with apt-get: ${missing[*]}..."
+	local start=$SECONDS
+	if DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+		echo "testbed-build: installed ${missing[*]} in $((SECONDS - start))s"
+		return
+	fi
+	# Under CI a test bed without a real node must not pass; elsewhere the tests that need the
+	# node are skipped, each saying what is missing.
+	if [[ "${CI:-}" == true ]]; then
+		echo "testbed-build: installing ${missing[*]} failed (see above); CI=true needs the real node." >&2
+		exit 1
+	fi
+	echo "testbed-build: installing ${missing[*]} failed (see above); tests that need the real node will be skipped." >&2
+}
+install_node_packages
 
 # Two builds at once (two terminals, parallel CI steps) would each spend minutes of CPU on the same
 # binaries; the lock makes the second one wait and then find everything built.
@@ -74,7 +127,7 @@ build_component() {
 	local tmp="$bin/.$name.tmp.$$"
 	tmpfiles+=("$tmp")
 	local start=$SECONDS
-	# gitVersion makes the API server report v1.34.4 instead of v0.0.0-master: Helm and clients that
+	# gitVersion makes the API server report K8S_VERSION instead of v0.0.0-master: Helm and clients that
 	# check the server version (chart kubeVersion constraints) need a real one.
 	local ldflags=""
 	if [[ "$name" == kube-* ]]; then
@@ -85,7 +138,9 @@ build_component() {
 		ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
 		ldflags+=" -X k8s.io/component-base/version.buildDate=1970-01-01T00:00:00Z"
 	fi
-	(cd "$components" && GOWORK=off go build -trimpath -ldflags "$ldflags" -o "$tmp" "./$name")
+	# Static binaries (no cgo): the kubelet and kube-proxy must be, and building every component the
+	# same way lets them share one build cache, so the node's two cost ~1 min on top of the rest.
+	(cd "$components" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp" "./$name")
 	install_binary "$name" "$tmp"
 	echo "testbed-build: built $name in $((SECONDS - start))s"
 }
@@ -94,6 +149,30 @@ build_component etcd "1-2 min on 2 cores" "$ETCD_VERSION"
 build_component kube-apiserver "5 min on 2 cores" "$K8S_VERSION"
 build_component kube-controller-manager "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
 build_component kube-scheduler "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
+build_component kubelet "1 min on 2 cores after kube-apiserver" "$K8S_VERSION"
+build_component kube-proxy "15 s on 2 cores after the kubelet" "$K8S_VERSION"
+
+# CoreDNS: rebuilt when the binary reports another version (its module pins COREDNS_VERSION).
+if [[ "$("$bin/coredns" -version 2>/dev/null | head -1)" != "CoreDNS-${COREDNS_VERSION#v}" ]]; then
+	echo "testbed-build: building coredns $COREDNS_VERSION from source (about 1 min on 2 cores, cached afterwards)..."
+	tmp="$bin/.coredns.tmp.$$"
+	tmpfiles+=("$tmp")
+	start=$SECONDS
+	(cd "$root/internal/testbed/coredns" && GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$tmp" .)
+	install_binary coredns "$tmp"
+	echo "testbed-build: built coredns in $((SECONDS - start))s"
+fi
+
+# testbed-pod is part of this repository, so it is rebuilt every time (under a second when
+# unchanged) and replaced only when it changed. Static: it is the only file of its images.
+tmp="$bin/.testbed-pod.tmp.$$"
+tmpfiles+=("$tmp")
+(cd "$root" && CGO_ENABLED=0 go build -trimpath -o "$tmp" ./internal/testbed/cmd/testbed-pod)
+if cmp -s "$tmp" "$bin/testbed-pod"; then
+	rm -f -- "$tmp"
+else
+	install_binary testbed-pod "$tmp"
+fi
 
 if [[ ! -x "$bin/kwok" ]]; then
 	echo "testbed-build: building kwok $KWOK_VERSION from source (about 1-2 min on 2 cores, cached afterwards)..."

@@ -4,28 +4,24 @@
 # ${OUTPOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outpost}/tools/<name>-<version>/<name>.
 # A tool already there is not rebuilt, so a second run takes well under a second. Each binary is
 # built to a temporary name and renamed into place: an interrupted build leaves nothing half-made.
+# The versions are those of scripts/versions.env, the one place they are defined.
 #
-#   OpenTofu       v1.10.6  built from its module in the Go module cache (`go install` of it is
-#                           refused because its go.mod has replace directives); about 3 min cold
-#   golangci-lint  v2.15.0  the newest v2 release the proxy serves; its go.mod targets Go 1.26, so its analyzers
-#                           understand Go 1.26 code; about 3 min cold
-#   tfplugindocs   v0.24.0  about 1 min cold
-#   terraform               not built: checked at $TERRAFORM or /usr/local/bin/terraform
+#   tofu           OpenTofu, built from its module in the Go module cache (`go install` of it is
+#                  refused because its go.mod has replace directives); about 3 min cold
+#   golangci-lint  about 3 min cold
+#   tfplugindocs   about 1 min cold
+#   deadcode       golang.org/x/tools/cmd/deadcode; about 1 min cold
+#   terraform      not built: checked at $TERRAFORM or /usr/local/bin/terraform
 #
 # Usage: scripts/tools.sh                 provision everything, print "name: path" lines
 #        scripts/tools.sh tofu ...        provision only the named tools
-#        scripts/tools.sh --path tofu     provision one tool and print only its path (for scripts:
-#                                         TOFU=$(scripts/tools.sh --path tofu))
-# Versions can be overridden with TOFU_VERSION, GOLANGCI_VERSION, TFPLUGINDOCS_VERSION.
+#        scripts/tools.sh --path tofu     provision one tool and print only its path (for scripts
+#                                         and the GNUmakefile: TOFU=$(scripts/tools.sh --path tofu));
+#                                         progress goes to stderr
 set -euo pipefail
 
-TOFU_VERSION="${TOFU_VERSION:-v1.10.6}"
-GOLANGCI_VERSION="${GOLANGCI_VERSION:-v2.15.0}"
-TFPLUGINDOCS_VERSION="${TFPLUGINDOCS_VERSION:-v0.24.0}"
-# Accept versions written with or without the leading v (the GNUmakefile writes 1.10.6).
-TOFU_VERSION="v${TOFU_VERSION#v}"
-GOLANGCI_VERSION="v${GOLANGCI_VERSION#v}"
-TFPLUGINDOCS_VERSION="v${TFPLUGINDOCS_VERSION#v}"
+# shellcheck source=versions.env
+source "$(dirname "${BASH_SOURCE[0]}")/versions.env"
 
 tools="${OUTPOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outpost}/tools"
 
@@ -83,7 +79,7 @@ tofu() {
 		# The module directory is read-only, which is fine: the build writes only to the build
 		# cache and -o. -mod=readonly uses its go.mod and go.sum (with its replace directives) as is.
 		# Flags as in OpenTofu's .goreleaser.yaml: a static binary, and version.dev=no so it
-		# reports "1.10.6" rather than "1.10.6-dev" (a prerelease satisfies no `>=` version
+		# reports "X.Y.Z" rather than "X.Y.Z-dev" (a prerelease satisfies no `>=` version
 		# constraint, which breaks required_version checks and terraform-plugin-testing).
 		(cd "$dir" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -trimpath" \
 			go build -ldflags "-s -w -X 'github.com/opentofu/opentofu/version.dev=no'" -o "$tmp/$name" ./cmd/tofu)
@@ -117,6 +113,10 @@ tfplugindocs() {
 	goinstall tfplugindocs "$TFPLUGINDOCS_VERSION" github.com/hashicorp/terraform-plugin-docs/cmd/tfplugindocs "1 min"
 }
 
+deadcode() {
+	goinstall deadcode "$XTOOLS_VERSION" golang.org/x/tools/cmd/deadcode "1 min"
+}
+
 terraform() {
 	local tf="${TERRAFORM:-}"
 	if [[ -z "$tf" ]]; then
@@ -127,8 +127,9 @@ terraform() {
 		fi
 	fi
 	if [[ -z "$tf" || ! -x "$tf" ]]; then
-		die "terraform not found (looked at \$TERRAFORM, /usr/local/bin/terraform and PATH). Install Terraform 1.11 or newer:
-  download https://releases.hashicorp.com/terraform/1.11.4/terraform_1.11.4_linux_amd64.zip, unzip it,
+		local v="${TERRAFORM_VERSION#v}"
+		die "terraform not found (looked at \$TERRAFORM, /usr/local/bin/terraform and PATH). Install Terraform $v or newer:
+  download https://releases.hashicorp.com/terraform/$v/terraform_${v}_linux_amd64.zip, unzip it,
   and put the terraform binary at /usr/local/bin/terraform (or set TERRAFORM=/path/to/terraform)."
 	fi
 	"$tf" version >/dev/null 2>&1 || die "$tf does not run (\`$tf version\` failed)"
@@ -145,8 +146,9 @@ run_tool() {
 	tofu | opentofu) tofu ;;
 	golangci-lint) golangci_lint ;;
 	tfplugindocs) tfplugindocs ;;
+	deadcode) deadcode ;;
 	terraform) terraform ;;
-	*) die "unknown tool $1 (known: tofu, golangci-lint, tfplugindocs, terraform)" ;;
+	*) die "unknown tool $1 (known: tofu, golangci-lint, tfplugindocs, deadcode, terraform)" ;;
 	esac
 }
 
@@ -158,7 +160,7 @@ if [[ "${1:-}" == "--path" ]]; then
 	exit 0
 fi
 if [[ $# == 0 ]]; then
-	set -- terraform tofu golangci-lint tfplugindocs
+	set -- terraform tofu golangci-lint tfplugindocs deadcode
 fi
 for t in "$@"; do
 	run_tool "$t"

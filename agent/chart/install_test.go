@@ -27,17 +27,9 @@ import (
 // and uninstalls it. It starts its own test bed (API server only: no pod has to run) so the render
 // tests of this package stay independent of it; OUTPOST_TESTBED_KUBECONFIG reuses a running one.
 func TestInstallOnTestBed(t *testing.T) {
+	tb := testbed.ForTest(t, testbed.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	tb, err := testbed.StartOrReuse(ctx, testbed.Options{})
-	if err != nil {
-		t.Fatalf("starting the test bed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := tb.Stop(); err != nil {
-			t.Errorf("stopping the test bed: %v", err)
-		}
-	})
 	cs := tb.Client()
 
 	// Namespaces as the provider would create them.

@@ -285,7 +285,7 @@ func mount(t *testing.T, c *corev1.Container, name string) *corev1.VolumeMount {
 }
 
 // TestDefaults checks the release rendered from the required values only: the object set and the
-// agent configuration contract (CONTRACTS.md, "Agent configuration").
+// agent configuration contract (agent/chart/README.md, "Agent configuration").
 func TestDefaults(t *testing.T) {
 	r := render(t, "")
 

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
 func main() {
@@ -44,6 +45,7 @@ func main() {
 type options struct {
 	listen, dataDir, adminToken, externalURL, logFormat, logCap string
 	leaseDuration                                               time.Duration
+	printVersion                                                bool
 }
 
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (*options, error) {
@@ -68,6 +70,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		return nil, fmt.Errorf("OUTPOST_ORCHESTRATOR_LEASE_DURATION=%q is not a duration like 90s", lease)
 	}
 	fs.DurationVar(&o.leaseDuration, "lease-duration", d, "how long a claim or a poll's renewal keeps a job lease (env OUTPOST_ORCHESTRATOR_LEASE_DURATION)")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -141,6 +144,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	if o.printVersion {
+		fmt.Println("outpost-orchestrator " + version.String())
+		return nil
+	}
 	var h slog.Handler
 	switch o.logFormat {
 	case "json":
@@ -180,7 +187,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		IdleTimeout:  2 * time.Minute,
 		ErrorLog:     slog.NewLogLogger(h, slog.LevelWarn),
 	}
-	log.Info("orchestrator listening", "address", ln.Addr().String(), "data_dir", o.dataDir, "external_url", o.externalURL)
+	log.Info("orchestrator listening", "version", version.Version, "address", ln.Addr().String(), "data_dir", o.dataDir, "external_url", o.externalURL)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
 // kubernetesConfigModel maps the provider's kubernetes block.
@@ -281,7 +283,7 @@ func (s kubeSettings) restConfig() (*rest.Config, error) {
 		return nil, err
 	}
 	cfg.QPS, cfg.Burst = 50, 100
-	cfg.UserAgent = "terraform-provider-outpost"
+	cfg.UserAgent = "terraform-provider-outpost/" + version.Version
 	// Warnings would go to klog (the plugin's stderr); none of them is actionable for a user here.
 	cfg.WarningHandler = rest.NoWarnings{}
 	return cfg, nil

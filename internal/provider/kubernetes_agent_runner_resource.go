@@ -41,7 +41,8 @@ func (r *kubernetesAgentRunnerResource) ImportState(ctx context.Context, req res
 	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
 }
 
-// ModifyPlan keeps the state as the plan when no input changed. The framework marks the computed
+// ModifyPlan keeps the state as the plan when no input changed (every attribute the schema lets a
+// configuration set; sameInputs derives the list from the schema). The framework marks the computed
 // attributes (status, last_seen_at, ...) unknown as soon as the configuration differs from the
 // state, even when the attribute plan modifiers then find the difference to be mere spelling (a
 // reformatted pod template); without this, such a configuration would plan an empty update.
@@ -49,13 +50,13 @@ func (r *kubernetesAgentRunnerResource) ModifyPlan(ctx context.Context, req reso
 	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
 		return
 	}
-	var plan, state runnerModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if resp.Diagnostics.HasError() {
+	same, err := sameInputs(ctx, req.Plan, req.State)
+	if err != nil {
+		resp.Diagnostics.AddError("Unable to Compare Plan and State",
+			"This is always a bug in the provider code and should be reported to the provider developers.\n\nOriginal error: "+err.Error())
 		return
 	}
-	if plan.sameInputs(state) {
-		resp.Diagnostics.Append(resp.Plan.Set(ctx, state)...)
+	if same {
+		resp.Plan.Raw = req.State.Raw.Copy()
 	}
 }

@@ -127,15 +127,3 @@ func samePublicKey(a, b string) bool {
 	kb, errB := keys.ParsePublicPEM(b)
 	return errA == nil && errB == nil && ka.Equal(kb)
 }
-
-// sameInputs reports whether two models have the same configurable values.
-func (m runnerModel) sameInputs(o runnerModel) bool {
-	if !m.ID.Equal(o.ID) || !m.Description.Equal(o.Description) || !m.PublicKeys.Equal(o.PublicKeys) ||
-		!m.StateStorageID.Equal(o.StateStorageID) || !m.MaxConcurrency.Equal(o.MaxConcurrency) || !m.JobTimeout.Equal(o.JobTimeout) {
-		return false
-	}
-	if m.Job == nil || o.Job == nil {
-		return m.Job == o.Job
-	}
-	return m.Job.Namespace.Equal(o.Job.Namespace) && m.Job.ServiceAccount.Equal(o.Job.ServiceAccount) && m.Job.PodTemplate.Equal(o.Job.PodTemplate)
-}

@@ -9,26 +9,16 @@ import (
 	"slices"
 )
 
-// Versions of the test bed's parts. scripts/testbed-build.sh builds exactly these (a test checks
-// that both files agree); changing one here means changing it there and in
-// internal/testbed/components/go.mod.
-const (
-	// KubernetesVersion is the version of kube-apiserver, kube-controller-manager and
-	// kube-scheduler. 1.34.4 is the newest release whose whole module graph the module proxy
-	// available here serves.
-	KubernetesVersion = "v1.34.4"
-	// EtcdVersion is the version of etcd; Debian's etcd-server package is too old (3.4).
-	EtcdVersion = "v3.6.4"
-	// KwokVersion is the version of kwok, which simulates kubelets for fake Nodes.
-	KwokVersion = "v0.7.0"
-)
+//go:generate go run gen_versions.go
 
 // BinDirEnv names an environment variable that, when set, is the directory holding the test bed's
 // binaries, instead of the versioned directory in the user's cache. It exists for CI systems that
 // restore prebuilt binaries to a path of their choosing.
 const BinDirEnv = "OUTPOST_TESTBED_BIN_DIR"
 
-// binaryNames are the executables a test bed needs, in start order.
+// binaryNames are the executables every test bed needs, in start order (a real node needs
+// nodeBinaryNames too; the cache is complete without them, so a test bed without a node works
+// from a cache built before the node existed).
 var binaryNames = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"}
 
 // cacheRoot is ${OUTPOST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/outpost}, the directory the
@@ -104,7 +94,7 @@ type MissingBinariesError struct {
 // Error implements error.
 func (e *MissingBinariesError) Error() string {
 	return fmt.Sprintf("test bed binaries not found in %s (missing: %v); run `make testbed-build` "+
-		"(builds them from source, about 7 min once, cached afterwards)", e.Dir, e.Missing)
+		"(builds them from source, about 10 min once, cached afterwards)", e.Dir, e.Missing)
 }
 
 // IsMissingBinaries reports whether err says the test bed binaries have not been built.

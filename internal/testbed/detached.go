@@ -24,6 +24,14 @@ type detachedState struct {
 	Jobs       bool              `json:"jobs"`
 	Started    time.Time         `json:"started"`
 	Processes  []detachedProcess `json:"processes"`
+	Node       *detachedNode     `json:"node,omitempty"`
+}
+
+// detachedNode is what StopDir and Reuse need to know about a detached test bed's real node.
+type detachedNode struct {
+	HostIP           string `json:"hostIP"`
+	ContainerdSocket string `json:"containerdSocket"`
+	nodeLeftovers           // cleaned up by StopDir
 }
 
 // detachedProcess identifies one process: the pid, and the executable so a pid reused by an
@@ -36,6 +44,10 @@ type detachedProcess struct {
 
 func (c *Cluster) writeState() error {
 	st := detachedState{Kubeconfig: c.Kubeconfig, Host: c.Host, Jobs: c.Jobs, Started: time.Now().UTC()}
+	if c.node != nil {
+		st.Node = &detachedNode{HostIP: c.HostIP, ContainerdSocket: c.node.files.socket,
+			nodeLeftovers: c.node.leftovers()}
+	}
 	for _, p := range c.procs {
 		st.Processes = append(st.Processes, detachedProcess{Name: p.name, Pid: p.cmd.Process.Pid, Exe: p.cmd.Path})
 	}
@@ -142,6 +154,11 @@ func StopDir(dir string) error {
 		}
 		if len(survivors) > 0 {
 			return fmt.Errorf("testbed: still running after SIGKILL: %s", strings.Join(survivors, ", "))
+		}
+		if st.Node != nil {
+			if err := removeNodeLeftovers(st.Node.nodeLeftovers); err != nil {
+				return err
+			}
 		}
 	}
 	if err := os.RemoveAll(dir); err != nil {

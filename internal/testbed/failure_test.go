@@ -14,6 +14,7 @@ import (
 // A test bed that cannot start must say which component failed and why, without anyone having to
 // find its log file.
 func TestStartFailureShowsComponentLog(t *testing.T) {
+	skipUnderShort(t)
 	built, err := findBinaries()
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +69,7 @@ func TestMissingBinariesSaysHowToBuild(t *testing.T) {
 
 // A test bed without Jobs is etcd and the API server only; Stop leaves no process and no file.
 func TestStartStopWithoutJobs(t *testing.T) {
+	skipUnderShort(t)
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -5,6 +5,7 @@ import (
 	_ "embed" // kwok.yaml
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,9 +52,9 @@ leaderElection:
 `
 
 // controllers are the kube-controller-manager controllers the test bed runs. node-lifecycle
-// removes the not-ready taint from the fake Node once kwok reports it Ready (without it no Pod is
-// ever scheduled); serviceaccount creates the "default" ServiceAccount Pods need; deployment and
-// replicaset make Helm installs with --wait complete.
+// removes the not-ready taint from a Node once it is Ready (without it no Pod is ever scheduled);
+// serviceaccount creates the "default" ServiceAccount Pods need; deployment and replicaset make
+// Helm installs with --wait complete.
 var controllers = []string{
 	"job-controller",
 	"ttl-after-finished-controller",
@@ -65,15 +66,30 @@ var controllers = []string{
 	"replicaset-controller",
 }
 
-func (c *Cluster) startJobParts(ctx context.Context, binDir string, detach bool) error {
+// nodeControllers are the controllers a real node needs on top of controllers: EndpointSlices for
+// kube-proxy and CoreDNS, and the kube-root-ca.crt ConfigMap every Pod's service account volume
+// mounts.
+var nodeControllers = []string{
+	"endpointslice-controller",
+	"root-ca-certificate-publisher-controller",
+}
+
+// startControlLoops starts kube-controller-manager and kube-scheduler, which Jobs on kwok's fake
+// node and Pods on the real node both need.
+func (c *Cluster) startControlLoops(binDir string, detach bool) error {
 	kubeconfig := c.path("kubeconfig")
+	ctrls := controllers
+	if c.Node {
+		ctrls = append(slices.Clip(ctrls), nodeControllers...)
+	}
 	kcm, err := startProcess(c.Dir, "kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"), []string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--secure-port=0", // no health endpoint needed; and no fixed port to collide with other test beds
 		"--leader-elect=false",
-		"--controllers=" + strings.Join(controllers, ","),
+		"--controllers=" + strings.Join(ctrls, ","),
+		"--root-ca-file=" + c.path("pki/ca.crt"),
 		"--kube-api-qps=200",
 		"--kube-api-burst=400",
 		"--concurrent-job-syncs=20",
@@ -96,10 +112,12 @@ func (c *Cluster) startJobParts(ctx context.Context, binDir string, detach bool)
 	if err != nil {
 		return err
 	}
-	if err := c.track(sched); err != nil {
-		return err
-	}
+	return c.track(sched)
+}
 
+// startKwok starts kwok; waitKwokReady then waits until its fake Node has run a probe Pod.
+func (c *Cluster) startKwok(binDir string, detach bool) (*process, error) {
+	kubeconfig := c.path("kubeconfig")
 	kwok, err := startProcess(c.Dir, "kwok", filepath.Join(binDir, "kwok"), []string{
 		"--kubeconfig=" + kubeconfig,
 		"--config=" + c.path("kwok/kwok.yaml"),
@@ -108,15 +126,25 @@ func (c *Cluster) startJobParts(ctx context.Context, binDir string, detach bool)
 		"KWOK_WORKDIR=" + c.path("kwok"),
 	}, detach)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := c.track(kwok); err != nil {
-		return err
-	}
+	return kwok, c.track(kwok)
+}
 
+func (c *Cluster) waitKwokReady(ctx context.Context, kwok *process) error {
 	ctx, cancel := context.WithTimeout(ctx, jobsReadyTimeout)
 	defer cancel()
-	return c.waitJobsReady(ctx, kcm, sched, kwok)
+	return c.waitJobsReady(ctx, c.proc("kube-controller-manager"), c.proc("kube-scheduler"), kwok)
+}
+
+// proc returns the tracked process of a component.
+func (c *Cluster) proc(name string) *process {
+	for _, p := range c.procs {
+		if p.name == name {
+			return p
+		}
+	}
+	panic("testbed: no component " + name)
 }
 
 // waitJobsReady creates the fake Node and proves, step by step, that a Pod goes all the way to
@@ -181,17 +209,10 @@ func (c *Cluster) waitJobsReady(ctx context.Context, kcm, sched, kwok *process) 
 			Containers:                    []corev1.Container{{Name: "probe", Image: "registry.invalid/outpost/testbed-probe"}},
 		},
 	}
-	var createErr error
-	err = c.poll(ctx, func() (bool, error) {
-		_, createErr = cs.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{})
-		return createErr == nil || apierrors.IsAlreadyExists(createErr), nil
-	})
-	if err != nil {
-		return c.jobsFailure(fmt.Errorf("%w (last error creating a Pod: %w)", err, createErr), kcm, "did not create the default ServiceAccount")
+	if err := c.createProbe(ctx, cs, probe); err != nil {
+		return err
 	}
-	defer func() {
-		_ = cs.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), probe.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-	}()
+	defer deleteProbe(ctx, cs, probe)
 	var lastPod *corev1.Pod
 	err = c.poll(ctx, func() (bool, error) {
 		p, err := cs.CoreV1().Pods(probe.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
@@ -216,6 +237,26 @@ func (c *Cluster) waitJobsReady(ctx context.Context, kcm, sched, kwok *process) 
 		return c.jobsFailure(err, kwok, fmt.Sprintf("did not take the scheduled probe Pod to Succeeded (phase %q)", lastPod.Status.Phase))
 	}
 	return nil
+}
+
+// createProbe creates a probe Pod, retrying until the namespace's "default" ServiceAccount, which
+// the controller manager creates, lets it in.
+func (c *Cluster) createProbe(ctx context.Context, cs kubernetes.Interface, probe *corev1.Pod) error {
+	var createErr error
+	err := c.poll(ctx, func() (bool, error) {
+		_, createErr = cs.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{})
+		return createErr == nil || apierrors.IsAlreadyExists(createErr), nil
+	})
+	if err != nil {
+		return c.jobsFailure(fmt.Errorf("%w (last error creating a Pod: %w)", err, createErr),
+			c.proc("kube-controller-manager"), "did not create the default ServiceAccount")
+	}
+	return nil
+}
+
+func deleteProbe(ctx context.Context, cs kubernetes.Interface, probe *corev1.Pod) {
+	_ = cs.CoreV1().Pods(probe.Namespace).Delete(context.WithoutCancel(ctx), probe.Name,
+		metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 }
 
 func (c *Cluster) jobsFailure(err error, p *process, what string) error {

@@ -26,7 +26,7 @@ const (
 // clients verify TLS the way they do against a real cluster.
 type pki struct {
 	caCert     []byte // PEM
-	servingCrt []byte // PEM, signed by the CA, for 127.0.0.1, localhost and the kubernetes Service
+	servingCrt []byte // PEM, signed by the CA, for 127.0.0.1, HostIP, localhost and the kubernetes Service
 	servingKey []byte // PEM
 	clientCert []byte // PEM, CN=outpost-admin O=system:masters, for client-certificate auth
 	clientKey  []byte // PEM
@@ -35,7 +35,9 @@ type pki struct {
 	token      string // bearer token of the admin (system:masters) in the token file
 }
 
-func newPKI() (*pki, error) {
+// newPKI makes the key material; bindIP is the address the API server listens on, which its
+// serving certificate names besides 127.0.0.1.
+func newPKI(bindIP string) (*pki, error) {
 	p := &pki{}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -66,7 +68,7 @@ func newPKI() (*pki, error) {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(kubernetesServiceIP)},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(bindIP), net.ParseIP(kubernetesServiceIP)},
 	}, now)
 	if err != nil {
 		return nil, fmt.Errorf("creating the API server's serving certificate: %w", err)

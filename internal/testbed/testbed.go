@@ -2,12 +2,9 @@ package testbed
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,6 +26,19 @@ type Options struct {
 	// the API server run, which is enough (and about a second faster, ~300 MiB lighter) for tests
 	// of plain API objects such as Secrets and Leases.
 	Jobs bool
+
+	// Node also runs a real node: containerd, runc, the kubelet, kube-proxy (iptables) and CoreDNS
+	// in namespaces of their own (node.go), with kube-controller-manager and kube-scheduler, so
+	// Pods really run: a Job's container exits with its own exit code, `kubectl logs` works,
+	// Services and cluster DNS resolve. Images come from ImportImage (PauseImage and ToolboxImage
+	// are there from the start). The API server then listens on HostIP instead of 127.0.0.1,
+	// because the node's network namespace cannot reach this machine's loopback. It needs root,
+	// cgroups, overlayfs and Debian's containerd, runc and CNI plugins: Start fails with a
+	// *NodeUnavailableError saying exactly what is missing, and Main then skips the tests that
+	// call RequireNode (fails them under CI=true). With Jobs too, both nodes run and only Pods
+	// that tolerate the real node's taint (OnRealNode) go there; the rest keep kwok's simulation.
+	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 250 MiB.
+	Node bool
 
 	// Dir is the directory for the test bed's files (certificates, kubeconfig, etcd data, logs).
 	// Empty means a new temporary directory that Stop removes. A given Dir is kept by Stop, so its
@@ -63,16 +73,28 @@ type Cluster struct {
 
 	// Jobs reports whether Jobs and Pods progress (controller manager, scheduler and kwok run).
 	Jobs bool
+	// Node reports whether the real node runs (Options.Node).
+	Node bool
+	// HostIP is the address at which Pods on the real node reach this machine: the API server
+	// listens there, and so must any server of a test that Pods call (the orchestrator), e.g.
+	// net.Listen("tcp", net.JoinHostPort(c.HostIP, "0")). It is on a veth that leads only into the
+	// node's network namespace, so nothing off this machine reaches it. Empty without a node.
+	HostIP string
 	// Dir holds the test bed's files, including logs/<component>.log. Empty for a reused test bed.
 	Dir string
 
-	procs      []*process // in start order; nil for a reused test bed
-	detached   bool
-	removeDir  bool
-	clientOnce sync.Once
-	client     kubernetes.Interface
-	stopOnce   sync.Once
-	stopErr    error
+	procs   []*process // in start order; nil for a reused test bed
+	node    *node      // the real node's state; nil without one or when reused
+	nodeErr error      // why the node asked for could not start (Main started without it)
+	// containerdSocket is the real node's containerd socket, for ImportImage; also known for a
+	// reused detached test bed.
+	containerdSocket string
+	detached         bool
+	removeDir        bool
+	clientOnce       sync.Once
+	client           kubernetes.Interface
+	stopOnce         sync.Once
+	stopErr          error
 }
 
 // Timeouts of the start-up phases. They are generous because tests run in parallel on two cores;
@@ -114,7 +136,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 // start makes one attempt at starting a test bed. On error the returned Cluster is not nil; its
 // processes are stopped and its directory is kept for the logs.
 func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err error) {
-	c := &Cluster{Jobs: opts.Jobs, Dir: opts.Dir, detached: opts.Detach}
+	c := &Cluster{Jobs: opts.Jobs, Node: opts.Node, Dir: opts.Dir, detached: opts.Detach}
 	if c.Dir == "" {
 		sweepStaleTempDirs()
 		c.Dir, err = os.MkdirTemp("", tempDirPrefix+strconv.Itoa(os.Getpid())+"-")
@@ -127,7 +149,7 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 	}
 	defer func() {
 		if err != nil {
-			c.stopProcesses()
+			_ = c.stopProcesses() // the start error says more than a cleanup error would
 			if c.removeDir {
 				// Keep the logs the error points at; sweepStaleTempDirs removes them later.
 				err = fmt.Errorf("%w\n(test bed files, including all component logs, kept in %s)", err, c.Dir)
@@ -135,7 +157,14 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 		}
 	}()
 
-	p, err := newPKI()
+	bindIP := "127.0.0.1"
+	if opts.Node {
+		if err := c.startNodeSandbox(ctx, binDir, opts.Detach); err != nil {
+			return c, err
+		}
+		bindIP = c.HostIP
+	}
+	p, err := newPKI(bindIP)
 	if err != nil {
 		return c, fmt.Errorf("testbed: %w", err)
 	}
@@ -144,7 +173,7 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 		return c, fmt.Errorf("testbed: %w", err)
 	}
 	etcdPort, etcdPeerPort, apiPort := ports[0], ports[1], ports[2]
-	c.Host = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	c.Host = "https://" + net.JoinHostPort(bindIP, strconv.Itoa(apiPort))
 	c.CAData, c.Token, c.ClientCertData, c.ClientKeyData = p.caCert, p.token, p.clientCert, p.clientKey
 	if err := c.writeFiles(p); err != nil {
 		return c, fmt.Errorf("testbed: writing files to %s: %w", c.Dir, err)
@@ -154,15 +183,40 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 	if err := c.startEtcd(ctx, binDir, etcdPort, etcdPeerPort, opts.Detach); err != nil {
 		return c, err
 	}
-	if err := c.startAPIServer(ctx, binDir, etcdPort, apiPort, opts.Detach); err != nil {
+	if err := c.startAPIServer(ctx, binDir, bindIP, etcdPort, apiPort, opts.Detach); err != nil {
 		return c, err
 	}
-	if opts.Jobs {
-		if err := c.startJobParts(ctx, binDir, opts.Detach); err != nil {
+	if opts.Jobs || opts.Node {
+		if err := c.startControlLoops(binDir, opts.Detach); err != nil {
 			return c, err
 		}
 	}
-	return c, nil
+	var kwok, kubelet *process
+	if opts.Jobs {
+		if kwok, err = c.startKwok(binDir, opts.Detach); err != nil {
+			return c, err
+		}
+	}
+	if opts.Node {
+		if kubelet, err = c.startNodeAgents(ctx, binDir, opts.Jobs, opts.Detach); err != nil {
+			return c, err
+		}
+	}
+	// Both kinds of node come up side by side, each proving itself with a probe Pod. (Every
+	// process is started by now: the waits only read c.procs.)
+	var wg sync.WaitGroup
+	var kwokErr, nodeErr error
+	if kwok != nil {
+		wg.Go(func() { kwokErr = c.waitKwokReady(ctx, kwok) })
+	}
+	if kubelet != nil {
+		wg.Go(func() { nodeErr = c.waitNodeReady(ctx, kubelet) })
+	}
+	wg.Wait()
+	if nodeErr != nil {
+		return c, nodeErr
+	}
+	return c, kwokErr
 }
 
 // track records a started process. For a detached test bed it also rewrites the state file at
@@ -256,119 +310,6 @@ func (c *Cluster) restConfig() *rest.Config {
 	}
 }
 
-func (c *Cluster) startEtcd(ctx context.Context, binDir string, port, peerPort int, detach bool) error {
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", port)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	p, err := startProcess(c.Dir, "etcd", filepath.Join(binDir, "etcd"), []string{
-		"--name=testbed",
-		"--data-dir=" + c.path("etcd"),
-		"--listen-client-urls=" + clientURL,
-		"--advertise-client-urls=" + clientURL,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=testbed=" + peerURL,
-		// The data is thrown away with the test bed; fsync only makes every write slow.
-		"--unsafe-no-fsync",
-		"--log-level=warn",
-	}, nil, detach)
-	if err != nil {
-		return err
-	}
-	if err := c.track(p); err != nil {
-		return err
-	}
-	hc := &http.Client{Timeout: 2 * time.Second}
-	return c.waitFor(ctx, p, etcdReadyTimeout, "to become healthy", func() bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)
-		if err != nil {
-			return false
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"true"`)
-	})
-}
-
-func (c *Cluster) startAPIServer(ctx context.Context, binDir string, etcdPort, port int, detach bool) error {
-	p, err := startProcess(c.Dir, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), []string{
-		fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdPort),
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		fmt.Sprintf("--secure-port=%d", port),
-		"--cert-dir=" + c.path("apiserver-certs"),
-		"--tls-cert-file=" + c.path("pki/apiserver.crt"),
-		"--tls-private-key-file=" + c.path("pki/apiserver.key"),
-		"--client-ca-file=" + c.path("pki/ca.crt"),
-		"--token-auth-file=" + c.path("pki/tokens.csv"),
-		"--authorization-mode=Node,RBAC",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + c.path("pki/sa.pub"),
-		"--service-account-signing-key-file=" + c.path("pki/sa.key"),
-		"--service-cluster-ip-range=" + serviceClusterIPRange,
-		// The kubernetes Service would point at 127.0.0.1, which Endpoints refuse; nothing in
-		// the test bed talks to the API server through the Service.
-		"--endpoint-reconciler-type=none",
-		"--allow-privileged=true",
-		"--profiling=false",
-		// Load tests create hundreds of Jobs at once from several clients.
-		"--max-requests-inflight=1000",
-		"--max-mutating-requests-inflight=500",
-	}, nil, detach)
-	if err != nil {
-		return err
-	}
-	if err := c.track(p); err != nil {
-		return err
-	}
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: c.httpTransport()}
-	return c.waitFor(ctx, p, apiserverReadyTimeout, "to answer /readyz", func() bool {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Host+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-		resp, err := hc.Do(req)
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return resp.StatusCode == http.StatusOK
-	})
-}
-
-func (c *Cluster) httpTransport() *http.Transport {
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(c.CAData)
-	return &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
-}
-
-// waitFor polls ready every 100 ms until it returns true, failing early, with the log tail of the
-// component, if any test bed process has exited or the timeout passes.
-func (c *Cluster) waitFor(ctx context.Context, p *process, timeout time.Duration, what string, ready func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if err := c.exitedErr(); err != nil {
-			return err
-		}
-		if ready() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return p.failure(fmt.Sprintf("did not start: waited %s for it %s", timeout, what))
-		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.Canceled) {
-				return fmt.Errorf("testbed: start-up interrupted while waiting for %s %s: %w", p.name, what, ctx.Err())
-			}
-			return p.failure(fmt.Sprintf("did not start before the context ended (%v) waiting for it %s", ctx.Err(), what))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 // exitedErr returns an error for the first component that exited unexpectedly.
 func (c *Cluster) exitedErr() error {
 	for _, p := range c.procs {
@@ -394,9 +335,13 @@ func (c *Cluster) Client() kubernetes.Interface {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		crashed := c.exitedErr()
-		c.stopProcesses()
+		nodeErr := c.stopProcesses()
 		if crashed != nil {
 			c.stopErr = fmt.Errorf("testbed: a component crashed while the test bed was in use (logs kept in %s): %w", c.Dir, crashed)
+			return
+		}
+		if nodeErr != nil {
+			c.stopErr = fmt.Errorf("testbed: %w", nodeErr)
 			return
 		}
 		if c.removeDir {
@@ -408,10 +353,10 @@ func (c *Cluster) Stop() error {
 	return c.stopErr
 }
 
-// stopProcesses stops all processes at once and waits for them. A test bed in a temporary
-// directory is killed outright: its data is about to be deleted, and the API server's graceful
-// shutdown would add seconds to every test binary.
-func (c *Cluster) stopProcesses() {
+// stopProcesses stops all processes at once and waits for them, then removes what the real node
+// leaves on the host. A test bed in a temporary directory is killed outright: its data is about to
+// be deleted, and the API server's graceful shutdown would add seconds to every test binary.
+func (c *Cluster) stopProcesses() error {
 	grace := stopGrace
 	if c.removeDir {
 		grace = 0
@@ -425,4 +370,5 @@ func (c *Cluster) stopProcesses() {
 		}(c.procs[i])
 	}
 	wg.Wait()
+	return c.stopNode()
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testbed.Main(m, testbed.Options{Jobs: true})
+	testbed.Main(m, testbed.Options{Jobs: true, Node: true})
 }
 
 func TestSecretRoundTrip(t *testing.T) {
@@ -345,25 +345,27 @@ func TestManyJobsComplete(t *testing.T) {
 	t.Logf("%d Jobs complete %s after the first create", n, time.Since(start).Round(time.Millisecond))
 }
 
-// TestBuildScriptVersions keeps scripts/testbed-build.sh and the components module in step with
-// the versions this package looks for; a mismatch would make every test run ask for a rebuild.
-func TestBuildScriptVersions(t *testing.T) {
+// TestVersions keeps versions.go (generated) and the components module in step with
+// scripts/versions.env, the file scripts/testbed-build.sh builds from; a mismatch would make every
+// test run ask for a rebuild, or build other versions than the cache key says.
+func TestVersions(t *testing.T) {
 	t.Parallel()
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Dir(file)
-	script, err := os.ReadFile(filepath.Join(dir, "..", "..", "scripts", "testbed-build.sh"))
+	env, err := os.ReadFile(filepath.Join("..", "..", "scripts", "versions.env"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, want := range map[string]string{
 		"K8S_VERSION": testbed.KubernetesVersion, "ETCD_VERSION": testbed.EtcdVersion, "KWOK_VERSION": testbed.KwokVersion,
+		"COREDNS_VERSION": testbed.CoreDNSVersion,
 	} {
-		m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindSubmatch(script)
-		if m == nil || string(m[1]) != want {
-			t.Errorf("scripts/testbed-build.sh: %s=%s, want %s", name, m, want)
+		m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindSubmatch(env)
+		if m == nil {
+			t.Errorf("scripts/versions.env does not define %s", name)
+		} else if string(m[1]) != want {
+			t.Errorf("scripts/versions.env: %s=%s, but versions.go says %s: run `make generate`", name, m[1], want)
 		}
 	}
-	gomod, err := os.ReadFile(filepath.Join(dir, "components", "go.mod"))
+	gomod, err := os.ReadFile(filepath.Join("components", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,6 +373,13 @@ func TestBuildScriptVersions(t *testing.T) {
 		if !strings.Contains(string(gomod), req) {
 			t.Errorf("components/go.mod does not require %s", req)
 		}
+	}
+	dnsmod, err := os.ReadFile(filepath.Join("coredns", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req := "github.com/coredns/coredns " + testbed.CoreDNSVersion; !strings.Contains(string(dnsmod), req) {
+		t.Errorf("coredns/go.mod does not require %s", req)
 	}
 }
 
@@ -421,3 +430,34 @@ func condition(j *batchv1.Job, typ batchv1.JobConditionType) *batchv1.JobConditi
 }
 
 func hasCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool { return condition(j, typ) != nil }
+
+// TestShortSkipsOnlyTestBedTests runs this package's tests the way `make check` does (-short)
+// in a child `go test`: a test that needs the test bed skips with SkipReason while a plain unit
+// test of the same package passes; with CI=true the child refuses -short and fails.
+func TestShortSkipsOnlyTestBedTests(t *testing.T) {
+	t.Parallel()
+	run := func(ci string) (string, error) {
+		cmd := exec.CommandContext(t.Context(), "go", "test", "-short", "-count=1", "-v", "-run", "^(TestVersions|TestSecretRoundTrip)$", ".")
+		cmd.Env = append(os.Environ(), "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("")
+	t.Logf("go test -short:\n%s", out)
+	if err != nil {
+		t.Fatalf("go test -short failed: %v", err)
+	}
+	for _, want := range []string{"--- PASS: TestVersions", "--- SKIP: TestSecretRoundTrip", testbed.SkipReason} {
+		if !strings.Contains(out, want) {
+			t.Errorf("go test -short output lacks %q", want)
+		}
+	}
+	out, err = run("true")
+	t.Logf("CI=true go test -short:\n%s", out)
+	if err == nil {
+		t.Fatal("go test -short passed with CI=true; it must refuse to skip the test bed")
+	}
+	if !strings.Contains(out, "CI=true is set: CI runs the full suite") {
+		t.Error("the failure under CI=true does not say why")
+	}
+}

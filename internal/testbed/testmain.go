@@ -2,12 +2,14 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,32 +31,67 @@ const KubeconfigEnv = "OUTPOST_TESTBED_KUBECONFIG"
 // startTimeout bounds how long Main waits for a test bed; a healthy one needs a few seconds.
 const startTimeout = 4 * time.Minute
 
+// SkipReason is why a test that needs the test bed is skipped under `go test -short`, the fast
+// tier `make check` runs. Tests say it verbatim, so the skip summary groups them as one reason.
+const SkipReason = "needs the Kubernetes test bed: skipped under -short (make check); make test runs it"
+
 var (
 	sharedMu sync.Mutex
 	shared   *Cluster
+	// skipped is set by Main under -short: Shared then skips instead of failing.
+	skipped bool
 )
 
 // Main is for TestMain: it starts one test bed for the whole test binary (or reuses the one named
 // by OUTPOST_TESTBED_KUBECONFIG), runs the tests, stops the test bed and exits. One test bed per
 // package keeps tests fast (start-up costs seconds, a namespace per test costs milliseconds). If
 // the test bed cannot start, Main fails the binary with the reason instead of skipping tests: a
-// missing test bed must never look like a green run.
+// missing test bed must never look like a green run. The one exception is a real node
+// (Options.Node) this machine cannot run (not root, no cgroups, a package missing): Main then
+// starts the test bed without it, says why, and RequireNode skips the tests that need it, except
+// under CI=true, where Main fails.
+//
+// Under -short (`make check`) Main starts nothing and runs the tests: those that call Shared are
+// skipped with SkipReason, the package's plain unit tests run. With CI=true it refuses -short,
+// because a CI run that skips the test bed would look green without having tested it.
 func Main(m *testing.M, opts Options) {
 	os.Exit(runMain(m, opts))
 }
 
 func runMain(m *testing.M, opts Options) int {
 	if !flag.Parsed() {
-		flag.Parse() // for testing.Verbose; m.Run parses again harmlessly
+		flag.Parse() // for testing.Verbose and testing.Short; m.Run parses again harmlessly
+	}
+	if testing.Short() {
+		if err := CheckShortAllowed(); err != nil {
+			fmt.Fprintf(os.Stderr, "FAIL: testbed: %v\n", err)
+			return 1
+		}
+		sharedMu.Lock()
+		skipped = true
+		sharedMu.Unlock()
+		return m.Run()
 	}
 	started := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	c, err := StartOrReuse(ctx, opts)
+	var nodeErr error
+	if err != nil && opts.Node && IsNodeUnavailable(err) && !inCI() {
+		nodeErr = err
+		fmt.Fprintf(os.Stderr, "testbed: %v\ntestbed: starting without the real node; the tests that need it are skipped\n", err)
+		withoutNode := opts
+		withoutNode.Node = false
+		c, err = StartOrReuse(ctx, withoutNode)
+	}
 	cancel()
 	if err != nil {
+		if IsNodeUnavailable(err) {
+			err = fmt.Errorf("%w (%s=true: a run without real Pods must not pass)", err, CIEnv)
+		}
 		fmt.Fprintf(os.Stderr, "FAIL: testbed: %v\n", err)
 		return 1
 	}
+	c.nodeErr = nodeErr
 	verbose := testing.Verbose() || os.Getenv("OUTPOST_TESTBED_VERBOSE") != ""
 	if verbose {
 		fmt.Fprintf(os.Stderr, "testbed: ready in %s, kubeconfig %s\n", time.Since(started).Round(10*time.Millisecond), c.Kubeconfig)
@@ -107,6 +144,10 @@ func StartOrReuse(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("%s=%s names a test bed without Jobs support (no Node %q); "+
 			"start one with `make testbed-up` or unset %s", KubeconfigEnv, path, FakeNodeName, KubeconfigEnv)
 	}
+	if opts.Node && !c.Node {
+		return nil, fmt.Errorf("%s=%s names a test bed without a real node (no Node %q); "+
+			"start one with `make testbed-up NODE=1` or unset %s", KubeconfigEnv, path, RealNodeName, KubeconfigEnv)
+	}
 	return c, nil
 }
 
@@ -134,15 +175,40 @@ func Reuse(ctx context.Context, kubeconfig string) (*Cluster, error) {
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("looking for the fake Node: %w", err)
 	}
+	switch _, err := cs.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{}); {
+	case err == nil:
+		c.Node = true
+		// A test bed from `outpost-testbed up` records where its node's containerd listens
+		// beside its kubeconfig; ImportImage needs it.
+		if st, _ := readState(filepath.Dir(kubeconfig)); st != nil && st.Node != nil {
+			c.HostIP, c.containerdSocket = st.Node.HostIP, st.Node.ContainerdSocket
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("looking for the real Node: %w", err)
+	}
 	return c, nil
 }
 
-// Shared returns the test bed that Main started for this test binary. It fails the test (never
-// skips it) when Main is not in use, because that is a mistake in the test, not a missing tool.
+// CheckShortAllowed returns an error when the tests run under CI (the CI environment variable is
+// true): the full suite must run there, so -short, which skips the test bed, is a mistake.
+func CheckShortAllowed() error {
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		return errors.New("-short skips every test that needs the test bed, and CI=true is set: CI runs the full suite " +
+			"(`make test`, without -short); unset CI to run the fast tier (`make check`) locally")
+	}
+	return nil
+}
+
+// Shared returns the test bed that Main started for this test binary. Under -short it skips the
+// test with SkipReason. It fails the test (never skips it) when Main is not in use, because that
+// is a mistake in the test, not a missing tool.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
+	if skipped {
+		t.Skip(SkipReason)
+	}
 	if shared == nil {
 		t.Fatal("testbed.Shared: no test bed; this package needs " +
 			"`func TestMain(m *testing.M) { testbed.Main(m, testbed.Options{Jobs: true}) }`")
@@ -150,11 +216,44 @@ func Shared(t testing.TB) *Cluster {
 	return shared
 }
 
+// ForTest gives a test a test bed of its own, for packages whose other tests need none (so they
+// have no TestMain): it starts one (or reuses OUTPOST_TESTBED_KUBECONFIG's) and stops it when the
+// test ends. Under -short it skips the test with SkipReason; a test bed that cannot start fails
+// the test.
+func ForTest(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	skipUnderShort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	c, err := StartOrReuse(ctx, opts)
+	if err != nil {
+		t.Fatalf("testbed: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("testbed: stopping: %v", err)
+		}
+	})
+	return c
+}
+
+// skipUnderShort skips a test that starts test bed processes under -short, and fails it if CI
+// forbids -short.
+func skipUnderShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		if err := CheckShortAllowed(); err != nil {
+			t.Fatal(err)
+		}
+		t.Skip(SkipReason)
+	}
+}
+
 var nsUnsafe = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // NewNamespace creates a namespace with a random name derived from the test's name, so tests can
 // share one test bed and run in parallel without seeing each other's objects, and deletes it when
-// the test ends. On a test bed with Jobs it also waits for the namespace's "default"
+// the test ends. On a test bed with Jobs or a node it also waits for the namespace's "default"
 // ServiceAccount, without which the first Pod of a Job would be refused.
 func NewNamespace(t testing.TB, c *Cluster) string {
 	t.Helper()
@@ -179,7 +278,7 @@ func NewNamespace(t testing.TB, c *Cluster) string {
 			t.Errorf("testbed: deleting namespace %s: %v", name, err)
 		}
 	})
-	if c.Jobs {
+	if c.Jobs || c.Node {
 		for {
 			_, err := cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 			if err == nil {

@@ -8,12 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
 // Executors.
@@ -82,13 +83,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 }
 
-// Version is the agent's version, from the build info (set by the release build).
-var Version = func() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}()
+// Version is the agent's version (package internal/version: stamped by the release build, else
+// what the go command recorded, else "dev").
+var Version = version.Version
 
 // Parse reads args (without the program name), the environment (getenv) and the file named by
 // --config / OUTPOST_CONFIG. It does not validate; call Validate.

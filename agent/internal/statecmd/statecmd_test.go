@@ -22,17 +22,9 @@ import (
 // has no TestMain (its usage test needs no cluster), so this test starts its own test bed (or
 // reuses OUTPOST_TESTBED_KUBECONFIG's) rather than making every test of the package wait for one.
 func TestStateCommand(t *testing.T) {
+	cluster := testbed.ForTest(t, testbed.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cluster, err := testbed.StartOrReuse(ctx, testbed.Options{})
-	if err != nil {
-		t.Fatalf("testbed: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := cluster.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
 	ns := testbed.NewNamespace(t, cluster)
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("OUTPOST_STATE_NAMESPACE", "")

@@ -1,9 +1,9 @@
 // Command outpost-testbed starts and stops a local Kubernetes test bed (etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler and kwok, built by `make testbed-build`) that keeps
-// running in the background, for trying the agent and chart by hand and for running one package's
-// tests repeatedly without paying the start-up each time.
+// kube-controller-manager, kube-scheduler and kwok, and with --node a real node, all built by
+// `make testbed-build`) that keeps running in the background, for trying the agent and chart by
+// hand and for running one package's tests repeatedly without paying the start-up each time.
 //
-//	outpost-testbed up   [--dir DIR]   start it (or report the running one) and print how to use it
+//	outpost-testbed up   [--dir DIR] [--node]  start it (or report the running one) and print how to use it
 //	outpost-testbed down [--dir DIR]   stop it and remove its files; idempotent
 //	outpost-testbed status [--dir DIR] say whether it runs
 //
@@ -33,9 +33,10 @@ func main() {
 	}
 }
 
-const usage = `usage: outpost-testbed up|down|status [--dir DIR]
+const usage = `usage: outpost-testbed up|down|status [--dir DIR] [--node]
 
-  up      start a test bed with Jobs in the background and print its kubeconfig
+  up      start a test bed with Jobs in the background and print its kubeconfig;
+          --node also runs a real node (containerd, kubelet, kube-proxy, CoreDNS; needs root)
   down    stop it and remove its files (does nothing if none runs)
   status  say whether one runs
 `
@@ -48,6 +49,7 @@ func run(args []string, out io.Writer) error {
 	cmd := args[0]
 	fs := flag.NewFlagSet("outpost-testbed "+cmd, flag.ContinueOnError)
 	dir := fs.String("dir", "", "state directory of the test bed (default: <cache>/outpost/testbed-run)")
+	node := fs.Bool("node", false, "up: also run a real node, so Pods really run (needs root)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -64,7 +66,7 @@ func run(args []string, out io.Writer) error {
 	}
 	switch cmd {
 	case "up":
-		return up(abs, out)
+		return up(abs, *node, out)
 	case "down":
 		return down(abs, out)
 	case "status":
@@ -86,15 +88,18 @@ func defaultDir() (string, error) {
 	return filepath.Join(d, "outpost", "testbed-run"), nil
 }
 
-func up(dir string, out io.Writer) error {
+func up(dir string, node bool, out io.Writer) error {
 	st, err := testbed.StatusDir(dir)
 	if err != nil {
 		return err
 	}
 	if st != nil && len(st.Stopped) == 0 {
-		if _, err := testbed.Reuse(context.Background(), st.Kubeconfig); err == nil {
+		if c, err := testbed.Reuse(context.Background(), st.Kubeconfig); err == nil {
+			if node && !c.Node {
+				return errors.New("a test bed without a real node is running; stop it first (make testbed-down)")
+			}
 			fmt.Fprintf(out, "A test bed is already running (started %s).\n", st.Started.Local().Format(time.Stamp))
-			printUsage(out, st.Kubeconfig, dir)
+			printUsage(out, c, dir)
 			return nil
 		}
 	}
@@ -110,23 +115,28 @@ func up(dir string, out io.Writer) error {
 		}
 	}
 
-	fmt.Fprintln(out, "Starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok...")
+	parts := "etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok"
+	if node {
+		parts = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and a real node " +
+			"(containerd, kubelet, kube-proxy, CoreDNS)"
+	}
+	fmt.Fprintf(out, "Starting %s...\n", parts)
 	start := time.Now()
 	// Ctrl-C while starting ends the start-up, which stops what it had started.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
 	defer cancel()
-	c, err := testbed.Start(ctx, testbed.Options{Jobs: true, Dir: dir, Detach: true})
+	c, err := testbed.Start(ctx, testbed.Options{Jobs: true, Node: node, Dir: dir, Detach: true})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "Test bed ready in %s (Kubernetes %s, API server %s).\n", time.Since(start).Round(100*time.Millisecond), testbed.KubernetesVersion, c.Host)
-	printUsage(out, c.Kubeconfig, dir)
+	printUsage(out, c, dir)
 	return nil
 }
 
-func printUsage(out io.Writer, kubeconfig, dir string) {
+func printUsage(out io.Writer, c *testbed.Cluster, dir string) {
 	fmt.Fprintf(out, `
   kubeconfig: %[1]s
   logs:       %[2]s/logs/
@@ -135,8 +145,16 @@ func printUsage(out io.Writer, kubeconfig, dir string) {
   export OUTPOST_TESTBED_KUBECONFIG=%[1]s    # go test reuses it instead of starting its own
 
 Pods run on a fake node (kwok): they complete after ~1s, or fail with exit code N when annotated
-%[3]s: "N". Stop it with: make testbed-down
-`, kubeconfig, dir, testbed.ExitCodeAnnotation)
+%[3]s: "N".
+`, c.Kubeconfig, dir, testbed.ExitCodeAnnotation)
+	if c.Node {
+		fmt.Fprintf(out, `Pods that tolerate the taint %[1]s and select node %[2]s run for real on
+node %[2]s (images: %[3]s, %[4]s; import more with
+ctr --address %[5]s -n k8s.io images import ARCHIVE). Pods reach this machine at %[6]s.
+`, testbed.RealNodeTaint, testbed.RealNodeName, testbed.PauseImage, testbed.ToolboxImage,
+			filepath.Join(dir, "node", "containerd.sock"), c.HostIP)
+	}
+	fmt.Fprintln(out, "Stop it with: make testbed-down")
 }
 
 func down(dir string, out io.Writer) error {
@@ -170,7 +188,11 @@ func status(dir string, out io.Writer) error {
 		fmt.Fprintf(out, "The test bed in %s is broken: running %v, stopped %v. Restart it with: make testbed-down testbed-up\n", dir, st.Running, st.Stopped)
 	default:
 		fmt.Fprintf(out, "A test bed is running (started %s).\n", st.Started.Local().Format(time.Stamp))
-		printUsage(out, st.Kubeconfig, dir)
+		c, err := testbed.Reuse(context.Background(), st.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		printUsage(out, c, dir)
 	}
 	return nil
 }

@@ -1,0 +1,334 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The real node (Options.Node).
+//
+// The node is a container made by hand, the way kind makes one out of a Docker container: the
+// test bed starts an init process (testbed-pod pause, which reaps orphans) in new PID, mount and
+// network namespaces (`unshare`), and containerd, the kubelet, kube-proxy and CoreDNS join all
+// three (`nsenter`). What that buys:
+//
+//   - Nothing outlives the node. When the init dies, the kernel kills every process of its PID
+//     namespace: containerd's shims and every container, which containerd deliberately detaches
+//     from itself and which would otherwise survive as orphans. The init dies with the test bed
+//     even when the test binary is killed (Pdeathsig, and unshare's --kill-child).
+//   - Nothing is mounted on the host. Volumes, overlay root filesystems, the kubelet's bind mount
+//     of its root and the Pods' network namespace files exist only in the node's mount namespace,
+//     which the kernel drops with its last process. /run, /var/log and /var/lib/cni are tmpfs
+//     of the node's own, so shim sockets, container log links and CNI state never reach the host.
+//   - The network is the node's own (node_network.go), and so are the iptables rules.
+//   - No zombies: PID 1 of these machines does not reap orphans, the node's init does.
+//
+// What remains on the host is only what must: the node's directory under the test bed's Dir and
+// its cgroups (node_cgroups.go), both removed by Stop.
+
+// RealNodeName is the name of the test bed's real node.
+const RealNodeName = "outpost-testbed-real"
+
+// RealNodeTaint is the key of the NoSchedule taint that keeps Pods off the real node when kwok's
+// fake node runs too (Options{Jobs: true, Node: true}); Pods meant for the real node tolerate it
+// and select the node (OnRealNode does both for a PodSpec).
+const RealNodeTaint = "testbed.outpost.dev/real-node"
+
+// nodeReadyTimeout bounds the start of the real node, from containerd to a probe Pod that ran.
+const nodeReadyTimeout = 120 * time.Second
+
+// node is the state of a running real node.
+type node struct {
+	dir     string // <Dir>/node
+	initPID int    // this machine's pid of the node's init, PID 1 of the node's namespaces
+	pidNS   string // the node's PID namespace, as /proc/<pid>/ns/pid reads ("pid:[…]")
+	link    *nodeLink
+	cgroups []string // the node's cgroup root in each hierarchy
+	files   nodeFiles
+	imports chan error // the result of importing the built-in images, once
+}
+
+// startNodeSandbox creates the node's namespaces, network and cgroups and starts containerd and
+// the import of the built-in images, which need no API server, so they overlap etcd's and the
+// API server's start-up. It sets c.HostIP, which the API server binds to.
+func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bool) error {
+	if err := checkNodePrerequisites(binDir); err != nil {
+		return err
+	}
+	sweepStaleCgroups()
+	n := &node{dir: c.path("node"), imports: make(chan error, 1)}
+	for _, d := range []string{"cni", "cni-ipam", "containerd", "kubelet", "pod-logs", "images"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
+			return fmt.Errorf("testbed: %w", err)
+		}
+	}
+	// The mount point of the node's tmpfs for CNI state; an empty directory, as the package
+	// containernetworking-plugins would make.
+	if err := os.MkdirAll("/var/lib/cni", 0o755); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	pod := filepath.Join(binDir, podBinary)
+	init, err := startProcess(c.Dir, "node", "unshare", []string{
+		"--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--mount-proc", "--net",
+		"--", pod, "pause",
+	}, nodeEnv(), detach)
+	if err != nil {
+		return err
+	}
+	if err := c.track(init); err != nil {
+		return err
+	}
+	c.node = n
+	if n.initPID, err = waitForChild(ctx, init, pod); err != nil {
+		return err
+	}
+	for _, dir := range []string{"/run", "/var/log", "/var/lib/cni"} {
+		if err := run(ctx, nsenter(n.initPID, "mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir)...); err != nil {
+			return fmt.Errorf("testbed: preparing the node's mount namespace: %w", err)
+		}
+	}
+	n.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", n.initPID))
+	if n.link, err = setupNodeLink(ctx, n.initPID); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	c.HostIP = n.link.hostIP.String()
+	owner := strconv.Itoa(os.Getpid())
+	if detach {
+		owner = "detached" // not swept while `outpost-testbed up` is gone; StopDir removes it
+	}
+	name := cgroupPrefix + owner + "-" + strconv.Itoa(n.link.index)
+	if n.cgroups, err = createCgroupRoot(name); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+
+	n.files = nodeFiles{
+		dir:        n.dir,
+		socket:     filepath.Join(n.dir, "containerd.sock"),
+		kubeconfig: c.path("kubeconfig"),
+		caFile:     c.path("pki/ca.crt"),
+		nodeIP:     n.link.nodeIP.String(),
+		cgroupRoot: "/" + name,
+	}
+	if detach {
+		if err := c.writeState(); err != nil { // records the cgroups for StopDir
+			return fmt.Errorf("testbed: recording the node in %s: %w", c.Dir, err)
+		}
+	}
+	if err := c.writeNodeFiles(); err != nil {
+		return fmt.Errorf("testbed: writing the node's configuration: %w", err)
+	}
+
+	ctrd, err := startProcess(c.Dir, "containerd", "nsenter",
+		nsenter(n.initPID, "containerd", "--config", n.files.path("containerd.toml"))[1:], nodeEnv(), detach)
+	if err != nil {
+		return err
+	}
+	if err := c.track(ctrd); err != nil {
+		return err
+	}
+	c.containerdSocket = n.files.socket
+	go func() { n.imports <- c.importBuiltinImages(ctx, ctrd, pod) }()
+	return nil
+}
+
+// writeNodeFiles writes the configuration files of containerd, the CNI plugins, kube-proxy and
+// CoreDNS (the kubelet's is written by startNodeAgents).
+func (c *Cluster) writeNodeFiles() error {
+	f := c.node.files
+	files := map[string]string{
+		"containerd.toml":        f.containerdConfig(),
+		"cni/10-bridge.conflist": f.cniConfig(),
+		"kube-proxy.yaml":        f.kubeProxyConfig(),
+		"Corefile":               f.corefile(),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(f.path(name), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startNodeAgents starts the kubelet, kube-proxy and CoreDNS once the API server answers and the
+// built-in images are in containerd, and returns the kubelet's process for waitNodeReady. taint
+// registers the node with RealNodeTaint (kwok's fake node runs too).
+func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool, detach bool) (*process, error) {
+	n := c.node
+	select {
+	case err := <-n.imports:
+		if err != nil {
+			return nil, err
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	n.files.taint = taint
+	if err := os.WriteFile(n.files.path("kubelet.yaml"), []byte(n.files.kubeletConfig()), 0o600); err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
+	}
+	agents := []struct {
+		name string
+		args []string
+	}{
+		{"kubelet", []string{
+			"--config=" + n.files.path("kubelet.yaml"),
+			"--kubeconfig=" + n.files.kubeconfig,
+			"--root-dir=" + n.files.path("kubelet"),
+			"--hostname-override=" + RealNodeName,
+			"--node-ip=" + n.files.nodeIP,
+			// Lowering it needs CAP_SYS_RESOURCE, which these machines lack.
+			"--oom-score-adj=0",
+		}},
+		{"kube-proxy", []string{"--config=" + n.files.path("kube-proxy.yaml")}},
+		{"coredns", []string{"-conf", n.files.path("Corefile")}},
+	}
+	procs := map[string]*process{}
+	for _, a := range agents {
+		p, err := startProcess(c.Dir, a.name, "nsenter", nsenter(n.initPID, filepath.Join(binDir, a.name), a.args...)[1:], nodeEnv(), detach)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.track(p); err != nil {
+			return nil, err
+		}
+		procs[a.name] = p
+	}
+	return procs["kubelet"], nil
+}
+
+// nsenter returns the command line that runs program with args in all three namespaces of the
+// node whose init is pid. nsenter forks to enter the PID namespace, and stays as the parent in
+// this machine's namespace, so the test bed tracks and signals it like any other component.
+func nsenter(pid int, program string, args ...string) []string {
+	return append([]string{"nsenter", "--target", strconv.Itoa(pid), "--pid", "--mount", "--net", "--", program}, args...)
+}
+
+// nodeEnv is the environment of the node's processes: a PATH with the sbin directories, where
+// containerd looks for runc and kube-proxy and the CNI plugins for iptables, even when the test
+// runs from a shell whose PATH lacks them.
+func nodeEnv() []string {
+	path := os.Getenv("PATH")
+	for _, dir := range []string{"/usr/local/sbin", "/usr/sbin", "/sbin"} {
+		if !slices.Contains(filepath.SplitList(path), dir) {
+			path += string(filepath.ListSeparator) + dir
+		}
+	}
+	return []string{"PATH=" + strings.TrimPrefix(path, string(filepath.ListSeparator))}
+}
+
+// waitForChild returns this machine's pid of the child unshare forked, once it runs program
+// (so the namespaces are made and /proc is mounted).
+func waitForChild(ctx context.Context, p *process, program string) (int, error) {
+	parent := p.cmd.Process.Pid
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent, parent))
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			if pid, err := strconv.Atoi(f[0]); err == nil {
+				if exe, _ := os.Readlink("/proc/" + f[0] + "/exe"); exe == program {
+					return pid, nil
+				}
+			}
+		}
+		if err := p.exitedErr(); err != nil {
+			return 0, err
+		}
+		if time.Now().After(deadline) {
+			return 0, p.failure("did not start the node's init within 10s")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// stopNode removes what the node leaves on the host once its processes are gone: its cgroups,
+// and the host end of its veth (see awaitNodeGone).
+func (c *Cluster) stopNode() error {
+	if c.node == nil {
+		return nil
+	}
+	return removeNodeLeftovers(c.node.leftovers())
+}
+
+// leftovers is what of the node removeNodeLeftovers cleans up.
+func (n *node) leftovers() nodeLeftovers {
+	l := nodeLeftovers{Cgroups: n.cgroups, PIDNamespace: n.pidNS}
+	if n.link != nil { // nil when the node failed before its network was set up
+		l.Veth = n.link.veth
+	}
+	return l
+}
+
+// nodeLeftovers names what of a node can outlive its processes for a moment. It is recorded in a
+// detached test bed's state too, so StopDir cleans up the same way as Stop.
+type nodeLeftovers struct {
+	Cgroups      []string `json:"cgroups"`
+	PIDNamespace string   `json:"pidNamespace,omitempty"`
+	Veth         string   `json:"veth,omitempty"`
+}
+
+// nodeTeardownWait bounds the wait for the kernel's asynchronous part of a node's teardown.
+const nodeTeardownWait = 10 * time.Second
+
+// removeNodeLeftovers waits until the last process of the node's PID namespace has exited (a
+// process killed with its namespace's init is still exiting for a moment after the init is gone),
+// removes the node's cgroups, and deletes the host end of the veth if it is still there: the
+// kernel destroys a network namespace, and with it the veth pair, asynchronously after its last
+// process exits, so without this a test bed started right after could find the link and its
+// address still taken, and a check for leftovers would race the kernel.
+func removeNodeLeftovers(l nodeLeftovers) error {
+	deadline := time.Now().Add(nodeTeardownWait)
+	for l.PIDNamespace != "" && len(processesInNamespace("pid", l.PIDNamespace)) > 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testbed: processes of the node still running %s after it was stopped: %v",
+				nodeTeardownWait, processesInNamespace("pid", l.PIDNamespace))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := removeCgroups(l.Cgroups, nodeTeardownWait); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	if l.Veth == "" {
+		return nil
+	}
+	for {
+		if _, err := net.InterfaceByName(l.Veth); err != nil {
+			return nil // gone
+		}
+		// Deleting either end of a veth pair deletes both; "Cannot find device" means the
+		// kernel got there first.
+		_ = exec.Command("ip", "link", "del", l.Veth).Run()
+		if time.Now().After(deadline) {
+			return fmt.Errorf("testbed: the node's veth %s is still there %s after the node stopped", l.Veth, nodeTeardownWait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// processesInNamespace lists the live (not zombie) processes whose namespace of the given kind
+// is ns.
+func processesInNamespace(kind, ns string) []int {
+	var pids []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind)); link == ns && processAlive(pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}

@@ -1,0 +1,211 @@
+package testbed
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The real node's network.
+//
+// The node (containerd, kubelet, kube-proxy, CoreDNS and every Pod) lives in a network namespace of
+// its own that the test bed creates, joined to this machine by one veth pair whose two ends get the
+// addresses of a /30 taken from nodeLinkRange:
+//
+//	this machine: veth "otb<N>", HostIP  (10.247.x.y+1) ── node namespace: "eth0", node IP (+2)
+//
+// Pods sit on a bridge inside the node's namespace (podSubnet), Services (serviceClusterIPRange)
+// exist only as kube-proxy's iptables rules there, and the bridge plugin masquerades Pod traffic
+// leaving the namespace as the node IP. Why a namespace rather than the host's own network:
+//
+//   - Cleanup is structural. The bridge, the Pods' veths, their network namespaces and every
+//     iptables rule of kube-proxy and the CNI plugins belong to the node's namespace, which the
+//     kernel deletes with its last process, even when the test binary is killed with SIGKILL.
+//     Nothing is ever added to the host's iptables, routes (other than the /30 of the veth) or
+//     `ip netns` list.
+//   - Two test beds never collide: each has its own namespace, so Pod subnets, Service ranges,
+//     kubelet and kube-proxy ports and the bridge name can be the same constants in all of them;
+//     only the /30 and the veth name are allocated (under a lock, see allocateNodeLink).
+//   - Nothing reaches another host. The node's namespace has no default route, only the /30, so
+//     a Pod can reach the node, other Pods, Services and HostIP, and nothing else, whatever this
+//     machine's own forwarding settings. CoreDNS has no upstream.
+//
+// The API server listens on HostIP (not 127.0.0.1, which the node's namespace cannot reach) and
+// advertises it, so the `kubernetes` Service of the cluster points there and in-cluster clients in
+// Pods work. A server on this machine that Pods must reach (the orchestrator) listens on HostIP
+// too; nothing outside this machine routes to that address.
+const (
+	nodeLinkRange = "10.247.0.0/16"
+	podSubnet     = "10.246.0.0/24"
+	// nodeLinkLock serializes the choice of a free /30 between test beds starting at once, in any
+	// process on this machine.
+	nodeLinkLock = "/run/outpost-testbed-network.lock"
+)
+
+// nodeLink is the veth pair of one node.
+type nodeLink struct {
+	index  int        // block number within nodeLinkRange; names the veth
+	hostIP netip.Addr // this machine's end
+	nodeIP netip.Addr // the node namespace's end, the Node's InternalIP
+	veth   string     // name of this machine's end
+}
+
+// setupNodeLink chooses a free /30 and connects the network namespace of process pid to this
+// machine with a veth pair. The namespace side is named eth0 and gets its address, the loopback
+// comes up, and no default route is added.
+func setupNodeLink(ctx context.Context, pid int) (*nodeLink, error) {
+	lock, err := os.OpenFile(nodeLinkLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", nodeLinkLock, err)
+	}
+	defer lock.Close() // releases the lock
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return nil, fmt.Errorf("locking %s: %w", nodeLinkLock, err)
+	}
+	l, err := allocateNodeLink()
+	if err != nil {
+		return nil, err
+	}
+	ns := strconv.Itoa(pid)
+	hostCIDR := l.hostIP.String() + "/30"
+	nodeCIDR := l.nodeIP.String() + "/30"
+	steps := [][]string{
+		{"ip", "link", "add", l.veth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"ip", "addr", "add", hostCIDR, "dev", l.veth},
+		{"ip", "link", "set", l.veth, "up"},
+		{"nsenter", "--target", ns, "--net", "--", "ip", "addr", "add", nodeCIDR, "dev", "eth0"},
+		{"nsenter", "--target", ns, "--net", "--", "ip", "link", "set", "eth0", "up"},
+		{"nsenter", "--target", ns, "--net", "--", "ip", "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := run(ctx, s...); err != nil {
+			// The veth, if created, goes with the namespace; only a half-configured host end
+			// would stay if the namespace outlived this, and it does not.
+			return nil, fmt.Errorf("connecting the node's network namespace: %w", err)
+		}
+	}
+	return l, nil
+}
+
+// allocateNodeLink returns the first /30 of nodeLinkRange that no interface of this machine has
+// an address in and no route of this machine covers. The caller holds nodeLinkLock.
+func allocateNodeLink() (*nodeLink, error) {
+	rng := netip.MustParsePrefix(nodeLinkRange)
+	var used []netip.Prefix
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("listing this machine's addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok {
+			if p, ok := netipPrefix(ipn); ok {
+				used = append(used, p)
+			}
+		}
+	}
+	routes, err := hostRoutes()
+	if err != nil {
+		return nil, err
+	}
+	used = append(used, routes...)
+
+	base := binary.BigEndian.Uint32(rng.Addr().AsSlice())
+	blocks := 1 << (32 - rng.Bits() - 2)
+	for i := range blocks {
+		first := base + uint32(i)*4
+		block := netip.PrefixFrom(addrFrom(first), 30)
+		if overlapsAny(block, used) {
+			continue
+		}
+		return &nodeLink{index: i, hostIP: addrFrom(first + 1), nodeIP: addrFrom(first + 2), veth: "otb" + strconv.Itoa(i)}, nil
+	}
+	return nil, fmt.Errorf("no free /30 left in %s for the node's veth (every block is in use or routed)", nodeLinkRange)
+}
+
+// hostRoutes returns the destinations of this machine's IPv4 routes in the main table, except
+// the default route, from /proc/net/route (no netlink dependency for one read).
+func hostRoutes() ([]netip.Prefix, error) {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []netip.Prefix
+	sc := bufio.NewScanner(f)
+	sc.Scan() // header
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 8 {
+			continue
+		}
+		dst, err1 := strconv.ParseUint(fields[1], 16, 32)
+		mask, err2 := strconv.ParseUint(fields[7], 16, 32)
+		if err1 != nil || err2 != nil || mask == 0 {
+			continue
+		}
+		// /proc/net/route prints addresses in host (little-endian) byte order.
+		var d, m [4]byte
+		binary.LittleEndian.PutUint32(d[:], uint32(dst))
+		binary.LittleEndian.PutUint32(m[:], uint32(mask))
+		ones, _ := net.IPMask(m[:]).Size()
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4(d), ones).Masked())
+	}
+	return out, sc.Err()
+}
+
+func netipPrefix(ipn *net.IPNet) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(ipn.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := ipn.Mask.Size()
+	a = a.Unmap()
+	if !a.Is4() {
+		return netip.Prefix{}, false
+	}
+	if ones > 32 {
+		ones -= 96
+	}
+	return netip.PrefixFrom(a, ones).Masked(), true
+}
+
+func overlapsAny(p netip.Prefix, set []netip.Prefix) bool {
+	for _, q := range set {
+		if p.Overlaps(q) {
+			return true
+		}
+	}
+	return false
+}
+
+func addrFrom(u uint32) netip.Addr {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], u)
+	return netip.AddrFrom4(b)
+}
+
+// run runs a short command and returns its combined output in the error when it fails.
+func run(ctx context.Context, args ...string) error {
+	bin, err := lookPath(args[0])
+	if err != nil {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, bin, args[1:]...).CombinedOutput()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
