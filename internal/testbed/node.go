@@ -302,18 +302,24 @@ func removeNodeLeftovers(l nodeLeftovers) error {
 	if l.Veth == "" {
 		return nil
 	}
-	for {
-		if _, err := net.InterfaceByName(l.Veth); err != nil {
-			return nil // gone
-		}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	for linkExists(l.Veth) {
 		// Deleting either end of a veth pair deletes both; "Cannot find device" means the
 		// kernel got there first.
-		_ = exec.Command("ip", "link", "del", l.Veth).Run()
-		if time.Now().After(deadline) {
+		_ = exec.CommandContext(ctx, "ip", "link", "del", l.Veth).Run()
+		if ctx.Err() != nil {
 			return fmt.Errorf("testbed: the node's veth %s is still there %s after the node stopped", l.Veth, nodeTeardownWait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return nil
+}
+
+// linkExists reports whether this machine has a network interface of that name.
+func linkExists(name string) bool {
+	_, err := net.InterfaceByName(name)
+	return err == nil
 }
 
 // processesInNamespace lists the live (not zombie) processes whose namespace of the given kind
