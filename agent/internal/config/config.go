@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -73,6 +74,15 @@ type Config struct {
 	// JobServiceAccount is the job service account the chart made RBAC for; claims naming
 	// another fail clearly. Empty: take the claim's.
 	JobServiceAccount string
+	// JobPodPolicy is the cluster owner's job pod policy (chart values jobs.policy.*): what job
+	// pods may ask for beyond Pod Security "restricted". Its zero value refuses all of it.
+	JobPodPolicy kubeexec.Policy
+	// JobSecurity are the security defaults of job pods (chart values jobs.podSecurityContext and
+	// jobs.securityContext), completed with Pod Security "restricted".
+	JobSecurity kubeexec.SecurityDefaults
+	// JobPodTemplate, when set, pins the pod template of every Job (chart value jobs.podTemplate):
+	// the runner's template from the orchestrator is ignored.
+	JobPodTemplate string
 	// MaxConcurrency caps concurrent attempts below the runner's limit; 0 follows the orchestrator.
 	MaxConcurrency int
 	// CancelGrace is how long a canceled attempt's CLI may take to stop (release locks, push state).
@@ -93,7 +103,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("outpost-agent", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	var configFile, podLabels, pullSecrets string
+	var configFile, podLabels, pullSecrets, podPolicy, podSecurity, containerSecurity string
 	fs.StringVar(&configFile, "config", "", "optional YAML file with the same keys as the flags (env OUTPOST_CONFIG)")
 	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL")
 	fs.StringVar(&c.OrgID, "org-id", "", "organisation id")
@@ -125,6 +135,10 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.JobCASecret, "job-ca-secret", "", "Secret with a CA bundle mounted into job pods")
 	fs.StringVar(&c.JobCASecretKey, "job-ca-secret-key", "ca.crt", "data key of the CA bundle in --job-ca-secret")
 	fs.StringVar(&c.JobServiceAccount, "job-service-account", "", "the runner's job service account the chart prepared (checked against claims)")
+	fs.StringVar(&podPolicy, "job-pod-policy", "", "job pod policy as a JSON object (chart values jobs.policy.*); empty refuses everything beyond Pod Security restricted")
+	fs.StringVar(&podSecurity, "job-pod-security-context", "", "security defaults of job pods, a PodSecurityContext as JSON (completed with Pod Security restricted)")
+	fs.StringVar(&containerSecurity, "job-security-context", "", "security defaults of every container of job pods, a SecurityContext as JSON (completed with Pod Security restricted)")
+	fs.StringVar(&c.JobPodTemplate, "job-pod-template", "", "pins the pod template of every Job (JSON PodTemplateSpec); the runner's template is then ignored")
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, "cap below the runner's max_concurrency (0 = follow the orchestrator)")
 	fs.DurationVar(&c.CancelGrace, "cancel-grace", 120*time.Second, "time a canceled attempt gets to stop")
 	fs.DurationVar(&c.PollWait, "poll-wait", 30*time.Second, "long-poll hold time (at most 30s)")
@@ -173,6 +187,19 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 			return nil, fmt.Errorf("--job-pod-labels (OUTPOST_JOB_POD_LABELS) must be a JSON object of strings like {\"team\":\"infra\"}: %w", err)
 		}
 	}
+	for _, o := range []struct {
+		flag, raw string
+		into      any
+	}{{"job-pod-policy", podPolicy, &c.JobPodPolicy}, {"job-pod-security-context", podSecurity, &c.JobSecurity.Pod},
+		{"job-security-context", containerSecurity, &c.JobSecurity.Container}} {
+		if strings.TrimSpace(o.raw) == "" {
+			continue
+		}
+		if err := yaml.UnmarshalStrict([]byte(o.raw), o.into); err != nil {
+			return nil, fmt.Errorf("--%s (%s): %w", o.flag, EnvName(o.flag), err)
+		}
+	}
+	c.JobSecurity = c.JobSecurity.WithRestricted()
 	if strings.HasPrefix(strings.TrimSpace(pullSecrets), "[") {
 		if err := yaml.Unmarshal([]byte(pullSecrets), &c.JobImagePullSecrets); err != nil {
 			return nil, fmt.Errorf("job-image-pull-secrets must be a list of Secret names: %w", err)

@@ -13,8 +13,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
 // Validate checks the configuration and names every bad value with what to do about it, so a
@@ -59,6 +61,14 @@ func (c *Config) Validate() error {
 		for _, s := range c.JobImagePullSecrets {
 			if msgs := validation.IsDNS1123Subdomain(s); len(msgs) > 0 {
 				bad("job-image-pull-secrets", "%q is not a Secret name: %s", s, strings.Join(msgs, "; "))
+			}
+		}
+		if err := kubeexec.ValidatePolicy(&c.JobPodPolicy); err != nil {
+			bad("job-pod-policy", "%v", err)
+		}
+		if c.JobPodTemplate != "" {
+			if _, err := podtemplate.Parse(c.JobPodTemplate); err != nil {
+				bad("job-pod-template", "%v", err)
 			}
 		}
 		for k, v := range c.JobPodLabels {

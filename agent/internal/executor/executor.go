@@ -28,6 +28,7 @@ const (
 	ReasonImagePull          = "image_pull"
 	ReasonStartupTimeout     = "startup_timeout"
 	ReasonInvalidTemplate    = "invalid_pod_template"
+	ReasonPodPolicy          = "pod_policy"
 	ReasonStartFailed        = "start_failed"
 	ReasonEvicted            = "evicted"
 	ReasonCanceled           = "canceled"
@@ -40,6 +41,10 @@ const (
 // contract, a claim in the wrong namespace). The session turns it into a failed finished event
 // instead of retrying.
 var ErrInvalidJob = errors.New("the attempt cannot run")
+
+// ErrPolicy marks a Start error of a pod the cluster owner's job pod policy refuses; it is an
+// ErrInvalidJob too.
+var ErrPolicy = errors.New("refused by the job pod policy")
 
 // Executor runs claimed attempts. Every method is idempotent: the session calls them again after
 // errors and after restarts.

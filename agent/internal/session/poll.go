@@ -187,7 +187,10 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	}
 	reason := executor.ReasonStartFailed
 	result := "start_failed"
-	if errors.Is(err, executor.ErrInvalidJob) {
+	switch {
+	case errors.Is(err, executor.ErrPolicy):
+		reason, result = executor.ReasonPodPolicy, "refused"
+	case errors.Is(err, executor.ErrInvalidJob):
 		reason, result = executor.ReasonInvalidTemplate, "invalid"
 	}
 	s.o.Metrics.Claims.WithLabelValues(result).Inc()

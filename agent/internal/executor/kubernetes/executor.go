@@ -40,6 +40,13 @@ type Options struct {
 	// RBAC for); a placement naming another one fails with a message saying what to align.
 	ServiceAccount string
 	Pod            PodOptions
+	// Policy is the cluster owner's job pod policy: a pod it refuses is never created.
+	Policy Policy
+	// Security are the security defaults of job pods (RestrictedDefaults when zero).
+	Security *SecurityDefaults
+	// PinnedTemplate, when set, is the pod template of every Job, pinned by the cluster owner
+	// (chart value jobs.podTemplate): the runner's template from the orchestrator is ignored.
+	PinnedTemplate string
 	StartupTimeout time.Duration
 	Logger         *slog.Logger
 }
@@ -61,6 +68,10 @@ var _ executor.Executor = (*Executor)(nil)
 func New(o Options) *Executor {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Security == nil {
+		d := RestrictedDefaults()
+		o.Security = &d
 	}
 	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelRunnerID: o.Pod.RunnerID}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute,
@@ -136,11 +147,8 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 		return fmt.Errorf("%w: the runner's job namespace is %q but this agent manages %q; set the chart value jobs.namespace (OUTPOST_JOB_NAMESPACE) to the runner's job.namespace",
 			executor.ErrInvalidJob, runnerJob.Namespace, e.o.Namespace)
 	}
-	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
+	job, secret, err := e.build(c)
 	if err != nil {
-		if errors.Is(err, podtemplate.ErrInvalid) {
-			return fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)
-		}
 		return err
 	}
 	ns := job.Namespace
@@ -167,6 +175,41 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	}
 	e.notify.Notify()
 	return nil
+}
+
+// build turns a claim into its Job and token Secret, under the cluster owner's pinned template,
+// security defaults and job pod policy: a pod the policy refuses is an error, and nothing exists
+// yet to clean up.
+func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
+	if pinned := e.o.PinnedTemplate; pinned != "" {
+		if c.Placement.Job.PodTemplate != "" && !sameTemplate(c.Placement.Job.PodTemplate, pinned) {
+			e.log.Warn("ignoring the runner's pod template: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
+				"deployment_id", c.DeploymentID, "attempt", c.Attempt)
+		}
+		pc := *c
+		pc.Placement.Job.PodTemplate = pinned
+		c = &pc
+	}
+	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
+	if err != nil {
+		if errors.Is(err, podtemplate.ErrInvalid) {
+			return nil, nil, fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)
+		}
+		return nil, nil, err
+	}
+	tpl := &job.Spec.Template
+	e.o.Security.Apply(&tpl.Spec, &e.o.Policy)
+	if err := e.o.Policy.Check(tpl, secret.Name, e.o.Pod.CASecret); err != nil {
+		return nil, nil, err
+	}
+	return job, secret, nil
+}
+
+// sameTemplate compares two templates by their canonical JSON.
+func sameTemplate(a, b string) bool {
+	na, errA := podtemplate.Normalize(a)
+	nb, errB := podtemplate.Normalize(b)
+	return errA == nil && errB == nil && na == nb
 }
 
 func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) error {
