@@ -3,8 +3,8 @@ package kubernetes
 import (
 	"encoding/json"
 	"errors"
-	"strings"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
