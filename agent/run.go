@@ -138,6 +138,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 					readiness.SetLeader(v)
 					m.Leader.Set(boolFloat(v))
 					p.forwarder.SetLeading(v)
+					if !v {
+						// The attempts are the next leader's: a standby authorises nothing and
+						// renews no state lock.
+						p.tokens.Clear()
+					}
 				}, OnNewLeader: p.forwarder.SetLeader}, p.session.RunAndRestart)
 		})
 	} else {
@@ -156,6 +161,8 @@ type parts struct {
 	state *statebackend.Server
 	// forwarder is set when leader election runs.
 	forwarder *statebackend.Forwarder
+	// tokens are the grants of the attempts this replica holds while it leads.
+	tokens *jobtoken.Registry
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
@@ -170,12 +177,12 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, r
 	if err != nil {
 		return nil, err
 	}
-	exec, err := newExecutor(cfg, kube, log)
+	exec, err := newExecutor(cfg, kube, log, key)
 	if err != nil {
 		return nil, err
 	}
 	tokens := jobtoken.New()
-	p := &parts{exec: exec, session: session.New(session.Options{
+	p := &parts{exec: exec, tokens: tokens, session: session.New(session.Options{
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
@@ -257,13 +264,13 @@ func newStateServer(cfg *config.Config, kube kubernetes.Interface, tokens *jobto
 		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log})
 }
 
-func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger) (runnable, error) {
+func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
 		return process.New(process.Options{WorkDir: cfg.WorkDir, AgentBinary: cfg.AgentBinary, APIURL: cfg.APIURL,
 			StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
-		Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
+		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
 		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, APIURL: cfg.APIURL, StateURL: cfg.StateURL, CLI: cfg.CLI,
 			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey, CancelGrace: cfg.CancelGrace}}), nil
 }

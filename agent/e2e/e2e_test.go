@@ -93,10 +93,10 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	for _, v := range pod.Spec.Volumes {
 		vols[v.Name] = v
 	}
-	if vols["cache"].EmptyDir == nil || vols["outpost-job-token"].Secret == nil || vols["outpost-job-token"].Secret.SecretName != kubeexec.TokenSecretName(job.Name) {
+	if vols["cache"].EmptyDir == nil || vols["outpost-job-token"].Secret == nil || vols["outpost-job-token"].Secret.SecretName != kubeexec.TokenSecretName(job.Name, job.Annotations[kubeexec.AnnTokenSHA256]) {
 		t.Errorf("volumes %+v", vols)
 	}
-	sec, err := e.cluster.Client().CoreV1().Secrets(e.ns).Get(context.Background(), kubeexec.TokenSecretName(job.Name), metav1.GetOptions{})
+	sec, err := e.cluster.Client().CoreV1().Secrets(e.ns).Get(context.Background(), kubeexec.TokenSecretName(job.Name, job.Annotations[kubeexec.AnnTokenSHA256]), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

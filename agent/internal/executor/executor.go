@@ -88,6 +88,8 @@ type AttemptStatus struct {
 	StateKey string
 	// StateNamespace is where the claim's kubernetes state storage keeps states ("" for others).
 	StateNamespace string
+	// Operation is the claim's operation; it decides the state access of the job runner.
+	Operation api.Operation
 	// PendingEvent is the saved, undelivered finished event, if any.
 	PendingEvent []byte
 	// ClaimedAt is when the agent created the Job or process; StartedAt and FinishedAt come from

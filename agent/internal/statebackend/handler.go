@@ -16,10 +16,17 @@
 //	LOCK    body = lock info JSON; 200 on success; 423 + the current holder's lock info JSON
 //	        on conflict (the CLIs parse it and print "already locked: ID=…" with the info)
 //	UNLOCK  body = lock info JSON with the ID: 200 when released (or not locked); 409 +
-//	        current lock info when another ID holds it. An empty body is a force-unlock:
-//	        Terraform's `force-unlock` sends no body (its http client only remembers lock info
-//	        of locks it took itself), OpenTofu's sends {"ID": <the id given>}, which unlocks
-//	        through the normal path.
+//	        current lock info when another ID or another holder holds it. An empty body (what
+//	        Terraform's `force-unlock` sends) is refused with 403: job runners never
+//	        force-unlock; an operator runs `outpost-agent state force-unlock` in the cluster.
+//	        OpenTofu's force-unlock sends {"ID": <the id given>}, which only unlocks a lock of
+//	        the caller's own attempt.
+//
+// Least privilege: the Authorizer says who the caller is (the lock holder, one attempt) and
+// whether it may only read (a plan). A plan reads its state and takes and releases its own lock;
+// POST, PUT and DELETE answer it 403. Locks are bound to their holder: a write or an unlock with
+// another holder's lock ID is refused, and a 409 or 423 answer shows the current lock's ID only to
+// its own holder, so a job cannot learn another attempt's lock ID from a conflict.
 //
 // Authentication is HTTP basic auth (the CLIs' username/password, or TF_HTTP_USERNAME /
 // TF_HTTP_PASSWORD), checked per request by an Authorizer that also decides which state keys
@@ -65,13 +72,14 @@ const (
 
 // Authorizer authenticates a request and authorises it for one state key. The agent implements it
 // with job tokens (jobtoken.Registry): username = deployment id, password = job token, and a job
-// runner may only touch the state key of its own claim. The returned holder ("job/<id>/<attempt>")
-// names the lock holder and the writer in the state history. Its errors select the HTTP status:
+// runner may only touch the state key of its own claim. The returned access names the lock holder
+// and the writer in the state history ("job/<id>/<attempt>") and says whether the caller may only
+// read. Its errors select the HTTP status:
 // jobtoken.ErrUnauthenticated → 401 (CLI: "requires auth"), jobtoken.ErrForbidden → 403 (CLI:
 // "invalid auth"); any other error → 503, because the authorizer could not decide, so the CLI
 // retries.
 type Authorizer interface {
-	Authorize(ctx context.Context, username, password, stateKey string) (holder string, err error)
+	Authorize(ctx context.Context, username, password, stateKey string) (jobtoken.Access, error)
 }
 
 // HolderLiveness is optionally implemented by the Authorizer. When it is, the handler asks it
@@ -128,7 +136,9 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 // released: a new agent (or the same one after a restart, see ResumeRenewals) can keep renewing
 // them; otherwise they expire.
 func (h *Handler) Close() {
+	h.mu.Lock()
 	h.stop()
+	h.mu.Unlock()
 	h.wg.Wait()
 }
 
@@ -163,7 +173,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusUnauthorized, "unauthenticated", "basic authentication required (the backend's username/password or TF_HTTP_USERNAME/TF_HTTP_PASSWORD)")
 		return
 	}
-	holder, err = h.authz.Authorize(r.Context(), user, pass, key)
+	access, err := h.authz.Authorize(r.Context(), user, pass, key)
+	holder = access.Holder
 	switch {
 	case errors.Is(err, jobtoken.ErrUnauthenticated):
 		rw.Header().Set("WWW-Authenticate", `Basic realm="outpost-state", charset="UTF-8"`)
@@ -181,10 +192,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.Method {
 	case http.MethodGet:
 		h.get(rw, r, key)
-	case http.MethodPost, http.MethodPut:
-		h.put(rw, r, key, holder)
-	case http.MethodDelete:
-		h.delete(rw, r, key)
+	case http.MethodPost, http.MethodPut, http.MethodDelete:
+		if access.ReadOnly {
+			writeError(rw, http.StatusForbidden, "read_only", fmt.Sprintf("a plan may only read state %q and take and release its own lock; writing and deleting state is for apply and destroy", key))
+			return
+		}
+		if r.Method == http.MethodDelete {
+			h.delete(rw, r, key, holder)
+		} else {
+			h.put(rw, r, key, holder)
+		}
 	case "LOCK":
 		h.lock(rw, r, key, holder)
 	case "UNLOCK":
@@ -202,7 +219,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, key string) {
 		return
 	}
 	if err != nil {
-		h.storeError(w, r, key, "read", err)
+		h.storeError(w, r, key, "", "read", err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -227,18 +244,18 @@ func (h *Handler) put(w http.ResponseWriter, r *http.Request, key, holder string
 		}
 	}
 	lockID := r.URL.Query().Get("ID")
-	gen, err := h.store.Write(r.Context(), key, body, statestore.WriteOptions{LockID: lockID, Writer: holder})
+	gen, err := h.store.Write(r.Context(), key, body, statestore.WriteOptions{LockID: lockID, Holder: holder, Writer: holder})
 	if err != nil {
-		h.storeError(w, r, key, "write", err)
+		h.storeError(w, r, key, holder, "write", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"generation": gen.Generation, "sha256": gen.SHA256, "size": gen.Size})
 }
 
-func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key string) {
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key, holder string) {
 	err := h.store.Delete(r.Context(), key)
 	if err != nil && !errors.Is(err, statestore.ErrNotFound) {
-		h.storeError(w, r, key, "delete", err)
+		h.storeError(w, r, key, holder, "delete", err)
 		return
 	}
 	h.stopRenewal(key, "")
@@ -257,7 +274,7 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder strin
 	}
 	info.Holder = holder
 	if err := h.store.Lock(r.Context(), key, info); err != nil {
-		h.storeError(w, r, key, "lock", err)
+		h.storeError(w, r, key, holder, "lock", err)
 		return
 	}
 	h.startRenewal(key, info.ID, holder)
@@ -276,23 +293,17 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder str
 			return
 		}
 	}
-	var err error
 	if info.ID == "" {
-		var prev *statestore.HeldLock
-		prev, err = h.store.ForceUnlock(r.Context(), key)
-		if prev != nil {
-			h.log.LogAttrs(r.Context(), slog.LevelWarn, "state force-unlocked over HTTP", slog.String("state_key", key),
-				slog.String("by", holder), slog.String("previous_holder", prev.Info.Holder), slog.String("lock_id", prev.Info.ID))
-			h.stopRenewal(key, prev.Info.ID)
-		}
-	} else {
-		err = h.store.Unlock(r.Context(), key, info.ID)
-		if err == nil {
-			h.stopRenewal(key, info.ID)
-		}
+		h.log.LogAttrs(r.Context(), slog.LevelWarn, "force-unlock over HTTP refused", slog.String("state_key", key), slog.String("by", holder))
+		writeError(w, http.StatusForbidden, "force_unlock_refused", fmt.Sprintf("job runners cannot force-unlock state %q; an operator runs `outpost-agent state force-unlock %s` in the cluster", key, key))
+		return
+	}
+	err := h.store.Unlock(r.Context(), key, info.ID, holder)
+	if err == nil {
+		h.stopRenewal(key, info.ID)
 	}
 	if err != nil && !errors.Is(err, statestore.ErrNotLocked) {
-		h.storeError(w, r, key, "unlock", err)
+		h.storeError(w, r, key, holder, "unlock", err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -318,17 +329,32 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) 
 	return body, true
 }
 
+// HiddenLockIDPrefix starts what stands for the ID of another holder's lock in 409 and 423
+// answers: the ID is what lets a write or an unlock through, so only the lock's own holder sees
+// it. The CLIs print it as the lock's ID, so it says who holds the lock and what to do.
+const HiddenLockIDPrefix = "hidden"
+
+// shownTo is a lock's info as the caller may see it.
+func shownTo(l statestore.HeldLock, holder string) statestore.LockInfo {
+	info := l.Info
+	if holder == "" || info.Holder != holder {
+		info.ID = fmt.Sprintf("%s (held by %s; an operator releases a stuck lock with `outpost-agent state force-unlock`)", HiddenLockIDPrefix, info.Holder)
+	}
+	return info
+}
+
 // storeError maps store errors to the statuses the CLIs understand. Lock conflicts answer with
-// the current lock info JSON (what the CLIs parse); everything else with a JSON error body.
-func (h *Handler) storeError(w http.ResponseWriter, r *http.Request, key, op string, err error) {
+// the current lock info JSON (what the CLIs parse), its ID hidden from other holders; everything
+// else with a JSON error body.
+func (h *Handler) storeError(w http.ResponseWriter, r *http.Request, key, holder, op string, err error) {
 	var locked *statestore.LockedError
 	var mismatch *statestore.LockMismatchError
 	switch {
 	case errors.As(err, &locked):
-		writeJSON(w, http.StatusLocked, locked.Lock.Info)
+		writeJSON(w, http.StatusLocked, shownTo(locked.Lock, holder))
 	case errors.As(err, &mismatch):
 		if mismatch.Lock != nil {
-			writeJSON(w, http.StatusConflict, mismatch.Lock.Info)
+			writeJSON(w, http.StatusConflict, shownTo(*mismatch.Lock, holder))
 		} else {
 			writeError(w, http.StatusConflict, "lock_lost", err.Error())
 		}

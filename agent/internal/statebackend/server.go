@@ -42,13 +42,54 @@ type Server struct {
 	handlers map[string]*Handler
 }
 
-// NewServer returns the state backend server. Call Close when shutting down.
+// NewServer returns the state backend server, watching o.Tokens (see Added, Removed, Cleared).
+// Call Close when shutting down.
 func NewServer(o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	log := o.Logger.With("component", "state")
-	return &Server{o: o, log: log, handlers: map[string]*Handler{}}
+	s := &Server{o: o, log: log, handlers: map[string]*Handler{}}
+	o.Tokens.Watch(s)
+	return s
+}
+
+var _ jobtoken.Watcher = (*Server)(nil)
+
+// Added implements jobtoken.Watcher: the handler of the attempt's state namespace exists from
+// now on, so the state locks of attempts adopted after a failover are renewed at once (see
+// ResumeRenewals), not only from their job runner's next request.
+func (s *Server) Added(ns string) {
+	if ns == "" {
+		return
+	}
+	if _, err := s.handler(ns); err != nil {
+		s.log.Error("state store", "namespace", ns, "err", err)
+	}
+}
+
+// Removed implements jobtoken.Watcher: the locks a finished attempt still holds are released
+// now instead of expiring one lock duration later.
+func (s *Server) Removed(holder, ns string) {
+	s.mu.Lock()
+	h := s.handlers[ns]
+	s.mu.Unlock()
+	if h != nil {
+		h.releaseHolder(holder)
+	}
+}
+
+// Cleared implements jobtoken.Watcher: this replica lost leadership. Its handlers stop renewing
+// (the new leader resumes the renewals of the attempts it adopts) and are dropped, so a later
+// term starts from the Leases as they are then.
+func (s *Server) Cleared() {
+	s.mu.Lock()
+	hs := s.handlers
+	s.handlers = map[string]*Handler{}
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.Close()
+	}
 }
 
 // ServeHTTP forwards to the leader from a standby, else serves from the caller's namespace.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -20,8 +21,8 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	c := testbed.Shared(t)
 	nsA, nsB := testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
 	tokens := jobtoken.New()
-	tokens.Put("dep-a", 1, "opj_a", "team/app", nsA)
-	tokens.Put("dep-b", 1, "opj_b", "team/app", nsB)
+	tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_a", StateKey: "team/app", StateNamespace: nsA, Operation: api.OperationApply})
+	tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_b", StateKey: "team/app", StateNamespace: nsB, Operation: api.OperationApply})
 	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Logger: testLogger()})
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() {

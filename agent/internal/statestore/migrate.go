@@ -160,7 +160,7 @@ func (s *Store) ImportFromKubernetesBackend(ctx context.Context, workspace, suff
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return res, err
 	}
-	if err := s.checkWriteLock(ctx, cfg.key, ""); err != nil {
+	if err := s.checkWriteLock(ctx, cfg.key, "", ""); err != nil {
 		return res, err
 	}
 	g, err := s.write(ctx, cfg.key, state, meta, WriteOptions{Source: "import from " + source}, false)

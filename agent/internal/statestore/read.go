@@ -85,7 +85,7 @@ func (s *Store) Restore(ctx context.Context, key string, gen int64) (Generation,
 	if err != nil {
 		return Generation{}, err
 	}
-	if err := s.checkWriteLock(ctx, key, ""); err != nil {
+	if err := s.checkWriteLock(ctx, key, "", ""); err != nil {
 		return Generation{}, err
 	}
 	return s.write(ctx, key, data, meta, WriteOptions{Source: fmt.Sprintf("restore of generation %d", gen)}, true)
@@ -99,7 +99,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	if err := s.checkWriteLock(ctx, key, ""); err != nil {
+	if err := s.checkWriteLock(ctx, key, "", ""); err != nil {
 		return err
 	}
 	hash := StateHash(key)

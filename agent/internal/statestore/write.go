@@ -25,6 +25,9 @@ type WriteOptions struct {
 	// the CLI sends with a locked write). A lock that expired but was not taken over still
 	// counts. When empty, the write is refused while anyone holds an unexpired lock.
 	LockID string
+	// Holder, when set, must be the holder of that lock: a lock ID learned from another
+	// holder's lock (another attempt's) does not let a write through.
+	Holder string
 	// Writer and Source are recorded in the generation's history entry for audit.
 	Writer string
 	Source string
@@ -50,7 +53,7 @@ func (s *Store) Write(ctx context.Context, key string, state []byte, opts WriteO
 		}
 		return Generation{}, err
 	}
-	if err := s.checkWriteLock(ctx, key, opts.LockID); err != nil {
+	if err := s.checkWriteLock(ctx, key, opts.LockID, opts.Holder); err != nil {
 		return Generation{}, err
 	}
 	if opts.Source == "" {
@@ -107,7 +110,7 @@ func (s *Store) write(ctx context.Context, key string, state []byte, meta StateM
 	// Check the lock again right before the swap: laying down a large state takes seconds,
 	// during which an expired lock may have been taken over or force-unlocked. This narrows
 	// the window in which a writer that lost its lock can still commit to one API round trip.
-	if err := s.checkWriteLock(ctx, key, opts.LockID); err != nil {
+	if err := s.checkWriteLock(ctx, key, opts.LockID, opts.Holder); err != nil {
 		s.deleteGeneration(context.WithoutCancel(ctx), key, hash, gen)
 		return Generation{}, err
 	}

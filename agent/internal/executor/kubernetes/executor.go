@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -34,6 +35,12 @@ import (
 // Options configure the executor.
 type Options struct {
 	Client kubernetes.Interface
+	// OrgID is the agent's organisation: it labels every Job, so runners of two organisations
+	// can share a jobs namespace.
+	OrgID string
+	// SealKey keys the seals of the agent's Jobs (SealKey of the runner's private key); a random
+	// key when nil, whose seals do not outlive the process.
+	SealKey []byte
 	// Namespace is the jobs namespace to watch; empty watches all namespaces.
 	Namespace string
 	// ServiceAccount, when set, is the job service account the agent was installed for (and made
@@ -60,6 +67,10 @@ type Executor struct {
 	synced  chan struct{}
 	notify  *executor.Notifier
 	log     *slog.Logger
+	sealKey []byte
+
+	mu       sync.Mutex
+	unsealed map[types.UID]bool // Jobs already reported as not the agent's
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -73,17 +84,21 @@ func New(o Options) *Executor {
 		d := RestrictedDefaults()
 		o.Security = &d
 	}
-	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelRunnerID: o.Pod.RunnerID}).String()
+	if len(o.SealKey) == 0 {
+		o.SealKey = randomSealKey()
+	}
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelOrgID: o.OrgID, LabelRunnerID: o.Pod.RunnerID}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute,
 		informers.WithNamespace(o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
 	e := &Executor{
 		o: o, factory: factory,
-		jobs:   factory.Batch().V1().Jobs().Lister(),
-		pods:   factory.Core().V1().Pods().Lister(),
-		synced: make(chan struct{}),
-		notify: executor.NewNotifier(),
-		log:    o.Logger.With("executor", "kubernetes"),
+		jobs:    factory.Batch().V1().Jobs().Lister(),
+		pods:    factory.Core().V1().Pods().Lister(),
+		synced:  make(chan struct{}),
+		notify:  executor.NewNotifier(),
+		log:     o.Logger.With("executor", "kubernetes"),
+		sealKey: o.SealKey, unsealed: map[types.UID]bool{},
 	}
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { e.notify.Notify() },
@@ -161,6 +176,12 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 		if created, err = e.o.Client.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("adopt Job %s/%s: %w", ns, job.Name, err)
 		}
+		if !e.sealed(created) || created.Annotations[AnnDeploymentID] != c.DeploymentID {
+			// Not ours: whoever made it must not get this attempt's token.
+			e.deleteOwnSecret(context.WithoutCancel(ctx), secret)
+			return fmt.Errorf("%w: a Job named %s already exists in namespace %s and this agent did not create it (it has no valid seal), so it was not adopted; "+
+				"delete it (kubectl -n %s delete job %s) and find out who created it", executor.ErrInvalidJob, job.Name, ns, ns, job.Name)
+		}
 		e.log.Info("adopted existing Job", "deployment_id", c.DeploymentID, "attempt", c.Attempt, "k8s_job", job.Name)
 	case err != nil:
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
@@ -202,6 +223,12 @@ func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
 	if err := e.o.Policy.Check(tpl, secret.Name, e.o.Pod.CASecret); err != nil {
 		return nil, nil, err
 	}
+	for _, l := range []map[string]string{job.Labels, tpl.Labels, secret.Labels} {
+		l[LabelOrgID] = e.o.OrgID
+	}
+	job.Annotations[AnnOperation] = string(c.Placement.Operation)
+	job.Annotations[AnnTokenSHA256] = tokenDigest(c.JobToken)
+	e.seal(job)
 	return job, secret, nil
 }
 
@@ -210,49 +237,6 @@ func sameTemplate(a, b string) bool {
 	na, errA := podtemplate.Normalize(a)
 	nb, errB := podtemplate.Normalize(b)
 	return errA == nil && errB == nil && na == nb
-}
-
-func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) error {
-	secrets := e.o.Client.CoreV1().Secrets(s.Namespace)
-	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
-	if err == nil || !apierrors.IsAlreadyExists(err) {
-		if err != nil {
-			return fmt.Errorf("create token Secret %s/%s: %w", s.Namespace, s.Name, err)
-		}
-		return nil
-	}
-	have, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("read token Secret %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	if string(have.Data[tokenKey]) == string(s.Data[tokenKey]) {
-		return nil
-	}
-	// A different token for the same attempt (the claim was granted again): replace the Secret.
-	// Delete and create need no update permission on Secrets.
-	if err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return nil
-}
-
-func (e *Executor) ownSecret(ctx context.Context, job *batchv1.Job, name string) error {
-	ref := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{ref}}})
-	_, err := e.o.Client.CoreV1().Secrets(job.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsForbidden(err) {
-		// The owner reference is a safety net (Cleanup deletes the Secret itself); without
-		// `patch` on Secrets only Jobs deleted by someone else leave their Secret behind.
-		e.log.Warn("cannot hand the token Secret to its Job; grant patch on secrets in the jobs namespace", "secret", name, "err", err)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("set owner of token Secret %s/%s: %w", job.Namespace, name, err)
-	}
-	return nil
 }
 
 // List implements executor.Executor from the informer cache.
@@ -284,7 +268,7 @@ func (e *Executor) find(ctx context.Context, deploymentID string, attempt int) (
 		return nil, err
 	}
 	for _, j := range jobs {
-		if j.Annotations[AnnDeploymentID] == deploymentID && j.DeletionTimestamp == nil {
+		if j.Annotations[AnnDeploymentID] == deploymentID && j.DeletionTimestamp == nil && e.sealed(j) {
 			return j, nil
 		}
 	}
@@ -330,9 +314,8 @@ func (e *Executor) Cleanup(ctx context.Context, deploymentID string, attempt int
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
 	}
-	err = e.o.Client.CoreV1().Secrets(j.Namespace).Delete(ctx, TokenSecretName(j.Name), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete token Secret of Job %s/%s: %w", j.Namespace, j.Name, err)
+	if err := e.deleteTokenSecret(ctx, j); err != nil {
+		return err
 	}
 	e.notify.Notify()
 	return nil
@@ -347,34 +330,13 @@ func (e *Executor) SavePendingEvent(ctx context.Context, deploymentID string, at
 	if j == nil {
 		return fmt.Errorf("no Job for deployment %s attempt %d to keep its finished event on", deploymentID, attempt)
 	}
-	if j.Annotations[AnnPendingEvent] == string(event) {
+	if ev, ok := e.pendingEvent(j); ok && ev == string(event) {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnPendingEvent: string(event)}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		AnnPendingEvent: string(event), AnnPendingEventSeal: e.eventSeal(j, string(event))}}})
 	if _, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("save the finished event on Job %s/%s: %w", j.Namespace, j.Name, err)
 	}
 	return nil
-}
-
-// JobToken implements executor.Executor from the Job's token Secret.
-func (e *Executor) JobToken(ctx context.Context, deploymentID string, attempt int) (string, error) {
-	j, err := e.find(ctx, deploymentID, attempt)
-	if err != nil {
-		return "", err
-	}
-	if j == nil {
-		return "", executor.ErrNoToken
-	}
-	s, err := e.o.Client.CoreV1().Secrets(j.Namespace).Get(ctx, TokenSecretName(j.Name), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", executor.ErrNoToken
-	}
-	if err != nil {
-		return "", fmt.Errorf("read token Secret of Job %s/%s: %w", j.Namespace, j.Name, err)
-	}
-	if len(s.Data[tokenKey]) == 0 {
-		return "", executor.ErrNoToken
-	}
-	return string(s.Data[tokenKey]), nil
 }

@@ -66,7 +66,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 	env := ownedEnv(c, o)
 	mounts := []corev1.VolumeMount{{Name: tokenVolume, MountPath: tokenMountPath, ReadOnly: true}}
 	volumes := []corev1.Volume{{Name: tokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-		SecretName: TokenSecretName(name), DefaultMode: ptr.To[int32](0o444),
+		SecretName: TokenSecretName(name, tokenDigest(c.JobToken)), DefaultMode: ptr.To[int32](0o444),
 	}}}}
 	if o.CASecret != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: caVolume, MountPath: caMountPath, ReadOnly: true})
@@ -131,7 +131,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		job.Annotations[AnnStateNS] = ns
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name), Namespace: p.Job.Namespace, Labels: labels,
+		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name, tokenDigest(c.JobToken)), Namespace: p.Job.Namespace, Labels: labels,
 			Annotations: map[string]string{AnnDeploymentID: c.DeploymentID}},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{tokenKey: []byte(c.JobToken)},

@@ -140,10 +140,10 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 	if vols["cache"].EmptyDir == nil || len(vols) != 3 {
 		t.Errorf("volumes = %v", vols)
 	}
-	if tv := vols[tokenVolume]; tv.Secret == nil || tv.Secret.SecretName != "outpost-dep-123-2-token" || tv.EmptyDir != nil {
+	if tv := vols[tokenVolume]; tv.Secret == nil || tv.Secret.SecretName != "outpost-dep-123-2-token-"+tokenDigest("opj_secret")[:16] || tv.EmptyDir != nil {
 		t.Errorf("token volume = %+v", tv)
 	}
-	if secret.Name != "outpost-dep-123-2-token" || string(secret.Data["token"]) != "opj_secret" || secret.Namespace != "jobs" {
+	if secret.Name != vols[tokenVolume].Secret.SecretName || string(secret.Data["token"]) != "opj_secret" || secret.Namespace != "jobs" {
 		t.Errorf("secret = %s/%s %v", secret.Namespace, secret.Name, secret.Data)
 	}
 }
@@ -203,8 +203,8 @@ func TestJobNameDeterministicAndValid(t *testing.T) {
 			if len(n) > 63 || !dns.MatchString(n) || len(validation.IsDNS1123Label(n)) > 0 {
 				t.Errorf("JobName(%q, %d) = %q is not a DNS-1123 label ≤ 63", id, attempt, n)
 			}
-			if len(validation.IsDNS1123Subdomain(TokenSecretName(n))) > 0 {
-				t.Errorf("secret name %q invalid", TokenSecretName(n))
+			if len(validation.IsDNS1123Subdomain(TokenSecretName(n, tokenDigest("opj_x")))) > 0 {
+				t.Errorf("secret name %q invalid", TokenSecretName(n, tokenDigest("opj_x")))
 			}
 			key := id + "/" + string(rune('0'+attempt))
 			if prev, ok := seen[n]; ok && prev != key {

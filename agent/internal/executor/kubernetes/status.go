@@ -27,17 +27,27 @@ type startupFailure struct {
 }
 
 // status derives an attempt's status from its Job and pods. ok is false for objects that are not
-// ours after all (no deployment-id annotation) or are being deleted.
+// ours after all (no valid seal, see seal.go) or are being deleted.
 func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
-	deploymentID := j.Annotations[AnnDeploymentID]
-	attempt, err := strconv.Atoi(j.Labels[LabelAttempt])
-	if deploymentID == "" || err != nil || j.DeletionTimestamp != nil {
+	if j.DeletionTimestamp != nil {
 		return executor.AttemptStatus{}, false
 	}
-	s := executor.AttemptStatus{DeploymentID: deploymentID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS], Status: api.StatusClaimed}
+	if !e.sealed(j) {
+		e.reportUnsealed(j)
+		return executor.AttemptStatus{}, false
+	}
+	deploymentID := j.Annotations[AnnDeploymentID]
+	attempt, err := strconv.Atoi(j.Labels[LabelAttempt])
+	if deploymentID == "" || err != nil {
+		return executor.AttemptStatus{}, false
+	}
+	s := executor.AttemptStatus{DeploymentID: deploymentID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS],
+		Operation: api.Operation(j.Annotations[AnnOperation]), Status: api.StatusClaimed}
 	s.Fencing, _ = strconv.ParseInt(j.Annotations[AnnFencing], 10, 64)
-	if r := j.Annotations[AnnPendingEvent]; r != "" {
-		s.PendingEvent = []byte(r)
+	if ev, ok := e.pendingEvent(j); ok {
+		s.PendingEvent = []byte(ev)
+	} else if j.Annotations[AnnPendingEvent] != "" {
+		e.log.Warn("ignoring a pending event without a valid seal on the agent's Job", "k8s_job", j.Name, "namespace", j.Namespace)
 	}
 	s.ClaimedAt, _ = time.Parse(time.RFC3339Nano, j.Annotations[AnnClaimedAt])
 	pods := e.podsOf(j)

@@ -68,6 +68,7 @@ type claimRecord struct {
 	StateKey       string    `json:"state_key"`
 	StateStorage   string    `json:"state_storage"`
 	StateNamespace string    `json:"state_namespace,omitempty"`
+	Operation      string    `json:"operation,omitempty"`
 	TimeoutSeconds int       `json:"timeout_seconds"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 }
@@ -136,7 +137,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	p := &c.Placement
 	rec := claimRecord{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, StateKey: p.StateKey,
 		StateStorage: p.StateStorage.Type, StateNamespace: p.KubernetesStateNamespace(), TimeoutSeconds: p.TimeoutSeconds,
-		ClaimedAt: time.Now().UTC()}
+		Operation: string(p.Operation), ClaimedAt: time.Now().UTC()}
 	data, _ := json.Marshal(rec)
 	if err := writeAtomic(filepath.Join(dir, claimFile), data); err != nil {
 		return fmt.Errorf("write claim record: %w", err)
