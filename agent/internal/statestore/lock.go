@@ -120,11 +120,11 @@ func (s *Store) Lock(ctx context.Context, key string, info LockInfo) error {
 // with the lock info info; takeover counts a transition from an earlier holder.
 func (s *Store) grantLease(lease *coordinationv1.Lease, key, holder string, info []byte, takeover bool, now time.Time) *coordinationv1.Lease {
 	if lease == nil {
-		hash := StateHash(key)
+		hash := s.hash(key)
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
 			Name:        "tflock-" + hash,
 			Namespace:   s.namespace,
-			Labels:      baseLabels(hash, roleLock),
+			Labels:      s.labels(hash, roleLock),
 			Annotations: map[string]string{AnnotationStateKey: key},
 		}}
 	}
@@ -239,7 +239,7 @@ func (s *Store) ListLocks(ctx context.Context) ([]KeyedLock, error) {
 	err := s.eachOfRole(ctx, roleLock, 500, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return s.client.CoordinationV1().Leases(s.namespace).List(ctx, opts)
 	}, func(obj runtime.Object) error {
-		if l, ok := obj.(*coordinationv1.Lease); ok {
+		if l, ok := obj.(*coordinationv1.Lease); ok && s.inScope(l.Labels) {
 			if held := heldFromLease(l); held != nil {
 				out = append(out, KeyedLock{Key: l.Annotations[AnnotationStateKey], Lock: *held})
 			}
@@ -306,7 +306,7 @@ func release(l *coordinationv1.Lease) {
 
 // getLease returns the Lease of key (nil if absent) and the lock it holds (nil if free).
 func (s *Store) getLease(ctx context.Context, key string) (*coordinationv1.Lease, *HeldLock, error) {
-	l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, LeaseName(key), metav1.GetOptions{})
+	l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, s.leaseName(key), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil, nil
 	}
