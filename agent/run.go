@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -110,7 +111,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(gctx)
 	g.Go(func() error {
-		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), log)
+		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), healthServerLimits, log)
 	})
 	key, err := waitForKey(gctx, cfg, log, readiness, keyRetryInterval)
 	if err != nil {
@@ -129,7 +130,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error { return p.exec.Run(gctx) })
 	if p.state != nil {
 		defer p.state.Close()
-		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, p.state, log) })
+		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, p.state, stateServerLimits, log) })
 	}
 	if cfg.LeaderElect {
 		g.Go(func() error {
@@ -260,8 +261,9 @@ func newStateServer(cfg *config.Config, kube kubernetes.Interface, tokens *jobto
 	if key != nil {
 		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.StateEncryptionKeyFile)
 	}
-	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens,
-		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log})
+	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens, Org: cfg.OrgID,
+		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log,
+		Limits: statebackend.Limits{MaxBodyBytes: cfg.StateMaxBodyBytes, MaxRequests: cfg.StateMaxRequests, MaxRequestsPerJob: cfg.StateMaxRequestsPerJob}})
 }
 
 func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {
@@ -275,14 +277,34 @@ func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger
 			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey, CancelGrace: cfg.CancelGrace}}), nil
 }
 
-// serve runs an HTTP server until ctx ends, then gives open requests a few seconds.
-func serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger) error {
+// serverLimits bound what clients can make one of the agent's HTTP servers hold: connections,
+// header size, and how long a request may take to arrive, to be answered, and to sit idle. Job
+// pods reach both servers (the NetworkPolicy lets them reach the agent), so a slow or greedy
+// client must not tie the agent up.
+type serverLimits struct {
+	connections                   int
+	headerBytes                   int
+	readHeader, read, write, idle time.Duration
+}
+
+var (
+	// stateServerLimits let a 64 MiB state upload or download take minutes on a slow link.
+	stateServerLimits = serverLimits{connections: 64, headerBytes: 64 << 10,
+		readHeader: 10 * time.Second, read: 5 * time.Minute, write: 5 * time.Minute, idle: 90 * time.Second}
+	healthServerLimits = serverLimits{connections: 16, headerBytes: 16 << 10,
+		readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 60 * time.Second}
+)
+
+// serve runs an HTTP server within limits until ctx ends, then gives open requests a few seconds.
+func serve(ctx context.Context, name, addr string, h http.Handler, lim serverLimits, log *slog.Logger) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ln = netutil.LimitListener(ln, lim.connections)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write,
+		IdleTimeout: lim.idle, MaxHeaderBytes: lim.headerBytes}
 	log.Info("listening", "server", name, "addr", ln.Addr().String())
 	go func() {
 		<-ctx.Done()

@@ -289,18 +289,20 @@ func mount(t *testing.T, c *corev1.Container, name string) *corev1.VolumeMount {
 func TestDefaults(t *testing.T) {
 	r := render(t, "")
 
+	// Three namespaces: the agent and its key, the jobs, the states.
 	wantKeys := []string{
 		"Deployment outpost-system/outpost-agent",
+		"NetworkPolicy outpost-system-jobs/outpost-system-outpost-agent-jobs",
 		"PodDisruptionBudget outpost-system/outpost-agent",
+		"Role outpost-system-jobs/outpost-system-outpost-agent-jobs",
+		"Role outpost-system-state/outpost-system-outpost-agent-state",
 		"Role outpost-system/outpost-agent",
-		"Role outpost-system/outpost-agent-jobs",
-		"Role outpost-system/outpost-agent-state",
+		"RoleBinding outpost-system-jobs/outpost-system-outpost-agent-jobs",
+		"RoleBinding outpost-system-state/outpost-system-outpost-agent-state",
 		"RoleBinding outpost-system/outpost-agent",
-		"RoleBinding outpost-system/outpost-agent-jobs",
-		"RoleBinding outpost-system/outpost-agent-state",
 		"Service outpost-system/outpost-agent",
+		"ServiceAccount outpost-system-jobs/outpost-job",
 		"ServiceAccount outpost-system/outpost-agent",
-		"ServiceAccount outpost-system/outpost-job",
 	}
 	if got := r.keys(); !slices.Equal(got, wantKeys) {
 		t.Errorf("rendered objects:\n got %v\nwant %v", got, wantKeys)
@@ -358,8 +360,8 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_STATE_LISTEN":        ":8080",
 		"OUTPOST_HEALTH_LISTEN":       ":9090",
 		"OUTPOST_STATE_URL":           "http://outpost-agent.outpost-system.svc:8080",
-		"OUTPOST_STATE_NAMESPACE":     releaseNamespace,
-		"OUTPOST_JOB_NAMESPACE":       releaseNamespace,
+		"OUTPOST_STATE_NAMESPACE":     releaseNamespace + "-state",
+		"OUTPOST_JOB_NAMESPACE":       releaseNamespace + "-jobs",
 		"OUTPOST_JOB_SERVICE_ACCOUNT": "outpost-job",
 		"OUTPOST_JOB_IMAGE":           agentImage,
 		"OUTPOST_CLI":                 "terraform",
@@ -367,15 +369,26 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_KUBE_QPS":            "50",
 		"OUTPOST_KUBE_BURST":          "100",
 		"OUTPOST_LOG_LEVEL":           "info",
+		// The job pod policy refuses everything beyond Pod Security "restricted" by default.
+		"OUTPOST_JOB_POD_POLICY": `{"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
+			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowedCapabilities":[],"allowedConfigMaps":[],"allowedSecrets":[],"allowedVolumeTypes":[]}`,
+		"OUTPOST_JOB_POD_SECURITY_CONTEXT":   `{"fsGroup":65532,"runAsGroup":65532,"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}}`,
+		"OUTPOST_JOB_SECURITY_CONTEXT":       `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}`,
+		"OUTPOST_STATE_MAX_BODY_BYTES":       "67108864",
+		"OUTPOST_STATE_MAX_REQUESTS":         "4",
+		"OUTPOST_STATE_MAX_REQUESTS_PER_JOB": "2",
 	})
 	e := env(c)
+	if v := e["GOMEMLIMIT"].ValueFrom; v == nil || v.ResourceFieldRef == nil || v.ResourceFieldRef.Resource != "limits.memory" {
+		t.Errorf("env GOMEMLIMIT = %+v, want the container's memory limit", e["GOMEMLIMIT"])
+	}
 	for name, field := range map[string]string{"OUTPOST_NAMESPACE": "metadata.namespace", "OUTPOST_POD_NAME": "metadata.name"} {
 		if v := e[name].ValueFrom; v == nil || v.FieldRef == nil || v.FieldRef.FieldPath != field {
 			t.Errorf("env %s = %+v, want the downward API field %s", name, e[name], field)
 		}
 	}
 	wantNoEnv(t, c, "OUTPOST_CA_BUNDLE_FILE", "OUTPOST_JOB_CA_SECRET", "OUTPOST_JOB_POD_LABELS",
-		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE")
 	if len(e) != len(c.Env) {
 		t.Errorf("the agent container sets an env var twice: %v", c.Env)
 	}
@@ -584,7 +597,7 @@ podAnnotations:
 	if d, _ := r.deployment(t); d.Spec.Template.Spec.ServiceAccountName != "platform-agent" {
 		t.Errorf("agent pods run as %q, want platform-agent", d.Spec.Template.Spec.ServiceAccountName)
 	}
-	rb := get[rbacv1.RoleBinding](t, r, "RoleBinding", releaseNamespace, "outpost-agent-jobs")
+	rb := get[rbacv1.RoleBinding](t, r, "RoleBinding", releaseNamespace+"-jobs", "outpost-system-outpost-agent-jobs")
 	if rb.Subjects[0].Name != "platform-agent" {
 		t.Errorf("RBAC is bound to %q, want the existing ServiceAccount platform-agent", rb.Subjects[0].Name)
 	}
@@ -740,14 +753,16 @@ func TestStateEncryption(t *testing.T) {
 // TestNetworkPolicy checks the optional egress policy of job pods: the metadata service is
 // blocked, DNS and the state backend stay reachable.
 func TestNetworkPolicy(t *testing.T) {
-	if n := len(all[networkingv1.NetworkPolicy](render(t, ""))); n != 0 {
-		t.Fatalf("%d NetworkPolicies rendered by default, want none", n)
+	if n := len(all[networkingv1.NetworkPolicy](render(t, ""))); n != 1 {
+		t.Fatalf("%d NetworkPolicies rendered by default, want one", n)
+	}
+	if n := len(all[networkingv1.NetworkPolicy](render(t, "networkPolicy: {enabled: false}"))); n != 0 {
+		t.Fatalf("%d NetworkPolicies rendered with networkPolicy.enabled=false, want none", n)
 	}
 
 	r := render(t, `
 jobs: {namespace: outpost-jobs}
 networkPolicy:
-  enabled: true
   extraEgress:
     - to: [{ipBlock: {cidr: 169.254.169.252/32}}]
       ports: [{port: 988, protocol: TCP}]

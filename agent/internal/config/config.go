@@ -60,6 +60,11 @@ type Config struct {
 	// AES-256-GCM before they are stored; empty leaves them to the cluster's own encryption at
 	// rest. Mounted from a Secret, never passed in an environment variable.
 	StateEncryptionKeyFile string
+	// StateMaxBodyBytes, StateMaxRequests and StateMaxRequestsPerJob bound the state backend
+	// (statebackend.Limits): the largest upload, requests served at once, and at once per job.
+	StateMaxBodyBytes      int64
+	StateMaxRequests       int
+	StateMaxRequestsPerJob int
 	// JobNamespace is the namespace the executor watches for its Jobs. It must equal the runner's
 	// job.namespace; empty watches every namespace (needs cluster-wide list/watch on Jobs).
 	JobNamespace string
@@ -130,6 +135,9 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.JobNamespace, "job-namespace", "", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
 	fs.StringVar(&c.StateNamespace, "state-namespace", "", "namespace of the kubernetes state storage (default: from claims)")
 	fs.StringVar(&c.StateEncryptionKeyFile, "state-encryption-key-file", "", "file with a 32-byte key (raw or base64) that encrypts state chunks with AES-256-GCM (off when empty)")
+	fs.Int64Var(&c.StateMaxBodyBytes, "state-max-body-bytes", 64<<20, "largest state upload the state backend takes (bodies are streamed: this bounds what is stored, not memory)")
+	fs.IntVar(&c.StateMaxRequests, "state-max-requests", 4, "state backend requests served at once; more wait up to 10s, then get 503")
+	fs.IntVar(&c.StateMaxRequestsPerJob, "state-max-requests-per-job", 2, "state backend requests of one job served at once; more get 429")
 	fs.StringVar(&podLabels, "job-pod-labels", "", "extra job pod labels as a JSON object")
 	fs.StringVar(&pullSecrets, "job-image-pull-secrets", "", "comma-separated image pull Secrets for job pods")
 	fs.StringVar(&c.JobCASecret, "job-ca-secret", "", "Secret with a CA bundle mounted into job pods")

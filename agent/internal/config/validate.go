@@ -131,6 +131,14 @@ func (c *Config) Validate() error {
 	if c.KubeBurst <= 0 {
 		bad("kube-burst", "%d must be positive", c.KubeBurst)
 	}
+	for _, l := range []struct {
+		flag string
+		v    int64
+	}{{"state-max-body-bytes", c.StateMaxBodyBytes}, {"state-max-requests", int64(c.StateMaxRequests)}, {"state-max-requests-per-job", int64(c.StateMaxRequestsPerJob)}} {
+		if l.v <= 0 {
+			bad(l.flag, "%d must be positive", l.v)
+		}
+	}
 	if c.MaxConcurrency < 0 {
 		bad("max-concurrency", "%d must be 0 (follow the orchestrator) or positive", c.MaxConcurrency)
 	}

@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 )
@@ -160,5 +163,47 @@ func TestLockIDOfAnotherHolderOpensNothing(t *testing.T) {
 	// The victim still writes under its lock.
 	if code, body, _ := doReq(t, "POST", u+"?ID="+victimLock, "victim", "pw-v", stateDoc(2, "victim's next")); code != 200 {
 		t.Errorf("the victim's own write: %d %s", code, body)
+	}
+}
+
+// TestRequestsAreAdmittedWithinLimits: a job that opens more requests than its share gets 429
+// at once, and when every turn is taken other jobs wait, then get 503 with Retry-After (the
+// CLIs retry both); nothing a refused request carried is stored.
+func TestRequestsAreAdmittedWithinLimits(t *testing.T) {
+	e := newEnv(t, statestore.Options{}, WithLimits(Limits{MaxRequests: 1, MaxRequestsPerJob: 1, QueueWait: 300 * time.Millisecond}))
+	e.authz.add("greedy", "pw-g")
+	e.authz.add("other", "pw-o")
+	u := e.url("k")
+	// A slow upload holds greedy's only turn and the server's only turn.
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", u, pr)
+	req.SetBasicAuth("greedy", "pw-g")
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			slow <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	_, _ = pw.Write([]byte(`{"version":4,`))
+	time.Sleep(200 * time.Millisecond) // the slow upload is being read
+	code, body, h := doReq(t, "GET", u, "greedy", "pw-g", nil)
+	if code != 429 || h.Get("Retry-After") == "" {
+		t.Errorf("greedy's second request: %d %s", code, body)
+	}
+	code, body, h = doReq(t, "POST", u, "other", "pw-o", stateDoc(1, "other"))
+	if code != 503 || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"busy"`) {
+		t.Errorf("another job while the server is busy: %d %s", code, body)
+	}
+	_, _ = pw.Write([]byte(`"serial":1,"lineage":"l"}`))
+	_ = pw.Close()
+	if got := <-slow; got != 200 {
+		t.Fatalf("the slow upload: %d", got)
+	}
+	if code, body, _ := doReq(t, "POST", u, "other", "pw-o", stateDoc(2, "other")); code != 200 {
+		t.Errorf("once the turn is free: %d %s", code, body)
 	}
 }

@@ -86,6 +86,9 @@ func (a *testAuthz) HolderAlive(_ context.Context, holder string) (bool, error) 
 	return !a.dead[holder], nil
 }
 
+// testOrg is the organisation the tests' states belong to.
+const testOrg = "acme"
+
 // env is one namespace of the test bed with a store, the handler in an httptest server, and
 // the test authorizer.
 type env struct {
@@ -104,6 +107,9 @@ func newEnv(t *testing.T, sopts statestore.Options, hopts ...Option) *env {
 	ns := testbed.NewNamespace(t, c)
 	if sopts.Logger == nil {
 		sopts.Logger = testLogger()
+	}
+	if sopts.Scope == "" {
+		sopts.Scope = testOrg
 	}
 	st := mustStore(statestore.New(c.Client(), ns, sopts))
 	authz := newTestAuthz()

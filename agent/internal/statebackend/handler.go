@@ -95,13 +95,19 @@ type HolderLiveness interface {
 // body limit).
 type Option func(*Handler)
 
+// WithLimits bounds the handler's work in progress (see Limits).
+func WithLimits(l Limits) Option { return func(h *Handler) { h.limits = newLimiter(l) } }
+
+// withLimiter shares one limiter between the handlers of a Server.
+func withLimiter(l *limiter) Option { return func(h *Handler) { h.limits = l } }
+
 // Handler is the http.Handler of the state backend.
 type Handler struct {
 	store      *statestore.Store
 	authz      Authorizer
 	liveness   HolderLiveness
 	log        *slog.Logger
-	maxBody    int64
+	limits     *limiter
 	renewEvery time.Duration
 
 	baseCtx  context.Context
@@ -120,7 +126,7 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		store: store, authz: authz, log: logger,
-		maxBody: DefaultMaxBodyBytes, renewEvery: store.LockDuration() / 3,
+		limits: newLimiter(Limits{}), renewEvery: store.LockDuration() / 3,
 		baseCtx: ctx, stop: cancel, renewals: map[string]*renewal{},
 	}
 	if l, ok := authz.(HolderLiveness); ok {
@@ -189,6 +195,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	release, why := h.limits.admit(r.Context(), holder)
+	switch why {
+	case jobBusy:
+		rw.Header().Set("Retry-After", "1")
+		writeError(rw, http.StatusTooManyRequests, "too_many_requests", fmt.Sprintf("at most %d requests of one job at a time", h.limits.l.MaxRequestsPerJob))
+		return
+	case serverBusy:
+		rw.Header().Set("Retry-After", "2")
+		writeError(rw, http.StatusServiceUnavailable, "busy", "the state backend is busy; retry")
+		return
+	case gone:
+		return
+	}
+	defer release()
+
 	switch r.Method {
 	case http.MethodGet:
 		h.get(rw, r, key)
@@ -212,45 +233,94 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// get streams the state to the client. The headers go out once the state's first chunk has been
+// checked; damage found later breaks the response (the client sees fewer bytes than its
+// Content-Length), so a CLI never takes a wrong state for a complete one.
 func (h *Handler) get(w http.ResponseWriter, r *http.Request, key string) {
-	data, gen, err := h.store.Read(r.Context(), key)
-	if errors.Is(err, statestore.ErrNotFound) {
+	opened := false
+	_, err := h.store.Stream(r.Context(), key, 0, func(gen statestore.Generation) io.Writer {
+		opened = true
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.FormatInt(gen.Size, 10))
+		w.Header().Set("ETag", `"`+gen.SHA256+`"`)
+		w.Header().Set("X-Outpost-State-Generation", strconv.FormatInt(gen.Generation, 10))
+		w.WriteHeader(http.StatusOK)
+		return w
+	})
+	switch {
+	case err == nil:
+	case opened:
+		if r.Context().Err() == nil {
+			h.log.LogAttrs(r.Context(), slog.LevelError, "state read failed after the response began; aborting it", slog.String("state_key", key), slog.String("error", err.Error()))
+		}
+		panic(http.ErrAbortHandler)
+	case errors.Is(err, statestore.ErrNotFound):
 		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	if err != nil {
+	default:
 		h.storeError(w, r, key, "", "read", err)
-		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	w.Header().Set("ETag", `"`+gen.SHA256+`"`)
-	w.Header().Set("X-Outpost-State-Generation", strconv.FormatInt(gen.Generation, 10))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
 }
 
+// errChecksum is a body that does not match its Content-MD5.
+var errChecksum = errors.New("the body does not match its Content-MD5 header (damaged in transit?); nothing was written")
+
+// put streams the body into the store (see statestore.Store.WriteFrom): nothing is committed
+// unless the whole body arrived, is a state, fits the limit and matches its Content-MD5.
 func (h *Handler) put(w http.ResponseWriter, r *http.Request, key, holder string) {
-	body, ok := h.readBody(w, r, h.maxBody)
-	if !ok {
+	limit := h.limits.l.MaxBodyBytes
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit))
 		return
 	}
+	var body io.Reader = &bodyReader{r: http.MaxBytesReader(w, r.Body, limit)}
+	opts := statestore.WriteOptions{LockID: r.URL.Query().Get("ID"), Holder: holder, Writer: holder}
 	if sum := r.Header.Get("Content-MD5"); sum != "" {
 		want, err := base64.StdEncoding.DecodeString(sum)
-		got := md5.Sum(body)
-		if err != nil || !bytes.Equal(want, got[:]) {
-			writeError(w, http.StatusBadRequest, "checksum_mismatch", "the body does not match its Content-MD5 header (damaged in transit?); nothing was written")
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "checksum_mismatch", "the Content-MD5 header is not base64")
 			return
 		}
+		hash := md5.New()
+		body = io.TeeReader(body, hash)
+		opts.Verify = func() error {
+			if !bytes.Equal(want, hash.Sum(nil)) {
+				return errChecksum
+			}
+			return nil
+		}
 	}
-	lockID := r.URL.Query().Get("ID")
-	gen, err := h.store.Write(r.Context(), key, body, statestore.WriteOptions{LockID: lockID, Holder: holder, Writer: holder})
-	if err != nil {
+	gen, err := h.store.WriteFrom(r.Context(), key, body, opts)
+	var mbe *http.MaxBytesError
+	var be *bodyError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string]any{"generation": gen.Generation, "sha256": gen.SHA256, "size": gen.Size})
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body exceeds the limit of %d bytes; nothing was written", limit))
+	case errors.Is(err, errChecksum):
+		writeError(w, http.StatusBadRequest, "checksum_mismatch", err.Error())
+	case errors.As(err, &be):
+		writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+be.err.Error())
+	default:
 		h.storeError(w, r, key, holder, "write", err)
-		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"generation": gen.Generation, "sha256": gen.SHA256, "size": gen.Size})
 }
+
+// bodyReader marks errors of reading the request body, so they are not taken for the store's.
+type bodyReader struct{ r io.Reader }
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		return n, &bodyError{err}
+	}
+	return n, err
+}
+
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
 
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key, holder string) {
 	err := h.store.Delete(r.Context(), key)

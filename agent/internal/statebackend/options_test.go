@@ -3,7 +3,7 @@ package statebackend
 import "time"
 
 // WithMaxBodyBytes sets the largest accepted state upload (default 64 MiB); larger → 413.
-func WithMaxBodyBytes(n int64) Option { return func(h *Handler) { h.maxBody = n } }
+func WithMaxBodyBytes(n int64) Option { return WithLimits(Limits{MaxBodyBytes: n}) }
 
 // WithRenewInterval sets how often held locks are renewed (default: a third of the store's
 // lock duration).

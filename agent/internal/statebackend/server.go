@@ -24,6 +24,11 @@ type ServerOptions struct {
 	FallbackNamespace string
 	// EncryptionKey seals state chunks at rest when set (--state-encryption-key-file).
 	EncryptionKey []byte
+	// Org scopes the states (statestore.Options.Scope): two organisations' agents can keep
+	// states in one namespace.
+	Org string
+	// Limits bound the work in progress of every namespace together.
+	Limits Limits
 	// Forwarder is set when leader election runs: a standby forwards to the leader.
 	Forwarder *Forwarder
 	// Logger gets the server's and its handlers' logs (component=state).
@@ -38,6 +43,8 @@ type Server struct {
 	o   ServerOptions
 	log *slog.Logger
 
+	limits *limiter
+
 	mu       sync.Mutex
 	handlers map[string]*Handler
 }
@@ -49,7 +56,7 @@ func NewServer(o ServerOptions) *Server {
 		o.Logger = slog.Default()
 	}
 	log := o.Logger.With("component", "state")
-	s := &Server{o: o, log: log, handlers: map[string]*Handler{}}
+	s := &Server{o: o, log: log, limits: newLimiter(o.Limits), handlers: map[string]*Handler{}}
 	o.Tokens.Watch(s)
 	return s
 }
@@ -127,11 +134,11 @@ func (s *Server) handler(ns string) (*Handler, error) {
 	if h := s.handlers[ns]; h != nil {
 		return h, nil
 	}
-	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey})
+	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey, Scope: s.o.Org})
 	if err != nil {
 		return nil, err
 	}
-	h := NewHandler(store, s.o.Tokens, s.log)
+	h := NewHandler(store, s.o.Tokens, s.log, withLimiter(s.limits))
 	// Locks granted by an earlier agent process are renewed again while their attempts live.
 	if n, err := h.ResumeRenewals(context.Background()); err != nil {
 		s.log.Warn("resume lock renewals", "namespace", ns, "err", err)

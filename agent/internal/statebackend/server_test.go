@@ -23,7 +23,7 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	tokens := jobtoken.New()
 	tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_a", StateKey: "team/app", StateNamespace: nsA, Operation: api.OperationApply})
 	tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_b", StateKey: "team/app", StateNamespace: nsB, Operation: api.OperationApply})
-	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Logger: testLogger()})
+	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Org: testOrg, Logger: testLogger()})
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() {
 		srv.Close()
@@ -53,7 +53,7 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	if code, _ := do(http.MethodGet, "dep-b", "opj_b", ""); code != http.StatusNoContent {
 		t.Fatalf("read as dep-b: %d, want 204 (its namespace holds no state)", code)
 	}
-	if _, err := mustStore(statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger()})).History(t.Context(), "team/app"); err != nil {
+	if _, err := mustStore(statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger(), Scope: testOrg})).History(t.Context(), "team/app"); err != nil {
 		t.Fatalf("the state is not in dep-a's namespace: %v", err)
 	}
 	if code, _ := do(http.MethodGet, "dep-a", "opj_b", ""); code != http.StatusUnauthorized {
