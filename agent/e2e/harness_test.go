@@ -19,6 +19,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
@@ -84,7 +85,12 @@ type env struct {
 	runnerID string
 	keyFile  string
 	apiURL   string
+	// agentEnv is added to the agents' environment.
+	agentEnv []string
 }
+
+// testOrg is the organisation of every test's runner.
+const testOrg = "acme"
 
 // newEnv registers a runner whose Jobs use podTemplate (JSON; empty for the default).
 func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
@@ -93,10 +99,15 @@ func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
 	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
 	e.apiURL = e.orch.URL
 	var err error
-	if e.admin, err = client.NewAdminClient(e.orch.URL, "acme", e.orch.AdminToken); err != nil {
+	if e.admin, err = client.NewAdminClient(e.orch.URL, testOrg, e.orch.AdminToken); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
+	// Job pods are admitted as in a namespace the provider created: Pod Security "restricted".
+	if _, err := c.Client().CoreV1().Namespaces().Patch(ctx, e.ns, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: e.ns}}
 	if _, err := c.Client().CoreV1().ServiceAccounts(e.ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -145,13 +156,14 @@ func (e *env) startAgent(name string, extra ...string) *agent {
 		e.t.Fatal(err)
 	}
 	args := append([]string{
-		"--api-url", e.apiURL, "--org-id", "acme", "--runner-id", e.runnerID, "--private-key-file", e.keyFile,
+		"--api-url", e.apiURL, "--org-id", testOrg, "--runner-id", e.runnerID, "--private-key-file", e.keyFile,
 		"--kubeconfig", e.cluster.Kubeconfig, "--job-image", "outpost/agent:e2e", "--job-namespace", e.ns,
 		"--namespace", e.ns, "--pod-name", name, "--health-listen", "127.0.0.1:0", "--state-listen", "127.0.0.1:0",
 		"--poll-wait", "5s", "--log-level", "debug",
 	}, extra...)
 	cmd := exec.CommandContext(context.Background(), agentBinary(e.t), args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), e.agentEnv...)
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	if err != nil || string(outs["name"].Value) != `"first"` {
 		t.Errorf("outputs %v, %v", outs, err)
 	}
-	state, _, err := mustStore(statestore.New(e.cluster.Client(), e.ns, statestore.Options{})).Read(context.Background(), "apps/slow")
+	state, _, err := mustStore(statestore.New(e.cluster.Client(), e.ns, statestore.Options{Scope: testOrg})).Read(context.Background(), "apps/slow")
 	if err != nil || !strings.Contains(string(state), `"first"`) {
 		t.Errorf("state in the cluster: %v\n%s", err, state)
 	}
