@@ -240,6 +240,8 @@ func (j *attemptRun) run() int {
 	if err := writeConfigFiles(configDir, backend, spec.Variables); err != nil {
 		return j.fail("%v", err)
 	}
+	// Before the CLI prints anything: the values of sensitive variables never reach the log.
+	j.out.add(sensitiveSecrets(configDir, spec.Variables)...)
 
 	env := append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"},
 		backendEnv(spec.StateStorage, spec.DeploymentID, j.token, j.caPEM, j.cfg.StateURL)...)
