@@ -60,4 +60,21 @@ resource "outpost_kubernetes_agent" "this" {
   private_key_secret {
     name = outpost_key_pair.this.kubernetes_secret.name
   }
+
+  dynamic "job_pod_policy" {
+    for_each = var.job_pod_policy == null ? [] : [var.job_pod_policy]
+    content {
+      allow_host_namespaces       = job_pod_policy.value.allow_host_namespaces
+      allow_privileged            = job_pod_policy.value.allow_privileged
+      allow_privilege_escalation  = job_pod_policy.value.allow_privilege_escalation
+      allow_run_as_root           = job_pod_policy.value.allow_run_as_root
+      allow_node_name             = job_pod_policy.value.allow_node_name
+      allow_service_account_token = job_pod_policy.value.allow_service_account_token
+      allowed_capabilities        = job_pod_policy.value.allowed_capabilities
+      allowed_volume_types        = job_pod_policy.value.allowed_volume_types
+      allowed_secrets             = job_pod_policy.value.allowed_secrets
+      allowed_config_maps         = job_pod_policy.value.allowed_config_maps
+      pod_template                = job_pod_policy.value.pod_template == null ? null : jsonencode(job_pod_policy.value.pod_template)
+    }
+  }
 }

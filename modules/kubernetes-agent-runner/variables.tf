@@ -92,3 +92,21 @@ variable "wait_for_connection" {
   description = "Wait until the installed agent has connected to the orchestrator."
   default     = true
 }
+
+variable "job_pod_policy" {
+  type = object({
+    allow_host_namespaces       = optional(bool)
+    allow_privileged            = optional(bool)
+    allow_privilege_escalation  = optional(bool)
+    allow_run_as_root           = optional(bool)
+    allow_node_name             = optional(bool)
+    allow_service_account_token = optional(bool)
+    allowed_capabilities        = optional(list(string))
+    allowed_volume_types        = optional(list(string))
+    allowed_secrets             = optional(list(string))
+    allowed_config_maps         = optional(list(string))
+    pod_template                = optional(any)
+  })
+  description = "What the runner's pod template may ask for beyond Pod Security `restricted` (the agent refuses the rest), and optionally a pinned pod template (a PodTemplateSpec object) that replaces the runner's. Null keeps everything refused. See `outpost_kubernetes_agent`'s `job_pod_policy`."
+  default     = null
+}
