@@ -60,7 +60,7 @@ func TestHostilePodTemplateIsRefused(t *testing.T) {
 		"spec.hostPID": "jobs.policy.allowHostNamespaces", "spec.hostNetwork": "jobs.policy.allowHostNamespaces",
 		"spec.hostIPC": "jobs.policy.allowHostNamespaces", "spec.containers[main].ports[0].hostPort": "jobs.policy.allowHostNamespaces",
 		"spec.nodeName": "jobs.policy.allowNodeName", "spec.automountServiceAccountToken": "jobs.serviceAccount.automountToken",
-		"spec.securityContext.runAsUser": "jobs.policy.allowRunAsRoot",
+		"spec.securityContext.runAsUser":                                      "jobs.policy.allowRunAsRoot",
 		"spec.initContainers[setup].securityContext.allowPrivilegeEscalation": "jobs.policy.allowPrivilegeEscalation",
 		"spec.containers[main].securityContext.privileged":                    "jobs.policy.allowPrivileged",
 		"spec.containers[main].securityContext.capabilities.add":              "jobs.policy.allowedCapabilities",

@@ -202,7 +202,7 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 			},
 			"job_pod_policy": jobPodPolicyBlock(),
 			"image":          imageBlock("agent", true),
-			"job_image": imageBlock("Job `main` container (default: the agent image, which contains the job runner)", false),
+			"job_image":      imageBlock("Job `main` container (default: the agent image, which contains the job runner)", false),
 			"resources": schema.SingleNestedBlock{
 				MarkdownDescription: "Resources of the agent container, merged into the chart's defaults (requests 50m CPU / 128Mi, limit 256Mi).",
 				Attributes: map[string]schema.Attribute{

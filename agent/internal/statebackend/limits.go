@@ -68,10 +68,10 @@ func newLimiter(l Limits) *limiter {
 type admission int
 
 const (
-	admitted admission = iota
-	jobBusy            // the job has MaxRequestsPerJob in flight
-	serverBusy         // no turn within QueueWait
-	gone               // the client went away while waiting
+	admitted   admission = iota
+	jobBusy              // the job has MaxRequestsPerJob in flight
+	serverBusy           // no turn within QueueWait
+	gone                 // the client went away while waiting
 )
 
 // admit waits for a turn for holder's request; release must be called when it is done.

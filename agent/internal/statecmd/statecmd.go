@@ -60,9 +60,9 @@ Flags (before or after the command):
 // stateOpts are the flags of every state command.
 type stateOpts struct {
 	kubeconfig, namespace, keyFile, org string
-	json, force, overwrite, ignore bool
-	generation                     int64
-	workspace, suffix, key         string
+	json, force, overwrite, ignore      bool
+	generation                          int64
+	workspace, suffix, key              string
 }
 
 // flags registers the flags of cmd on a new FlagSet. Values already set (from flags before the
