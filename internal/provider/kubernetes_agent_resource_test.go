@@ -76,8 +76,9 @@ func (e *accEnv) deleteNamespacesAfter(names ...string) {
 	})
 }
 
-// checkNamespaceLabel checks a namespace's Pod Security label.
-func (e *accEnv) checkNamespaceLabel(ns, want string) resource.TestCheckFunc {
+// checkRestricted checks that a namespace is labelled for Pod Security "restricted".
+func (e *accEnv) checkRestricted(ns string) resource.TestCheckFunc {
+	const want = podSecurityRestricted
 	return func(*terraform.State) error {
 		n, err := e.kube().CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
 		if err != nil {
@@ -153,8 +154,8 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
 						}
 						return nil
 					}),
-					e.checkNamespaceLabel(ns+"-jobs", podSecurityRestricted),
-					e.checkNamespaceLabel(ns+"-state", podSecurityRestricted),
+					e.checkRestricted(ns+"-jobs"),
+					e.checkRestricted(ns+"-state"),
 				),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
@@ -339,8 +340,8 @@ resource "outpost_kubernetes_agent" "test" {
 			{
 				Config: stack(newNS, fmt.Sprintf("  namespace = %q\n  create_namespaces = true", newNS)),
 				Check: resource.ComposeTestCheckFunc(e.checkRelease(newNS, func(*release.Release) error { return nil }),
-					e.checkNamespaceLabel(newNS, podSecurityRestricted), e.checkNamespaceLabel(newNS+"-jobs", podSecurityRestricted),
-					e.checkNamespaceLabel(newNS+"-state", podSecurityRestricted)),
+					e.checkRestricted(newNS), e.checkRestricted(newNS+"-jobs"),
+					e.checkRestricted(newNS+"-state")),
 			},
 		},
 	})

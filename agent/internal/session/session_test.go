@@ -296,5 +296,7 @@ func TestMalformedAttemptDoesNotStopPolling(t *testing.T) {
 	}
 	orch.mu.Unlock()
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
 }

@@ -44,6 +44,9 @@ const (
 	maxCaptured  = 4096
 )
 
+// literals are JSON's literals by their first byte.
+var literals = map[byte]string{'t': "true", 'f': "false", 'n': "null"}
+
 // keptMembers are the top-level members ParseState reads.
 var keptMembers = map[string]bool{"version": true, "lineage": true, "serial": true, "terraform_version": true,
 	"encrypted_data": true, "encryption_version": true}
@@ -186,12 +189,8 @@ func (s *stateScanner) startValue(c byte) error {
 		s.st, s.num = scanNumber, numZero
 	case c >= '1' && c <= '9':
 		s.st, s.num = scanNumber, numInt
-	case c == 't':
-		s.st, s.lit = scanLiteral, "rue"
-	case c == 'f':
-		s.st, s.lit = scanLiteral, "alse"
-	case c == 'n':
-		s.st, s.lit = scanLiteral, "ull"
+	case c == 't' || c == 'f' || c == 'n':
+		s.st, s.lit = scanLiteral, literals[c][1:]
 	default:
 		return s.fail("unexpected %q", c)
 	}
