@@ -151,10 +151,28 @@ func TestForgedAndTamperedJobsAreNotTrusted(t *testing.T) {
 	// Before the agent starts: a forged Job (seal guessed), and a malformed one.
 	e.forge("dep-forged", "victim", "opj_forged-token", "Zm9yZ2Vk")
 	e.forge("Not A Deployment ID!", "victim", "opj_malformed-token", "")
+	// A Job squatting the name the agent will give a queued deployment's Job, to get its token.
+	squatted := e.deploy(1)[0]
+	e.forge(squatted, "victim", "opj_squatter-token", "")
 
 	stateAddr := freeAddr(t)
 	flags := []string{"--leader-elect=false", "--state-listen", stateAddr, "--state-url", "http://" + stateAddr, "--state-namespace", e.ns}
 	a := e.startAgent("agent-0", flags...)
+	// The squatted deployment fails instead of running in the squatter's pod, and the real token
+	// Secret the agent made for it is gone again.
+	d := e.waitTerminal([]string{squatted}, 60*time.Second)[squatted]
+	if d.Status != api.StatusFailed || !strings.Contains(d.Message, "this agent did not create it") {
+		t.Errorf("squatted deployment: %s (%s) %s", d.Status, d.Reason, d.Message)
+	}
+	t.Logf("the squatted deployment fails with: %s", d.Message)
+	if secrets, err := e.cluster.Client().CoreV1().Secrets(e.ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, sec := range secrets.Items {
+			if sec.Annotations[kubeexec.AnnDeploymentID] == squatted && string(sec.Data["token"]) != "opj_squatter-token" {
+				t.Errorf("the squatted attempt's real token is still in Secret %s", sec.Name)
+			}
+		}
+	}
+
 	// A deployment of the agent's own, running; then tampered: its state key and its token.
 	ids := e.deploy(1)
 	var own batchv1.Job
@@ -204,7 +222,7 @@ func TestForgedAndTamperedJobsAreNotTrusted(t *testing.T) {
 		t.Errorf("the agent reported %d unsealed Jobs, want the forged, the malformed and the tampered one", n)
 	}
 	// Nothing of theirs was deleted.
-	for _, depID := range []string{"dep-forged", "Not A Deployment ID!"} {
+	for _, depID := range []string{"dep-forged", "Not A Deployment ID!", squatted} {
 		name := kubeexec.JobName(depID, 1)
 		if _, err := e.cluster.Client().BatchV1().Jobs(e.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			t.Errorf("forged Job %s: %v", name, err)
