@@ -90,13 +90,13 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 				Validators:          []validator.String{idValidator()},
 			},
 			"create_namespaces": schema.BoolAttribute{
-				MarkdownDescription: "Create `namespace`, `job_namespace` and `state_namespace` if they do not exist. They are never deleted. Defaults to `false`.",
+				MarkdownDescription: "Create `namespace`, `job_namespace` and `state_namespace` if they do not exist, labelled `pod-security.kubernetes.io/enforce` (`restricted`, or for `job_namespace` the level `job_pod_policy` needs). They are never deleted. Defaults to `false`.",
 				Optional:            true,
 				Computed:            true,
 				Default:             booldefault.StaticBool(false),
 			},
 			"job_namespace": schema.StringAttribute{
-				MarkdownDescription: "Namespace of the deployment Jobs; must equal the runner's `job.namespace`. Defaults to `namespace`.",
+				MarkdownDescription: "Namespace of the deployment Jobs; must equal the runner's `job.namespace`. Defaults to `<namespace>-jobs`: job pods run code from the deployments, so by default they never share a namespace with the agent's private key or the states.",
 				Optional:            true,
 				Computed:            true,
 				Validators:          []validator.String{namespaceValidator()},
@@ -119,7 +119,7 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 				Default:             booldefault.StaticBool(true),
 			},
 			"state_namespace": schema.StringAttribute{
-				MarkdownDescription: "Namespace of the state Secrets; must equal the namespace of the runner's kubernetes state storage. Defaults to `namespace`.",
+				MarkdownDescription: "Namespace of the state Secrets; must equal the namespace of the runner's kubernetes state storage. Defaults to `<namespace>-state`.",
 				Optional:            true,
 				Computed:            true,
 				Validators:          []validator.String{namespaceValidator()},
