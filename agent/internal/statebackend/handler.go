@@ -95,9 +95,6 @@ type HolderLiveness interface {
 // body limit).
 type Option func(*Handler)
 
-// WithLimits bounds the handler's work in progress (see Limits).
-func WithLimits(l Limits) Option { return func(h *Handler) { h.limits = newLimiter(l) } }
-
 // withLimiter shares one limiter between the handlers of a Server.
 func withLimiter(l *limiter) Option { return func(h *Handler) { h.limits = l } }
 

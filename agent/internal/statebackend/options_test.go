@@ -2,6 +2,9 @@ package statebackend
 
 import "time"
 
+// WithLimits bounds the handler's work in progress (see Limits).
+func WithLimits(l Limits) Option { return withLimiter(newLimiter(l)) }
+
 // WithMaxBodyBytes sets the largest accepted state upload (default 64 MiB); larger → 413.
 func WithMaxBodyBytes(n int64) Option { return WithLimits(Limits{MaxBodyBytes: n}) }
 

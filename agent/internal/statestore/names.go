@@ -98,8 +98,6 @@ func chunkName(hash string, gen int64, i int) string {
 	return fmt.Sprintf("tfstate-%s-g%d-%d", hash, gen, i)
 }
 
-// LeaseName is the name of the Lease that locks an unscoped state.
-func LeaseName(key string) string { return "tflock-" + StateHash(key) }
 
 // ValidateKey checks that a state key can be stored: non-empty, at most MaxKeyLength bytes,
 // valid UTF-8 without control characters.
