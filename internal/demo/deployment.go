@@ -51,7 +51,7 @@ func runDeployment(ctx context.Context, c *Config, s *stepper, admin *client.Adm
 	w := &prefixWriter{out: c.Out, prefix: "    | "}
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	final, err := admin.FollowLogs(waitCtx, dep.ID, io.MultiWriter(w, &log), 300*time.Millisecond)
+	_, final, err := admin.FollowLogs(waitCtx, dep.ID, io.MultiWriter(w, &log), client.FollowOptions{Interval: 300 * time.Millisecond})
 	w.Flush()
 	if err != nil {
 		return nil, fmt.Errorf("follow deployment %s: %w", dep.ID, err)
