@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -40,9 +41,24 @@ func rangeArgs(lo, hi int, what string) cobra.PositionalArgs {
 
 var noArgs = rangeArgs(0, 0, "no arguments")
 
-func exactArgs(n int, what string) cobra.PositionalArgs { return rangeArgs(n, n, what) }
-func maxArgs(n int, what string) cobra.PositionalArgs   { return rangeArgs(0, n, what) }
-func minArgs(n int, what string) cobra.PositionalArgs   { return rangeArgs(n, -1, what) }
+// oneArg wants exactly one argument.
+func oneArg(what string) cobra.PositionalArgs { return rangeArgs(1, 1, what) }
+
+// groupRun is the RunE of a command that only groups others: without arguments it shows the
+// help; an argument is a mistyped command (cobra would show the help and exit 0 instead).
+func groupRun(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return cmd.Help()
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += "; did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return &usageError{errors.New(msg)}
+}
 
 // register adds -f and --set to a create or update command.
 func (m *manifest) register(cmd *cobra.Command) {
@@ -88,11 +104,7 @@ func (a *app) completeIDs(ids func(context.Context, *session) ([]string, error))
 }
 
 func (a *app) completeProfiles(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	path, err := a.configPath()
-	if err != nil {
-		return nil, cobra.ShellCompDirectiveNoFileComp
-	}
-	cfg, err := loadConfig(path)
+	_, cfg, err := a.config()
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}

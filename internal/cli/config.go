@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -109,6 +110,22 @@ func (a *app) configPath() (string, error) {
 	return filepath.Join(home, ".config", "outpost", "config.yaml"), nil
 }
 
+// config reads this run's config file and says where it is.
+func (a *app) config() (string, *configFile, error) {
+	path, err := a.configPath()
+	if err != nil {
+		return "", nil, err
+	}
+	cfg, err := loadConfig(path)
+	return path, cfg, err
+}
+
+// missingProfile says that a profile the user named is not in the file, and how to make it.
+func (c *configFile) missingProfile(name, path string) error {
+	return fmt.Errorf("profile %q is not in %s (profiles: %s); create it with `outpost config set --profile %s api_url URL`",
+		name, path, listOrNone(c.profileNames()), name)
+}
+
 // loadConfig reads the config file; a missing file is an empty config.
 func loadConfig(path string) (*configFile, error) {
 	cfg := &configFile{}
@@ -161,12 +178,7 @@ func (c *configFile) save(path string) error {
 
 // profileNames lists the profiles, sorted.
 func (c *configFile) profileNames() []string {
-	names := make([]string, 0, len(c.Profiles))
-	for n := range c.Profiles {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
+	return slices.Sorted(maps.Keys(c.Profiles))
 }
 
 // chosenProfile is the profile this run uses: --profile, $OUTPOST_PROFILE, else the current one.

@@ -30,6 +30,7 @@ than the current one.
 
 Keys: ` + keyList(),
 		GroupID: "setup",
+		RunE:    groupRun,
 	}
 	cmd.AddCommand(a.configSetCommand(), a.configUnsetCommand(), a.configUseCommand(), a.configViewCommand(), a.configDeleteCommand())
 	return cmd
@@ -56,11 +57,7 @@ func keyCompletion(_ *cobra.Command, args []string, _ string) ([]string, cobra.S
 
 // editProfile loads the config, hands the profile to edit (creating it), and saves.
 func (a *app) editProfile(edit func(cfg *configFile, name string, p *profile) error) error {
-	path, err := a.configPath()
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(path)
+	path, cfg, err := a.config()
 	if err != nil {
 		return err
 	}
@@ -180,7 +177,7 @@ func (a *app) configUnsetCommand() *cobra.Command {
 		Use:               "unset KEY",
 		Short:             "Remove a key from the current profile (or --profile NAME)",
 		Example:           "  outpost config unset token",
-		Args:              exactArgs(1, "a KEY"),
+		Args:              oneArg("a KEY"),
 		ValidArgsFunction: keyCompletion,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if _, err := (&profile{}).field(args[0]); err != nil {
@@ -196,62 +193,46 @@ func (a *app) configUnsetCommand() *cobra.Command {
 }
 
 func (a *app) configUseCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:               "use PROFILE",
-		Short:             "Make a profile the current one",
-		Example:           "  outpost config use prod",
-		Args:              exactArgs(1, "a PROFILE"),
-		ValidArgsFunction: a.completeProfiles,
-		RunE: func(_ *cobra.Command, args []string) error {
-			path, err := a.configPath()
-			if err != nil {
-				return err
-			}
-			cfg, err := loadConfig(path)
-			if err != nil {
-				return err
-			}
-			if cfg.Profiles[args[0]] == nil {
-				return fmt.Errorf("profile %q is not in %s (profiles: %s); create it with `outpost config set --profile %s api_url URL`",
-					args[0], path, listOrNone(cfg.profileNames()), args[0])
-			}
-			cfg.CurrentProfile = args[0]
-			if err := cfg.save(path); err != nil {
-				return err
-			}
-			fmt.Fprintf(a.env.Stderr, "Current profile: %s.\n", args[0])
-			return nil
-		},
-	}
+	return a.profileCommand("use PROFILE", "Make a profile the current one", "  outpost config use prod",
+		func(cfg *configFile, name string) string {
+			cfg.CurrentProfile = name
+			return "Current profile: " + name + "."
+		})
 }
 
 func (a *app) configDeleteCommand() *cobra.Command {
+	return a.profileCommand("delete PROFILE", "Delete a profile (and the token stored in it)", "  outpost config delete staging",
+		func(cfg *configFile, name string) string {
+			delete(cfg.Profiles, name)
+			if cfg.CurrentProfile == name {
+				cfg.CurrentProfile = ""
+			}
+			return "Deleted profile " + name + "."
+		})
+}
+
+// profileCommand makes a command that changes the config file about the profile its argument
+// names, which must exist; change says what it did.
+func (a *app) profileCommand(use, short, example string, change func(cfg *configFile, name string) string) *cobra.Command {
 	return &cobra.Command{
-		Use:               "delete PROFILE",
-		Short:             "Delete a profile (and the token stored in it)",
-		Example:           "  outpost config delete staging",
-		Args:              exactArgs(1, "a PROFILE"),
+		Use:               use,
+		Short:             short,
+		Example:           example,
+		Args:              oneArg("a PROFILE"),
 		ValidArgsFunction: a.completeProfiles,
 		RunE: func(_ *cobra.Command, args []string) error {
-			path, err := a.configPath()
-			if err != nil {
-				return err
-			}
-			cfg, err := loadConfig(path)
+			path, cfg, err := a.config()
 			if err != nil {
 				return err
 			}
 			if cfg.Profiles[args[0]] == nil {
-				return fmt.Errorf("profile %q is not in %s (profiles: %s)", args[0], path, listOrNone(cfg.profileNames()))
+				return cfg.missingProfile(args[0], path)
 			}
-			delete(cfg.Profiles, args[0])
-			if cfg.CurrentProfile == args[0] {
-				cfg.CurrentProfile = ""
-			}
+			said := change(cfg, args[0])
 			if err := cfg.save(path); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.env.Stderr, "Deleted profile %s.\n", args[0])
+			fmt.Fprintln(a.env.Stderr, said)
 			return nil
 		},
 	}

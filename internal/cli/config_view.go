@@ -38,11 +38,7 @@ func (a *app) configViewCommand() *cobra.Command {
 			if err := a.checkFormat(); err != nil {
 				return err
 			}
-			path, err := a.configPath()
-			if err != nil {
-				return err
-			}
-			cfg, err := loadConfig(path)
+			path, cfg, err := a.config()
 			if err != nil {
 				return err
 			}
@@ -102,10 +98,9 @@ func (v *configView) human(w io.Writer, cfg *configFile) {
 		v   setting
 	}{{"api_url", e.APIURL}, {"org", e.Org}, {"token", e.Token}, {"runner", e.Runner}} {
 		val, from := r.v.Value, ""
-		switch {
-		case val == "":
+		if val == "" {
 			val = "(not set)"
-		default:
+		} else {
 			from = "from " + r.v.From
 		}
 		rows = append(rows, []string{"  " + r.key, val, from})

@@ -43,7 +43,7 @@ detached. Lost connections are retried; the log resumes where it stopped.`,
   outpost deploy ./infra --runner eu-1 --state-key apps/web --destroy --follow
   id=$(outpost deploy ./infra --runner eu-1 --state-key apps/web) && outpost deployment logs "$id" -f`,
 		GroupID: "deploy",
-		Args:    maxArgs(1, "at most one directory"),
+		Args:    rangeArgs(0, 1, "at most one directory"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := a.checkFormat(); err != nil {
 				return err

@@ -5,7 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,15 +23,25 @@ func (a *app) deploymentCommand() *cobra.Command {
 		Aliases: []string{"deployments", "dep"},
 		Short:   "Inspect deployments: list, get, logs, outputs, events, cancel",
 		GroupID: "deploy",
+		RunE:    groupRun,
 	}
 	cmd.AddCommand(a.deploymentListCommand(), a.deploymentGetCommand(), a.deploymentLogsCommand(),
 		a.deploymentOutputsCommand(), a.deploymentEventsCommand(), a.deploymentCancelCommand())
 	return cmd
 }
 
-// deploymentNotFound rewrites a not-found answer about a deployment.
-func deploymentNotFound(err error, s *session, id string) error {
-	return notFound(err, "deployment", id, s.Org(), "outpost deployment list")
+// onDeployment finishes a command that acts on the deployment its first argument names: one
+// argument unless the command says otherwise, completion of the id, and a not-found answer that
+// says how to list deployments.
+func (a *app) onDeployment(cmd *cobra.Command, run func(ctx context.Context, s *session, args []string) error) *cobra.Command {
+	if cmd.Args == nil {
+		cmd.Args = oneArg("a deployment id")
+	}
+	cmd.ValidArgsFunction = a.completeIDs(a.deploymentIDs)
+	cmd.RunE = a.run(func(ctx context.Context, s *session, args []string) error {
+		return notFound(run(ctx, s, args), "deployment", args[0], s.Org(), "outpost deployment list")
+	})
+	return cmd
 }
 
 func (a *app) deploymentIDs(ctx context.Context, s *session) ([]string, error) {
@@ -131,20 +142,17 @@ func deploymentRows(now time.Time, list []api.Deployment) [][]string {
 }
 
 func (a *app) deploymentGetCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:               "get ID",
-		Short:             "Show a deployment",
-		Example:           "  outpost deployment get dep-4kq2x7mbh3z9p\n  outpost deployment get dep-4kq2x7mbh3z9p -o json | jq -r .status",
-		Args:              exactArgs(1, "a deployment id"),
-		ValidArgsFunction: a.completeIDs(a.deploymentIDs),
-		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
-			d, err := s.GetDeployment(ctx, args[0])
-			if err != nil {
-				return deploymentNotFound(err, s, args[0])
-			}
-			return a.print(d, func(w io.Writer) { details(w, deploymentFields(a.env.Now(), d)) })
-		}),
-	}
+	return a.onDeployment(&cobra.Command{
+		Use:     "get ID",
+		Short:   "Show a deployment",
+		Example: "  outpost deployment get dep-4kq2x7mbh3z9p\n  outpost deployment get dep-4kq2x7mbh3z9p -o json | jq -r .status",
+	}, func(ctx context.Context, s *session, args []string) error {
+		d, err := s.GetDeployment(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return a.print(d, func(w io.Writer) { details(w, deploymentFields(a.env.Now(), d)) })
+	})
 }
 
 func deploymentFields(now time.Time, d *api.Deployment) [][2]string {
@@ -152,11 +160,7 @@ func deploymentFields(now time.Time, d *api.Deployment) [][2]string {
 	if in := d.Source.Inline; in != nil {
 		src = fmt.Sprintf("inline archive, %s", size(int64(len(in.ArchiveTarGz))))
 	}
-	names := make([]string, 0, len(d.Variables))
-	for n := range d.Variables {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(d.Variables))
 	timeout := ""
 	if d.TimeoutSeconds > 0 {
 		timeout = short(time.Duration(d.TimeoutSeconds) * time.Second)
@@ -187,46 +191,43 @@ func deploymentFields(now time.Time, d *api.Deployment) [][2]string {
 
 func (a *app) deploymentLogsCommand() *cobra.Command {
 	var follow bool
-	cmd := &cobra.Command{
+	cmd := a.onDeployment(&cobra.Command{
 		Use:   "logs ID [--follow]",
 		Short: "Print a deployment's log; --follow streams it until the deployment ends",
 		Long: `Print a deployment's log as stored so far. With --follow, stream it live until the
 deployment ends and exit with its result (0 succeeded, 3 failed, 4 canceled, 5 lost); Ctrl-C
 asks whether to cancel the deployment or detach.`,
-		Example:           "  outpost deployment logs dep-4kq2x7mbh3z9p\n  outpost deployment logs dep-4kq2x7mbh3z9p --follow",
-		Args:              exactArgs(1, "a deployment id"),
-		ValidArgsFunction: a.completeIDs(a.deploymentIDs),
-		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
-			d, err := s.GetDeployment(ctx, args[0])
+		Example: "  outpost deployment logs dep-4kq2x7mbh3z9p\n  outpost deployment logs dep-4kq2x7mbh3z9p --follow",
+	}, func(ctx context.Context, s *session, args []string) error {
+		d, err := s.GetDeployment(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if follow {
+			return a.follow(ctx, s, d)
+		}
+		var offset int64
+		for {
+			chunk, err := s.GetLogs(ctx, d.ID, offset, 0)
 			if err != nil {
-				return deploymentNotFound(err, s, args[0])
+				return err
 			}
-			if follow {
-				return a.follow(ctx, s, d)
+			if _, err := a.env.Stdout.Write(chunk.Data); err != nil {
+				return err
 			}
-			var offset int64
-			for {
-				chunk, err := s.GetLogs(ctx, d.ID, offset, 0)
-				if err != nil {
-					return err
-				}
-				if _, err := a.env.Stdout.Write(chunk.Data); err != nil {
-					return err
-				}
-				offset = chunk.NextOffset
-				if chunk.Complete || len(chunk.Data) == 0 {
-					return nil
-				}
+			offset = chunk.NextOffset
+			if chunk.Complete || len(chunk.Data) == 0 {
+				return nil
 			}
-		}),
-	}
+		}
+	})
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the log until the deployment ends and exit with its result")
 	return cmd
 }
 
 func (a *app) deploymentOutputsCommand() *cobra.Command {
 	var showSensitive bool
-	cmd := &cobra.Command{
+	cmd := a.onDeployment(&cobra.Command{
 		Use:   "outputs ID [NAME]",
 		Short: "Show a deployment's Terraform outputs, or print one output's value",
 		Long: `Show the Terraform outputs a deployment's run reported. The table hides sensitive values
@@ -235,37 +236,30 @@ print that output's value alone: a string as it is, anything else as JSON.`,
 		Example: `  outpost deployment outputs dep-4kq2x7mbh3z9p
   outpost deployment outputs dep-4kq2x7mbh3z9p cluster_endpoint
   outpost deployment outputs dep-4kq2x7mbh3z9p -o json | jq -r .servers.Value[]`,
-		Args:              rangeArgs(1, 2, "a deployment id and optionally an output name"),
-		ValidArgsFunction: a.completeIDs(a.deploymentIDs),
-		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
-			outs, err := s.GetOutputs(ctx, args[0])
-			if err != nil {
-				return deploymentNotFound(err, s, args[0])
+		Args: rangeArgs(1, 2, "a deployment id and optionally an output name"),
+	}, func(ctx context.Context, s *session, args []string) error {
+		outs, err := s.GetOutputs(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		if len(args) == 2 {
+			return printOutput(a.env.Stdout, outs, args[0], args[1])
+		}
+		return a.print(outs, func(w io.Writer) {
+			if len(outs) == 0 {
+				fmt.Fprintln(w, "No outputs (yet): the run uploads them after it succeeds.")
+				return
 			}
-			if len(args) == 2 {
-				return printOutput(a.env.Stdout, outs, args[0], args[1])
-			}
-			return a.print(outs, func(w io.Writer) {
-				if len(outs) == 0 {
-					fmt.Fprintln(w, "No outputs (yet): the run uploads them after it succeeds.")
-					return
-				}
-				table(w, outputRows(outs, showSensitive))
-			})
-		}),
-	}
+			table(w, outputRows(outs, showSensitive))
+		})
+	})
 	cmd.Flags().BoolVar(&showSensitive, "show-sensitive", false, "show the values of sensitive outputs in the table")
 	return cmd
 }
 
 func outputRows(outs api.Outputs, showSensitive bool) [][]string {
-	names := make([]string, 0, len(outs))
-	for n := range outs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	rows := [][]string{{"NAME", "VALUE"}}
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(outs)) {
 		v := oneLine(string(outs[n].Value), 100)
 		if outs[n].Sensitive && !showSensitive {
 			v = "(sensitive)"
@@ -279,12 +273,7 @@ func outputRows(outs api.Outputs, showSensitive bool) [][]string {
 func printOutput(w io.Writer, outs api.Outputs, id, name string) error {
 	o, ok := outs[name]
 	if !ok {
-		names := make([]string, 0, len(outs))
-		for n := range outs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		return fmt.Errorf("deployment %s has no output %q (its outputs: %s)", id, name, listOrNone(names))
+		return fmt.Errorf("deployment %s has no output %q (its outputs: %s)", id, name, listOrNone(slices.Sorted(maps.Keys(outs))))
 	}
 	if s, err := strconv.Unquote(string(o.Value)); err == nil && strings.HasPrefix(string(o.Value), `"`) {
 		_, err := fmt.Fprintln(w, s)
@@ -295,64 +284,58 @@ func printOutput(w io.Writer, outs api.Outputs, id, name string) error {
 }
 
 func (a *app) deploymentEventsCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:               "events ID",
-		Short:             "List what the agent reported about a deployment's attempts",
-		Example:           "  outpost deployment events dep-4kq2x7mbh3z9p",
-		Args:              exactArgs(1, "a deployment id"),
-		ValidArgsFunction: a.completeIDs(a.deploymentIDs),
-		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
-			evs, err := s.ListEvents(ctx, args[0])
-			if err != nil {
-				return deploymentNotFound(err, s, args[0])
+	return a.onDeployment(&cobra.Command{
+		Use:     "events ID",
+		Short:   "List what the agent reported about a deployment's attempts",
+		Example: "  outpost deployment events dep-4kq2x7mbh3z9p",
+	}, func(ctx context.Context, s *session, args []string) error {
+		evs, err := s.ListEvents(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		return a.print(api.List[api.Event]{Items: evs}, func(w io.Writer) {
+			if len(evs) == 0 {
+				fmt.Fprintln(w, "No events yet: no agent has started the deployment.")
+				return
 			}
-			return a.print(api.List[api.Event]{Items: evs}, func(w io.Writer) {
-				if len(evs) == 0 {
-					fmt.Fprintln(w, "No events yet: no agent has started the deployment.")
-					return
+			rows := [][]string{{"ATTEMPT", "SEQ", "TYPE", "RESULT", "EXIT", "REASON", "TIME", "MESSAGE"}}
+			for _, e := range evs {
+				exit := "-"
+				if e.ExitCode != nil {
+					exit = strconv.Itoa(*e.ExitCode)
 				}
-				rows := [][]string{{"ATTEMPT", "SEQ", "TYPE", "RESULT", "EXIT", "REASON", "TIME", "MESSAGE"}}
-				for _, e := range evs {
-					exit := "-"
-					if e.ExitCode != nil {
-						exit = strconv.Itoa(*e.ExitCode)
-					}
-					rows = append(rows, []string{strconv.Itoa(e.Attempt), strconv.FormatInt(e.Seq, 10), string(e.Type), orDash(string(e.Result)),
-						exit, orDash(e.Reason), e.Time.Local().Format(time.RFC3339), oneLine(e.Message, 80)})
-				}
-				table(w, rows)
-			})
-		}),
-	}
+				rows = append(rows, []string{strconv.Itoa(e.Attempt), strconv.FormatInt(e.Seq, 10), string(e.Type), orDash(string(e.Result)),
+					exit, orDash(e.Reason), e.Time.Local().Format(time.RFC3339), oneLine(e.Message, 80)})
+			}
+			table(w, rows)
+		})
+	})
 }
 
 func (a *app) deploymentCancelCommand() *cobra.Command {
-	return &cobra.Command{
+	return a.onDeployment(&cobra.Command{
 		Use:   "cancel ID",
 		Short: "Cancel a deployment",
 		Long: `Cancel a deployment. A queued one ends canceled at once; for a running one the agent stops the
 run (terraform gets the time to save its state and release the lock) and the deployment ends
 canceled. A deployment that already ended cannot be canceled (exit code 1).`,
-		Example:           "  outpost deployment cancel dep-4kq2x7mbh3z9p",
-		Args:              exactArgs(1, "a deployment id"),
-		ValidArgsFunction: a.completeIDs(a.deploymentIDs),
-		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
-			d, err := s.CancelDeployment(ctx, args[0])
-			if errors.Is(err, api.ErrConflict) {
-				if cur, gerr := s.GetDeployment(ctx, args[0]); gerr == nil {
-					return fmt.Errorf("deployment %s already ended (%s); there is nothing to cancel", args[0], cur.Status)
-				}
+		Example: "  outpost deployment cancel dep-4kq2x7mbh3z9p",
+	}, func(ctx context.Context, s *session, args []string) error {
+		d, err := s.CancelDeployment(ctx, args[0])
+		if errors.Is(err, api.ErrConflict) {
+			if cur, gerr := s.GetDeployment(ctx, args[0]); gerr == nil {
+				return fmt.Errorf("deployment %s already ended (%s); there is nothing to cancel", args[0], cur.Status)
 			}
-			if err != nil {
-				return deploymentNotFound(err, s, args[0])
+		}
+		if err != nil {
+			return err
+		}
+		return a.print(d, func(w io.Writer) {
+			if d.Status == api.StatusCanceled {
+				fmt.Fprintf(w, "Deployment %s canceled.\n", d.ID)
+				return
 			}
-			return a.print(d, func(w io.Writer) {
-				if d.Status == api.StatusCanceled {
-					fmt.Fprintf(w, "Deployment %s canceled.\n", d.ID)
-					return
-				}
-				fmt.Fprintf(w, "Cancel of deployment %s requested; the agent stops it. Watch: outpost deployment logs %s --follow\n", d.ID, d.ID)
-			})
-		}),
-	}
+			fmt.Fprintf(w, "Cancel of deployment %s requested; the agent stops it. Watch: outpost deployment logs %s --follow\n", d.ID, d.ID)
+		})
+	})
 }

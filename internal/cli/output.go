@@ -83,7 +83,7 @@ func ago(now time.Time, t *time.Time) string {
 	if t == nil || t.IsZero() {
 		return "never"
 	}
-	return short(now.Sub(*t)) + " ago"
+	return short(now.Sub(*t).Truncate(time.Second)) + " ago"
 }
 
 // short is a duration in its largest whole unit, or two units below two days ("1m30s", "1h30m").
@@ -91,6 +91,8 @@ func short(d time.Duration) string {
 	switch {
 	case d < 0:
 		return "0s"
+	case d < 10*time.Second && d%time.Second != 0:
+		return fmt.Sprintf("%.1fs", d.Seconds())
 	case d < time.Minute:
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:

@@ -7,6 +7,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/cli"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
@@ -61,6 +62,7 @@ func TestRegisterRunnersAndStateStorages(t *testing.T) {
 	h.expect(cli.ExitUsage, []string{"runner", "update", "eu-1", "--set", "job.image=x"}, `no field "image" here; the fields are namespace, service_account, pod_template`)
 	h.expect(cli.ExitUsage, []string{"runner", "update", "eu-1", "--set", "max_concurrency=lots"}, `"lots" is not a whole number`)
 	h.expect(cli.ExitUsage, []string{"runner", "update", "eu-1"}, "nothing to change")
+	h.expect(cli.ExitUsage, []string{"runner", "lst"}, `unknown command "lst" for "outpost runner"; did you mean`, "list")
 	h.expect(cli.ExitError, []string{"runner", "create", "-f", h.write("bad.yaml", "id: eu-9\ncolour: red\n")}, `unknown field "colour"`, "state_storage_id")
 	h.expect(cli.ExitError, []string{"runner", "get", "eu-2"}, "runner eu-2 does not exist in org acme; list runners with `outpost runner list`")
 	h.expect(cli.ExitError, []string{"runner", "delete", "eu-2"}, "runner eu-2 does not exist in org acme")
@@ -98,4 +100,26 @@ func TestRegisterRunnersAndStateStorages(t *testing.T) {
 	h.expect(0, []string{"runner", "delete", "eu-1"}, "runner eu-1 deleted")
 	h.expect(0, []string{"state-storage", "delete", "eu-1-states"}, "state storage eu-1-states deleted")
 	h.expect(0, []string{"runner", "list"}, "No runners in org acme yet")
+}
+
+// TestShellCompletion generates the completion scripts and asks the command line for the
+// completions a shell would ask for: ids from the orchestrator, profiles from the config file.
+func TestShellCompletion(t *testing.T) {
+	h := configured(t)
+	clienttest.Register(t, h.admin(), h.inst.URL, "eu-1")
+	for shell, want := range map[string]string{"bash": "__start_outpost", "zsh": "#compdef outpost", "fish": "complete -c outpost"} {
+		h.expect(0, []string{"completion", shell}, want)
+	}
+	h.expect(0, []string{"__complete", "runner", "get", ""}, "eu-1\n", ":4")
+	h.expect(0, []string{"__complete", "deploy", "--runner", ""}, "eu-1\n")
+	h.expect(0, []string{"__complete", "state-storage", "delete", ""}, "eu-1-states\n")
+	h.expect(0, []string{"__complete", "deployment", "list", "--status", ""}, "queued\n", "lost\n")
+	h.expect(0, []string{"__complete", "config", "set", ""}, "api_url\t", "token_file\t")
+	h.must("config", "set", "--profile", "prod", "org", "acme")
+	h.expect(0, []string{"__complete", "config", "use", ""}, "prod\n")
+	// Without a working connection a completion offers nothing and prints no error.
+	h.setenv("OUTPOST_TOKEN", "wrong")
+	if r := h.must("__complete", "runner", "get", ""); strings.Contains(r.stdout, "eu-1") || strings.Contains(r.stdout, "Error") {
+		t.Errorf("completion with a refused token:\n%s", r)
+	}
 }

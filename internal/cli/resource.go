@@ -17,6 +17,8 @@ import (
 // create, update and delete commands, which are the same for every kind.
 type resource[T, In any] struct {
 	kind, command string // "state storage", "state-storage"
+	aliases       []string
+	short         string
 	list          func(context.Context, *session) ([]T, error)
 	get           func(context.Context, *session, string) (*T, error)
 	create        func(context.Context, *session, In) (*T, error)
@@ -41,8 +43,11 @@ func (r *resource[T, In]) notFound(err error, s *session, id string) error {
 	return notFound(err, r.kind, id, s.Org(), r.listCmd())
 }
 
-func (r *resource[T, In]) commands(a *app) []*cobra.Command {
-	return []*cobra.Command{r.listCommand(a), r.getCommand(a), r.createCommand(a), r.updateCommand(a), r.deleteCommand(a)}
+// group is the command of the kind, with its list, get, create, update and delete commands.
+func (r *resource[T, In]) group(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: r.command, Aliases: r.aliases, Short: r.short, GroupID: "register", RunE: groupRun}
+	cmd.AddCommand(r.listCommand(a), r.getCommand(a), r.createCommand(a), r.updateCommand(a), r.deleteCommand(a))
+	return cmd
 }
 
 func (r *resource[T, In]) listCommand(a *app) *cobra.Command {
@@ -73,7 +78,7 @@ func (r *resource[T, In]) getCommand(a *app) *cobra.Command {
 		Use:               "get ID",
 		Short:             fmt.Sprintf("Show a %s", r.kind),
 		Example:           fmt.Sprintf("  outpost %s get ID\n  outpost %s get ID -o yaml > %s.yaml   # edit, then: outpost %s update ID -f %s.yaml", r.command, r.command, r.command, r.command, r.command),
-		Args:              exactArgs(1, "the "+r.kind+"'s id"),
+		Args:              oneArg("the " + r.kind + "'s id"),
 		ValidArgsFunction: a.completeIDs(r.ids),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			item, err := r.get(ctx, s, args[0])
@@ -100,7 +105,7 @@ A file, e.g. %s.yaml:
 %s`, r.kind, r.command, indent(r.example)),
 		Example: fmt.Sprintf("  outpost %s create -f %s.yaml\n  outpost %s create -f %s.yaml --set id=eu-2 --set description='second cluster'",
 			r.command, r.command, r.command, r.command),
-		Args: maxArgs(1, "at most one id"),
+		Args: rangeArgs(0, 1, "at most one id"),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			if m.file == "" && len(m.sets) == 0 {
 				return &usageError{errors.New("nothing to create from: give -f FILE and/or --set PATH=VALUE")}
@@ -133,7 +138,7 @@ leaves out takes its default), then --set applies. Without -f, --set changes the
 now and keeps everything else.`, r.kind, r.kind),
 		Example: fmt.Sprintf("  outpost %s update ID -f %s.yaml\n  outpost %s update ID --set description='moved to eu-west-1'",
 			r.command, r.command, r.command),
-		Args:              exactArgs(1, "the "+r.kind+"'s id"),
+		Args:              oneArg("the " + r.kind + "'s id"),
 		ValidArgsFunction: a.completeIDs(r.ids),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			if m.file == "" && len(m.sets) == 0 {
@@ -171,7 +176,7 @@ func (r *resource[T, In]) deleteCommand(a *app) *cobra.Command {
 		Short:             fmt.Sprintf("Delete %ss", r.kind),
 		Long:              fmt.Sprintf("Delete %ss. %s", r.kind, r.removed),
 		Example:           fmt.Sprintf("  outpost %s delete ID", r.command),
-		Args:              minArgs(1, "the id of the "+r.kind+" to delete"),
+		Args:              rangeArgs(1, -1, "the id of the "+r.kind+" to delete"),
 		ValidArgsFunction: a.completeIDs(r.ids),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			for _, id := range args {

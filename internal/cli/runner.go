@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
@@ -30,9 +28,10 @@ job_timeout_seconds: 3600`
 
 func runnerResource() *resource[api.Runner, api.RunnerInput] {
 	return &resource[api.Runner, api.RunnerInput]{
-		kind: "runner", command: "runner",
-		list: func(ctx context.Context, s *session) ([]api.Runner, error) { return s.ListRunners(ctx) },
-		get:  func(ctx context.Context, s *session, id string) (*api.Runner, error) { return s.GetRunner(ctx, id) },
+		kind: "runner", command: "runner", aliases: []string{"runners"},
+		short: "Register and inspect runners (where deployments run, each served by one agent)",
+		list:  func(ctx context.Context, s *session) ([]api.Runner, error) { return s.ListRunners(ctx) },
+		get:   func(ctx context.Context, s *session, id string) (*api.Runner, error) { return s.GetRunner(ctx, id) },
 		create: func(ctx context.Context, s *session, in api.RunnerInput) (*api.Runner, error) {
 			return s.CreateRunner(ctx, in)
 		},
@@ -53,17 +52,6 @@ func runnerResource() *resource[api.Runner, api.RunnerInput] {
 		example: runnerExample,
 		removed: "The deployments still queued on a runner end canceled; the ones its agent runs are asked to cancel.",
 	}
-}
-
-func (a *app) runnerCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "runner",
-		Aliases: []string{"runners"},
-		Short:   "Register and inspect runners (where deployments run, each served by one agent)",
-		GroupID: "register",
-	}
-	cmd.AddCommand(runnerResource().commands(a)...)
-	return cmd
 }
 
 func agentState(r *api.Runner) string {

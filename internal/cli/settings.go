@@ -28,11 +28,7 @@ type settings struct {
 
 // resolve works out the settings without checking that they are complete.
 func (a *app) resolve() (*settings, error) {
-	path, err := a.configPath()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := loadConfig(path)
+	path, cfg, err := a.config()
 	if err != nil {
 		return nil, err
 	}
@@ -46,8 +42,7 @@ func (a *app) resolve() (*settings, error) {
 			p = found
 			s.profile = name
 		case explicit:
-			return nil, fmt.Errorf("profile %q is not in %s (profiles: %s); create it with `outpost config set --profile %s api_url URL`",
-				name, path, listOrNone(cfg.profileNames()), name)
+			return nil, cfg.missingProfile(name, path)
 		}
 	}
 	from := fmt.Sprintf("profile %q of %s", s.profile, path)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -20,8 +18,9 @@ kubernetes:
 
 func stateStorageResource() *resource[api.StateStorage, api.StateStorageInput] {
 	return &resource[api.StateStorage, api.StateStorageInput]{
-		kind: "state storage", command: "state-storage",
-		list: func(ctx context.Context, s *session) ([]api.StateStorage, error) { return s.ListStateStorages(ctx) },
+		kind: "state storage", command: "state-storage", aliases: []string{"state-storages", "storage"},
+		short: "Register and inspect state storages (where a runner's deployments keep their state)",
+		list:  func(ctx context.Context, s *session) ([]api.StateStorage, error) { return s.ListStateStorages(ctx) },
 		get: func(ctx context.Context, s *session, id string) (*api.StateStorage, error) {
 			return s.GetStateStorage(ctx, id)
 		},
@@ -42,17 +41,6 @@ func stateStorageResource() *resource[api.StateStorage, api.StateStorageInput] {
 		example: stateStorageExample,
 		removed: "A state storage that runners use cannot be deleted; the answer names them. The states themselves stay where they are.",
 	}
-}
-
-func (a *app) stateStorageCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:     "state-storage",
-		Aliases: []string{"state-storages", "storage"},
-		Short:   "Register and inspect state storages (where a runner's deployments keep their state)",
-		GroupID: "register",
-	}
-	cmd.AddCommand(stateStorageResource().commands(a)...)
-	return cmd
 }
 
 // location says where a state storage keeps states, in one cell.

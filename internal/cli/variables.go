@@ -3,9 +3,10 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -73,13 +74,8 @@ func readTFVars(path string, data []byte) (map[string]json.RawMessage, error) {
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("--var-file: %s", diags.Error())
 	}
-	names := make([]string, 0, len(attrs))
-	for n := range attrs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	out := map[string]json.RawMessage{}
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(attrs)) {
 		v, diags := attrs[n].Expr.Value(nil)
 		if diags.HasErrors() {
 			return nil, fmt.Errorf("--var-file: %s", diags.Error())
