@@ -35,7 +35,8 @@ Without --follow, deploy prints the new deployment's id (-o json: the deployment
 --follow it streams the log live until the deployment ends, and exits with its result: 0
 succeeded, 3 failed, 4 canceled, 5 lost. Ctrl-C asks whether to cancel the deployment or detach
 from it (detached, it keeps running; without a terminal, Ctrl-C detaches) and exits 130 when
-detached. Lost connections are retried; the log resumes where it stopped.`,
+detached. Lost connections are retried for up to 10 minutes; the log resumes where it stopped.
+With -o json the log goes to stderr and stdout gets the final deployment.`,
 		Example: `  outpost deploy ./infra --runner eu-1 --state-key apps/web --follow
   outpost deploy ./infra --runner eu-1 --state-key apps/web --plan --var image_tag=v1.4.2 -f
   outpost deploy --git https://github.com/acme/infra.git --ref main --path stacks/web \

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -146,7 +147,34 @@ func TestDeployAndInspectDeployments(t *testing.T) {
 	ag.Start(t, id)
 	h.skew.Store(int64(2 * orchestrator.DefaultLeaseDuration))
 	h.inst.Sweep(t)
-	h.expect(cli.ExitLost, []string{"deployment", "logs", id, "--follow"}, "lost", "check the state (key apps/web)")
+	lost := h.run("", "deployment", "logs", id, "--follow", "-o", "json")
+	h.check(lost, cli.ExitLost, []string{"deployment logs --follow -o json"}, "lost", "check the state (key apps/web)")
+	var final api.Deployment
+	if err := json.Unmarshal([]byte(lost.stdout), &final); err != nil || final.ID != id || final.Status != api.StatusLost {
+		t.Errorf("with -o json, stdout is the final deployment: %+v, %v\n%s", final, err, lost.stdout)
+	}
+}
+
+// TestDeployLargeSources says the upload of a large source, and refuses one the API would
+// refuse before sending a byte.
+func TestDeployLargeSources(t *testing.T) {
+	h := configured(t)
+	clienttest.Register(t, h.admin(), h.inst.URL, "eu-1")
+	noise := func(n int) string {
+		b := make([]byte, n)
+		_, _ = rand.Read(b)
+		return string(b)
+	}
+	h.write("big/main.tf", "# a module with a large file\n")
+	h.write("big/blob.bin", noise(2<<20))
+	h.expect(0, []string{"deploy", filepath.Join(h.dir, "big"), "--runner", "eu-1", "--state-key", "apps/big"}, "Packed", "2.0 MiB", "Uploading 2.7 MiB…", "Queued deployment")
+
+	h.write("huge/blob.bin", noise(13<<20))
+	r := h.expect(cli.ExitError, []string{"deploy", filepath.Join(h.dir, "huge"), "--runner", "eu-1", "--state-key", "apps/huge"},
+		"more than the 12 MiB a deployment can carry", "--git")
+	if strings.Contains(r.stderr, "Uploading") {
+		t.Errorf("a source beyond the limit was uploaded:\n%s", r)
+	}
 }
 
 func compact(raw json.RawMessage) string {
