@@ -135,7 +135,7 @@ func TestCLIDeployFollowOnARealAgent(t *testing.T) {
 
 	applied := c.run(nil, "deploy", src, "--runner", "web", "--state-key", "apps/cli", "--var", "name=hello", "--follow")
 	if applied.code != cli.ExitOK || !strings.Contains(applied.stdout, "Apply complete! Resources: 1 added") ||
-		!strings.Contains(applied.stderr, "left out .git/, .terraform/") || !regexp.MustCompile(`Deployment dep-\w+ succeeded in \d+s \(attempt 1\): exit code 0`).MatchString(applied.stderr) {
+		!strings.Contains(applied.stderr, "left out .git/, .terraform/") || !regexp.MustCompile(`Deployment dep-\w+ succeeded in [\d.]+s \(attempt 1\): exit code 0`).MatchString(applied.stderr) {
 		t.Fatalf("deploy --follow of a succeeding apply: exit %d\n%s%s", applied.code, applied.stdout, applied.stderr)
 	}
 	id := queuedID.FindStringSubmatch(applied.stderr)[1]

@@ -165,10 +165,9 @@ failed; 4 it was canceled; 5 it was lost; 130 interrupted, or detached from a de
   outpost config set token            # reads the token from stdin, never from argv
   outpost runner create -f runner.yaml
   outpost deploy ./infra --runner eu-1 --state-key apps/web --follow`,
-		Version:           version.Version,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		Version:       version.Version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
 	}
 	root.SetVersionTemplate("outpost {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })

@@ -46,21 +46,25 @@ func (a *app) resolve() (*settings, error) {
 		}
 	}
 	from := fmt.Sprintf("profile %q of %s", s.profile, path)
+	fromProfile := func(v string) setting {
+		if v == "" {
+			return setting{}
+		}
+		return setting{v, from}
+	}
 	pick := func(flagValue, flagName, envName, profileValue string) setting {
 		switch {
 		case flagValue != "":
 			return setting{flagValue, "flag --" + flagName}
-		case envName != "" && a.env.Getenv(envName) != "":
+		case a.env.Getenv(envName) != "":
 			return setting{a.env.Getenv(envName), envName}
-		case profileValue != "":
-			return setting{profileValue, from}
 		}
-		return setting{}
+		return fromProfile(profileValue)
 	}
 	s.apiURL = pick(a.global.apiURL, "api-url", envAPIURL, p.APIURL)
 	s.org = pick(a.global.org, "org", envOrg, p.Org)
-	s.caBundle = pick("", "", "", p.CABundleFile)
-	s.runner = pick("", "", "", p.Runner)
+	s.caBundle = fromProfile(p.CABundleFile)
+	s.runner = fromProfile(p.Runner)
 	switch {
 	case a.env.Getenv(envToken) != "":
 		s.token = setting{a.env.Getenv(envToken), envToken}
