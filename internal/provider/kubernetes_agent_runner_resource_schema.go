@@ -118,8 +118,9 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 						Validators: []validator.String{serviceAccountValidator()},
 					},
 					"pod_template": schema.StringAttribute{
-						MarkdownDescription: "Kubernetes PodTemplateSpec of the Jobs as JSON (use `jsonencode({...})`). It needs a container named " +
-							"`main`, the one that runs Terraform/OpenTofu; the runner sets that container's command, the restart policy, " +
+						MarkdownDescription: "Kubernetes PodTemplateSpec of the Jobs as JSON (use `jsonencode({...})`). The container named " +
+							"`main` runs Terraform/OpenTofu; a template that names none (only `metadata`, say) gets an empty one, which " +
+							"the agent fills in, and other containers run beside it. The runner sets `main`'s command, the restart policy, " +
 							"the service account and labels under `outpost.dev/`, so the template must leave those out. Key order and " +
 							"whitespace do not matter. Null means the agent's defaults.",
 						CustomType:    podTemplateType{},

@@ -285,7 +285,6 @@ resource "outpost_kubernetes_agent_runner" "test" {
 		{Config: runner("r", []string{pub}, job(`service_account = "x"`)), ExpectError: allPhrases("Missing Required Attribute", "namespace")},
 		{Config: runner("r", []string{pub}, job(`namespace = "Jobs_NS"`)), ExpectError: errorPhrase(`"Jobs_NS" is not valid as a Kubernetes namespace`)},
 		{Config: runner("r", []string{pub}, tpl(`{"spec": {`)), ExpectError: allPhrases("Invalid Pod Template", "not valid JSON", "jsonencode")},
-		{Config: runner("r", []string{pub}, tpl(`{"spec":{"containers":[{"name":"terraform"}]}}`)), ExpectError: errorPhrase(`needs a container named "main"`)},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"containers":[{"name":"main","command":["sh"]}]}}`)), ExpectError: errorPhrase(`the command of "main" is set by the runner`)},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"restartPolicy":"Always","containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("restartPolicy to Never")},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"serviceAccountName":"x","containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("the runner sets the service account")},

@@ -28,6 +28,9 @@ type stringCheck struct {
 	summary     string
 	description string
 	check       func(string) error
+	// notes, when set, returns warnings (summary noteSummary) about a value that passed check.
+	notes       func(string) []string
+	noteSummary string
 }
 
 func (v stringCheck) Description(ctx context.Context) string { return v.MarkdownDescription(ctx) }
@@ -40,6 +43,12 @@ func (v stringCheck) ValidateString(_ context.Context, req validator.StringReque
 	}
 	if err := v.check(req.ConfigValue.ValueString()); err != nil {
 		resp.Diagnostics.AddAttributeError(req.Path, v.summary, messageOf(err))
+		return
+	}
+	if v.notes != nil {
+		for _, n := range v.notes(req.ConfigValue.ValueString()) {
+			resp.Diagnostics.AddAttributeWarning(req.Path, v.noteSummary, n)
+		}
 	}
 }
 
@@ -80,12 +89,15 @@ func serviceAccountValidator() validator.String {
 	}
 }
 
-// podTemplateValidator checks a pod template against the runner's contract (package podtemplate).
+// podTemplateValidator checks a pod template against the runner's contract (package podtemplate)
+// and warns about containers that will run beside the one the runner adds.
 func podTemplateValidator() validator.String {
 	return stringCheck{
 		summary:     "Invalid Pod Template",
-		description: "must be a Kubernetes PodTemplateSpec in JSON with a container named \"main\"",
+		description: "must be a Kubernetes PodTemplateSpec in JSON; a container named \"main\" is added when it names none",
 		check:       func(s string) error { return podtemplate.Validate("job.pod_template", s) },
+		notes:       podtemplate.Notes,
+		noteSummary: "Pod Template Has No Main Container",
 	}
 }
 
