@@ -46,8 +46,11 @@ func (r *kubernetesAgentRunnerResource) ImportState(ctx context.Context, req res
 // attributes (status, last_seen_at, ...) unknown as soon as the configuration differs from the
 // state, even when the attribute plan modifiers then find the difference to be mere spelling (a
 // reformatted pod template); without this, such a configuration would plan an empty update.
+//
+// Every change of a runner calls the orchestrator, so a missing orchestrator setting fails here.
 func (r *kubernetesAgentRunnerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+	resp.Diagnostics.Append(r.data.missingSettings()...)
+	if resp.Diagnostics.HasError() || req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
 		return
 	}
 	same, err := sameInputs(ctx, req.Plan, req.State)

@@ -32,10 +32,11 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 		Attributes: map[string]schema.Attribute{
 			// Required attributes
 			"id": schema.StringAttribute{
-				MarkdownDescription: "Id of the runner, unique in the organisation (a DNS-1123 label: lower-case letters, digits and `-`). " +
+				MarkdownDescription: "Id of the runner, unique in the organisation (a DNS-1123 label: lower-case letters, digits and `-`, " +
+					"at most 63 characters). `provider::outpost::runner_id(...)` makes one out of a kube context or cluster name. " +
 					"Changing it replaces the runner.",
 				Required:      true,
-				Validators:    []validator.String{idValidator()},
+				Validators:    []validator.String{runnerIDValidator()},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"public_keys": schema.ListAttribute{

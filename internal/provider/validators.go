@@ -71,6 +71,28 @@ func idValidator() validator.String {
 	}
 }
 
+// runnerIDValidator checks a runner id like idValidator. A runner id is often made from a kube
+// context or cluster name, which is rarely a valid id, so the error also says which valid id
+// provider::outpost::runner_id makes of the value.
+func runnerIDValidator() validator.String {
+	return stringCheck{
+		summary:     "Invalid Runner ID",
+		description: "must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",
+		check: func(s string) error {
+			err := api.ValidateID("id", s)
+			if err == nil {
+				return nil
+			}
+			id, derr := api.DeriveID(s)
+			if derr != nil {
+				return err
+			}
+			return fmt.Errorf("%s. To make a valid id from a kube context or cluster name, wrap the expression in "+
+				"provider::outpost::runner_id(...) (Terraform 1.8+, OpenTofu 1.7+): for this value it gives %q, on every run", messageOf(err), id)
+		},
+	}
+}
+
 // namespaceValidator checks a Kubernetes namespace name.
 func namespaceValidator() validator.String {
 	return stringCheck{
