@@ -50,7 +50,14 @@ func (r *kubernetesAgentRunnerResource) ImportState(ctx context.Context, req res
 // Every change of a runner calls the orchestrator, so a missing orchestrator setting fails here.
 func (r *kubernetesAgentRunnerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
 	resp.Diagnostics.Append(r.data.missingSettings()...)
-	if resp.Diagnostics.HasError() || req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+	if resp.Diagnostics.HasError() || req.Plan.Raw.IsNull() {
+		return
+	}
+	if req.State.Raw.IsNull() {
+		// A new runner is registered in the provider's organisation.
+		if r.data != nil {
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("org_id"), providerSetting(r.data, "org_id", r.data.orgID))...)
+		}
 		return
 	}
 	same, err := sameInputs(ctx, req.Plan, req.State)

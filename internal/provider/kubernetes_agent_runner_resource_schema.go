@@ -80,6 +80,12 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 				PlanModifiers: []planmodifier.String{keepEquivalentDuration()},
 			},
 			// Computed attributes
+			"org_id": schema.StringAttribute{
+				MarkdownDescription: "Organisation the runner is registered in: the provider's `org_id`, known at plan time. " +
+					"Give it to `outpost_kubernetes_agent.org_id` so the agent serves the runner's organisation.",
+				Computed:      true,
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
 			"status": schema.StringAttribute{
 				MarkdownDescription: "`connected` while the agent has made an authenticated request within the last minute, else `disconnected`. " +
 					"Read on every refresh.",
