@@ -17,6 +17,8 @@ locals {
     gcp_service_account_id = ["outpost-", "-job", 30]
     # Azure user-assigned identity names: 3 to 128 characters.
     azure_identity_name = ["outpost-", "-job", 128]
+    # Azure federated identity credential names: 3 to 120 characters.
+    azure_federated_credential_name = ["outpost-", "-jobs", 120]
   }
 
   names = {

@@ -22,3 +22,8 @@ output "azure_identity_name" {
   description = "Name of the user-assigned managed identity of the runner's Jobs (at most 128 characters)."
   value       = local.names.azure_identity_name
 }
+
+output "azure_federated_credential_name" {
+  description = "Name of the federated identity credential that lets the runner's Jobs use that identity (at most 120 characters)."
+  value       = local.names.azure_federated_credential_name
+}
