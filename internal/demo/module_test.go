@@ -232,10 +232,11 @@ output "fingerprint" {
 		}
 	})
 
-	// A wrong organisation, half a key pair and a template that is no JSON object fail at plan
-	// time, each with a message that says what to do.
-	pub, _ := testKeyPair(t)
+	// A private key given as the public one, a wrong organisation, half a key pair and a template
+	// that is no JSON object fail at plan time, each with a message that says what to do.
+	pub, priv := testKeyPair(t)
 	for _, bad := range []struct{ inputs, want string }{
+		{fmt.Sprintf("public_key = %q\n  private_key_secret = { name = \"k\" }", priv), "public_key holds a PRIVATE key"},
 		{`org_id = "other"`, `org_id is "other", but the outpost provider registers the runner in organisation "acme"`},
 		{fmt.Sprintf("public_key = %q", pub), "public_key and private_key_secret go together"},
 		{`pod_template = "{not json"`, "pod_template must be an object, or a string holding a JSON object"},

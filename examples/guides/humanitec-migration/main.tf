@@ -20,7 +20,8 @@ locals {
   # A kube context name is rarely a valid runner id; the function makes one, the same every run.
   runner_id = provider::outpost::runner_id("kubernetes-agent-${local.kubeconfig_context}")
 
-  # Where the Humanitec runner ran; kept, so its Secret and service accounts stay where they are.
+  # Where the Humanitec runner ran, kept: the key Secret stays where it is, and the cloud
+  # identities bound to these service account names (IRSA trust, Workload Identity) still apply.
   agent_namespace       = "humanitec-kubernetes-agent-runner-ns"
   agent_service_account = "humanitec-kubernetes-agent-runner"
   job_namespace         = "humanitec-kubernetes-agent-runner-job-ns"
