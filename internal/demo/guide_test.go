@@ -54,7 +54,7 @@ func testHumanitecGuide(e *moduleEnv) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	dir, _ := e.workDir(map[string]string{
+	dir := e.workDir(map[string]string{
 		"main.tf":               string(example),
 		"runner_public_key.pem": pub,
 		"test_override.tf": `

@@ -88,11 +88,11 @@ func startModuleEnv(t *testing.T, cli string) *moduleEnv {
 	return &moduleEnv{t: t, ctx: ctx, c: c, cli: bin, rc: rc, kubeconfig: kubeconfig, url: url, token: token, admin: admin, kube: kc}
 }
 
-// workDir makes a root module directory holding files; moduleSource is the installer module's
-// path relative to it (a local path, as a checkout of this repository would use).
-func (e *moduleEnv) workDir(files map[string]string) (dir, moduleSource string) {
+// workDir makes a root module directory holding files, with MODULE_SOURCE in them replaced by the
+// installer module's path relative to it (a local path, as a checkout of this repository uses).
+func (e *moduleEnv) workDir(files map[string]string) string {
 	e.t.Helper()
-	dir = e.t.TempDir()
+	dir := e.t.TempDir()
 	rel, err := filepath.Rel(dir, filepath.Join(e.c.Repo, "modules", "kubernetes-agent-runner"))
 	if err != nil {
 		e.t.Fatal(err)
@@ -102,7 +102,7 @@ func (e *moduleEnv) workDir(files map[string]string) (dir, moduleSource string) 
 			e.t.Fatal(err)
 		}
 	}
-	return dir, rel
+	return dir
 }
 
 // run runs the CLI in dir with the orchestrator's and the cluster's settings in the environment,
@@ -179,7 +179,7 @@ func TestInstallerModule(t *testing.T) {
 // testModuleInputs sets the module's inputs, the pod template as jsonencode() gives it.
 func testModuleInputs(e *moduleEnv) {
 	t := e.t
-	dir, _ := e.workDir(map[string]string{"main.tf": `
+	dir := e.workDir(map[string]string{"main.tf": `
 module "runner" {
   source = "MODULE_SOURCE"
 
@@ -241,7 +241,7 @@ output "fingerprint" {
 		{fmt.Sprintf("public_key = %q", pub), "public_key and private_key_secret go together"},
 		{`pod_template = "{not json"`, "pod_template must be an object, or a string holding a JSON object"},
 	} {
-		dir, _ := e.workDir(map[string]string{"main.tf": `
+		dir := e.workDir(map[string]string{"main.tf": `
 module "runner" {
   source    = "MODULE_SOURCE"
   runner_id = "bad-inputs"
