@@ -21,6 +21,7 @@ type metrics struct {
 	authFailures *prometheus.CounterVec
 	polls        prometheus.Gauge
 	inFlight     prometheus.Gauge
+	purged       *prometheus.CounterVec
 }
 
 // knownAuthReasons are pre-created at zero, so a dashboard (and a test) sees the series before
@@ -58,17 +59,30 @@ func newMetrics(st *store) *metrics {
 			Name: "outpost_orchestrator_requests_in_flight",
 			Help: "Requests whose handler is running (long polls included).",
 		}),
+		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_orchestrator_purged_total",
+			Help: "Ended deployments whose part retention deleted: what=sources (source and variables), logs (log and events), deployments (the whole deployment).",
+		}, []string{"what"}),
+	}
+	for _, w := range []string{"sources", "logs", "deployments"} {
+		m.purged.WithLabelValues(w)
 	}
 	for _, r := range knownAuthReasons {
 		m.authFailures.WithLabelValues(r)
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls, m.inFlight,
+	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls, m.inFlight, m.purged,
 		&deploymentsCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_jobs",
 			"Deployments by status.", []string{"status"}, nil)},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+func (m *metrics) countPurged(p purged) {
+	m.purged.WithLabelValues("sources").Add(float64(p.sources))
+	m.purged.WithLabelValues("logs").Add(float64(p.logs))
+	m.purged.WithLabelValues("deployments").Add(float64(p.deployments))
 }
 
 func (m *metrics) observe(route string, code int, d time.Duration) {

@@ -356,6 +356,9 @@ func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 	}
 	infoOf(r.Context()).bodyRead = true
 	w.Header().Del("Connection")
+	// The read timeout bounded the arrival of the request; from here on the connection is only
+	// watched for the client going away, which a long poll must see for its whole 30 s.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if rt.body == bodyJSON && len(data) == 0 {
 		return invalid("", "request body is required: send a JSON object")
 	}

@@ -41,7 +41,8 @@ var (
 	bOrgTokenHashes = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{bMeta, bOrgs, bRunners, bStorages, bDeployments, bSources, bDeploymentSeq, bQueue, bLeased,
-		bEvents, bLogs, bOutputs, bReplay, bReplayEx, bStats, bOrgTokens, bOrgTokenHashes}
+		bEvents, bLogs, bOutputs, bReplay, bReplayEx, bStats, bOrgTokens, bOrgTokenHashes,
+		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
 // schemaVersion is the layout of the database. Version 1 (a development layout before the
@@ -106,6 +107,9 @@ func openStore(dir string, now func() time.Time, logCap int64) (*store, error) {
 		}
 		if err := meta.Put([]byte("schema"), u64(schemaVersion)); err != nil {
 			return err
+		}
+		if err := backfillEndedIndex(tx); err != nil {
+			return fmt.Errorf("index ended deployments for retention: %w", err)
 		}
 		if sec := meta.Get([]byte("secret")); sec != nil {
 			s.secret = bytes.Clone(sec)
