@@ -85,6 +85,8 @@ type transport struct {
 	hook      func(context.Context, RequestInfo)
 	auth      authorizer
 	sleep     func(context.Context, time.Duration) error
+	// allowInsecureHTTP lets an http:// base URL leave the machine (AllowInsecureHTTP).
+	allowInsecureHTTP bool
 }
 
 func newTransport(baseURL string, auth authorizer, opts []Option) (*transport, error) {
@@ -105,6 +107,9 @@ func newTransport(baseURL string, auth authorizer, opts []Option) (*transport, e
 	}
 	for _, o := range opts {
 		o(t)
+	}
+	if err := CheckPlainHTTP(baseURL, t.allowInsecureHTTP, "the insecure opt-in (client.AllowInsecureHTTP)"); err != nil {
+		return nil, err
 	}
 	if t.retry.MaxTries < 1 {
 		t.retry.MaxTries = 1
