@@ -59,7 +59,10 @@ func TestClientsRefusePlainHTTP(t *testing.T) {
 	ct := &countingTransport{}
 	hc := client.WithHTTPClient(&http.Client{Transport: ct})
 	builds := map[string]func(...client.Option) error{
-		"admin": func(o ...client.Option) error { _, err := client.NewAdminClient(url, "acme", "opo_secret", o...); return err },
+		"admin": func(o ...client.Option) error {
+			_, err := client.NewAdminClient(url, "acme", "opo_secret", o...)
+			return err
+		},
 		"agent": func(o ...client.Option) error {
 			_, err := client.NewAgentClient(url, agentauth.NewSigner("acme", "r1", priv), o...)
 			return err
