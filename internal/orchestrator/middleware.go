@@ -288,6 +288,12 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 		if err != nil {
 			return err
 		}
+		if rt.body != bodyNone {
+			// A token of an attempt that was superseded or ended long ago gets no body read.
+			if err := s.store.checkJobGrant(r.Context(), payload, s.cfg.JobTokenGrace); err != nil {
+				return err
+			}
+		}
 		c.job = payload
 		info.principal = fmt.Sprintf("job %s/%s#%d", payload.Org, payload.Deployment, payload.Attempt)
 	}

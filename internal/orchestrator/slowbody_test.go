@@ -111,7 +111,7 @@ func durations(rs []slowResult, pick func(slowResult) time.Duration) (p50, maxD 
 	return ds[len(ds)/2], ds[len(ds)-1]
 }
 
-// TestSlowUnauthenticatedBodyIsCutOff is a slowloris attempt over real TCP: 24 clients, more
+// TestSlowUnauthenticatedBodyIsCutOff is a slowloris attempt over real TCP: 28 clients, more
 // than the 8 connections the server allows, each sending the headers of a request with refused
 // credentials (admin, agent and job routes) and then trickling a 2,000-byte body at one byte per
 // 50 ms, which would take 100 s. Each must get its 401 and a closed connection long before its
@@ -119,17 +119,24 @@ func durations(rs []slowResult, pick func(slowResult) time.Duration) (p50, maxD 
 func TestSlowUnauthenticatedBodyIsCutOff(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.setupRunner("acme", "r1", 1)
+	a := h.setupRunner("acme", "r1", 1)
+	// A genuine job token whose deployment ended longer ago than the grace: refused from the
+	// headers too.
+	d := h.deploy(api.OperationPlan)
+	c := a.claim(d.ID, 1, "pod-a")
+	a.mustOK(eventPath(d.ID), api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, nil)
+	h.clock.Advance(DefaultJobTokenGrace + time.Minute)
 	before := everything(h)
 	limits := HTTPLimits{MaxConnections: 8, ReadTimeout: 2 * time.Minute}
 	addr := serveTCP(t, h, limits)
-	const bodyLen, interval, clients = 2000, 50 * time.Millisecond, 24
+	const bodyLen, interval, clients = 2000, 50 * time.Millisecond, 28
 	heads := []string{
 		postHead(addr, orgPath("acme")+"/deployments", map[string]string{"Authorization": "Bearer not-the-admin-token"}, bodyLen),
 		postHead(addr, orgPath("acme")+"/deployments", map[string]string{"Authorization": "Bearer " + api.OrgTokenPrefix + "forged"}, bodyLen),
 		postHead(addr, orgPath("acme")+"/runners", nil, bodyLen),
 		postHead(addr, pollPath, map[string]string{"Authorization": "Outpost-Agent not.a.jwt"}, bodyLen),
 		postHead(addr, "/api/v1/job/logs?offset=0", map[string]string{"Authorization": "Bearer opj_forged.mac"}, bodyLen),
+		postHead(addr, "/api/v1/job/logs?offset=0", map[string]string{"Authorization": "Bearer " + c.JobToken}, bodyLen),
 		postHead(addr, "/api/v1/no-such-route", nil, bodyLen),
 	}
 	results := make([]slowResult, clients)
@@ -161,7 +168,7 @@ func TestSlowUnauthenticatedBodyIsCutOff(t *testing.T) {
 	ans50, ansMax := durations(results, func(r slowResult) time.Duration { return r.answered })
 	cl50, clMax := durations(results, func(r slowResult) time.Duration { return r.closed })
 	maxSent := slices.MaxFunc(results, func(a, b slowResult) int { return int(a.sentAtAns - b.sentAtAns) }).sentAtAns
-	t.Logf("%d slow unauthenticated clients over %d connections at most: answered p50 %s max %s, connection closed p50 %s max %s, "+
+	t.Logf("%d slow clients with refused credentials over %d connections at most: answered p50 %s max %s, connection closed p50 %s max %s, "+
 		"at most %d of %d body bytes sent when answered (the whole body would take %s)",
 		clients, limits.MaxConnections, ans50.Round(time.Millisecond), ansMax.Round(time.Millisecond),
 		cl50.Round(time.Millisecond), clMax.Round(time.Millisecond), maxSent, bodyLen, full)
