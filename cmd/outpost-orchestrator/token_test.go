@@ -28,7 +28,10 @@ func startServe(t *testing.T) (url, dir string) {
 	t.Cleanup(func() {
 		cancel()
 		select {
-		case <-done:
+		case err := <-done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
 		case <-time.After(20 * time.Second):
 			t.Error("the orchestrator did not stop")
 		}

@@ -19,9 +19,13 @@ var ErrPlainHTTP = errors.New("plain http to a host that is not loopback")
 // pass: whether they are well formed is for the caller's own validation.
 func CheckPlainHTTP(rawURL string, allowInsecure bool, optIn string) error {
 	u, err := url.Parse(rawURL)
-	if err != nil || !strings.EqualFold(u.Scheme, "http") || allowInsecure || isLoopback(u.Hostname()) {
-		return nil
+	if err == nil && strings.EqualFold(u.Scheme, "http") && !allowInsecure && !isLoopback(u.Hostname()) {
+		return plainHTTPError(rawURL, optIn)
 	}
+	return nil
+}
+
+func plainHTTPError(rawURL, optIn string) error {
 	return fmt.Errorf("%w: the orchestrator URL %s would send tokens and signed requests unencrypted across the network, "+
 		"where anyone on the way can read them and act with them; use https://, or set %s if this network is trusted and you accept that",
 		ErrPlainHTTP, rawURL, optIn)

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -45,8 +46,8 @@ type slowResult struct {
 
 // trickle sends head (request line and headers, ending in the blank line), then the body one
 // byte every interval, until the server answers and closes the connection or bodyLen bytes went.
-func trickle(addr, head string, bodyLen int, interval time.Duration) slowResult {
-	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+func trickle(ctx context.Context, addr, head string, bodyLen int, interval time.Duration) slowResult {
+	conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return slowResult{err: err}
 	}
@@ -145,7 +146,7 @@ func TestSlowUnauthenticatedBodyIsCutOff(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = trickle(addr, heads[i%len(heads)], bodyLen, interval)
+			results[i] = trickle(t.Context(), addr, heads[i%len(heads)], bodyLen, interval)
 		}()
 	}
 	wg.Wait()
@@ -210,7 +211,7 @@ func TestSlowAuthenticatedBodyIsBounded(t *testing.T) {
 		// The agent's token is genuine and signs the body it would send: its headers pass.
 		{"agent", postHead(addr, pollPath, map[string]string{"Authorization": a.token(pollPath, []byte(body))}, bodyLen)},
 	} {
-		r := trickle(addr, tc.head, bodyLen, interval)
+		r := trickle(t.Context(), addr, tc.head, bodyLen, interval)
 		if r.err != nil {
 			t.Fatalf("%s: %v", tc.name, r.err)
 		}
@@ -236,7 +237,7 @@ func TestConnectionLimitAndHeaderTimeout(t *testing.T) {
 	addr := serveTCP(t, h, limits)
 	var idle []net.Conn
 	for range limits.MaxConnections {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(t.Context(), "tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
