@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"net"
@@ -15,36 +14,6 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 )
 
-// startServe runs the orchestrator command on a free port and returns its URL and data dir.
-func startServe(t *testing.T) (url, dir string) {
-	t.Helper()
-	dir = filepath.Join(t.TempDir(), "data")
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir}, noEnv, &syncBuffer{}, ready)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("the orchestrator did not stop")
-		}
-	})
-	select {
-	case addr := <-ready:
-		return "http://" + addr, dir
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
-	return "", ""
-}
-
 // tokenCmd runs `outpost-orchestrator token args…` and returns stdout, stderr and the error.
 func tokenCmd(t *testing.T, env map[string]string, args ...string) (string, string, error) {
 	t.Helper()
@@ -56,7 +25,9 @@ func tokenCmd(t *testing.T, env map[string]string, args ...string) (string, stri
 // TestTokenCommands creates, lists and revokes an organisation token through a running
 // orchestrator, with the bootstrap token the orchestrator generated, and uses the token.
 func TestTokenCommands(t *testing.T) {
-	url, dir := startServe(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	srv := startServe(t, dir)
+	url := "http://" + srv.addr
 	env := map[string]string{"OUTPOST_ORCHESTRATOR_URL": url, "OUTPOST_ORCHESTRATOR_DATA_DIR": dir}
 
 	out, msg, err := tokenCmd(t, env, "create", "--org", "acme", "--name", "ci")
@@ -95,6 +66,13 @@ func TestTokenCommands(t *testing.T) {
 	}
 	if out, _, err := tokenCmd(t, env, "list", "--org", "acme"); err != nil || strings.Contains(out, id) {
 		t.Fatalf("token list after the revoke: %v\n%s", err, out)
+	}
+	// The orchestrator's log names the token by id, never by value.
+	if err := srv.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if logs := srv.logs.String(); strings.Contains(logs, tok) || !strings.Contains(logs, id) {
+		t.Fatalf("the log must name token %s and never hold the token itself:\n%s", id, logs)
 	}
 }
 

@@ -139,12 +139,11 @@ func mustPEM(t *testing.T) string {
 	return p
 }
 
-// TestOrgTokenLifecycle creates, lists, uses and revokes tokens, and shows that neither the
-// database nor the log ever holds one.
+// TestOrgTokenLifecycle creates, lists, uses and revokes tokens, and shows that the database
+// never holds one (cmd/outpost-orchestrator's TestTokenCommands shows the log does not either).
 func TestOrgTokenLifecycle(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
-	h := newHarness(t, func(c *Config) { c.Logger = newTestLogger(&logs) })
+	h := newHarness(t)
 	ci := h.orgToken("acme", "ci")
 	if !strings.HasPrefix(ci.Token, api.OrgTokenPrefix) || len(ci.Token) < 40 || !strings.HasPrefix(ci.ID, "tok-") || ci.Name != "ci" || ci.CreatedAt.IsZero() {
 		t.Fatalf("created token %+v", ci)
@@ -201,11 +200,8 @@ func TestOrgTokenLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tok := range []string{ci.Token, prod.Token} {
-		if bytes.Contains(db, []byte(tok)) || strings.Contains(logs.String(), tok) {
-			t.Fatalf("token %.8s… is in the database or the log", tok)
+		if bytes.Contains(db, []byte(tok)) {
+			t.Fatalf("token %.8s… is in the database", tok)
 		}
-	}
-	if !strings.Contains(logs.String(), prod.ID) {
-		t.Fatalf("the log does not name the token id %s:\n%s", prod.ID, logs.String())
 	}
 }
