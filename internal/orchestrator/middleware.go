@@ -135,11 +135,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
 	sw := &statusWriter{ResponseWriter: w}
 	sw.Header().Set("X-Request-Id", info.id)
-	if r.ContentLength != 0 {
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		// Until the body has been read to its end, the answer closes the connection: net/http
 		// would otherwise read what is left of the body before answering, to reuse the
 		// connection, which lets a client that trickles a body hold it and a goroutine for as
-		// long as the read timeout.
+		// long as the read timeout. (HTTP/2 resets just the stream, and would take the header
+		// as a reason to close the connection every other stream shares.)
 		sw.Header().Set("Connection", "close")
 		defer cutUnreadBody(sw, info)
 	}
