@@ -30,6 +30,7 @@ func TestConfigErrorsExitTwoWithMessage(t *testing.T) {
 		"bad flag":      {[]string{"--no-such-flag"}, []string{"no-such-flag"}},
 		"invalid value": {[]string{"--api-url", "ftp://x", "--executor", "docker"}, []string{"--api-url (OUTPOST_API_URL)", "--executor (OUTPOST_EXECUTOR)"}},
 		"stray arg":     {[]string{"run"}, []string{`unexpected argument "run"`}},
+		"plain http":    {[]string{"--api-url", "http://orchestrator.example.com:8700"}, []string{"--api-url (OUTPOST_API_URL)", "unencrypted", "--insecure-allow-http (OUTPOST_INSECURE_ALLOW_HTTP=true)"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -173,8 +173,11 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, r
 	if err != nil {
 		return nil, fmt.Errorf("--ca-bundle-file: %w", err)
 	}
-	orch, err := client.NewAgentClient(cfg.APIURL, signer, client.WithHTTPClient(httpClient),
-		client.WithRequestHook(m.RequestHook), client.WithUserAgent("outpost-agent/"+config.Version))
+	opts := []client.Option{client.WithHTTPClient(httpClient), client.WithRequestHook(m.RequestHook), client.WithUserAgent("outpost-agent/" + config.Version)}
+	if cfg.InsecureAllowHTTP {
+		opts = append(opts, client.AllowInsecureHTTP())
+	}
+	orch, err := client.NewAgentClient(cfg.APIURL, signer, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -269,11 +272,11 @@ func newStateServer(cfg *config.Config, kube kubernetes.Interface, tokens *jobto
 func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
 		return process.New(process.Options{WorkDir: cfg.WorkDir, AgentBinary: cfg.AgentBinary, APIURL: cfg.APIURL,
-			StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
+			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
 		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
-		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, APIURL: cfg.APIURL, StateURL: cfg.StateURL, CLI: cfg.CLI,
+		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
 			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey, CancelGrace: cfg.CancelGrace}}), nil
 }
 

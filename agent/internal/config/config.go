@@ -52,6 +52,11 @@ type Config struct {
 	WorkDir        string
 	AgentBinary    string
 
+	// InsecureAllowHTTP allows an http:// APIURL that is not loopback: the agent's signed
+	// requests and the job tokens would cross the network unencrypted. Named so that nobody
+	// sets it by accident.
+	InsecureAllowHTTP bool
+
 	// StateNamespace is the namespace of the runner's kubernetes state storage (chart value
 	// state.namespace); states of attempts whose claim does not name one (adopted before this
 	// agent knew) are served from it. Empty: learned from claims.
@@ -110,7 +115,8 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.SetOutput(os.Stderr)
 	var configFile, podLabels, pullSecrets, podPolicy, podSecurity, containerSecurity string
 	fs.StringVar(&configFile, "config", "", "optional YAML file with the same keys as the flags (env OUTPOST_CONFIG)")
-	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL")
+	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL (https://, or http:// to loopback)")
+	fs.BoolVar(&c.InsecureAllowHTTP, "insecure-allow-http", false, "allow an http:// --api-url that is not loopback: signed requests and job tokens then cross the network unencrypted")
 	fs.StringVar(&c.OrgID, "org-id", "", "organisation id")
 	fs.StringVar(&c.RunnerID, "runner-id", "", "runner id")
 	fs.StringVar(&c.PrivateKeyFile, "private-key-file", DefaultPrivateKeyFile, "PEM ed25519 private key of the runner")

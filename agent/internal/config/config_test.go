@@ -67,6 +67,7 @@ func TestValidate(t *testing.T) {
 		want   []string
 	}{
 		"api url":        {func(c *Config) { c.APIURL = "orchestrator:8080" }, []string{"--api-url (OUTPOST_API_URL)", `"orchestrator:8080"`}},
+		"plain http":     {func(c *Config) { c.APIURL = "http://orchestrator.example.com" }, []string{"--api-url (OUTPOST_API_URL)", "tokens and signed requests unencrypted", "use https://", "--insecure-allow-http"}},
 		"org":            {func(c *Config) { c.OrgID = "Acme Inc" }, []string{"--org-id", "Acme Inc"}},
 		"executor":       {func(c *Config) { c.Executor = "docker" }, []string{"--executor", `"docker"`}},
 		"job image":      {func(c *Config) { c.JobImage = "" }, []string{"--job-image", "required"}},
@@ -96,6 +97,26 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlainHTTPOnlyToLoopbackOrByName: http:// is fine to this machine, and elsewhere only with
+// --insecure-allow-http, which the environment can set too.
+func TestPlainHTTPOnlyToLoopbackOrByName(t *testing.T) {
+	for _, u := range []string{"http://127.0.0.1:8700", "http://localhost:8700", "http://[::1]:8700", "https://o.example"} {
+		c := valid()
+		c.APIURL = u
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s refused: %v", u, err)
+		}
+	}
+	c, err := Parse([]string{"--api-url", "http://orchestrator.example.com", "--org-id", "acme", "--runner-id", "r1", "--job-image", "img",
+		"--namespace", "outpost-system", "--pod-name", "agent-0"}, env(map[string]string{"OUTPOST_INSECURE_ALLOW_HTTP": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.InsecureAllowHTTP || c.Validate() != nil {
+		t.Fatalf("OUTPOST_INSECURE_ALLOW_HTTP=true: opt-in %v, validation %v", c.InsecureAllowHTTP, c.Validate())
 	}
 }
 

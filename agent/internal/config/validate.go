@@ -15,6 +15,7 @@ import (
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
@@ -30,6 +31,8 @@ func (c *Config) Validate() error {
 		bad("api-url", "required: the orchestrator's base URL, e.g. https://orchestrator.example.com")
 	} else if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("api-url", "%q is not an absolute http(s) URL", c.APIURL)
+	} else if err := client.CheckPlainHTTP(c.APIURL, c.InsecureAllowHTTP, "--insecure-allow-http ("+EnvName("insecure-allow-http")+"=true)"); err != nil {
+		bad("api-url", "%v", err)
 	}
 	if err := api.ValidateID("org_id", c.OrgID); err != nil || c.OrgID == "" {
 		bad("org-id", "%q must be the organisation id (a DNS-1123 label)", c.OrgID)

@@ -24,4 +24,7 @@ const (
 	// CABundleFile is a PEM bundle of extra CA certificates, trusted on top of the system's for
 	// the orchestrator and handed on to the http backend for an https state URL.
 	CABundleFile = "OUTPOST_CA_BUNDLE_FILE"
+	// InsecureAllowHTTP is "true" when the agent was allowed a plain http:// orchestrator URL that
+	// is not loopback (its --insecure-allow-http); the job runner refuses one otherwise.
+	InsecureAllowHTTP = "OUTPOST_INSECURE_ALLOW_HTTP"
 )

@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // defaultTokenFile is where the agent mounts the job token in a Job's pod.
@@ -29,6 +31,9 @@ type config struct {
 	CLI          string // OUTPOST_CLI: terraform, tofu or an absolute path
 	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
 	CABundleFile string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
+	// InsecureAllowHTTP (OUTPOST_INSECURE_ALLOW_HTTP) allows an http:// APIURL that is not
+	// loopback; the agent sets it when it was allowed one itself.
+	InsecureAllowHTTP bool
 }
 
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -53,6 +58,11 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, "terraform"), "terraform, tofu or an absolute path ("+jobenv.CLI+")")
 	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<deployment id> ("+jobenv.WorkDir+")")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env(jobenv.CABundleFile, ""), "extra PEM CA certificates ("+jobenv.CABundleFile+")")
+	insecure, err := strconv.ParseBool(env(jobenv.InsecureAllowHTTP, "false"))
+	if err != nil {
+		return c, fmt.Errorf("%s=%q is not true or false", jobenv.InsecureAllowHTTP, getenv(jobenv.InsecureAllowHTTP))
+	}
+	fs.BoolVar(&c.InsecureAllowHTTP, "insecure-allow-http", insecure, "allow an http:// --api-url that is not loopback; the job token then crosses the network unencrypted ("+jobenv.InsecureAllowHTTP+")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -61,6 +71,9 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.APIURL == "" {
 		return c, fmt.Errorf("%s is not set; the agent sets it to the orchestrator's URL", jobenv.APIURL)
+	}
+	if err := client.CheckPlainHTTP(c.APIURL, c.InsecureAllowHTTP, jobenv.InsecureAllowHTTP+"=true (the agent's --insecure-allow-http)"); err != nil {
+		return c, fmt.Errorf("%s: %w", jobenv.APIURL, err)
 	}
 	if c.StateURL != "" && !strings.HasPrefix(c.StateURL, "http://") && !strings.HasPrefix(c.StateURL, "https://") {
 		return c, fmt.Errorf("%s %q must start with http:// or https://", jobenv.StateURL, c.StateURL)

@@ -95,6 +95,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 		return ExitRunnerError
 	}
 	opts := []client.Option{client.WithHTTPClient(hc), client.WithUserAgent(userAgent)}
+	if cfg.InsecureAllowHTTP {
+		opts = append(opts, client.AllowInsecureHTTP())
+	}
 	orch, err := client.NewJobClient(cfg.APIURL, token, append(opts, client.WithRetryPolicy(specRetry))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost-agent job: %s: %v\n", jobenv.APIURL, err)

@@ -32,6 +32,8 @@ type PodOptions struct {
 	RunnerID string
 	Image    string
 	APIURL   string
+	// InsecureAllowHTTP hands the agent's --insecure-allow-http on to the job runner.
+	InsecureAllowHTTP bool
 	// StateURL is where job runners reach the agent's state backend; set only for kubernetes state.
 	StateURL         string
 	CLI              string
@@ -161,6 +163,8 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	if c.Placement.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {
 		env = append(env, corev1.EnvVar{Name: jobenv.StateURL, Value: o.StateURL})
 	}
+	// Always set, so the agent's value replaces any the pod template sets.
+	env = append(env, corev1.EnvVar{Name: jobenv.InsecureAllowHTTP, Value: strconv.FormatBool(o.InsecureAllowHTTP)})
 	if o.CASecret != "" {
 		key := o.CASecretKey
 		if key == "" {

@@ -44,10 +44,12 @@ type Options struct {
 	// AgentBinary is the outpost-agent that runs `job` (and the wrapper).
 	AgentBinary string
 	APIURL      string
-	StateURL    string
-	CLI         string
-	CABundle    string
-	Logger      *slog.Logger
+	// InsecureAllowHTTP hands the agent's --insecure-allow-http on to the job runner.
+	InsecureAllowHTTP bool
+	StateURL          string
+	CLI               string
+	CABundle          string
+	Logger            *slog.Logger
 }
 
 // Executor implements executor.Executor with local processes.
@@ -197,6 +199,9 @@ func (e *Executor) env(dir string, rec claimRecord) []string {
 	}
 	if e.o.CABundle != "" {
 		env = append(env, jobenv.CABundleFile+"="+e.o.CABundle)
+	}
+	if e.o.InsecureAllowHTTP {
+		env = append(env, jobenv.InsecureAllowHTTP+"=true")
 	}
 	return env
 }
