@@ -98,7 +98,6 @@ func chunkName(hash string, gen int64, i int) string {
 	return fmt.Sprintf("tfstate-%s-g%d-%d", hash, gen, i)
 }
 
-
 // ValidateKey checks that a state key can be stored: non-empty, at most MaxKeyLength bytes,
 // valid UTF-8 without control characters.
 func ValidateKey(key string) error {
