@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -40,7 +42,8 @@ var (
 )
 
 // agentBinary builds outpost-agent once per test binary, into the user's cache (one stable
-// path, replaced atomically, so runs neither leak binaries nor disturb each other).
+// path per source tree, replaced atomically, so runs neither leak binaries nor disturb each
+// other, even from two checkouts at once).
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -49,7 +52,13 @@ func agentBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		dir := filepath.Join(cache, "outpost", "e2e")
+		wd, err := os.Getwd()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		sum := sha256.Sum256([]byte(wd))
+		dir := filepath.Join(cache, "outpost", "e2e", hex.EncodeToString(sum[:6]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
@@ -146,7 +155,7 @@ func (e *env) startAgent(name string, extra ...string) *agent {
 	}
 	args := append([]string{
 		"--api-url", e.apiURL, "--org-id", "acme", "--runner-id", e.runnerID, "--private-key-file", e.keyFile,
-		"--kubeconfig", e.cluster.Kubeconfig, "--job-image", "outpost/agent:e2e", "--job-namespace", e.ns,
+		"--kubeconfig", e.cluster.Kubeconfig, "--job-image", "outpost/job:e2e", "--agent-image", "outpost/agent:e2e", "--job-namespace", e.ns,
 		"--namespace", e.ns, "--pod-name", name, "--health-listen", "127.0.0.1:0", "--state-listen", "127.0.0.1:0",
 		"--poll-wait", "5s", "--log-level", "debug",
 	}, extra...)
