@@ -213,7 +213,7 @@ func buildPlatform(ctx context.Context, o *Options, p image.Platform, work strin
 	base := deb.base
 
 	// The agent.
-	agentBin, err := buildAgent(ctx, o.ModuleRoot, arch, work, o.Log)
+	agentBin, err := buildAgent(ctx, o.ModuleRoot, o.Version, arch, work, o.Log)
 	if err != nil {
 		return platformImages{}, err
 	}
