@@ -1,9 +1,6 @@
 package e2e
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -285,32 +282,9 @@ var (
 // archive is a tiny configuration; kwok never runs it, but the orchestrator wants a real tar.gz.
 func archive(t *testing.T) []byte {
 	archiveOnce.Do(func() {
-		archiveData = tarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
+		archiveData = orchestratortest.TarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
 	})
 	return archiveData
-}
-
-// tarGz packs files into a gzip-compressed tar.
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(body)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // freeAddr returns a loopback address with a port free at the time of the call.

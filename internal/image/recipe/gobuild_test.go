@@ -72,3 +72,14 @@ func otherArch() string {
 	}
 	return "arm64"
 }
+
+func TestCacheDir(t *testing.T) {
+	env := map[string]string{"OUTPOST_CACHE": "/c/outpost", "XDG_CACHE_HOME": "/x"}
+	if got := CacheDir(func(k string) string { return env[k] }); got != "/c/outpost" {
+		t.Errorf("with OUTPOST_CACHE: %s", got)
+	}
+	delete(env, "OUTPOST_CACHE")
+	if got := CacheDir(func(k string) string { return env[k] }); got != "/x/outpost" {
+		t.Errorf("with XDG_CACHE_HOME: %s", got)
+	}
+}
