@@ -898,6 +898,12 @@ imagePullSecrets: [ghcr-pull, {name: mirror-pull}]
 }
 
 // TestExtraEnvAndSettings checks extraEnv (last, so it wins) and the plain settings.
+// TestCLIPath: cli may name the CLI by its absolute path in the job image.
+func TestCLIPath(t *testing.T) {
+	_, c := render(t, `cli: /opt/tofu/bin/tofu`).deployment(t)
+	wantEnv(t, c, map[string]string{"OUTPOST_CLI": "/opt/tofu/bin/tofu"})
+}
+
 func TestExtraEnvAndSettings(t *testing.T) {
 	r := render(t, `
 cli: tofu

@@ -47,6 +47,8 @@ func TestInvalidValuesRefused(t *testing.T) {
 			want: []string{"at '/apiUrl'", "does not match pattern"}},
 		{name: "unknown CLI", values: "cli: terragrunt",
 			want: []string{"at '/cli'", "'terraform', 'tofu'"}},
+		{name: "relative CLI path", values: "cli: bin/tofu",
+			want: []string{"at '/cli'"}},
 		{name: "job image without repository", values: `jobs: {image: {repository: ""}}`,
 			want: []string{"at '/jobs/image/repository'"}},
 		{name: "unknown pull policy", values: "image: {pullPolicy: Sometimes}",
