@@ -29,6 +29,14 @@ provider "outpost" {
   }
 }
 
+# Every name derived from the runner id, each within the limit of what it names (and the one
+# check of the id itself).
+module "names" {
+  source = "../../modules/kubernetes-agent-runner/modules/names"
+
+  runner_id = var.runner_id
+}
+
 data "azurerm_kubernetes_cluster" "this" {
   name                = var.cluster_name
   resource_group_name = var.resource_group_name
@@ -50,7 +58,7 @@ locals {
 # ---------------------------------------------------------------------------------------------
 
 resource "azurerm_user_assigned_identity" "job" {
-  name                = coalesce(var.job_identity_name, "outpost-${var.runner_id}-job")
+  name                = coalesce(var.job_identity_name, module.names.azure_identity_name)
   resource_group_name = local.identity_resource_group_name
   location            = data.azurerm_kubernetes_cluster.this.location
   tags                = var.tags
@@ -59,12 +67,11 @@ resource "azurerm_user_assigned_identity" "job" {
 # Workload identity federation: tokens the cluster's OIDC issuer signs for outpost-jobs/outpost-job
 # (and for no other service account) may be exchanged for the managed identity's tokens.
 resource "azurerm_federated_identity_credential" "job" {
-  name                = "outpost-${var.runner_id}-${local.job_namespace}-${local.job_service_account}"
-  resource_group_name = local.identity_resource_group_name
-  parent_id           = azurerm_user_assigned_identity.job.id
-  audience            = ["api://AzureADTokenExchange"]
-  issuer              = local.oidc_issuer_url
-  subject             = local.job_subject
+  name                      = module.names.azure_federated_credential_name
+  user_assigned_identity_id = azurerm_user_assigned_identity.job.id
+  audience                  = ["api://AzureADTokenExchange"]
+  issuer                    = local.oidc_issuer_url
+  subject                   = local.job_subject
 
   lifecycle {
     precondition {
@@ -91,7 +98,7 @@ resource "azurerm_role_assignment" "job" {
 module "runner" {
   source = "../../modules/kubernetes-agent-runner"
 
-  runner_id   = var.runner_id
+  runner_id   = module.names.runner_id
   description = "AKS cluster ${var.cluster_name} (${var.resource_group_name})"
 
   job_namespace       = local.job_namespace

@@ -22,13 +22,18 @@ variable "identity_resource_group_name" {
 
 variable "runner_id" {
   type        = string
-  description = "Id of the runner to register with the orchestrator (a DNS-1123 label)."
+  description = "Id of the runner to register with the orchestrator: a DNS-1123 label of at most 63 characters (checked by module.names). provider::outpost::runner_id(...) makes one out of a cluster name."
 }
 
 variable "job_identity_name" {
   type        = string
-  description = "Name of the user-assigned managed identity the Jobs run as. Null derives it from the runner id."
+  description = "Name of the user-assigned managed identity the Jobs run as (3 to 128 letters, digits, '-' and '_', a letter or digit first). Null derives it from the runner id: outpost-<runner_id>-job."
   default     = null
+
+  validation {
+    condition     = var.job_identity_name == null ? true : can(regex("^[a-zA-Z0-9][a-zA-Z0-9_-]{2,127}$", var.job_identity_name))
+    error_message = "job_identity_name must be 3 to 128 letters, digits, '-' and '_', starting with a letter or digit."
+  }
 }
 
 variable "job_role_assignments" {

@@ -6,8 +6,9 @@ terraform {
       source = "outpost-dev/outpost"
     }
     azurerm = {
-      source  = "hashicorp/azurerm"
-      version = "~> 4.0"
+      source = "hashicorp/azurerm"
+      # 4.65 added user_assigned_identity_id to azurerm_federated_identity_credential.
+      version = "~> 4.65"
     }
   }
 }

@@ -25,6 +25,14 @@ provider "outpost" {
   }
 }
 
+# Every name derived from the runner id, each within the limit of what it names (and the one
+# check of the id itself).
+module "names" {
+  source = "../../modules/kubernetes-agent-runner/modules/names"
+
+  runner_id = var.runner_id
+}
+
 data "aws_eks_cluster" "this" {
   name = var.cluster_name
 }
@@ -38,7 +46,7 @@ locals {
 
   irsa       = var.identity_mode == "irsa"
   s3_state   = var.state_storage == "s3"
-  role_name  = coalesce(var.job_role_name, "outpost-${var.runner_id}-job")
+  role_name  = coalesce(var.job_role_name, module.names.aws_role_name)
   bucket_arn = var.state_bucket == null ? null : "arn:aws:s3:::${var.state_bucket}"
 
   oidc_issuer          = data.aws_eks_cluster.this.identity[0].oidc[0].issuer
@@ -165,7 +173,7 @@ resource "aws_iam_role_policy" "job_state" {
 resource "outpost_state_storage" "s3" {
   count = local.s3_state ? 1 : 0
 
-  id          = "${var.runner_id}-states"
+  id          = module.names.state_storage_id
   type        = "s3"
   description = "State of runner ${var.runner_id}, in S3 under ${var.state_path_prefix}"
 
@@ -183,7 +191,7 @@ resource "outpost_state_storage" "s3" {
 module "runner" {
   source = "../../modules/kubernetes-agent-runner"
 
-  runner_id   = var.runner_id
+  runner_id   = module.names.runner_id
   description = "EKS cluster ${var.cluster_name} (${var.identity_mode})"
 
   job_namespace       = local.job_namespace

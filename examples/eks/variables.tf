@@ -10,7 +10,7 @@ variable "cluster_name" {
 
 variable "runner_id" {
   type        = string
-  description = "Id of the runner to register with the orchestrator (a DNS-1123 label)."
+  description = "Id of the runner to register with the orchestrator: a DNS-1123 label of at most 63 characters (checked by module.names). provider::outpost::runner_id(...) makes one out of a cluster name."
 }
 
 variable "identity_mode" {
@@ -32,8 +32,13 @@ variable "oidc_provider_arn" {
 
 variable "job_role_name" {
   type        = string
-  description = "Name of the IAM role the deployment Jobs run with. Null derives it from the runner id."
+  description = "Name of the IAM role the deployment Jobs run with (at most 64 letters, digits and +=,.@_-). Null derives it from the runner id: outpost-<runner_id>-job, shortened with a hash when that is too long."
   default     = null
+
+  validation {
+    condition     = var.job_role_name == null ? true : can(regex("^[\\w+=,.@-]{1,64}$", var.job_role_name))
+    error_message = "job_role_name must be 1 to 64 letters, digits and +=,.@_- (an IAM role name)."
+  }
 }
 
 variable "job_policy_arns" {

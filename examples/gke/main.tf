@@ -20,6 +20,14 @@ provider "outpost" {
   }
 }
 
+# Every name derived from the runner id, each within the limit of what it names (and the one
+# check of the id itself).
+module "names" {
+  source = "../../modules/kubernetes-agent-runner/modules/names"
+
+  runner_id = var.runner_id
+}
+
 data "google_client_config" "current" {}
 
 data "google_container_cluster" "this" {
@@ -46,7 +54,7 @@ locals {
 
 resource "google_service_account" "job" {
   project      = var.project_id
-  account_id   = coalesce(var.job_service_account_id, trimsuffix(substr("outpost-${var.runner_id}-job", 0, 30), "-"))
+  account_id   = coalesce(var.job_service_account_id, module.names.gcp_service_account_id)
   display_name = "Outpost deployer (${var.runner_id})"
   description  = "Identity Terraform runs with in the Jobs of Outpost runner ${var.runner_id} (${local.job_namespace}/${local.job_service_account} on ${var.cluster_name})."
 }
@@ -81,7 +89,7 @@ resource "google_service_account_iam_member" "job_workload_identity" {
 module "runner" {
   source = "../../modules/kubernetes-agent-runner"
 
-  runner_id   = var.runner_id
+  runner_id   = module.names.runner_id
   description = "GKE cluster ${var.cluster_name} (${var.cluster_location})"
 
   job_namespace       = local.job_namespace

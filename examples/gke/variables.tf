@@ -21,13 +21,18 @@ variable "cluster_project_id" {
 
 variable "runner_id" {
   type        = string
-  description = "Id of the runner to register with the orchestrator (a DNS-1123 label)."
+  description = "Id of the runner to register with the orchestrator: a DNS-1123 label of at most 63 characters (checked by module.names). provider::outpost::runner_id(...) makes one out of a cluster name."
 }
 
 variable "job_service_account_id" {
   type        = string
-  description = "account_id of the Google service account the Jobs run as (6 to 30 characters). Null derives it from the runner id."
+  description = "account_id of the Google service account the Jobs run as (6 to 30 lower-case letters, digits and '-', a letter first, no '-' last). Null derives it from the runner id: outpost-<runner_id>-job, shortened with a hash when that is too long."
   default     = null
+
+  validation {
+    condition     = var.job_service_account_id == null ? true : can(regex("^[a-z][-a-z0-9]{4,28}[a-z0-9]$", var.job_service_account_id))
+    error_message = "job_service_account_id must be 6 to 30 lower-case letters, digits and '-', starting with a letter and not ending with '-'."
+  }
 }
 
 variable "job_project_roles" {

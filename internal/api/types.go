@@ -41,8 +41,8 @@ type Runner struct {
 type RunnerJob struct {
 	Namespace      string `json:"namespace"`
 	ServiceAccount string `json:"service_account"`
-	// PodTemplate is a Kubernetes PodTemplateSpec as JSON; it must have a container named "main".
-	// Empty means the agent's defaults.
+	// PodTemplate is a Kubernetes PodTemplateSpec as JSON; its container named "main" runs the
+	// CLI, and one is added when it names none. Empty means the agent's defaults.
 	PodTemplate string `json:"pod_template,omitempty"`
 }
 

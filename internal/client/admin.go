@@ -1,6 +1,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -153,31 +154,101 @@ func (c *AdminClient) CancelDeployment(ctx context.Context, id string) (*api.Dep
 	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments", id, "cancel"), retryable: retry.Idempotent}, nil)
 }
 
+// FollowOptions says how FollowLogs follows a log.
+type FollowOptions struct {
+	// Offset is the byte offset to start at (0: the beginning of the log).
+	Offset int64
+	// Interval is the wait between reads while the log does not grow (default 500 ms).
+	Interval time.Duration
+	// OnRetry, when set, hears of every read that failed and is made again after wait.
+	OnRetry func(err error, wait time.Duration)
+	// MaxOutage is how long reads may keep failing in a row before FollowLogs gives up
+	// (0: until ctx ends).
+	MaxOutage time.Duration
+}
+
 // FollowLogs copies a deployment's log to w as it grows, until the deployment ends, and returns
-// the final deployment. It polls every interval.
-func (c *AdminClient) FollowLogs(ctx context.Context, id string, w io.Writer, interval time.Duration) (*api.Deployment, error) {
-	var offset int64
+// the final deployment. A read that fails for a reason a retry can cure (a network error, the
+// orchestrator restarting, 5xx, 429) is made again at the same offset after the one backoff, so
+// the log is neither cut nor repeated; a refusal (not found, a token refused) ends it. It also
+// returns the offset reached, with an error too, so a caller that stopped it (by canceling ctx)
+// can resume there.
+func (c *AdminClient) FollowLogs(ctx context.Context, id string, w io.Writer, o FollowOptions) (int64, *api.Deployment, error) {
+	interval := o.Interval
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	p := patience{o: o, back: retry.Backoff{Base: cmp.Or(c.t.retry.BaseDelay, DefaultRetryPolicy.BaseDelay),
+		Max: cmp.Or(c.t.retry.MaxDelay, DefaultRetryPolicy.MaxDelay)}}
+	offset := o.Offset
 	for {
 		chunk, err := c.GetLogs(ctx, id, offset, 0)
 		if err != nil {
-			return nil, err
+			if err := p.wait(ctx, err); err != nil {
+				return offset, nil, err
+			}
+			continue
 		}
+		p.reset()
 		if len(chunk.Data) > 0 {
 			if _, err := w.Write(chunk.Data); err != nil {
-				return nil, fmt.Errorf("write log: %w", err)
+				return offset, nil, fmt.Errorf("write log: %w", err)
 			}
 		}
 		offset = chunk.NextOffset
 		if chunk.Complete {
-			return c.GetDeployment(ctx, id)
+			break
 		}
 		if len(chunk.Data) > 0 {
 			continue
 		}
 		if err := retry.Sleep(ctx, interval); err != nil {
-			return nil, err
+			return offset, nil, err
 		}
 	}
+	for {
+		d, err := c.GetDeployment(ctx, id)
+		if err == nil {
+			return offset, d, nil
+		}
+		if err := p.wait(ctx, err); err != nil {
+			return offset, nil, err
+		}
+	}
+}
+
+// patience decides, for a follower, whether a failed read is waited out and tried again.
+type patience struct {
+	o     FollowOptions
+	back  retry.Backoff
+	since time.Time // first failure of the current run of failures
+}
+
+// wait sleeps before the next try of a read that failed with err, or returns the error that
+// ends the follow.
+func (p *patience) wait(ctx context.Context, err error) error {
+	if ctx.Err() != nil || !retry.Idempotent(err) {
+		return err
+	}
+	if p.since.IsZero() {
+		p.since = time.Now()
+	}
+	if p.o.MaxOutage > 0 && time.Since(p.since) > p.o.MaxOutage {
+		return fmt.Errorf("no answer for %s, giving up: %w", p.o.MaxOutage, err)
+	}
+	d := p.back.Next(api.RetryAfter(err))
+	if p.o.OnRetry != nil {
+		p.o.OnRetry(err, d)
+	}
+	if serr := retry.Sleep(ctx, d); serr != nil {
+		return serr
+	}
+	return nil
+}
+
+func (p *patience) reset() {
+	p.back.Reset()
+	p.since = time.Time{}
 }
 
 // items unwraps a list answer.

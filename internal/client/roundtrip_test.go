@@ -290,7 +290,7 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 		t.Fatalf("cancel of a finished deployment: %v, want ErrConflict", err)
 	}
 	var followed bytes.Buffer
-	if final, err := admin.FollowLogs(ctx, dep.ID, &followed, 10*time.Millisecond); err != nil || final.Status != api.StatusSucceeded || followed.String() != string(first)+string(second) {
+	if _, final, err := admin.FollowLogs(ctx, dep.ID, &followed, client.FollowOptions{Interval: 10 * time.Millisecond}); err != nil || final.Status != api.StatusSucceeded || followed.String() != string(first)+string(second) {
 		t.Fatalf("follow logs: %q, %v", followed.String(), err)
 	}
 

@@ -64,6 +64,13 @@ func WithRequestHook(fn func(context.Context, RequestInfo)) Option {
 	return func(t *transport) { t.hook = fn }
 }
 
+// WithUploadProgress calls fn as the body of a request is sent, with the bytes sent so far and
+// the body's size, so a command line can show the progress of a large upload (an inline source).
+// A retried request starts again at zero.
+func WithUploadProgress(fn func(sent, total int64)) Option {
+	return func(t *transport) { t.progress = fn }
+}
+
 // authorizer adds credentials to one try. It runs per try because agent tokens are
 // single-use.
 type authorizer func(r *http.Request, body []byte) error
@@ -83,6 +90,7 @@ type transport struct {
 	retry     RetryPolicy
 	userAgent string
 	hook      func(context.Context, RequestInfo)
+	progress  func(sent, total int64)
 	auth      authorizer
 	sleep     func(context.Context, time.Duration) error
 }
@@ -155,12 +163,18 @@ func (t *transport) once(ctx context.Context, c call, full string, try int) erro
 	var rdr io.Reader
 	if c.body != nil {
 		rdr = bytes.NewReader(c.body)
+		if t.progress != nil {
+			rdr = &progressReader{r: rdr, total: int64(len(c.body)), fn: t.progress}
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, c.method, full, rdr)
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}
 	if c.body != nil {
+		// Only a bare bytes.Reader lets net/http learn the length and rewind the body by itself.
+		req.ContentLength = int64(len(c.body))
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(c.body)), nil }
 		ct := c.contentType
 		if ct == "" {
 			ct = "application/json"
@@ -200,6 +214,23 @@ func (t *transport) once(ctx context.Context, c call, full string, try int) erro
 		return nil
 	}
 	return decodeError(resp, data)
+}
+
+// progressReader reports how much of a request body has been read (by the connection).
+type progressReader struct {
+	r     io.Reader
+	sent  int64
+	total int64
+	fn    func(sent, total int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.sent += int64(n)
+		p.fn(p.sent, p.total)
+	}
+	return n, err
 }
 
 func (t *transport) callHook(ctx context.Context, info RequestInfo) {

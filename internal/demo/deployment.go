@@ -1,14 +1,11 @@
 package demo
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -17,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/cli"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
@@ -29,17 +27,15 @@ type deploymentResult struct {
 	noChanges bool
 }
 
-// runDeployment submits examples/quickstart/deployment as an apply and follows its log.
+// runDeployment submits examples/quickstart/deployment as an apply and follows its log, the way
+// `outpost deploy --follow` does (package cli's Deployer).
 func runDeployment(ctx context.Context, c *Config, s *stepper, admin *client.AdminClient, greeting string) (*deploymentResult, error) {
-	archive, err := packDir(filepath.Join(c.Repo, "examples", "quickstart", "deployment"))
-	if err != nil {
-		return nil, err
-	}
 	g, _ := json.Marshal(greeting)
-	dep, err := admin.CreateDeployment(ctx, api.DeploymentInput{
+	d := &cli.Deployer{Admin: admin}
+	dep, err := d.Queue(ctx, cli.DeployRequest{
+		Dir:       filepath.Join(c.Repo, "examples", "quickstart", "deployment"),
 		RunnerID:  c.RunnerID,
 		Operation: api.OperationApply,
-		Source:    api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive}},
 		Variables: map[string]json.RawMessage{"greeting": g},
 		StateKey:  StateKey,
 	})
@@ -51,7 +47,7 @@ func runDeployment(ctx context.Context, c *Config, s *stepper, admin *client.Adm
 	w := &prefixWriter{out: c.Out, prefix: "    | "}
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	final, err := admin.FollowLogs(waitCtx, dep.ID, io.MultiWriter(w, &log), 300*time.Millisecond)
+	_, final, err := d.Follow(waitCtx, dep.ID, 0, io.MultiWriter(w, &log))
 	w.Flush()
 	if err != nil {
 		return nil, fmt.Errorf("follow deployment %s: %w", dep.ID, err)
@@ -115,39 +111,6 @@ func printStateSecrets(ctx context.Context, s *stepper, kubeconfig, ns string) e
 	}
 	s.info("read them with: kubectl --kubeconfig %s -n %s get secrets", kubeconfig, ns)
 	return nil
-}
-
-// packDir makes the gzip tar archive an inline deployment source carries.
-func packDir(dir string) ([]byte, error) {
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: e.Name(), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
-			return nil, err
-		}
-		if _, err := tw.Write(b); err != nil {
-			return nil, err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	if err := gz.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }
 
 func deref(p *int) int {

@@ -20,6 +20,7 @@ const (
 	cloudJobServiceAccount = "outpost-job"
 	cloudJobSubject        = "system:serviceaccount:" + cloudJobNamespace + ":" + cloudJobServiceAccount
 	cloudModuleSource      = "../../modules/kubernetes-agent-runner"
+	cloudNamesSource       = "../../modules/kubernetes-agent-runner/modules/names"
 )
 
 // cloudBinding is a block of an example that binds the cloud identity to the Jobs' service
@@ -29,11 +30,20 @@ type cloudBinding struct {
 	locals          []string
 }
 
+// derivedName is a name a stack derives from the runner id: the attribute attr of block (or the
+// local attr when block is "locals") must take it from the names module's output.
+type derivedName struct {
+	block, attr, output string
+}
+
 type cloudExample struct {
 	dir         string
 	annotations []string // keys the module's job_service_account_annotations must set
 	podLabels   []string // keys the module's job_pod_labels must set
 	bindings    []cloudBinding
+	names       []derivedName
+	// deprecated lists arguments a block must not set (deprecated by the cloud provider).
+	deprecated map[string][]string
 }
 
 var cloudExamples = []cloudExample{
@@ -44,6 +54,10 @@ var cloudExamples = []cloudExample{
 			{"data", "aws_iam_policy_document", "job_trust_irsa", []string{"job_subject"}},
 			{"resource", "aws_eks_pod_identity_association", "job", []string{"job_namespace", "job_service_account"}},
 		},
+		names: []derivedName{
+			{"locals", "role_name", "aws_role_name"},
+			{"resource.outpost_state_storage.s3", "id", "state_storage_id"},
+		},
 	},
 	{
 		dir:         "examples/gke",
@@ -51,6 +65,7 @@ var cloudExamples = []cloudExample{
 		bindings: []cloudBinding{
 			{"resource", "google_service_account_iam_member", "job_workload_identity", []string{"job_namespace", "job_service_account"}},
 		},
+		names: []derivedName{{"resource.google_service_account.job", "account_id", "gcp_service_account_id"}},
 	},
 	{
 		dir:         "examples/aks",
@@ -59,6 +74,13 @@ var cloudExamples = []cloudExample{
 		bindings: []cloudBinding{
 			{"resource", "azurerm_federated_identity_credential", "job", []string{"job_subject"}},
 		},
+		names: []derivedName{
+			{"resource.azurerm_user_assigned_identity.job", "name", "azure_identity_name"},
+			{"resource.azurerm_federated_identity_credential.job", "name", "azure_federated_credential_name"},
+		},
+		// azurerm 4.65 deprecated parent_id and 4.60 resource_group_name for this resource (both
+		// gone in 5.0); user_assigned_identity_id replaces them.
+		deprecated: map[string][]string{"resource.azurerm_federated_identity_credential.job": {"parent_id", "resource_group_name"}},
 	},
 }
 
@@ -197,6 +219,7 @@ func checkCloudExample(t *testing.T, dir string, ex cloudExample, moduleVars map
 	var (
 		module     *hclsyntax.Block
 		moduleFile tfFile
+		names      *hclsyntax.Block
 		locals     = map[string]*hclsyntax.Attribute{}
 		blocks     = map[string]*hclsyntax.Block{}
 		all        strings.Builder
@@ -219,6 +242,9 @@ func checkCloudExample(t *testing.T, dir string, ex cloudExample, moduleVars map
 						t.Errorf("%s: module \"runner\" declared twice", f.name)
 					}
 					module, moduleFile = b, f
+				}
+				if len(b.Labels) == 1 && b.Labels[0] == "names" {
+					names = b
 				}
 			case "resource", "data":
 				if len(b.Labels) == 2 {
@@ -286,6 +312,8 @@ func checkCloudExample(t *testing.T, dir string, ex cloudExample, moduleVars map
 	checkKeysIn(t, moduleFile, module, "job_service_account_annotations", ex.annotations)
 	checkKeysIn(t, moduleFile, module, "job_pod_labels", ex.podLabels)
 
+	checkDerivedNames(t, files, ex, module, names, locals, blocks)
+
 	// The cloud bindings name the Jobs' service account.
 	for _, want := range ex.bindings {
 		id := want.kind + "." + want.typ + "." + want.name
@@ -337,6 +365,91 @@ func checkKeysIn(t *testing.T, f tfFile, module *hclsyntax.Block, arg string, ke
 	for _, k := range keys {
 		if !strings.Contains(text, `"`+k+`"`) {
 			t.Errorf("module \"runner\" %s does not set %q", arg, k)
+		}
+	}
+}
+
+// checkDerivedNames: the runner id enters the stack once, through module "names" (which checks
+// it), and every name made from it comes from that module's outputs; no block sets an argument
+// its provider deprecated.
+func checkDerivedNames(t *testing.T, files []tfFile, ex cloudExample, module, names *hclsyntax.Block,
+	locals map[string]*hclsyntax.Attribute, blocks map[string]*hclsyntax.Block,
+) {
+	t.Helper()
+	if names == nil {
+		t.Fatalf("%s calls no module \"names\"", ex.dir)
+	}
+	if src, ok := names.Body.Attributes["source"]; !ok {
+		t.Errorf("module \"names\" has no source")
+	} else if got, _ := literalString(src.Expr); got != cloudNamesSource {
+		t.Errorf("module \"names\" source = %q, want %q", got, cloudNamesSource)
+	}
+	exprText := func(a *hclsyntax.Attribute) string {
+		for _, f := range files {
+			if f.name == a.SrcRange.Filename || strings.HasSuffix(a.SrcRange.Filename, "/"+f.name) {
+				return string(a.Expr.Range().SliceBytes(f.src))
+			}
+		}
+		return ""
+	}
+	if a, ok := names.Body.Attributes["runner_id"]; !ok || exprText(a) != "var.runner_id" {
+		t.Errorf("module \"names\" must take runner_id = var.runner_id")
+	}
+	if a, ok := module.Body.Attributes["runner_id"]; !ok || exprText(a) != "module.names.runner_id" {
+		t.Errorf("module \"runner\" must take runner_id = module.names.runner_id, the checked id")
+	}
+	for _, n := range ex.names {
+		var a *hclsyntax.Attribute
+		if n.block == "locals" {
+			a = locals[n.attr]
+		} else if b, ok := blocks[n.block]; ok {
+			a = b.Body.Attributes[n.attr]
+		}
+		if a == nil {
+			t.Errorf("%s has no %s", n.block, n.attr)
+			continue
+		}
+		if want := "module.names." + n.output; !strings.Contains(exprText(a), want) {
+			t.Errorf("%s.%s = %s, want it to use %s", n.block, n.attr, exprText(a), want)
+		}
+	}
+	// Only module "names" and free text may use var.runner_id: a name built from it elsewhere
+	// would not be checked against its limit.
+	var walk func(where string, b *hclsyntax.Body)
+	walk = func(where string, b *hclsyntax.Body) {
+		for name, a := range b.Attributes {
+			for _, tr := range a.Expr.Variables() {
+				if tr.RootName() != "var" || len(tr) < 2 {
+					continue
+				}
+				if v, ok := tr[1].(hcl.TraverseAttr); !ok || v.Name != "runner_id" {
+					continue
+				}
+				if (where == "module.names" && name == "runner_id") || name == "description" || name == "display_name" {
+					continue
+				}
+				t.Errorf("%s.%s uses var.runner_id directly; derive the name in modules/kubernetes-agent-runner/modules/names", where, name)
+			}
+		}
+		for _, nb := range b.Blocks {
+			walk(where+"."+nb.Type, nb.Body)
+		}
+	}
+	for _, f := range files {
+		for _, b := range f.body.Blocks {
+			walk(strings.Join(append([]string{b.Type}, b.Labels...), "."), b.Body)
+		}
+	}
+	for id, attrs := range ex.deprecated {
+		b, ok := blocks[id]
+		if !ok {
+			t.Errorf("%s is missing", id)
+			continue
+		}
+		for _, attr := range attrs {
+			if _, set := b.Body.Attributes[attr]; set {
+				t.Errorf("%s sets %s, which its provider deprecated", id, attr)
+			}
 		}
 	}
 }

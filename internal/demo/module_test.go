@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,28 +14,50 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
-// TestInstallerModule applies modules/kubernetes-agent-runner for real, the way a user's root
-// module calls it, with the real CLI and the locally built provider: against the test bed and the
-// reference orchestrator. It checks what was registered and installed, that a second apply
-// changes nothing, and that destroy deregisters the runner.
-func TestInstallerModule(t *testing.T) {
+// moduleEnv is what the module tests apply against: the test bed, the reference orchestrator and
+// the locally built provider, driven by one CLI the way a user's root module is.
+type moduleEnv struct {
+	t                        *testing.T
+	ctx                      context.Context
+	c                        Config
+	cli, rc, kubeconfig, url string
+	token                    string
+	admin                    *client.AdminClient
+	kube                     kubernetes.Interface
+}
+
+// moduleCLIs are the CLIs the module tests run with: terraform, and tofu when OUTPOST_TOFU names
+// it (make test sets it).
+func moduleCLIs(t *testing.T) []string {
 	if os.Getenv("TF_ACC") == "" {
 		t.Skip("set TF_ACC=1 to apply the installer module (make test does)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
+	clis := []string{"terraform"}
+	if os.Getenv("OUTPOST_TOFU") != "" {
+		clis = append(clis, "tofu")
+	} else {
+		t.Log("OUTPOST_TOFU is not set: the OpenTofu run is skipped")
+	}
+	return clis
+}
+
+func startModuleEnv(t *testing.T, cli string) *moduleEnv {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
 	var out bytes.Buffer
-	c := Config{Repo: repoRoot(t), Dir: t.TempDir(), CLI: "terraform",
+	c := Config{Repo: repoRoot(t), Dir: t.TempDir(), CLI: cli, TofuPath: os.Getenv("OUTPOST_TOFU"), Org: "acme",
 		OrchestratorAddr: freeAddr(t), StateAddr: freeAddr(t), HealthAddr: freeAddr(t), Out: &out}
 	c.Defaults()
 	t.Cleanup(func() { _ = Down(context.Background(), c) })
 	s := &stepper{out: &out, of: 3}
-	cli, err := c.cliPath()
+	bin, err := c.cliPath()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,83 +76,186 @@ func TestInstallerModule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiURL := "http://" + c.OrchestratorAddr
-	admin, err := client.NewAdminClient(apiURL, c.Org, token)
+	url := "http://" + c.OrchestratorAddr
+	admin, err := client.NewAdminClient(url, c.Org, token)
 	if err != nil {
 		t.Fatal(err)
-	}
-
-	work := t.TempDir()
-	root := fmt.Sprintf(`
-module "runner" {
-  source = %q
-
-  runner_id           = "module-runner"
-  agent_namespace     = "mod-system"
-  job_namespace       = "mod-jobs"
-  state_namespace     = "mod-state"
-  max_concurrency     = 3
-  job_timeout         = "45m"
-  wait_for_connection = false
-  pod_template = {
-    spec = { containers = [{ name = "main", resources = { requests = { cpu = "250m" } } }] }
-  }
-}
-
-output "fingerprint" {
-  value = module.runner.key_fingerprint
-}
-`, filepath.Join(c.Repo, "modules", "kubernetes-agent-runner"))
-	if err := os.WriteFile(filepath.Join(work, "main.tf"), []byte(root), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run := func(args ...string) string {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, cli, args...)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1",
-			"OUTPOST_API_URL="+apiURL, "OUTPOST_ORG_ID="+c.Org, "OUTPOST_TOKEN="+token, "KUBE_CONFIG_PATH="+kubeconfig)
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", c.CLI, strings.Join(args, " "), err, b)
-		}
-		return string(b)
-	}
-	// `get` installs the module; with dev overrides there is no provider to install.
-	run("get", "-no-color")
-	run("apply", "-auto-approve", "-input=false", "-no-color")
-
-	r, err := admin.GetRunner(ctx, "module-runner")
-	if err != nil {
-		t.Fatalf("runner not registered: %v", err)
-	}
-	if r.MaxConcurrency != 3 || r.JobTimeoutSeconds != 45*60 || r.Job.Namespace != "mod-jobs" || r.StateStorageID != "module-runner-states" || len(r.PublicKeys) != 1 {
-		t.Fatalf("runner registered as %+v", r)
-	}
-	if !strings.Contains(r.Job.PodTemplate, `"cpu":"250m"`) {
-		t.Errorf("pod template %s lacks the module's input", r.Job.PodTemplate)
 	}
 	kc, err := kubeClient(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sec, err := kc.CoreV1().Secrets("mod-system").Get(ctx, "module-runner-key", metav1.GetOptions{})
-	if err != nil || len(sec.Data[privateKeyDataKey]) == 0 {
-		t.Fatalf("key Secret: %v", err)
-	}
-	if _, err := kc.AppsV1().Deployments("mod-system").Get(ctx, "outpost-agent", metav1.GetOptions{}); err != nil {
-		t.Fatalf("agent Deployment not installed: %v", err)
-	}
-	state, err := os.ReadFile(filepath.Join(work, "terraform.tfstate"))
-	if err != nil || strings.Contains(string(state), "PRIVATE KEY") {
-		t.Fatalf("state must exist and hold no private key (read error: %v)", err)
-	}
+	return &moduleEnv{t: t, ctx: ctx, c: c, cli: bin, rc: rc, kubeconfig: kubeconfig, url: url, token: token, admin: admin, kube: kc}
+}
 
-	if plan := run("plan", "-input=false", "-no-color", "-detailed-exitcode"); !strings.Contains(plan, "No changes.") {
-		t.Errorf("second plan is not empty:\n%s", plan)
+// workDir makes a root module directory holding files, with MODULE_SOURCE in them replaced by the
+// installer module's path relative to it (a local path, as a checkout of this repository uses).
+func (e *moduleEnv) workDir(files map[string]string) string {
+	e.t.Helper()
+	dir := e.t.TempDir()
+	rel, err := filepath.Rel(dir, filepath.Join(e.c.Repo, "modules", "kubernetes-agent-runner"))
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	run("destroy", "-auto-approve", "-input=false", "-no-color")
-	if _, err := admin.GetRunner(ctx, "module-runner"); !errors.Is(err, api.ErrNotFound) {
-		t.Errorf("runner still registered after destroy: %v", err)
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.ReplaceAll(body, "MODULE_SOURCE", rel)), 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// run runs the CLI in dir with the orchestrator's and the cluster's settings in the environment,
+// failing the test if it fails.
+func (e *moduleEnv) run(dir string, args ...string) string {
+	e.t.Helper()
+	out, err := e.try(dir, args...)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v\n%s", e.c.CLI, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// try is run, returning the error.
+func (e *moduleEnv) try(dir string, args ...string) (string, error) {
+	cmd := exec.CommandContext(e.ctx, e.cli, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+e.rc, "TF_IN_AUTOMATION=1",
+		"OUTPOST_API_URL="+e.url, "OUTPOST_ORG_ID="+e.c.Org, "OUTPOST_TOKEN="+e.token, "KUBE_CONFIG_PATH="+e.kubeconfig)
+	b, err := cmd.CombinedOutput()
+	return string(b), err
+}
+
+// applyPlanEmptyDestroy applies dir, runs check, plans again (it must be empty), destroys, and
+// checks that the runner is gone from the orchestrator.
+func (e *moduleEnv) applyPlanEmptyDestroy(dir, runnerID string, check func()) {
+	e.t.Helper()
+	// `get` installs the module; with dev overrides there is no provider to install.
+	e.run(dir, "get", "-no-color")
+	e.run(dir, "apply", "-auto-approve", "-input=false", "-no-color")
+	check()
+	state, err := os.ReadFile(filepath.Join(dir, "terraform.tfstate"))
+	if err != nil || strings.Contains(string(state), "PRIVATE KEY") {
+		e.t.Fatalf("state must exist and hold no private key (read error: %v)", err)
+	}
+	if plan := e.run(dir, "plan", "-input=false", "-no-color", "-detailed-exitcode"); !strings.Contains(plan, "No changes.") {
+		e.t.Errorf("second plan is not empty:\n%s", plan)
+	}
+	e.run(dir, "destroy", "-auto-approve", "-input=false", "-no-color")
+	if _, err := e.admin.GetRunner(e.ctx, runnerID); !errors.Is(err, api.ErrNotFound) {
+		e.t.Errorf("runner still registered after destroy: %v", err)
+	}
+}
+
+// deploymentJSON returns the agent Deployment of namespace ns as JSON.
+func (e *moduleEnv) deploymentJSON(ns string) string {
+	e.t.Helper()
+	d, err := e.kube.AppsV1().Deployments(ns).Get(e.ctx, "outpost-agent", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("agent Deployment not installed: %v", err)
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestInstallerModule applies modules/kubernetes-agent-runner for real, the way a user's root
+// module calls it, with Terraform and OpenTofu and the locally built provider: against the test
+// bed and the reference orchestrator. It checks what was registered and installed, that a second
+// plan is empty, and that destroy deregisters the runner; then the same for the worked example of
+// the Humanitec migration guide (guide_test.go).
+func TestInstallerModule(t *testing.T) {
+	for _, cli := range moduleCLIs(t) {
+		t.Run(cli, func(t *testing.T) {
+			e := startModuleEnv(t, cli)
+			t.Run("inputs", func(t *testing.T) { e.t = t; testModuleInputs(e) })
+			t.Run("humanitec-guide", func(t *testing.T) { e.t = t; testHumanitecGuide(e) })
+		})
+	}
+}
+
+// testModuleInputs sets the module's inputs, the pod template as an object (the guide's example
+// gives it as the string jsonencode() makes).
+func testModuleInputs(e *moduleEnv) {
+	t := e.t
+	dir := e.workDir(map[string]string{"main.tf": `
+module "runner" {
+  source = "MODULE_SOURCE"
+
+  runner_id                  = "module-runner"
+  org_id                     = "acme"
+  agent_namespace            = "mod-system"
+  agent_service_account_name = "mod-agent"
+  job_namespace              = "mod-jobs"
+  state_namespace            = "mod-state"
+  max_concurrency            = 3
+  job_timeout                = "45m"
+  wait_for_connection        = false
+  pod_template = {
+    spec = { containers = [{ name = "main", resources = { requests = { cpu = "250m" } } }] }
+  }
+  agent_image  = { registry = "mirror.example.com", tag = "1.2.3" }
+  job_image    = { repository = "mirror.example.com/outpost/job", tag = "1.2.3" }
+  agent_values = yamlencode({ serviceAccount = { annotations = { "example.com/owner" = "platform" } } })
+}
+
+output "fingerprint" {
+  value = module.runner.key_fingerprint
+}
+`})
+	e.applyPlanEmptyDestroy(dir, "module-runner", func() {
+		r, err := e.admin.GetRunner(e.ctx, "module-runner")
+		if err != nil {
+			t.Fatalf("runner not registered: %v", err)
+		}
+		if r.MaxConcurrency != 3 || r.JobTimeoutSeconds != 45*60 || r.Job.Namespace != "mod-jobs" || r.StateStorageID != "module-runner-states" || len(r.PublicKeys) != 1 {
+			t.Fatalf("runner registered as %+v", r)
+		}
+		if r.Job.PodTemplate != `{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"250m"}}}]}}` {
+			t.Errorf("pod template %s is not the module's input", r.Job.PodTemplate)
+		}
+		sec, err := e.kube.CoreV1().Secrets("mod-system").Get(e.ctx, "module-runner-key", metav1.GetOptions{})
+		if err != nil || len(sec.Data[privateKeyDataKey]) == 0 {
+			t.Fatalf("key Secret: %v", err)
+		}
+		sa, err := e.kube.CoreV1().ServiceAccounts("mod-system").Get(e.ctx, "mod-agent", metav1.GetOptions{})
+		if err != nil || sa.Annotations["example.com/owner"] != "platform" {
+			t.Errorf("agent service account mod-agent (with agent_values' annotation merged): %v %v", sa, err)
+		}
+		d := e.deploymentJSON("mod-system")
+		for _, want := range []string{`"serviceAccountName":"mod-agent"`, `"image":"mirror.example.com/outpost-dev/outpost-agent:1.2.3"`,
+			"mirror.example.com/outpost/job:1.2.3", `"name":"OUTPOST_ORG_ID","value":"acme"`} {
+			if !strings.Contains(d, want) {
+				t.Errorf("agent Deployment lacks %s:\n%s", want, d)
+			}
+		}
+	})
+
+	// A private key given as the public one, a wrong organisation, half a key pair and a template
+	// that is no JSON object fail at plan time, each with a message that says what to do.
+	pub, priv := testKeyPair(t)
+	for _, bad := range []struct{ inputs, want string }{
+		{fmt.Sprintf("public_key = %q\n  private_key_secret = { name = \"k\" }", priv), "public_key holds a PRIVATE key"},
+		{`org_id = "other"`, `org_id is "other", but the outpost provider registers the runner in organisation "acme"`},
+		{fmt.Sprintf("public_key = %q", pub), "public_key and private_key_secret go together"},
+		{`pod_template = "{not json"`, "pod_template must be an object, or a string holding a JSON object"},
+	} {
+		dir := e.workDir(map[string]string{"main.tf": `
+module "runner" {
+  source    = "MODULE_SOURCE"
+  runner_id = "bad-inputs"
+  ` + bad.inputs + `
+}
+`})
+		e.run(dir, "get", "-no-color")
+		out, err := e.try(dir, "plan", "-input=false", "-no-color")
+		if err == nil || !strings.Contains(strings.Join(strings.Fields(out), " "), bad.want) {
+			t.Errorf("plan with %s: error %v, want one saying %q:\n%s", bad.inputs, err, bad.want, out)
+		}
+	}
+	if _, err := e.admin.GetRunner(e.ctx, "bad-inputs"); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("a failed plan registered a runner: %v", err)
 	}
 }

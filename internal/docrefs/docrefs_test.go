@@ -62,6 +62,11 @@ func TestReferencesExist(t *testing.T) {
 			continue
 		}
 		dir := filepath.Join(root, filepath.Dir(file))
+		// tfplugindocs renders templates/<path>.tmpl as docs/<path>: their links are relative to that.
+		linkDir := dir
+		if rel, ok := strings.CutPrefix(file, "templates/"); ok {
+			linkDir = filepath.Join(root, "docs", filepath.Dir(rel))
+		}
 		for n, line := range readLines(t, filepath.Join(root, file)) {
 			if strings.HasSuffix(file, ".go") {
 				i := strings.Index(line, "//")
@@ -70,11 +75,11 @@ func TestReferencesExist(t *testing.T) {
 				}
 				line = line[i:]
 			}
-			var refs []string
+			var refs, links []string
 			if ext := filepath.Ext(file); ext == ".md" || ext == ".tmpl" {
 				for _, m := range mdLink.FindAllStringSubmatch(line, -1) {
 					if target, _, _ := strings.Cut(m[1], "#"); target != "" && !strings.Contains(target, "://") && !strings.HasPrefix(target, "mailto:") {
-						refs = append(refs, target)
+						links = append(links, target)
 					}
 				}
 			}
@@ -88,6 +93,13 @@ func TestReferencesExist(t *testing.T) {
 				}
 			}
 			seen := map[string]bool{}
+			for _, p := range links {
+				seen[p] = true
+				checked++
+				if !exists(linkDir, p) {
+					t.Errorf("%s:%d links to %s, which does not exist", file, n+1, p)
+				}
+			}
 			for _, p := range refs {
 				if seen[p] {
 					continue

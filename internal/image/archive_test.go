@@ -17,6 +17,25 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
+func layerOf(t *testing.T, adds ...Entry) Layer {
+	t.Helper()
+	f := NewFiles()
+	for _, e := range adds {
+		if err := f.Add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := f.Layer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Layer{Layer: l, CreatedBy: "test"}
+}
+
+func reg(p, data string, mode int64) Entry {
+	return Entry{Path: p, Type: tar.TypeReg, Mode: mode, Data: []byte(data)}
+}
+
 func testIndex(t *testing.T) v1.ImageIndex {
 	t.Helper()
 	shared := layerOf(t, reg("etc/passwd", "root:x:0:0::/:/sbin/nologin\n", 0o644))

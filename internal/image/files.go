@@ -129,11 +129,6 @@ func (f *Files) Add(e Entry) error {
 	return nil
 }
 
-// AddDir adds a directory owned by root.
-func (f *Files) AddDir(p string, mode int64) error {
-	return f.Add(Entry{Path: p, Type: tar.TypeDir, Mode: mode})
-}
-
 // AddFile adds a regular file owned by root with the given content.
 func (f *Files) AddFile(p string, mode int64, data []byte) error {
 	return f.Add(Entry{Path: p, Type: tar.TypeReg, Mode: mode, Data: data})
@@ -143,11 +138,6 @@ func (f *Files) AddFile(p string, mode int64, data []byte) error {
 // when the layer is written.
 func (f *Files) AddHostFile(p string, mode int64, src string) error {
 	return f.Add(Entry{Path: p, Type: tar.TypeReg, Mode: mode, Source: src})
-}
-
-// AddSymlink adds a symbolic link owned by root.
-func (f *Files) AddSymlink(p, target string) error {
-	return f.Add(Entry{Path: p, Type: tar.TypeSymlink, Mode: 0o777, Linkname: target})
 }
 
 // AddTar adds every entry of a tar stream (a Debian package's data, say) for which keep returns
@@ -219,19 +209,6 @@ func (f *Files) Paths() []string {
 	}
 	slices.Sort(ps)
 	return ps
-}
-
-// Remove removes the entries for which drop returns true.
-func (f *Files) Remove(drop func(e Entry) bool) {
-	for p, e := range f.entries {
-		if drop(*e) {
-			delete(f.entries, p)
-		}
-	}
-	clear(f.parents)
-	for p := range f.entries {
-		f.addParents(p)
-	}
 }
 
 // Content returns a regular file's content.

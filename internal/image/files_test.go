@@ -134,10 +134,10 @@ func TestAddRefusesConflictsAndEscapes(t *testing.T) {
 	if err := f.AddFile("/etc/passwd", 0o644, []byte("other")); err == nil {
 		t.Error("the same file added twice was accepted")
 	}
-	if err := f.AddDir("etc/passwd", 0o700); err == nil {
+	if err := f.Add(Entry{Path: "etc/passwd", Type: tar.TypeDir, Mode: 0o700}); err == nil {
 		t.Error("a directory over a file was accepted")
 	}
-	if err := f.AddDir("etc/passwd/", 0o755); err == nil {
+	if err := f.Add(Entry{Path: "etc/passwd/", Type: tar.TypeDir, Mode: 0o755}); err == nil {
 		t.Error("a directory named like an existing file was accepted")
 	}
 	if err := f.AddFile("../outside", 0o644, nil); err == nil {

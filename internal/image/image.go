@@ -1,8 +1,7 @@
 // Package image builds OCI images without a container daemon or registry: reproducible layers
 // from files, image configs, multi-platform image indexes, and oci-layout archives that
-// containerd imports under the intended name. It also unpacks images, honouring whiteouts, so
-// tests can run what an image holds, and checks that the programs in an image find their shared
-// libraries in it.
+// containerd imports under the intended name. It also checks that the programs in an image find
+// their shared libraries in it. (Unpacking an image, for tests, is imagetest.Unpack.)
 //
 // Everything here is a pure function of its inputs: the same files, config and creation time give
 // the same digests on any machine with the same Go release.

@@ -89,7 +89,7 @@ func addHostPath(f *Files, p string) error {
 			return err
 		}
 		if _, ok := f.Lookup(p); !ok {
-			if err := f.AddSymlink(p, target); err != nil {
+			if err := f.Add(Entry{Path: p, Type: tar.TypeSymlink, Mode: 0o777, Linkname: target}); err != nil {
 				return err
 			}
 		}

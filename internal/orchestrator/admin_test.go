@@ -41,10 +41,14 @@ func TestRunnerAndStorageCRUD(t *testing.T) {
 		t.Fatalf("duplicate create: HTTP %d, want 409", code)
 	}
 
+	// A template with metadata only (the closed agents' documented example) is registered as
+	// written; the agent adds the main container when it builds the Job.
 	in.Description, in.MaxConcurrency = "production", 2
+	in.Job.PodTemplate = `{"metadata": {"labels": {"app.kubernetes.io/name": "humanitec-runner"}}}`
 	in.ID = ""
 	h.mustAdmin(http.MethodPut, base+"/runners/eks-prod", in, http.StatusOK, &r)
-	if r.Description != "production" || r.MaxConcurrency != 2 || r.ID != "eks-prod" {
+	if r.Description != "production" || r.MaxConcurrency != 2 || r.ID != "eks-prod" ||
+		r.Job.PodTemplate != `{"metadata":{"labels":{"app.kubernetes.io/name":"humanitec-runner"}}}` {
 		t.Fatalf("update: %+v", r)
 	}
 	var list api.List[api.Runner]
@@ -137,9 +141,9 @@ func TestBadInputIsRefusedWithFieldAndChangesNothing(t *testing.T) {
 		{"not PEM", "POST", "/runners", runner(func(m map[string]any) { m["public_keys"] = []string{"hello"} }), "", 400, "public_keys[0]", "PEM"},
 		{"private key pasted", "POST", "/runners", runner(func(m map[string]any) { m["public_keys"] = []string{privPEM} }), "", 400, "public_keys[0]", "PRIVATE key"},
 		{"pod template not JSON", "POST", "/runners", runner(func(m map[string]any) { job(m)["pod_template"] = "spec: {}" }), "", 400, "job.pod_template", "not valid JSON"},
-		{"pod template without main", "POST", "/runners", runner(func(m map[string]any) {
-			job(m)["pod_template"] = `{"spec":{"containers":[{"name":"terraform"}]}}`
-		}), "", 400, "job.pod_template", `named "main"`},
+		{"pod template sets main's args", "POST", "/runners", runner(func(m map[string]any) {
+			job(m)["pod_template"] = `{"spec":{"containers":[{"name":"main","args":["-x"]}]}}`
+		}), "", 400, "job.pod_template", `args of "main"`},
 		{"state storage missing", "POST", "/runners", runner(func(m map[string]any) { m["state_storage_id"] = "nope" }), "", 400, "state_storage_id", "does not exist"},
 		{"duplicate runner", "POST", "/runners", runner(func(m map[string]any) { m["id"] = "r1" }), "", 409, "", "already exists"},
 		{"put id mismatch", "PUT", "/runners/r1", runner(func(map[string]any) {}), "", 400, "id", "does not match"},

@@ -2,9 +2,11 @@
 // time in the provider, on registration in the orchestrator and at claim time in the agent, so a
 // template that breaks the runner's contract is refused as early as possible with the same message.
 //
-// The contract: the template is a Kubernetes PodTemplateSpec in JSON; it has a container named
-// "main" (the one that runs Terraform/OpenTofu); it leaves to the runner the fields the runner
-// owns (restart policy, service account, the command of "main", labels under outpost.dev/).
+// The contract: the template is a Kubernetes PodTemplateSpec in JSON; it leaves to the runner the
+// fields the runner owns (restart policy, service account, the command of "main", labels under
+// outpost.dev/). The container named "main" runs Terraform/OpenTofu; a template that does not
+// name one (only metadata, say, as the closed agents' documentation writes them) gets an empty
+// one, so every template that passes the checks builds the same Job wherever it is read.
 package podtemplate
 
 import (
@@ -43,11 +45,24 @@ func (e *Error) Error() string {
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
-// Parse validates a template and returns it decoded. An empty string is the minimal valid
-// template: a single "main" container the agent fills in.
+// Parse validates a template and returns it decoded and completed (see Complete). An empty
+// string is the minimal valid template: a single "main" container the agent fills in.
 func Parse(raw string) (*corev1.PodTemplateSpec, error) {
+	tpl, err := decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := Check(tpl); err != nil {
+		return nil, err
+	}
+	Complete(tpl)
+	return tpl, nil
+}
+
+// decode reads a template without checking the contract.
+func decode(raw string) (*corev1.PodTemplateSpec, error) {
 	if strings.TrimSpace(raw) == "" {
-		return &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: MainContainer}}}}, nil
+		return &corev1.PodTemplateSpec{}, nil
 	}
 	var generic any
 	if err := json.Unmarshal([]byte(raw), &generic); err != nil {
@@ -62,10 +77,51 @@ func Parse(raw string) (*corev1.PodTemplateSpec, error) {
 	if err := dec.Decode(&tpl); err != nil {
 		return nil, &Error{Message: "not a Kubernetes PodTemplateSpec: " + strings.TrimPrefix(err.Error(), "json: ")}
 	}
-	if err := Check(&tpl); err != nil {
-		return nil, err
-	}
 	return &tpl, nil
+}
+
+// Complete fills in what a valid template may leave out, so the code that builds a Job from it
+// can rely on it. Today that is the "main" container (see Main). Settings the runner adds to its
+// Jobs go here too, through Main, so the provider, the orchestrator and the agent agree on them.
+func Complete(tpl *corev1.PodTemplateSpec) {
+	Main(tpl)
+}
+
+// Main returns the template's "main" container, first adding an empty one in front of the others
+// when the template names none (the first container is the one kubectl logs shows by default).
+// The pointer is valid until the containers slice is changed.
+func Main(tpl *corev1.PodTemplateSpec) *corev1.Container {
+	if i := mainIndex(tpl.Spec.Containers); i >= 0 {
+		return &tpl.Spec.Containers[i]
+	}
+	tpl.Spec.Containers = append([]corev1.Container{{Name: MainContainer}}, tpl.Spec.Containers...)
+	return &tpl.Spec.Containers[0]
+}
+
+func mainIndex(cs []corev1.Container) int {
+	for i, c := range cs {
+		if c.Name == MainContainer {
+			return i
+		}
+	}
+	return -1
+}
+
+// Notes returns what a valid template does that its author may not expect, for a warning at plan
+// time: containers other than "main" when none is named "main" (they run beside the main
+// container the runner adds, and a Job ends only when all of them have exited).
+func Notes(raw string) []string {
+	tpl, err := decode(raw)
+	if err != nil || len(tpl.Spec.Containers) == 0 || mainIndex(tpl.Spec.Containers) >= 0 {
+		return nil
+	}
+	names := make([]string, 0, len(tpl.Spec.Containers))
+	for _, c := range tpl.Spec.Containers {
+		names = append(names, fmt.Sprintf("%q", c.Name))
+	}
+	return []string{fmt.Sprintf("spec.containers names no container %q, so the runner adds one that runs Terraform/OpenTofu, "+
+		"and [%s] run beside it (a Job ends only when every container has exited). If one of them was meant to be the "+
+		"runner's container, name it %q.", MainContainer, strings.Join(names, ", "), MainContainer)}
 }
 
 // Validate checks a template that arrives as field of a request body (a runner's
@@ -83,7 +139,8 @@ func Validate(field, raw string) error {
 	return nil
 }
 
-// Check validates a decoded template against the runner's contract.
+// Check validates a decoded template against the runner's contract. A template without a "main"
+// container passes; Complete adds one.
 func Check(tpl *corev1.PodTemplateSpec) error {
 	for k := range tpl.Labels {
 		if strings.HasPrefix(k, "outpost.dev/") {
@@ -97,18 +154,9 @@ func Check(tpl *corev1.PodTemplateSpec) error {
 	if spec.ServiceAccountName != "" || spec.DeprecatedServiceAccount != "" { //nolint:staticcheck // the deprecated field must be refused too
 		return &Error{Path: "spec.serviceAccountName", Message: "the runner sets the service account from job.service_account; remove it from the pod template"}
 	}
-	mainAt := -1
-	for i, c := range spec.Containers {
-		if c.Name == MainContainer {
-			mainAt = i
-		}
-	}
+	mainAt := mainIndex(spec.Containers)
 	if mainAt < 0 {
-		names := make([]string, 0, len(spec.Containers))
-		for _, c := range spec.Containers {
-			names = append(names, fmt.Sprintf("%q", c.Name))
-		}
-		return &Error{Path: "spec.containers", Message: fmt.Sprintf("needs a container named %q (the one that runs Terraform/OpenTofu); found [%s]", MainContainer, strings.Join(names, ", "))}
+		return nil // Complete adds it
 	}
 	main := spec.Containers[mainAt]
 	at := fmt.Sprintf("spec.containers[%d]", mainAt)

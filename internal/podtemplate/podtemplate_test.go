@@ -16,7 +16,6 @@ func TestParse(t *testing.T) {
 		{"not JSON line", "{\n\"spec\": x}", "", "line 2"},
 		{"array", `[1,2]`, "", "must be a JSON object"},
 		{"unknown field", `{"spec":{"containerz":[]}}`, "", "unknown field \"containerz\""},
-		{"no main", `{"spec":{"containers":[{"name":"tf"}]}}`, "spec.containers", `needs a container named "main"`},
 		{"restart policy", `{"spec":{"restartPolicy":"Always","containers":[{"name":"main"}]}}`, "spec.restartPolicy", "Never"},
 		{"service account", `{"spec":{"serviceAccountName":"x","containers":[{"name":"main"}]}}`, "spec.serviceAccountName", "job.service_account"},
 		{"main command", `{"spec":{"containers":[{"name":"x"},{"name":"main","command":["sh"]}]}}`, "spec.containers[1].command", "set by the runner"},
@@ -47,6 +46,62 @@ func TestParse(t *testing.T) {
 				t.Errorf("message %q does not contain %q", err, tc.wantMsg)
 			}
 		})
+	}
+}
+
+// TestParseAddsMain: templates that name no "main" container, as the closed agents' documentation
+// writes them, are accepted and get one; a template that names it keeps its own.
+func TestParseAddsMain(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     []string // container names, in order
+	}{
+		{"empty", ``, []string{"main"}},
+		{"empty object", `{}`, []string{"main"}},
+		{"metadata only", `{"metadata":{"labels":{"app.kubernetes.io/name":"humanitec-runner"}}}`, []string{"main"}},
+		{"spec without containers", `{"spec":{"nodeSelector":{"pool":"iac"},"imagePullSecrets":[{"name":"regcred"}]}}`, []string{"main"}},
+		{"only a sidecar", `{"spec":{"containers":[{"name":"proxy","image":"envoy"}]}}`, []string{"main", "proxy"}},
+		{"main named", `{"spec":{"containers":[{"name":"proxy"},{"name":"main","image":"tf"}]}}`, []string{"proxy", "main"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl, err := Parse(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range tpl.Spec.Containers {
+				got = append(got, c.Name)
+			}
+			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+				t.Fatalf("containers %v, want %v", got, tc.want)
+			}
+			if m := Main(tpl); m.Name != MainContainer || len(tpl.Spec.Containers) != len(tc.want) {
+				t.Fatalf("Main returned %q and changed the containers to %d", m.Name, len(tpl.Spec.Containers))
+			}
+		})
+	}
+	tpl, err := Parse(`{"metadata":{"labels":{"team":"a"}},"spec":{"nodeSelector":{"pool":"iac"}}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl.Labels["team"] != "a" || tpl.Spec.NodeSelector["pool"] != "iac" || tpl.Spec.Containers[0].Image != "" {
+		t.Fatalf("the added main container or the rest of the template is not as written: %+v", tpl)
+	}
+	if err := Validate("job.pod_template", `{"metadata":{"labels":{"a":"b"}}}`); err != nil {
+		t.Fatalf("Validate refuses a metadata-only template: %v", err)
+	}
+}
+
+func TestNotes(t *testing.T) {
+	for _, in := range []string{``, `{}`, `{"metadata":{"labels":{"a":"b"}}}`, `{"spec":{"containers":[{"name":"main"},{"name":"x"}]}}`, `{`} {
+		if n := Notes(in); len(n) != 0 {
+			t.Errorf("Notes(%s) = %v, want none", in, n)
+		}
+	}
+	n := Notes(`{"spec":{"containers":[{"name":"terraform"}]}}`)
+	if len(n) != 1 || !strings.Contains(n[0], `["terraform"] run beside it`) || !strings.Contains(n[0], `name it "main"`) {
+		t.Fatalf("Notes = %v", n)
 	}
 }
 

@@ -69,6 +69,10 @@ func (r *kubernetesAgentResource) ModifyPlan(ctx context.Context, req resource.M
 		if config.OrgID.IsNull() {
 			plan.OrgID = providerSetting(r.data, "org_id", r.data.orgID)
 		}
+		resp.Diagnostics.Append(r.data.missingForAgent(!config.APIURL.IsNull(), !config.OrgID.IsNull(), plan.WaitForConnection)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
 	}
 	if config.JobNamespace.IsNull() {
 		plan.JobNamespace = plan.Namespace

@@ -15,6 +15,7 @@ import (
 	"helm.sh/helm/v3/pkg/release"
 
 	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/helm"
 )
 
@@ -76,14 +77,22 @@ func (r *kubernetesAgentResource) Update(ctx context.Context, req resource.Updat
 // (also when a later step failed, so Terraform tracks the release) and the diagnostics.
 func (r *kubernetesAgentResource) apply(ctx context.Context, plan kubernetesAgentModel, creating bool, timeout time.Duration) (*kubernetesAgentModel, diag.Diagnostics) {
 	var diags diag.Diagnostics
-	client, d := r.data.adminClient()
-	diags.Append(d...)
+	// Without the orchestrator's settings (no token, say) the agent is installed unchecked, as long
+	// as nothing waits for its connection (ModifyPlan refuses that plan).
+	var admin *client.AdminClient
+	if plan.WaitForConnection.ValueBool() || r.data.hasOrchestrator() {
+		c, d := r.data.adminClient()
+		diags.Append(d...)
+		admin = c
+	}
 	conn, d := r.data.kubeConnect(ctx)
 	diags.Append(d...)
 	if diags.HasError() {
 		return nil, diags
 	}
-	diags.Append(r.checkRunner(ctx, client, plan)...)
+	if admin != nil {
+		diags.Append(r.checkRunner(ctx, admin, plan)...)
+	}
 	if diags.HasError() {
 		return nil, diags
 	}
@@ -104,7 +113,7 @@ func (r *kubernetesAgentResource) apply(ctx context.Context, plan kubernetesAgen
 		return &state, diags
 	}
 	if plan.WaitForConnection.ValueBool() {
-		diags.Append(r.waitForConnection(ctx, client, conn, plan, rel, timeout)...)
+		diags.Append(r.waitForConnection(ctx, admin, conn, plan, rel, timeout)...)
 	}
 	return &state, diags
 }

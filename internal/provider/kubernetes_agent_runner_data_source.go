@@ -44,6 +44,7 @@ func (d *kubernetesAgentRunnerDataSource) Schema(_ context.Context, _ datasource
 				Required:            true,
 				Validators:          []validator.String{idValidator()},
 			},
+			"org_id":      computed("Organisation the runner is registered in: the provider's `org_id`."),
 			"description": computed("Free-text description."),
 			"public_keys": schema.ListAttribute{
 				MarkdownDescription: "The runner's ed25519 public keys in PEM form.",
@@ -109,7 +110,7 @@ func (d *kubernetesAgentRunnerDataSource) Read(ctx context.Context, req datasour
 		return
 	}
 	tflog.Debug(ctx, "read runner", map[string]any{"runner_id": id})
-	state, diags := runnerModelFromAPI(got, nil)
+	state, diags := runnerModelFromAPI(got, client.Org(), nil)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return

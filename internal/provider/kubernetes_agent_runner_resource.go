@@ -46,8 +46,18 @@ func (r *kubernetesAgentRunnerResource) ImportState(ctx context.Context, req res
 // attributes (status, last_seen_at, ...) unknown as soon as the configuration differs from the
 // state, even when the attribute plan modifiers then find the difference to be mere spelling (a
 // reformatted pod template); without this, such a configuration would plan an empty update.
+//
+// Every change of a runner calls the orchestrator, so a missing orchestrator setting fails here.
 func (r *kubernetesAgentRunnerResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+	resp.Diagnostics.Append(r.data.missingSettings()...)
+	if resp.Diagnostics.HasError() || req.Plan.Raw.IsNull() {
+		return
+	}
+	if req.State.Raw.IsNull() {
+		// A new runner is registered in the provider's organisation.
+		if r.data != nil {
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("org_id"), providerSetting(r.data, "org_id", r.data.orgID))...)
+		}
 		return
 	}
 	same, err := sameInputs(ctx, req.Plan, req.State)

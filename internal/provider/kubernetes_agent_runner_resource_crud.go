@@ -38,7 +38,7 @@ func (r *kubernetesAgentRunnerResource) Create(ctx context.Context, req resource
 		return
 	}
 	tflog.Debug(ctx, "registered runner", map[string]any{"runner_id": created.ID, "public_keys": len(created.PublicKeys)})
-	state, diags := runnerModelFromAPI(created, &plan)
+	state, diags := runnerModelFromAPI(created, client.Org(), &plan)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
@@ -67,7 +67,7 @@ func (r *kubernetesAgentRunnerResource) Read(ctx context.Context, req resource.R
 		addAPIError(&resp.Diagnostics, "Unable to Read Runner", fmt.Sprintf("read runner %q", prior.ID.ValueString()), err, "")
 		return
 	}
-	state, diags := runnerModelFromAPI(got, &prior)
+	state, diags := runnerModelFromAPI(got, client.Org(), &prior)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
@@ -97,7 +97,7 @@ func (r *kubernetesAgentRunnerResource) Update(ctx context.Context, req resource
 		return
 	}
 	tflog.Debug(ctx, "updated runner", map[string]any{"runner_id": updated.ID, "public_keys": len(updated.PublicKeys)})
-	state, diags := runnerModelFromAPI(updated, &plan)
+	state, diags := runnerModelFromAPI(updated, client.Org(), &plan)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return

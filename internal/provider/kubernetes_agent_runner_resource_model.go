@@ -21,6 +21,7 @@ const (
 // runnerModel maps outpost_kubernetes_agent_runner (resource and data source).
 type runnerModel struct {
 	ID                  types.String    `tfsdk:"id"`
+	OrgID               types.String    `tfsdk:"org_id"`
 	Description         types.String    `tfsdk:"description"`
 	PublicKeys          types.List      `tfsdk:"public_keys"` //< string
 	Job                 *runnerJobModel `tfsdk:"job"`
@@ -68,10 +69,10 @@ func (m runnerModel) toAPI(ctx context.Context) (api.RunnerInput, diag.Diagnosti
 	return in, diags
 }
 
-// runnerModelFromAPI maps a runner onto the model. prior (the plan or the state) supplies the
-// spelling of values the orchestrator may store in another but equivalent form: a public key
-// that parses to the same key keeps the configured text.
-func runnerModelFromAPI(r *api.Runner, prior *runnerModel) (runnerModel, diag.Diagnostics) {
+// runnerModelFromAPI maps a runner of organisation org onto the model. prior (the plan or the
+// state) supplies the spelling of values the orchestrator may store in another but equivalent
+// form: a public key that parses to the same key keeps the configured text.
+func runnerModelFromAPI(r *api.Runner, org string, prior *runnerModel) (runnerModel, diag.Diagnostics) {
 	var diags diag.Diagnostics
 	var priorKeys []attr.Value
 	if prior != nil && !prior.PublicKeys.IsNull() && !prior.PublicKeys.IsUnknown() {
@@ -91,6 +92,7 @@ func runnerModelFromAPI(r *api.Runner, prior *runnerModel) (runnerModel, diag.Di
 
 	m := runnerModel{
 		ID:             types.StringValue(r.ID),
+		OrgID:          types.StringValue(org),
 		Description:    optionalString(r.Description),
 		PublicKeys:     keyList,
 		StateStorageID: types.StringValue(r.StateStorageID),

@@ -32,10 +32,11 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 		Attributes: map[string]schema.Attribute{
 			// Required attributes
 			"id": schema.StringAttribute{
-				MarkdownDescription: "Id of the runner, unique in the organisation (a DNS-1123 label: lower-case letters, digits and `-`). " +
+				MarkdownDescription: "Id of the runner, unique in the organisation (a DNS-1123 label: lower-case letters, digits and `-`, " +
+					"at most 63 characters). `provider::outpost::runner_id(...)` makes one out of a kube context or cluster name. " +
 					"Changing it replaces the runner.",
 				Required:      true,
-				Validators:    []validator.String{idValidator()},
+				Validators:    []validator.String{runnerIDValidator()},
 				PlanModifiers: []planmodifier.String{stringplanmodifier.RequiresReplace()},
 			},
 			"public_keys": schema.ListAttribute{
@@ -79,6 +80,12 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 				PlanModifiers: []planmodifier.String{keepEquivalentDuration()},
 			},
 			// Computed attributes
+			"org_id": schema.StringAttribute{
+				MarkdownDescription: "Organisation the runner is registered in: the provider's `org_id`, known at plan time. " +
+					"Give it to `outpost_kubernetes_agent.org_id` so the agent serves the runner's organisation.",
+				Computed:      true,
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
 			"status": schema.StringAttribute{
 				MarkdownDescription: "`connected` while the agent has made an authenticated request within the last minute, else `disconnected`. " +
 					"Read on every refresh.",
@@ -118,8 +125,9 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 						Validators: []validator.String{serviceAccountValidator()},
 					},
 					"pod_template": schema.StringAttribute{
-						MarkdownDescription: "Kubernetes PodTemplateSpec of the Jobs as JSON (use `jsonencode({...})`). It needs a container named " +
-							"`main`, the one that runs Terraform/OpenTofu; the runner sets that container's command, the restart policy, " +
+						MarkdownDescription: "Kubernetes PodTemplateSpec of the Jobs as JSON (use `jsonencode({...})`). The container named " +
+							"`main` runs Terraform/OpenTofu; a template that names none (only `metadata`, say) gets an empty one, which " +
+							"the agent fills in, and other containers run beside it. The runner sets `main`'s command, the restart policy, " +
 							"the service account and labels under `outpost.dev/`, so the template must leave those out. Key order and " +
 							"whitespace do not matter. Null means the agent's defaults.",
 						CustomType:    podTemplateType{},

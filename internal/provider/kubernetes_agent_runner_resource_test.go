@@ -275,6 +275,11 @@ resource "outpost_kubernetes_agent_runner" "test" {
 	}
 	steps := []resource.TestStep{
 		{Config: runner("Runner_1", []string{pub}, ok), ExpectError: errorPhrase(`"Runner_1" is not valid as an id`)},
+		// Ids made from kube context names say which valid id the runner_id function makes of them.
+		{Config: runner("kubernetes-agent-arn:aws:eks:eu-west-1:123456789012:cluster/prod", []string{pub}, ok), ExpectError: allPhrases(
+			"Invalid Runner ID", "is 64 characters", "provider::outpost::runner_id(...)", `"kubernetes-agent-arn-aws-c0be03e0-1-123456789012-cluster-prod"`)},
+		{Config: runner("kubernetes-agent-gke_acme_europe-west1_prod", []string{pub}, ok), ExpectError: allPhrases(
+			"is not valid as an id", "provider::outpost::runner_id(...)", `"kubernetes-agent-gke-acme-europe-west1-prod"`)},
 		{Config: runner("r", []string{priv}, ok), ExpectError: allPhrases("Invalid Public Key", "this is a PRIVATE key; give the PUBLIC key")},
 		{Config: runner("r", []string{rsaPub}, ok), ExpectError: errorPhrase("not an ed25519 public key")},
 		{Config: runner("r", []string{"ssh-ed25519 AAAAC3Nza"}, ok), ExpectError: errorPhrase("this looks like an OpenSSH key; give the PEM form")},
@@ -285,7 +290,6 @@ resource "outpost_kubernetes_agent_runner" "test" {
 		{Config: runner("r", []string{pub}, job(`service_account = "x"`)), ExpectError: allPhrases("Missing Required Attribute", "namespace")},
 		{Config: runner("r", []string{pub}, job(`namespace = "Jobs_NS"`)), ExpectError: errorPhrase(`"Jobs_NS" is not valid as a Kubernetes namespace`)},
 		{Config: runner("r", []string{pub}, tpl(`{"spec": {`)), ExpectError: allPhrases("Invalid Pod Template", "not valid JSON", "jsonencode")},
-		{Config: runner("r", []string{pub}, tpl(`{"spec":{"containers":[{"name":"terraform"}]}}`)), ExpectError: errorPhrase(`needs a container named "main"`)},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"containers":[{"name":"main","command":["sh"]}]}}`)), ExpectError: errorPhrase(`the command of "main" is set by the runner`)},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"restartPolicy":"Always","containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("restartPolicy to Never")},
 		{Config: runner("r", []string{pub}, tpl(`{"spec":{"serviceAccountName":"x","containers":[{"name":"main"}]}}`)), ExpectError: errorPhrase("the runner sets the service account")},

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/function"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -31,7 +32,10 @@ const (
 )
 
 // Ensure the implementation satisfies the expected interfaces.
-var _ provider.Provider = (*outpostProvider)(nil)
+var (
+	_ provider.Provider              = (*outpostProvider)(nil)
+	_ provider.ProviderWithFunctions = (*outpostProvider)(nil)
+)
 
 // outpostProvider is the provider implementation.
 type outpostProvider struct {
@@ -63,7 +67,11 @@ func (p *outpostProvider) Schema(_ context.Context, _ provider.SchemaRequest, re
 	resp.Schema = schema.Schema{
 		MarkdownDescription: "The Outpost provider registers runners and state storages with an Outpost orchestrator, " +
 			"generates the runners' ed25519 key pairs, and installs the Outpost agent into a Kubernetes cluster " +
-			"through the embedded Helm chart.",
+			"through the embedded Helm chart.\n\n" +
+			"`api_url`, `org_id` and `token` are needed only where the orchestrator is called: by `outpost_state_storage`, " +
+			"`outpost_kubernetes_agent_runner`, the data sources, and `outpost_kubernetes_agent` (which needs `api_url` and " +
+			"`org_id` for the agent, and the token only to wait for the agent's connection). Key pairs and functions work " +
+			"without them; a missing setting fails the plan of the resource that needs it.",
 		Attributes: map[string]schema.Attribute{
 			"api_url": schema.StringAttribute{
 				MarkdownDescription: "Base URL of the Outpost orchestrator, e.g. `https://outpost.example.com`. " +
@@ -91,10 +99,12 @@ func (p *outpostProvider) Schema(_ context.Context, _ provider.SchemaRequest, re
 // Configure resolves the orchestrator settings (configuration first, then environment) and
 // prepares the lazily connected Kubernetes clients.
 //
-// Unknown values (a setting that comes from a resource not yet applied) are not an error here:
-// resources that need the orchestrator report them when they actually need the client, so a
-// plan can proceed as far as it can. Values that are known but missing or malformed are errors
-// on the attribute, naming the environment variable that could set them.
+// Only the resources and data sources that call the orchestrator need its settings, so a setting
+// that is missing or unknown is not an error here: a configuration with only key pairs (or only
+// functions) needs no orchestrator at all. Those that do report a missing setting at plan time
+// (providerData.missingSettings) and an unknown one when they actually need the client
+// (providerData.adminClient), so a plan can proceed as far as it can. Values that are set but
+// malformed are errors on the attribute here, naming the environment variable that could set them.
 func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
 	var config outpostProviderModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &config)...)
@@ -103,34 +113,24 @@ func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureR
 	}
 
 	data := &providerData{version: p.version}
-	settings := []struct {
-		value  types.String
-		env    string
-		attr   string
-		label  string
-		hint   string
-		target *string
-	}{
-		{config.APIURL, envAPIURL, "api_url", "Outpost API URL", `Set api_url = "https://outpost.example.com" in the provider configuration or the ` + envAPIURL + ` environment variable.`, &data.apiURL},
-		{config.OrgID, envOrgID, "org_id", "Outpost Organisation ID", `Set org_id = "my-org" in the provider configuration or the ` + envOrgID + ` environment variable.`, &data.orgID},
-		{config.Token, envToken, "token", "Outpost Token", `Set the ` + envToken + ` environment variable to an admin token of the orchestrator (or token in the provider configuration, which puts it into your files).`, &data.token},
-	}
-	for _, s := range settings {
-		if s.value.IsUnknown() {
-			data.unknown = append(data.unknown, unknownSetting{attr: s.attr, label: s.label, env: s.env})
+	values := map[string]types.String{"api_url": config.APIURL, "org_id": config.OrgID, "token": config.Token}
+	targets := map[string]*string{"api_url": &data.apiURL, "org_id": &data.orgID, "token": &data.token}
+	for _, s := range orchestratorSettings {
+		value := values[s.attr]
+		if value.IsUnknown() {
+			data.unknown = append(data.unknown, s)
 			continue
 		}
 		v := os.Getenv(s.env)
-		if !s.value.IsNull() {
-			v = s.value.ValueString()
+		if !value.IsNull() {
+			v = value.ValueString()
 		}
 		v = strings.TrimSpace(v)
 		if v == "" {
-			resp.Diagnostics.AddAttributeError(path.Root(s.attr), "Missing "+s.label,
-				fmt.Sprintf("The provider cannot reach the Outpost orchestrator without %s. %s", s.attr, s.hint))
+			data.missing = append(data.missing, s)
 			continue
 		}
-		*s.target = v
+		*targets[s.attr] = v
 	}
 	if data.apiURL != "" {
 		if u, err := url.Parse(data.apiURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -158,7 +158,7 @@ func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureR
 	}
 	data.kube = kube
 
-	if len(data.unknown) == 0 {
+	if len(data.unknown) == 0 && len(data.missing) == 0 {
 		admin, err := client.NewAdminClient(data.apiURL, data.orgID, data.token,
 			client.WithUserAgent("terraform-provider-outpost/"+p.version),
 			client.WithRequestHook(logRequest))
@@ -173,7 +173,7 @@ func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureR
 
 	ctx = tflog.SetField(ctx, "outpost_api_url", data.apiURL)
 	ctx = tflog.SetField(ctx, "outpost_org_id", data.orgID)
-	tflog.Debug(ctx, "configured the outpost provider", map[string]any{"unknown_settings": len(data.unknown)})
+	tflog.Debug(ctx, "configured the outpost provider", map[string]any{"unknown_settings": len(data.unknown), "missing_settings": len(data.missing)})
 
 	resp.ResourceData = data
 	resp.DataSourceData = data
@@ -192,6 +192,12 @@ func (p *outpostProvider) DataSources(_ context.Context) []func() datasource.Dat
 	return []func() datasource.DataSource{
 		NewStateStorageDataSource,
 		NewKubernetesAgentRunnerDataSource,
+	}
+}
+
+func (p *outpostProvider) Functions(_ context.Context) []func() function.Function {
+	return []func() function.Function{
+		NewRunnerIDFunction,
 	}
 }
 

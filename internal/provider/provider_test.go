@@ -15,8 +15,10 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
+	"helm.sh/helm/v3/pkg/release"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
@@ -157,6 +159,94 @@ provider "outpost" {
 ` + testAccStateStorageConfig("s1", "kubernetes", ""),
 				ExpectError: allPhrases("Invalid Outpost API URL", "not an absolute http(s) URL",
 					"Invalid Outpost Organisation ID", "DNS-1123 label"),
+			},
+		},
+	})
+}
+
+// TestAccProvider_noOrchestrator: with no orchestrator setting at all (no token, no URL, no
+// organisation), what does not call the orchestrator still works: key pairs in state and in a
+// cluster Secret, and the agent install that does not wait for the agent's connection (given
+// the URL and organisation the agent needs). What does call it fails at plan time, saying what is
+// missing.
+func TestAccProvider_noOrchestrator(t *testing.T) {
+	e := newAccEnv(t)
+	ns := e.namespace()
+	for _, env := range []string{envAPIURL, envOrgID, envToken} {
+		t.Setenv(env, "")
+	}
+	pub, _ := testKeyPEMs(t)
+	if _, err := e.admin.CreateStateStorage(t.Context(), api.StateStorageInput{
+		ID: "no-token-states", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: ns},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.CreateRunner(t.Context(), api.RunnerInput{
+		ID: "no-token", PublicKeys: []string{pub}, Job: api.RunnerJob{Namespace: ns, ServiceAccount: defaultJobServiceAccount}, StateStorageID: "no-token-states",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	provider := fmt.Sprintf(`
+provider "outpost" {
+  kubernetes {
+    config_path = %q
+  }
+}
+
+resource "outpost_key_pair" "in_state" {}
+
+resource "outpost_key_pair" "test" {
+  kubernetes_secret {
+    namespace = %q
+    name      = "no-token-key"
+  }
+}
+`, e.cluster.Kubeconfig, ns)
+	agent := func(wait bool) string {
+		return fmt.Sprintf(`
+resource "outpost_kubernetes_agent" "test" {
+  namespace           = %q
+  runner_id           = "no-token"
+  api_url             = %q
+  org_id              = %q
+  wait_for_connection = %t
+  private_key_secret {
+    name = outpost_key_pair.test.kubernetes_secret.name
+  }
+}
+`, ns, e.orch.URL, e.org, wait)
+	}
+	resource.Test(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
+		CheckDestroy:             resource.ComposeTestCheckFunc(e.checkSecretGone(ns, "no-token-key"), e.checkReleaseGone(ns, defaultReleaseName)),
+		Steps: []resource.TestStep{
+			{
+				Config: provider,
+				Check:  e.checkSecretMatches(ns, "no-token-key"),
+			},
+			{
+				Config: provider + agent(false),
+				Check: e.checkRelease(ns, func(rel *release.Release) error {
+					if rel.Config["runnerId"] != "no-token" || rel.Config["apiUrl"] != e.orch.URL || rel.Config["orgId"] != e.org {
+						return fmt.Errorf("release values %v", rel.Config)
+					}
+					return nil
+				}),
+			},
+			{
+				Config:      provider + agent(true),
+				PlanOnly:    true,
+				ExpectError: allPhrases("Missing Outpost Token", "wait_for_connection = false"),
+			},
+			{
+				Config:      provider + strings.NewReplacer("  api_url", "  # api_url", "  org_id", "  # org_id").Replace(agent(false)),
+				PlanOnly:    true,
+				ExpectError: allPhrases("Missing Outpost API URL", "The agent needs api_url", "Missing Outpost Organisation ID", envOrgID),
+			},
+			{
+				Config:      provider + agent(false) + testAccStateStorageConfig("s1", "kubernetes", ""),
+				PlanOnly:    true,
+				ExpectError: allPhrases("Missing Outpost API URL", "Missing Outpost Organisation ID", "Missing Outpost Token", envToken),
 			},
 		},
 	})

@@ -24,6 +24,7 @@ var (
 	_ resource.ResourceWithConfigure      = (*stateStorageResource)(nil)
 	_ resource.ResourceWithImportState    = (*stateStorageResource)(nil)
 	_ resource.ResourceWithValidateConfig = (*stateStorageResource)(nil)
+	_ resource.ResourceWithModifyPlan     = (*stateStorageResource)(nil)
 )
 
 // NewStateStorageResource returns the outpost_state_storage resource.
@@ -148,6 +149,12 @@ func (r *stateStorageResource) Configure(_ context.Context, req resource.Configu
 	data, diags := providerDataFrom(req.ProviderData)
 	resp.Diagnostics.Append(diags...)
 	r.data = data
+}
+
+// ModifyPlan fails the plan when an orchestrator setting is missing: every change of a state
+// storage calls the orchestrator.
+func (r *stateStorageResource) ModifyPlan(_ context.Context, _ resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	resp.Diagnostics.Append(r.data.missingSettings()...)
 }
 
 // ValidateConfig checks that exactly the block matching type is set, then runs the

@@ -28,6 +28,9 @@ type stringCheck struct {
 	summary     string
 	description string
 	check       func(string) error
+	// notes, when set, returns warnings (summary noteSummary) about a value that passed check.
+	notes       func(string) []string
+	noteSummary string
 }
 
 func (v stringCheck) Description(ctx context.Context) string { return v.MarkdownDescription(ctx) }
@@ -40,6 +43,12 @@ func (v stringCheck) ValidateString(_ context.Context, req validator.StringReque
 	}
 	if err := v.check(req.ConfigValue.ValueString()); err != nil {
 		resp.Diagnostics.AddAttributeError(req.Path, v.summary, messageOf(err))
+		return
+	}
+	if v.notes != nil {
+		for _, n := range v.notes(req.ConfigValue.ValueString()) {
+			resp.Diagnostics.AddAttributeWarning(req.Path, v.noteSummary, n)
+		}
 	}
 }
 
@@ -62,6 +71,28 @@ func idValidator() validator.String {
 	}
 }
 
+// runnerIDValidator checks a runner id like idValidator. A runner id is often made from a kube
+// context or cluster name, which is rarely a valid id, so the error also says which valid id
+// provider::outpost::runner_id makes of the value.
+func runnerIDValidator() validator.String {
+	return stringCheck{
+		summary:     "Invalid Runner ID",
+		description: "must be a DNS-1123 label: lower-case letters, digits and '-', at most 63 characters",
+		check: func(s string) error {
+			err := api.ValidateID("id", s)
+			if err == nil {
+				return nil
+			}
+			id, derr := api.DeriveID(s)
+			if derr != nil {
+				return err
+			}
+			return fmt.Errorf("%s. To make a valid id from a kube context or cluster name, wrap the expression in "+
+				"provider::outpost::runner_id(...) (Terraform 1.8+, OpenTofu 1.7+): for this value it gives %q, on every run", messageOf(err), id)
+		},
+	}
+}
+
 // namespaceValidator checks a Kubernetes namespace name.
 func namespaceValidator() validator.String {
 	return stringCheck{
@@ -80,12 +111,15 @@ func serviceAccountValidator() validator.String {
 	}
 }
 
-// podTemplateValidator checks a pod template against the runner's contract (package podtemplate).
+// podTemplateValidator checks a pod template against the runner's contract (package podtemplate)
+// and warns about containers that will run beside the one the runner adds.
 func podTemplateValidator() validator.String {
 	return stringCheck{
 		summary:     "Invalid Pod Template",
-		description: "must be a Kubernetes PodTemplateSpec in JSON with a container named \"main\"",
+		description: "must be a Kubernetes PodTemplateSpec in JSON; a container named \"main\" is added when it names none",
 		check:       func(s string) error { return podtemplate.Validate("job.pod_template", s) },
+		notes:       podtemplate.Notes,
+		noteSummary: "Pod Template Has No Main Container",
 	}
 }
 

@@ -1,6 +1,32 @@
+# The names derived from the runner id (and the one check of the id itself), shared with the
+# cloud stacks of examples/.
+module "names" {
+  source = "./modules/names"
+
+  runner_id = var.runner_id
+}
+
+locals {
+  # Bring your own key: with public_key set, no key pair is generated and the agent reads the
+  # private key from the Secret named in private_key_secret.
+  generate_key = var.public_key == null
+
+  # pod_template takes what jsonencode() gives (a JSON string, as the Humanitec module took it)
+  # or the object itself.
+  pod_template = var.pod_template == null ? null : (can(tostring(var.pod_template)) ? tostring(var.pod_template) : jsonencode(var.pod_template))
+
+  # The agent's own service account name is a chart value; agent_values, merged over it, win.
+  user_values = yamldecode(coalesce(var.agent_values, "{}"))
+  agent_values = var.agent_service_account_name == null ? var.agent_values : jsonencode(merge(local.user_values, {
+    serviceAccount = merge({ name = var.agent_service_account_name }, try(local.user_values.serviceAccount, {}))
+  }))
+}
+
 # The runner's identity. The private key is written straight into a Secret of the agent's
 # namespace and never enters Terraform state.
 resource "outpost_key_pair" "this" {
+  count = local.generate_key ? 1 : 0
+
   kubernetes_secret {
     namespace        = var.agent_namespace
     name             = "${var.runner_id}-key"
@@ -12,11 +38,17 @@ resource "outpost_key_pair" "this" {
   }
 }
 
+# The key pair was not counted before bring-your-own keys; its state moves without a new key.
+moved {
+  from = outpost_key_pair.this
+  to   = outpost_key_pair.this[0]
+}
+
 # Where the runner's deployments keep their state, unless an existing storage is given.
 resource "outpost_state_storage" "this" {
   count = var.state_storage_id == null ? 1 : 0
 
-  id          = "${var.runner_id}-states"
+  id          = module.names.state_storage_id
   type        = "kubernetes"
   description = "State of runner ${var.runner_id}, in Secrets of ${var.state_namespace}"
 
@@ -32,7 +64,7 @@ locals {
 resource "outpost_kubernetes_agent_runner" "this" {
   id               = var.runner_id
   description      = var.description
-  public_keys      = [outpost_key_pair.this.public_key_pem]
+  public_keys      = local.generate_key ? [outpost_key_pair.this[0].public_key_pem] : [var.public_key]
   state_storage_id = local.state_storage_id
   max_concurrency  = var.max_concurrency
   job_timeout      = var.job_timeout
@@ -40,13 +72,21 @@ resource "outpost_kubernetes_agent_runner" "this" {
   job {
     namespace       = var.job_namespace
     service_account = var.job_service_account
-    pod_template    = var.pod_template == null ? null : jsonencode(var.pod_template)
+    pod_template    = local.pod_template
+  }
+
+  lifecycle {
+    precondition {
+      condition     = (var.public_key == null) == (var.private_key_secret == null)
+      error_message = "public_key and private_key_secret go together: set both to bring your own key pair (the public half here, the Secret in agent_namespace holding the private half), or neither to let the module generate one."
+    }
   }
 }
 
 resource "outpost_kubernetes_agent" "this" {
   namespace                       = var.agent_namespace
   runner_id                       = outpost_kubernetes_agent_runner.this.id
+  org_id                          = outpost_kubernetes_agent_runner.this.org_id
   create_namespaces               = true
   job_namespace                   = var.job_namespace
   job_service_account             = var.job_service_account
@@ -54,10 +94,39 @@ resource "outpost_kubernetes_agent" "this" {
   job_pod_labels                  = var.job_pod_labels
   serve_state                     = var.serve_state
   state_namespace                 = var.state_namespace
-  values                          = var.agent_values
+  values                          = local.agent_values
   wait_for_connection             = var.wait_for_connection
 
   private_key_secret {
-    name = outpost_key_pair.this.kubernetes_secret.name
+    name = local.generate_key ? outpost_key_pair.this[0].kubernetes_secret.name : var.private_key_secret.name
+    key  = local.generate_key ? null : var.private_key_secret.key
+  }
+
+  dynamic "image" {
+    for_each = var.agent_image == null ? [] : [var.agent_image]
+    content {
+      registry    = image.value.registry
+      repository  = image.value.repository
+      tag         = image.value.tag
+      digest      = image.value.digest
+      pull_policy = image.value.pull_policy
+    }
+  }
+
+  dynamic "job_image" {
+    for_each = var.job_image == null ? [] : [var.job_image]
+    content {
+      registry   = job_image.value.registry
+      repository = job_image.value.repository
+      tag        = job_image.value.tag
+      digest     = job_image.value.digest
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = var.org_id == null || var.org_id == outpost_kubernetes_agent_runner.this.org_id
+      error_message = "org_id is \"${coalesce(var.org_id, "-")}\", but the outpost provider registers the runner in organisation \"${outpost_kubernetes_agent_runner.this.org_id}\" (its org_id or OUTPOST_ORG_ID). Set the provider's org_id to the same organisation, or leave org_id unset."
+    }
   }
 }

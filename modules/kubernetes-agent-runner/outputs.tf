@@ -4,13 +4,13 @@ output "runner_id" {
 }
 
 output "key_fingerprint" {
-  description = "SHA-256 fingerprint of the runner's public key."
-  value       = outpost_key_pair.this.fingerprint_sha256
+  description = "SHA-256 fingerprint of the runner's public key (the generated one; null with public_key)."
+  value       = one(outpost_key_pair.this[*].fingerprint_sha256)
 }
 
 output "private_key_secret" {
   description = "Namespace and name of the Secret holding the private key."
-  value       = "${var.agent_namespace}/${outpost_key_pair.this.kubernetes_secret.name}"
+  value       = "${var.agent_namespace}/${local.generate_key ? outpost_key_pair.this[0].kubernetes_secret.name : var.private_key_secret.name}"
 }
 
 output "state_storage_id" {
@@ -21,4 +21,9 @@ output "state_storage_id" {
 output "agent_release_revision" {
   description = "Helm revision of the agent release."
   value       = outpost_kubernetes_agent.this.revision
+}
+
+output "org_id" {
+  description = "Organisation the runner is registered in (and the agent serves)."
+  value       = outpost_kubernetes_agent_runner.this.org_id
 }

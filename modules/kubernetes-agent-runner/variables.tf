@@ -1,6 +1,17 @@
 variable "runner_id" {
   type        = string
-  description = "Id of the runner to register with the orchestrator (a DNS-1123 label)."
+  description = "Id of the runner to register with the orchestrator: a DNS-1123 label of at most 63 characters (checked by the names submodule, which derives every other name from it). `provider::outpost::runner_id(...)` makes one out of a kube context or cluster name."
+}
+
+variable "org_id" {
+  type        = string
+  description = "Organisation of the runner. Null: the organisation the outpost provider registers it in (its `org_id` or `OUTPOST_ORG_ID`). When set, it must be that organisation; the plan fails otherwise."
+  default     = null
+
+  validation {
+    condition     = var.org_id == null || can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.org_id))
+    error_message = "org_id must be a DNS-1123 label: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit."
+  }
 }
 
 variable "description" {
@@ -41,8 +52,13 @@ variable "job_pod_labels" {
 
 variable "pod_template" {
   type        = any
-  description = "Pod template of the Jobs (a Kubernetes PodTemplateSpec as an object; it must have a container named \"main\"). Null uses the agent's defaults."
+  description = "Pod template of the Jobs: a Kubernetes PodTemplateSpec, as an object or as the JSON string `jsonencode({...})` gives. Its container named \"main\" runs Terraform/OpenTofu; a template that names none (only metadata, say) gets one. Null uses the agent's defaults."
   default     = null
+
+  validation {
+    condition     = var.pod_template == null || !can(tostring(var.pod_template)) || can(keys(jsondecode(var.pod_template)))
+    error_message = "pod_template must be an object, or a string holding a JSON object (what jsonencode({...}) gives)."
+  }
 }
 
 variable "state_storage_id" {
@@ -91,4 +107,80 @@ variable "wait_for_connection" {
   type        = bool
   description = "Wait until the installed agent has connected to the orchestrator."
   default     = true
+}
+
+variable "agent_service_account_name" {
+  type        = string
+  description = "Name of the agent's own Kubernetes service account (chart value `serviceAccount.name`). Null: the chart's name, `outpost-agent` for the default release."
+  default     = null
+
+  validation {
+    condition     = var.agent_service_account_name == null || (length(coalesce(var.agent_service_account_name, "-")) <= 253 && can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", var.agent_service_account_name)))
+    error_message = "agent_service_account_name must be a valid Kubernetes service account name: lower-case letters, digits, '-' and '.' (a DNS-1123 subdomain)."
+  }
+}
+
+variable "agent_image" {
+  type = object({
+    registry    = optional(string)
+    repository  = optional(string)
+    tag         = optional(string)
+    digest      = optional(string)
+    pull_policy = optional(string)
+  })
+  description = "Image of the agent, for a mirror or a pinned version: `registry` replaces the registry host of `repository`; `digest` (`sha256:...`) pins the image whatever the tag. Unset fields keep the chart's defaults (`ghcr.io/outpost-dev/outpost-agent` at the chart's version)."
+  default     = null
+
+  validation {
+    condition     = try(var.agent_image.pull_policy, null) == null ? true : contains(["Always", "IfNotPresent", "Never"], var.agent_image.pull_policy)
+    error_message = "agent_image.pull_policy must be Always, IfNotPresent or Never."
+  }
+  validation {
+    condition     = try(var.agent_image.digest, null) == null ? true : can(regex("^sha256:[0-9a-f]{64}$", var.agent_image.digest))
+    error_message = "agent_image.digest must look like sha256:<64 hex digits>."
+  }
+}
+
+variable "job_image" {
+  type = object({
+    registry   = optional(string)
+    repository = optional(string)
+    tag        = optional(string)
+    digest     = optional(string)
+  })
+  description = "Image of the Jobs' `main` container (the one that runs Terraform/OpenTofu), for a mirror or an image of your own. `tag` and `digest` need `repository`. Null: the chart's default job image. An image set on `main` in `pod_template` wins over it."
+  default     = null
+
+  validation {
+    condition     = var.job_image == null ? true : (var.job_image.repository != null || (var.job_image.tag == null && var.job_image.digest == null))
+    error_message = "job_image.tag and job_image.digest need job_image.repository."
+  }
+  validation {
+    condition     = try(var.job_image.digest, null) == null ? true : can(regex("^sha256:[0-9a-f]{64}$", var.job_image.digest))
+    error_message = "job_image.digest must look like sha256:<64 hex digits>."
+  }
+}
+
+variable "public_key" {
+  type        = string
+  description = "Bring your own key pair: the ed25519 public key in PEM form (`-----BEGIN PUBLIC KEY-----`, e.g. `file(\"runner_public_key.pem\")` made with `openssl pkey -pubout`). The module then generates no key; `private_key_secret` must name the Secret holding the private half. Null: the module generates the key pair."
+  default     = null
+
+  validation {
+    condition     = var.public_key == null || !can(regex("PRIVATE KEY", var.public_key))
+    error_message = "public_key holds a PRIVATE key. Give the public half (openssl pkey -in private.pem -pubout) and keep the private key in the Secret named by private_key_secret."
+  }
+  validation {
+    condition     = var.public_key == null || can(regex("^\\s*-----BEGIN PUBLIC KEY-----", var.public_key))
+    error_message = "public_key must be a PEM public key starting with -----BEGIN PUBLIC KEY-----."
+  }
+}
+
+variable "private_key_secret" {
+  type = object({
+    name = string
+    key  = optional(string)
+  })
+  description = "With `public_key`: the existing Secret in `agent_namespace` that holds the private key (PEM, PKCS#8, as `openssl genpkey -algorithm ed25519` writes it), and its data key (default `private-key.pem`). The Humanitec module's Secret uses the key `private_key`."
+  default     = null
 }

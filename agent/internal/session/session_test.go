@@ -76,7 +76,7 @@ func newFakeExec() *fakeExec {
 
 func (f *fakeExec) Start(_ context.Context, c *api.Claim) error {
 	if c.DeploymentID == "bad" {
-		return fmt.Errorf("%w: spec.containers: needs a container named \"main\"", executor.ErrInvalidJob)
+		return fmt.Errorf("%w: spec.containers[0].command: the command of \"main\" is set by the runner", executor.ErrInvalidJob)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,7 +213,7 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 	bad := orch.events["bad"]
 	orch.mu.Unlock()
 	if len(bad) != 1 || bad[0].Type != api.EventFinished || bad[0].Result != api.StatusFailed || bad[0].Reason != executor.ReasonInvalidTemplate ||
-		!strings.Contains(bad[0].Message, "needs a container named") {
+		!strings.Contains(bad[0].Message, "is set by the runner") {
 		t.Errorf("finished event of the refused attempt: %+v", bad)
 	}
 	cancel()

@@ -1,11 +1,11 @@
-// Package imagetest runs programs from an unpacked image the way a container runtime would, for
-// tests on a machine without one: in a private mount namespace (nothing leaks to the host, even
-// when the test is killed), with the image's root file system mounted read-only, a writable
-// directory of the test's at /tmp (as the chart's emptyDir), /dev holding null, zero, random and
-// urandom, and /proc; chrooted, as the image's numeric user with no supplementary groups (so with
-// no capabilities), with the image's environment and nothing else. A missing library, a wrong
-// permission or a write outside /tmp fails the way it would in a pod with
-// readOnlyRootFilesystem.
+// Package imagetest unpacks images (Unpack) and runs programs from an unpacked image the way a
+// container runtime would, for tests on a machine without one: in a private mount namespace
+// (nothing leaks to the host, even when the test is killed), with the image's root file system
+// mounted read-only, a writable directory of the test's at /tmp (as the chart's emptyDir), /dev
+// holding null, zero, random and urandom, and /proc; chrooted, as the image's numeric user with
+// no supplementary groups (so with no capabilities), with the image's environment and nothing
+// else. A missing library, a wrong permission or a write outside /tmp fails the way it would in
+// a pod with readOnlyRootFilesystem.
 //
 // It needs root (mount, chroot). The test binary runs itself as the child that sets this up, so a
 // test package using Run must call Main first thing in its TestMain.

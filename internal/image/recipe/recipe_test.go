@@ -244,7 +244,7 @@ func TestImageConfigs(t *testing.T) {
 func unpack(t *testing.T, b Built, arch string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if err := image.Unpack(platformImage(t, b, arch), dir); err != nil {
+	if err := imagetest.Unpack(platformImage(t, b, arch), dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -633,8 +633,17 @@ func TestMissingLibraryFailsTheBuild(t *testing.T) {
 	if err := image.CheckLinks("amd64", d.base, d.job); err == nil || !strings.Contains(err.Error(), "is built for EM_AARCH64") {
 		t.Errorf("arm64 files in an amd64 image: %v", err)
 	}
-	d.job.Remove(func(e image.Entry) bool { return strings.Contains(e.Path, "/libpcre2-8.so") })
-	err = image.CheckLinks("arm64", d.base, d.job)
+	withoutPCRE := image.NewFiles()
+	for _, p := range d.job.Paths() {
+		e, _ := d.job.Lookup(p)
+		if strings.Contains(e.Path, "/libpcre2-8.so") {
+			continue
+		}
+		if err := withoutPCRE.Add(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = image.CheckLinks("arm64", d.base, withoutPCRE)
 	if err == nil || !strings.Contains(err.Error(), "/usr/bin/git needs libpcre2-8.so.0") {
 		t.Errorf("without libpcre2-8 the check said: %v", err)
 	}

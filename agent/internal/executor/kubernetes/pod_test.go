@@ -247,7 +247,6 @@ func TestBuildJobKeepsTheTemplatesProxy(t *testing.T) {
 func TestBuildJobRefusesBrokenTemplates(t *testing.T) {
 	for name, tpl := range map[string]string{
 		"not json":        `{"spec": `,
-		"no main":         `{"spec": {"containers": [{"name": "other", "image": "x"}]}}`,
 		"main command":    `{"spec": {"containers": [{"name": "main", "command": ["sh"]}]}}`,
 		"restart policy":  `{"spec": {"restartPolicy": "OnFailure", "containers": [{"name": "main"}]}}`,
 		"service account": `{"spec": {"serviceAccountName": "root", "containers": [{"name": "main"}]}}`,

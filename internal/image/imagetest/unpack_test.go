@@ -1,4 +1,4 @@
-package image
+package imagetest
 
 import (
 	"archive/tar"
@@ -13,59 +13,61 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/image"
 )
 
-func layerOf(t *testing.T, adds ...Entry) Layer {
+func must(t *testing.T, err error) {
 	t.Helper()
-	f := NewFiles()
-	for _, e := range adds {
-		if err := f.Add(e); err != nil {
-			t.Fatal(err)
-		}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// layer is a layer of the given entries, written the way the images' layers are.
+func layer(t *testing.T, entries ...image.Entry) image.Layer {
+	t.Helper()
+	f := image.NewFiles()
+	for _, e := range entries {
+		must(t, f.Add(e))
 	}
 	l, err := f.Layer()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return Layer{Layer: l, CreatedBy: "test"}
+	must(t, err)
+	return image.Layer{Layer: l, CreatedBy: "test"}
 }
 
-func reg(p, data string, mode int64) Entry {
-	return Entry{Path: p, Type: tar.TypeReg, Mode: mode, Data: []byte(data)}
+func file(p, data string, mode int64) image.Entry {
+	return image.Entry{Path: p, Type: tar.TypeReg, Mode: mode, Data: []byte(data)}
 }
 
-func testImage(t *testing.T, layers ...Layer) v1.Image {
+func imageOf(t *testing.T, layers ...image.Layer) v1.Image {
 	t.Helper()
-	img, err := NewImage(Platform{OS: "linux", Architecture: "amd64"}, time.Unix(1, 0), Config{}, nil, layers)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img, err := image.NewImage(image.Platform{OS: "linux", Architecture: "amd64"}, time.Unix(1, 0), image.Config{}, nil, layers)
+	must(t, err)
 	return img
 }
 
 func TestUnpackAppliesLayersAndWhiteouts(t *testing.T) {
-	lower := layerOf(t,
-		reg("a/gone", "x", 0o644), reg("a/stays", "lower", 0o644),
-		reg("b/hidden", "x", 0o644), Entry{Path: "b/sub/deep", Type: tar.TypeReg, Mode: 0o600, Data: []byte("x")},
-		reg("c/file", "x", 0o644), reg("d/replaced", "old", 0o644),
-		Entry{Path: "ro", Type: tar.TypeDir, Mode: 0o555}, reg("ro/inside", "x", 0o444),
+	lower := layer(t,
+		file("a/gone", "x", 0o644), file("a/stays", "lower", 0o644),
+		file("b/hidden", "x", 0o644), image.Entry{Path: "b/sub/deep", Type: tar.TypeReg, Mode: 0o600, Data: []byte("x")},
+		file("c/file", "x", 0o644), file("d/replaced", "old", 0o644),
+		image.Entry{Path: "ro", Type: tar.TypeDir, Mode: 0o555}, file("ro/inside", "x", 0o444),
 	)
-	upper := layerOf(t,
-		reg("a/.wh.gone", "", 0o644),
-		reg("b/.wh..wh..opq", "", 0o644), reg("b/new", "upper", 0o644),
-		reg(".wh.c", "", 0o644),
-		reg("d/replaced", "new", 0o640),
-		Entry{Path: "bin/sh", Type: tar.TypeSymlink, Mode: 0o777, Linkname: "dash"},
-		reg("bin/dash", "shell", 0o755),
-		Entry{Path: "bin/su", Type: tar.TypeReg, Mode: 0o4755, Data: []byte("su"), UID: 0, GID: 0},
-		Entry{Path: "bin/zz", Type: tar.TypeLink, Linkname: "bin/dash"},
-		Entry{Path: "tmp", Type: tar.TypeDir, Mode: 0o1777},
-		Entry{Path: "home/user", Type: tar.TypeDir, Mode: 0o700, UID: 65532, GID: 65532},
+	upper := layer(t,
+		file("a/.wh.gone", "", 0o644),
+		file("b/.wh..wh..opq", "", 0o644), file("b/new", "upper", 0o644),
+		file(".wh.c", "", 0o644),
+		file("d/replaced", "new", 0o640),
+		image.Entry{Path: "bin/sh", Type: tar.TypeSymlink, Mode: 0o777, Linkname: "dash"},
+		file("bin/dash", "shell", 0o755),
+		image.Entry{Path: "bin/su", Type: tar.TypeReg, Mode: 0o4755, Data: []byte("su"), UID: 0, GID: 0},
+		image.Entry{Path: "bin/zz", Type: tar.TypeLink, Linkname: "bin/dash"},
+		image.Entry{Path: "tmp", Type: tar.TypeDir, Mode: 0o1777},
+		image.Entry{Path: "home/user", Type: tar.TypeDir, Mode: 0o700, UID: 65532, GID: 65532},
 	)
 	dir := t.TempDir()
-	if err := Unpack(testImage(t, lower, upper), dir); err != nil {
-		t.Fatal(err)
-	}
+	must(t, Unpack(imageOf(t, lower, upper), dir))
 	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(dir, p)); return err == nil }
 	read := func(p string) string { b, _ := os.ReadFile(filepath.Join(dir, p)); return string(b) }
 	for _, p := range []string{"a/gone", "b/hidden", "b/sub", "c", "b/.wh..wh..opq", "a/.wh.gone", ".wh.c"} {
@@ -106,9 +108,9 @@ func TestUnpackAppliesLayersAndWhiteouts(t *testing.T) {
 
 func TestUnpackStaysInsideTheDirectory(t *testing.T) {
 	outside := t.TempDir()
-	evil := layerOf(t,
-		Entry{Path: "escape", Type: tar.TypeSymlink, Mode: 0o777, Linkname: outside},
-		Entry{Path: "up", Type: tar.TypeSymlink, Mode: 0o777, Linkname: "../../../../../../" + outside},
+	evil := layer(t,
+		image.Entry{Path: "escape", Type: tar.TypeSymlink, Mode: 0o777, Linkname: outside},
+		image.Entry{Path: "up", Type: tar.TypeSymlink, Mode: 0o777, Linkname: "../../../../../../" + outside},
 	)
 	for _, p := range []string{"escape/planted", "up/planted"} {
 		// Files would add the parent as a directory, replacing the link; a hostile layer does not.
@@ -118,11 +120,9 @@ func TestUnpackStaysInsideTheDirectory(t *testing.T) {
 		_, _ = tw.Write([]byte("x"))
 		_ = tw.Close()
 		raw, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
-		if err != nil {
-			t.Fatal(err)
-		}
+		must(t, err)
 		dir := t.TempDir()
-		err = Unpack(testImage(t, evil, Layer{Layer: raw}), dir)
+		err = Unpack(imageOf(t, evil, image.Layer{Layer: raw}), dir)
 		if err == nil {
 			t.Errorf("writing %s through a symbolic link out of the image succeeded", p)
 		} else {

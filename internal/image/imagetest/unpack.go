@@ -1,10 +1,9 @@
-package image
+package imagetest
 
 import (
 	"archive/tar"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -12,6 +11,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/image"
 )
 
 const (
@@ -25,6 +26,9 @@ const (
 // what the layers below put there; neither touches entries of its own layer. All writes go
 // through an os.Root, so no entry, link or whiteout can reach outside dir. Owners are applied
 // when running as root.
+//
+// Each layer is read with image.Files, so a layer holds what Files accepts: no path twice (but
+// directories), regular files, directories, symbolic links and hard links to regular files.
 func Unpack(img v1.Image, dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -35,7 +39,7 @@ func Unpack(img v1.Image, dir string) error {
 	if err != nil {
 		return err
 	}
-	u := &unpacker{root: root, dirs: map[string]*tar.Header{}, chown: os.Geteuid() == 0}
+	u := &unpacker{root: root, dirs: map[string]image.Entry{}, chown: os.Geteuid() == 0}
 	for i, l := range layers {
 		if err := u.layer(l); err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
@@ -46,42 +50,63 @@ func Unpack(img v1.Image, dir string) error {
 
 type unpacker struct {
 	root  *os.Root
-	dirs  map[string]*tar.Header // final mode and owner, applied once every layer is in
+	dirs  map[string]image.Entry // final mode and owner, applied once every layer is in
 	chown bool
 }
 
-// each calls fn for every entry of a layer, with its cleaned path.
-func each(l v1.Layer, fn func(p string, h *tar.Header, r io.Reader) error) error {
+func readLayer(l v1.Layer) (*image.Files, error) {
 	rc, err := l.Uncompressed()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { _ = rc.Close() }()
-	return walkTar(rc, fn)
+	f := image.NewFiles()
+	return f, f.AddTar(rc, nil)
 }
 
 func (u *unpacker) layer(l v1.Layer) error {
-	// Whiteouts apply to the layers below only, so they go first.
-	err := each(l, func(p string, _ *tar.Header, _ io.Reader) error {
-		dir, base := path.Split(p)
-		dir = strings.TrimSuffix(dir, "/")
-		switch {
-		case base == whiteoutOpaque:
-			return u.emptyDir(dir)
-		case strings.HasPrefix(base, whiteoutPrefix):
-			return u.removeAll(path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix)))
-		}
-		return nil
-	})
+	f, err := readLayer(l)
 	if err != nil {
 		return err
 	}
-	return each(l, func(p string, h *tar.Header, r io.Reader) error {
-		if strings.HasPrefix(path.Base(p), whiteoutPrefix) {
-			return nil
+	// Paths come sorted, so a directory comes before what it holds.
+	paths := f.Paths()
+	// Whiteouts apply to the layers below only, so they go first.
+	for _, p := range paths {
+		dir, base := path.Split(p)
+		dir = strings.TrimSuffix(dir, "/")
+		var err error
+		switch {
+		case base == whiteoutOpaque:
+			err = u.emptyDir(dir)
+		case strings.HasPrefix(base, whiteoutPrefix):
+			err = u.removeAll(path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix)))
 		}
-		return u.entry(p, h, r)
-	})
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	// Hard links go last: sorted order may put a link before the file it names.
+	var links []image.Entry
+	for _, p := range paths {
+		e, _ := f.Lookup(p)
+		switch {
+		case strings.HasPrefix(path.Base(p), whiteoutPrefix):
+			continue
+		case e.Type == tar.TypeLink:
+			links = append(links, e)
+			continue
+		}
+		if err := u.entry(e); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	for _, e := range links {
+		if err := u.entry(e); err != nil {
+			return fmt.Errorf("%s: %w", e.Path, err)
+		}
+	}
+	return nil
 }
 
 func (u *unpacker) emptyDir(dir string) error {
@@ -119,63 +144,58 @@ func (u *unpacker) removeAll(p string) error {
 	return u.root.RemoveAll(p)
 }
 
-func (u *unpacker) entry(p string, h *tar.Header, r io.Reader) error {
+// entry writes e, replacing what the layers below left at its path (but a directory over a
+// directory, which keeps what it holds).
+func (u *unpacker) entry(e image.Entry) error {
+	p := e.Path
 	if err := u.root.MkdirAll(path.Dir(p), 0o755); err != nil {
 		return err
 	}
 	fi, err := u.root.Lstat(p)
 	exists := err == nil
-	if exists && (!fi.IsDir() || h.Typeflag != tar.TypeDir) {
+	if exists && (!fi.IsDir() || e.Type != tar.TypeDir) {
 		if err := u.removeAll(p); err != nil {
 			return err
 		}
 	}
-	switch h.Typeflag {
+	switch e.Type {
 	case tar.TypeDir:
 		if !exists || !fi.IsDir() {
 			if err := u.root.Mkdir(p, 0o755); err != nil {
 				return err
 			}
 		}
-		u.dirs[p] = h
+		u.dirs[p] = e
 		return nil
-	case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old archives use TypeRegA
-		f, err := u.root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	case tar.TypeReg:
+		data, err := e.Content()
 		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(f, r); err != nil {
-			_ = f.Close()
+		if err := u.root.WriteFile(p, data, 0o600); err != nil {
 			return err
 		}
-		if err := f.Close(); err != nil {
+		if err := u.owner(e); err != nil {
 			return err
 		}
-		if err := u.owner(p, h); err != nil {
-			return err
-		}
-		return u.root.Chmod(p, fileMode(h.Mode))
+		return u.root.Chmod(p, fileMode(e.Mode))
 	case tar.TypeSymlink:
-		if err := u.root.Symlink(h.Linkname, p); err != nil {
+		if err := u.root.Symlink(e.Linkname, p); err != nil {
 			return err
 		}
-		return u.owner(p, h)
+		return u.owner(e)
 	case tar.TypeLink:
-		target, err := cleanPath(h.Linkname)
-		if err != nil || target == "" {
-			return fmt.Errorf("bad hard link target %q", h.Linkname)
-		}
-		return u.root.Link(target, p)
+		return u.root.Link(e.Linkname, p)
 	default:
-		return fmt.Errorf("unsupported entry type %q", h.Typeflag)
+		return fmt.Errorf("unsupported entry type %q", e.Type)
 	}
 }
 
-func (u *unpacker) owner(p string, h *tar.Header) error {
+func (u *unpacker) owner(e image.Entry) error {
 	if !u.chown {
 		return nil
 	}
-	return u.root.Lchown(p, h.Uid, h.Gid)
+	return u.root.Lchown(e.Path, e.UID, e.GID)
 }
 
 // finishDirs applies directory modes and owners deepest first, so a read-only directory is made
@@ -188,11 +208,11 @@ func (u *unpacker) finishDirs() error {
 	slices.Sort(ps)
 	slices.Reverse(ps)
 	for _, p := range ps {
-		h := u.dirs[p]
-		if err := u.owner(p, h); err != nil {
+		e := u.dirs[p]
+		if err := u.owner(e); err != nil {
 			return err
 		}
-		if err := u.root.Chmod(p, fileMode(h.Mode)); err != nil {
+		if err := u.root.Chmod(p, fileMode(e.Mode)); err != nil {
 			return err
 		}
 	}
