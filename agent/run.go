@@ -276,8 +276,9 @@ func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
 		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
-		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
-			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey, CancelGrace: cfg.CancelGrace}}), nil
+		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
+			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey,
+			ProxyEnv: cfg.JobProxyEnv, CancelGrace: cfg.CancelGrace}}), nil
 }
 
 // serverLimits bound what clients can make one of the agent's HTTP servers hold: connections,

@@ -33,6 +33,8 @@ const (
 	releaseNamespace = "outpost-system"
 	// agentImage is the default image: repository from values.yaml, tag = appVersion.
 	agentImage = "ghcr.io/outpost-dev/outpost-agent:" + agentchart.AppVersion
+	// jobImage is the default image of the Jobs' main container: OpenTofu, same tag.
+	jobImage = "ghcr.io/outpost-dev/outpost-job:" + agentchart.AppVersion
 )
 
 // requiredValues are the values without defaults; every render starts from them.
@@ -363,8 +365,9 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_STATE_NAMESPACE":     releaseNamespace + "-state",
 		"OUTPOST_JOB_NAMESPACE":       releaseNamespace + "-jobs",
 		"OUTPOST_JOB_SERVICE_ACCOUNT": "outpost-job",
-		"OUTPOST_JOB_IMAGE":           agentImage,
-		"OUTPOST_CLI":                 "terraform",
+		"OUTPOST_JOB_IMAGE":           jobImage,
+		"OUTPOST_AGENT_IMAGE":         agentImage,
+		"OUTPOST_CLI":                 "",
 		"OUTPOST_STARTUP_TIMEOUT":     "180s",
 		"OUTPOST_KUBE_QPS":            "50",
 		"OUTPOST_KUBE_BURST":          "100",
@@ -851,21 +854,23 @@ func TestImages(t *testing.T) {
 		name, values    string
 		agent, jobImage string
 	}{
-		{name: "default", agent: agentImage, jobImage: agentImage},
+		{name: "default", agent: agentImage, jobImage: jobImage},
 		{name: "tag", values: `image: {tag: "1.2.3"}`,
-			agent: "ghcr.io/outpost-dev/outpost-agent:1.2.3", jobImage: "ghcr.io/outpost-dev/outpost-agent:1.2.3"},
+			agent: "ghcr.io/outpost-dev/outpost-agent:1.2.3", jobImage: jobImage},
 		{name: "digest", values: `image: {digest: ` + digest + `}`,
-			agent: agentImage + "@" + digest, jobImage: agentImage + "@" + digest},
+			agent: agentImage + "@" + digest, jobImage: jobImage},
 		{name: "registry replaces the repository's host", values: `image: {registry: "registry.corp:5000"}`,
-			agent: "registry.corp:5000/outpost-dev/outpost-agent:0.1.0", jobImage: "registry.corp:5000/outpost-dev/outpost-agent:0.1.0"},
+			agent: "registry.corp:5000/outpost-dev/outpost-agent:0.1.0", jobImage: jobImage},
 		{name: "registry with a path prefixes a repository without host", values: `image: {registry: harbor.corp/ghcr-proxy, repository: outpost-dev/outpost-agent}`,
-			agent: "harbor.corp/ghcr-proxy/outpost-dev/outpost-agent:0.1.0", jobImage: "harbor.corp/ghcr-proxy/outpost-dev/outpost-agent:0.1.0"},
+			agent: "harbor.corp/ghcr-proxy/outpost-dev/outpost-agent:0.1.0", jobImage: jobImage},
 		{name: "localhost registry is a host", values: `image: {registry: mirror.corp, repository: "localhost:5000/outpost-agent"}`,
-			agent: "mirror.corp/outpost-agent:0.1.0", jobImage: "mirror.corp/outpost-agent:0.1.0"},
-		{name: "global registry wins", values: "global: {imageRegistry: mirror.corp}\nimage: {registry: registry.corp}",
-			agent: "mirror.corp/outpost-dev/outpost-agent:0.1.0", jobImage: "mirror.corp/outpost-dev/outpost-agent:0.1.0"},
+			agent: "mirror.corp/outpost-agent:0.1.0", jobImage: jobImage},
+		{name: "global registry wins for both", values: "global: {imageRegistry: mirror.corp}\nimage: {registry: registry.corp}",
+			agent: "mirror.corp/outpost-dev/outpost-agent:0.1.0", jobImage: "mirror.corp/outpost-dev/outpost-job:0.1.0"},
 		{name: "job image", values: `jobs: {image: {repository: ghcr.io/acme/terraform-runner, tag: "2.0"}}`,
 			agent: agentImage, jobImage: "ghcr.io/acme/terraform-runner:2.0"},
+		{name: "job image tag and digest alone", values: `jobs: {image: {tag: "0.2.0", digest: ` + digest + `}}`,
+			agent: agentImage, jobImage: "ghcr.io/outpost-dev/outpost-job:0.2.0@" + digest},
 		{name: "job image keeps its own tag and digest", values: `{image: {tag: "9.9.9"}, jobs: {image: {repository: acme/runner, digest: ` + digest + `}}}`,
 			agent: "ghcr.io/outpost-dev/outpost-agent:9.9.9", jobImage: "acme/runner:0.1.0@" + digest},
 		{name: "job image with global and own registry", values: "global: {imageRegistry: mirror.corp}\njobs: {image: {registry: other.corp, repository: quay.io/acme/runner}}",
@@ -879,7 +884,8 @@ func TestImages(t *testing.T) {
 			if c.Image != tc.agent {
 				t.Errorf("agent image = %q, want %q", c.Image, tc.agent)
 			}
-			wantEnv(t, c, map[string]string{"OUTPOST_JOB_IMAGE": tc.jobImage})
+			// Job pods copy the job runner from the agent's image, whatever the job image.
+			wantEnv(t, c, map[string]string{"OUTPOST_JOB_IMAGE": tc.jobImage, "OUTPOST_AGENT_IMAGE": tc.agent})
 		})
 	}
 
@@ -907,6 +913,12 @@ imagePullSecrets: [ghcr-pull, {name: mirror-pull}]
 }
 
 // TestExtraEnvAndSettings checks extraEnv (last, so it wins) and the plain settings.
+// TestCLIPath: cli may name the CLI by its absolute path in the job image.
+func TestCLIPath(t *testing.T) {
+	_, c := render(t, `cli: /opt/tofu/bin/tofu`).deployment(t)
+	wantEnv(t, c, map[string]string{"OUTPOST_CLI": "/opt/tofu/bin/tofu"})
+}
+
 func TestExtraEnvAndSettings(t *testing.T) {
 	r := render(t, `
 cli: tofu

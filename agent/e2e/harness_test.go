@@ -1,10 +1,9 @@
 package e2e
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -41,7 +40,8 @@ var (
 )
 
 // agentBinary builds outpost-agent once per test binary, into the user's cache (one stable
-// path, replaced atomically, so runs neither leak binaries nor disturb each other).
+// path per source tree, replaced atomically, so runs neither leak binaries nor disturb each
+// other, even from two checkouts at once).
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -50,7 +50,13 @@ func agentBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		dir := filepath.Join(cache, "outpost", "e2e")
+		wd, err := os.Getwd()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		sum := sha256.Sum256([]byte(wd))
+		dir := filepath.Join(cache, "outpost", "e2e", hex.EncodeToString(sum[:6]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
@@ -157,7 +163,7 @@ func (e *env) startAgent(name string, extra ...string) *agent {
 	}
 	args := append([]string{
 		"--api-url", e.apiURL, "--org-id", testOrg, "--runner-id", e.runnerID, "--private-key-file", e.keyFile,
-		"--kubeconfig", e.cluster.Kubeconfig, "--job-image", "outpost/agent:e2e", "--job-namespace", e.ns,
+		"--kubeconfig", e.cluster.Kubeconfig, "--job-image", "outpost/job:e2e", "--agent-image", "outpost/agent:e2e", "--job-namespace", e.ns,
 		"--namespace", e.ns, "--pod-name", name, "--health-listen", "127.0.0.1:0", "--state-listen", "127.0.0.1:0",
 		"--poll-wait", "5s", "--log-level", "debug",
 	}, extra...)
@@ -288,32 +294,9 @@ var (
 // archive is a tiny configuration; kwok never runs it, but the orchestrator wants a real tar.gz.
 func archive(t *testing.T) []byte {
 	archiveOnce.Do(func() {
-		archiveData = tarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
+		archiveData = orchestratortest.TarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
 	})
 	return archiveData
-}
-
-// tarGz packs files into a gzip-compressed tar.
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(body)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // freeAddr returns a loopback address with a port free at the time of the call.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
 
 // slowConfig needs no provider download: terraform_data and local-exec are built in.
@@ -42,7 +43,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	a := e.startAgent("agent-0", flags...)
 	vars := map[string]json.RawMessage{"name": json.RawMessage(`"first"`), "sleep": json.RawMessage(`8`)}
 	d, err := e.admin.CreateDeployment(t.Context(), api.DeploymentInput{RunnerID: e.runnerID, Operation: api.OperationApply,
-		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: tarGz(t, map[string]string{"main.tf": slowConfig})}}, StateKey: "apps/slow", Variables: vars})
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": slowConfig})}}, StateKey: "apps/slow", Variables: vars})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func (m *kubernetesAgentModel) setInputsFromValues(vals map[string]any) diag.Dia
 	m.RunnerID = v.str("runnerId", "")
 	m.APIURL = v.str("apiUrl", "")
 	m.OrgID = v.str("orgId", "")
-	m.CLI = v.str("cli", defaultCLI)
+	m.CLI = v.strOrNull("cli")
 	m.LogLevel = v.str("logLevel", defaultLogLevel)
 	m.Replicas = types.Int64Value(defaultReplicas)
 	if n, ok := v["replicaCount"].(float64); ok {

@@ -28,7 +28,7 @@ func minimalAgentModel() kubernetesAgentModel {
 		ServiceAccountAnnotations:    types.MapNull(types.StringType),
 		ServeState:                   types.BoolValue(true),
 		StateNamespace:               types.StringValue("outpost"),
-		CLI:                          types.StringValue(defaultCLI),
+		CLI:                          types.StringValue("tofu"),
 		LogLevel:                     types.StringValue(defaultLogLevel),
 		Replicas:                     types.Int64Value(defaultReplicas),
 		ImageRegistry:                types.StringNull(),
@@ -61,7 +61,7 @@ func TestChartValuesMinimal(t *testing.T) {
 	}
 	want := map[string]any{
 		"apiUrl": "https://outpost.example.com", "orgId": "acme", "runnerId": "r1",
-		"cli": "terraform", "logLevel": "info", "replicaCount": int64(2),
+		"cli": "tofu", "logLevel": "info", "replicaCount": int64(2),
 		"privateKey": map[string]any{"existingSecret": "key", "secretKey": "private-key.pem"},
 		"jobs":       map[string]any{"namespace": "outpost", "serviceAccount": map[string]any{"name": "outpost-job"}},
 		"state":      map[string]any{"enabled": true, "namespace": "outpost"},

@@ -26,7 +26,6 @@ import (
 const (
 	defaultReleaseName = "outpost-agent"
 	defaultReplicas    = 2
-	defaultCLI         = "terraform"
 	defaultLogLevel    = "info"
 )
 
@@ -125,10 +124,8 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 				Validators:          []validator.String{namespaceValidator()},
 			},
 			"cli": schema.StringAttribute{
-				MarkdownDescription: "CLI the Jobs run: `terraform` or `tofu`. Defaults to `" + defaultCLI + "`.",
+				MarkdownDescription: "CLI the Jobs run: `terraform` or `tofu`. Unset, each Job runs whichever of `tofu` and `terraform` its image has (`tofu` first); the default Job image has OpenTofu.",
 				Optional:            true,
-				Computed:            true,
-				Default:             stringdefault.StaticString(defaultCLI),
 				Validators:          []validator.String{stringvalidator.OneOf("terraform", "tofu")},
 			},
 			"log_level": schema.StringAttribute{
@@ -202,7 +199,8 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 			},
 			"job_pod_policy": jobPodPolicyBlock(),
 			"image":          imageBlock("agent", true),
-			"job_image":      imageBlock("Job `main` container (default: the agent image, which contains the job runner)", false),
+			"job_image": imageBlock("Job `main` container when the runner's pod template names none (default: `ghcr.io/outpost-dev/outpost-job`, with OpenTofu; "+
+				"any image with `tofu` or `terraform` works, because the job runner is copied into the pod from the agent image; Terraform is not shipped for licence reasons, see the chart README)", false),
 			"resources": schema.SingleNestedBlock{
 				MarkdownDescription: "Resources of the agent container, merged into the chart's defaults (requests 50m CPU / 128Mi, limit 256Mi).",
 				Attributes: map[string]schema.Attribute{

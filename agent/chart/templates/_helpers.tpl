@@ -191,18 +191,10 @@ The agent image.
 {{- end }}
 
 {{/*
-The image of the Job's main container: the agent image unless jobs.image.repository is set.
+The default image of the Job's main container (a runner's pod template may name another).
 */}}
 {{- define "outpost-agent.jobImage" -}}
-{{- $job := .Values.jobs.image }}
-{{- if $job.repository }}
-{{- include "outpost-agent.imageRef" (dict "ctx" . "image" $job) }}
-{{- else }}
-{{- if or $job.registry $job.tag $job.digest }}
-{{- fail "jobs.image.registry, jobs.image.tag and jobs.image.digest need jobs.image.repository: without it the jobs run the agent image (image.*)" }}
-{{- end }}
-{{- include "outpost-agent.image" . }}
-{{- end }}
+{{- include "outpost-agent.imageRef" (dict "ctx" . "image" .Values.jobs.image) }}
 {{- end }}
 
 {{/*

@@ -34,8 +34,14 @@ type Config struct {
 	RunnerID       string
 	PrivateKeyFile string
 	Executor       string
-	CLI            string
-	JobImage       string
+	// CLI is what the job runners run: terraform, tofu, an absolute path, or empty to let each job
+	// runner take whichever of tofu and terraform the image of main has.
+	CLI string
+	// JobImage is the image of the Job's main container when the runner's pod template names none.
+	JobImage string
+	// AgentImage is the image of the job pods' init container that copies the job runner into the
+	// pod: the agent's own image.
+	AgentImage     string
 	StateURL       string
 	StateListen    string
 	HealthListen   string
@@ -81,6 +87,10 @@ type Config struct {
 	JobCASecret string
 	// JobCASecretKey is the data key of the bundle in JobCASecret.
 	JobCASecretKey string
+	// JobProxyEnv are the proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) of the agent's own
+	// environment, handed on to job pods so that the CLI and git use the same proxy. Not flags:
+	// the chart sets them on the agent container for the agent itself too.
+	JobProxyEnv map[string]string
 	// JobServiceAccount is the job service account the chart made RBAC for; claims naming
 	// another fail clearly. Empty: take the claim's.
 	JobServiceAccount string
@@ -121,8 +131,9 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.RunnerID, "runner-id", "", "runner id")
 	fs.StringVar(&c.PrivateKeyFile, "private-key-file", DefaultPrivateKeyFile, "PEM ed25519 private key of the runner")
 	fs.StringVar(&c.Executor, "executor", ExecutorKubernetes, "kubernetes | process")
-	fs.StringVar(&c.CLI, "cli", "terraform", "terraform | tofu | absolute path of the CLI the job runners run")
-	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container (it runs outpost-agent job)")
+	fs.StringVar(&c.CLI, "cli", "", "terraform | tofu | absolute path of the CLI the job runners run; empty: whichever of tofu and terraform the job image has")
+	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container when the runner's pod template names none (it needs terraform or tofu)")
+	fs.StringVar(&c.AgentImage, "agent-image", "", "this agent's image; an init container of every job pod copies the job runner from it into the pod")
 	fs.StringVar(&c.StateURL, "state-url", "", "URL job runners use to reach the agent's state backend")
 	fs.StringVar(&c.StateListen, "state-listen", ":8080", "listen address of the state backend")
 	fs.StringVar(&c.HealthListen, "health-listen", ":9090", "listen address of /healthz, /readyz, /metrics")
@@ -161,7 +172,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job` and `state`, flags start with --", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job`, `inject` and `state`, flags start with --", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -196,6 +207,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	if setErr != nil {
 		return nil, setErr
 	}
+	c.JobProxyEnv = proxyEnv(getenv)
 	if podLabels != "" {
 		if err := yaml.Unmarshal([]byte(podLabels), &c.JobPodLabels); err != nil {
 			return nil, fmt.Errorf("--job-pod-labels (OUTPOST_JOB_POD_LABELS) must be a JSON object of strings like {\"team\":\"infra\"}: %w", err)
@@ -226,6 +238,25 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// ProxyVariables are the proxy variables the agent hands on to job pods, upper case as the chart
+// sets them; each is also read in lower case (curl and git read only that for HTTP).
+var ProxyVariables = []string{"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"}
+
+// proxyEnv reads the proxy variables, upper case first as Go's net/http does.
+func proxyEnv(getenv func(string) string) map[string]string {
+	out := map[string]string{}
+	for _, name := range ProxyVariables {
+		v := getenv(name)
+		if v == "" {
+			v = getenv(strings.ToLower(name))
+		}
+		if v != "" {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // EnvName is the environment variable of a flag: --kube-qps → OUTPOST_KUBE_QPS.

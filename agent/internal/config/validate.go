@@ -46,7 +46,10 @@ func (c *Config) Validate() error {
 	switch c.Executor {
 	case ExecutorKubernetes:
 		if c.JobImage == "" {
-			bad("job-image", "required with --executor=kubernetes: the image of the Job's main container (it runs `outpost-agent job`)")
+			bad("job-image", "required with --executor=kubernetes: the default image of the Job's main container, one with terraform or tofu (e.g. ghcr.io/outpost-dev/outpost-job)")
+		}
+		if c.AgentImage == "" {
+			bad("agent-image", "required with --executor=kubernetes: the agent's own image, from which job pods copy the job runner (e.g. ghcr.io/outpost-dev/outpost-agent)")
 		}
 		if c.JobNamespace != "" {
 			if msgs := validation.IsDNS1123Label(c.JobNamespace); len(msgs) > 0 {
@@ -97,8 +100,8 @@ func (c *Config) Validate() error {
 	default:
 		bad("executor", "%q is not one of kubernetes, process", c.Executor)
 	}
-	if c.CLI == "" || (c.CLI != "terraform" && c.CLI != "tofu" && !filepath.IsAbs(c.CLI)) {
-		bad("cli", "%q must be terraform, tofu or an absolute path", c.CLI)
+	if c.CLI != "" && c.CLI != "terraform" && c.CLI != "tofu" && !filepath.IsAbs(c.CLI) {
+		bad("cli", "%q must be terraform, tofu, an absolute path, or empty (whichever of tofu and terraform the job image has)", c.CLI)
 	}
 	if c.StateURL != "" {
 		if u, err := url.Parse(c.StateURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -19,6 +19,10 @@ import (
 // defaultTokenFile is where the agent mounts the job token in a Job's pod.
 const defaultTokenFile = "/var/run/outpost/job/token"
 
+// terminationMessageFile is Kubernetes' default terminationMessagePath, which the agent sets on
+// main. A variable so tests can point it elsewhere.
+var terminationMessageFile = "/dev/termination-log"
+
 // config is the job runner's configuration. Every setting is a flag of `outpost-agent job` that
 // defaults to its environment variable (package jobenv), as for the agent itself; the agent's
 // executors set the variables.
@@ -28,12 +32,18 @@ type config struct {
 	APIURL       string // OUTPOST_API_URL, required
 	TokenFile    string // OUTPOST_JOB_TOKEN_FILE
 	StateURL     string // OUTPOST_STATE_URL, required for kubernetes state storage
-	CLI          string // OUTPOST_CLI: terraform, tofu or an absolute path
+	CLI          string // OUTPOST_CLI: terraform, tofu, an absolute path, or empty to detect
 	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
 	CABundleFile string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
 	// InsecureAllowHTTP (OUTPOST_INSECURE_ALLOW_HTTP) allows an http:// APIURL that is not
 	// loopback; the agent sets it when it was allowed one itself.
 	InsecureAllowHTTP bool
+
+	Image string // OUTPOST_IMAGE: main's image, for messages
+
+	// TerminationMessageFile is where a job runner error is left for Kubernetes (main's
+	// terminationMessagePath, which the agent sets); written only when it exists.
+	TerminationMessageFile string
 }
 
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -43,7 +53,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 		}
 		return def
 	}
-	var c config
+	c := config{TerminationMessageFile: terminationMessageFile}
 	fs := flag.NewFlagSet("outpost-agent job", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -55,7 +65,8 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.APIURL, "api-url", env(jobenv.APIURL, ""), "orchestrator base URL ("+jobenv.APIURL+")")
 	fs.StringVar(&c.TokenFile, "token-file", env(jobenv.TokenFile, defaultTokenFile), "file holding the job token ("+jobenv.TokenFile+")")
 	fs.StringVar(&c.StateURL, "state-url", env(jobenv.StateURL, ""), "base URL of the agent's state backend ("+jobenv.StateURL+")")
-	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, "terraform"), "terraform, tofu or an absolute path ("+jobenv.CLI+")")
+	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, ""), "terraform, tofu or an absolute path; empty: the first of tofu and terraform on PATH ("+jobenv.CLI+")")
+	c.Image = getenv(jobenv.Image)
 	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<deployment id> ("+jobenv.WorkDir+")")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env(jobenv.CABundleFile, ""), "extra PEM CA certificates ("+jobenv.CABundleFile+")")
 	insecure, err := strconv.ParseBool(env(jobenv.InsecureAllowHTTP, "false"))

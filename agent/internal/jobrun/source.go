@@ -14,8 +14,9 @@ import (
 
 // layoutSource puts the deployment's source into srcDir (which must exist and be empty) and returns
 // the configuration directory: srcDir itself for an inline archive (the archive's root is the
-// configuration's root), srcDir/<path> for git. It logs one line saying what it laid out.
-func layoutSource(ctx context.Context, src api.Source, srcDir string, log io.Writer) (string, error) {
+// configuration's root), srcDir/<path> for git. It logs one line saying what it laid out. env is
+// added to git's environment (the trusted CA bundle).
+func layoutSource(ctx context.Context, src api.Source, srcDir string, env []string, log io.Writer) (string, error) {
 	configDir := srcDir
 	switch {
 	case src.Inline != nil:
@@ -27,7 +28,7 @@ func layoutSource(ctx context.Context, src api.Source, srcDir string, log io.Wri
 	case src.Git != nil:
 		g := src.Git
 		fmt.Fprintf(log, "==> source: git %s, ref %s, path %s\n", displayGitURL(g.URL), orDefault(g.Ref, "(default branch)"), orDefault(g.Path, "/"))
-		commit, err := checkoutGit(ctx, g, srcDir)
+		commit, err := checkoutGit(ctx, g, srcDir, env)
 		if err != nil {
 			return "", err
 		}
