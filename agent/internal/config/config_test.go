@@ -132,7 +132,7 @@ func TestPlainHTTPOnlyToLoopbackOrByName(t *testing.T) {
 			t.Errorf("%s refused: %v", u, err)
 		}
 	}
-	c, err := Parse([]string{"--api-url", "http://orchestrator.example.com", "--org-id", "acme", "--runner-id", "r1", "--job-image", "img",
+	c, err := Parse([]string{"--api-url", "http://orchestrator.example.com", "--org-id", "acme", "--runner-id", "r1", "--job-image", "img", "--agent-image", "agent-img",
 		"--namespace", "outpost-system", "--pod-name", "agent-0"}, env(map[string]string{"OUTPOST_INSECURE_ALLOW_HTTP": "true"}))
 	if err != nil {
 		t.Fatal(err)
