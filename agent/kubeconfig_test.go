@@ -82,7 +82,7 @@ func TestCommandsResolveKubeconfigAlike(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kube, err := newKubeClient(cfg)
+		kube, err := newKubeClient(cfg, newLimiter(cfg))
 		if err != nil {
 			t.Fatalf("%s: agent: %v", tc.name, err)
 		}

@@ -95,7 +95,8 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 // explains a wait for the private key; everything that needs the key starts once it is read.
 func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	m := metrics.New(config.Version)
-	kube, err := newKubeClient(cfg)
+	limiter := newLimiter(cfg)
+	kube, err := newKubeClient(cfg, limiter)
 	if err != nil {
 		return err
 	}
@@ -120,7 +121,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		return wait(ctx, g)
 	}
-	p, err := assemble(cfg, log, kube, readiness, m, key)
+	p, err := assemble(cfg, log, kube, limiter, readiness, m, key)
 	if err != nil {
 		cancel()
 		_ = g.Wait()
@@ -167,7 +168,7 @@ type parts struct {
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
-func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, readiness *health.State, m *metrics.Metrics, key ed25519.PrivateKey) (*parts, error) {
+func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, key ed25519.PrivateKey) (*parts, error) {
 	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)
 	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
 	if err != nil {
@@ -190,6 +191,10 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, r
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
+		LimitChanged: func(n int) {
+			limiter.SizeFor(n)
+			log.Info("Kubernetes client burst sized for the runner's max_concurrency", "max_concurrency", n, "burst", limiter.Burst(), "qps", limiter.QPS())
+		},
 	})}
 	log.Info("agent starting", "version", config.Version, "runner", cfg.RunnerID, "org", cfg.OrgID,
 		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElect)
@@ -234,17 +239,17 @@ func waitForKey(ctx context.Context, cfg *config.Config, log *slog.Logger, readi
 // newKubeClient connects to the cluster (package kubeclient). The process executor without
 // leader election needs no cluster unless it serves Kubernetes state, so it gets nil when no
 // kubeconfig was given.
-func newKubeClient(cfg *config.Config) (kubernetes.Interface, error) {
+func newKubeClient(cfg *config.Config, limiter *kubeclient.Limiter) (kubernetes.Interface, error) {
 	if cfg.Kubeconfig == "" && cfg.Executor == config.ExecutorProcess && !cfg.LeaderElect {
 		return nil, nil
 	}
-	return kubeclient.New(kubeOptions(cfg))
+	return kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Limiter: limiter, UserAgent: "outpost-agent/" + config.Version})
 }
 
-// kubeOptions are the agent's Kubernetes client settings.
-func kubeOptions(cfg *config.Config) kubeclient.Options {
-	return kubeclient.Options{Kubeconfig: cfg.Kubeconfig, QPS: float32(cfg.KubeQPS), Burst: cfg.KubeBurst,
-		UserAgent: "outpost-agent/" + config.Version}
+// newLimiter is the agent's client-side rate limit: --kube-qps, and a burst of --kube-burst that
+// grows to two writes per attempt the runner's max_concurrency lets start at once.
+func newLimiter(cfg *config.Config) *kubeclient.Limiter {
+	return kubeclient.NewLimiter(float32(cfg.KubeQPS), cfg.KubeBurst)
 }
 
 // newStateServer returns the state backend, or nil when the agent has no cluster to keep states

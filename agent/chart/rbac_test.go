@@ -80,7 +80,7 @@ var agentAccess = []struct {
 	{access{"create", "", "secrets", "outpost-jobs", ""}, true},
 	{access{"get", "", "secrets", "outpost-jobs", "deploy-1-token"}, true},
 	{access{"delete", "", "secrets", "outpost-jobs", "deploy-1-token"}, true},
-	{access{"patch", "", "secrets", "outpost-jobs", "deploy-1-token"}, true}, // owner reference to the Job
+	{access{"patch", "", "secrets", "outpost-jobs", "deploy-1-token"}, false}, // the owner is set at create
 	{access{"list", "", "secrets", "outpost-jobs", ""}, false},
 	{access{"update", "", "secrets", "outpost-jobs", "deploy-1-token"}, false},
 	{access{"create", "", "serviceaccounts/token", "outpost-jobs", "outpost-job"}, false},

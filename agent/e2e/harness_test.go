@@ -42,7 +42,7 @@ var (
 // agentBinary builds outpost-agent once per test binary, into the user's cache (one stable
 // path per source tree, replaced atomically, so runs neither leak binaries nor disturb each
 // other, even from two checkouts at once).
-func agentBinary(t *testing.T) string {
+func agentBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		cache, err := os.UserCacheDir()
@@ -83,7 +83,7 @@ func agentBinary(t *testing.T) string {
 
 // env is one test's world: an orchestrator, a runner registered with it, and a job namespace.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	cluster  *testbed.Cluster
 	orch     *orchestratortest.Instance
 	admin    *client.AdminClient
@@ -99,7 +99,7 @@ type env struct {
 const testOrg = "acme"
 
 // newEnv registers a runner whose Jobs use podTemplate (JSON; empty for the default).
-func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
+func newEnv(t testing.TB, podTemplate string, maxConcurrency int) *env {
 	t.Helper()
 	c := testbed.Shared(t)
 	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
@@ -217,7 +217,7 @@ func (e *env) deploy(n int) []string {
 }
 
 // wait polls cond until it holds or the timeout passes.
-func wait(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func wait(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -292,7 +292,7 @@ var (
 )
 
 // archive is a tiny configuration; kwok never runs it, but the orchestrator wants a real tar.gz.
-func archive(t *testing.T) []byte {
+func archive(t testing.TB) []byte {
 	archiveOnce.Do(func() {
 		archiveData = orchestratortest.TarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
 	})
@@ -300,7 +300,7 @@ func archive(t *testing.T) []byte {
 }
 
 // freeAddr returns a loopback address with a port free at the time of the call.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	var lc net.ListenConfig
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")

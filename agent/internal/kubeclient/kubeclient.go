@@ -23,6 +23,9 @@ type Options struct {
 	// QPS and Burst bound the client's request rate; 0 keeps client-go's defaults.
 	QPS   float32
 	Burst int
+	// Limiter, when set, is the client's rate limit instead of QPS and Burst (the agent's, whose
+	// burst follows the runner's max_concurrency).
+	Limiter *Limiter
 	// UserAgent names the command in the API server's audit log.
 	UserAgent string
 	// Timeout bounds every request; 0 for none. The agent leaves it 0 because its watches are
@@ -52,6 +55,9 @@ func Config(o Options) (*rest.Config, error) {
 	}
 	if o.Burst > 0 {
 		rc.Burst = o.Burst
+	}
+	if o.Limiter != nil {
+		rc.RateLimiter = o.Limiter
 	}
 	rc.UserAgent = o.UserAgent
 	rc.Timeout = o.Timeout

@@ -13,8 +13,10 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// minPollGap keeps a server that answers at once (directives it keeps repeating) from turning
-// the loop into a busy loop.
+// minPollGap keeps a server that answers at once with nothing new (directives it keeps
+// repeating) from turning the loop into a busy loop. An answer that brought offers the agent
+// took is followed by the next poll at once: more may be queued, and a fixed gap would delay
+// every offer that arrives right after.
 const minPollGap = 250 * time.Millisecond
 
 // pollLoop long-polls until ctx ends. Every error is retried (the agent never stops polling: a
@@ -54,10 +56,14 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		s.o.Health.PollOK()
 		s.mu.Lock()
 		s.orchMax, s.orchKnown = max(resp.MaxConcurrency, 0), true
+		limit, changed := s.limitLocked()
 		s.mu.Unlock()
+		if changed && s.o.LimitChanged != nil {
+			s.o.LimitChanged(limit)
+		}
 		s.directives(ctx, resp.Directives)
-		s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
-		if gap := time.Since(began); gap < minPollGap {
+		taken := s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
+		if gap := time.Since(began); taken == 0 && gap < minPollGap {
 			if retry.Sleep(ctx, minPollGap-gap) != nil {
 				break
 			}
@@ -114,10 +120,7 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 		}
 		req.Held = append(req.Held, h)
 	}
-	limit := s.orchMax
-	if s.o.MaxConcurrency > 0 && s.o.MaxConcurrency < limit {
-		limit = s.o.MaxConcurrency
-	}
+	limit := s.effectiveLimit()
 	if !s.orchKnown {
 		req.WaitSeconds = 0
 	}
@@ -125,6 +128,24 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 	s.o.Metrics.JobsRunning.Set(float64(busy))
 	s.o.Metrics.CapacityFree.Set(float64(req.CapacityFree))
 	return req, nil
+}
+
+// effectiveLimit is how many attempts the agent may hold: the runner's max_concurrency, capped
+// by the agent's own. Called with s.mu held.
+func (s *Session) effectiveLimit() int {
+	if s.o.MaxConcurrency > 0 && s.o.MaxConcurrency < s.orchMax {
+		return s.o.MaxConcurrency
+	}
+	return s.orchMax
+}
+
+// limitLocked returns the effective limit and whether it changed since it was last reported.
+// Called with s.mu held.
+func (s *Session) limitLocked() (int, bool) {
+	limit := s.effectiveLimit()
+	changed := limit != s.limit
+	s.limit = limit
+	return limit, changed
 }
 
 // validHeld checks a held attempt the way the orchestrator checks a poll.
@@ -147,8 +168,10 @@ func (s *Session) skipOnce(k executor.AttemptKey, msg string, err error) {
 	s.log.Warn(msg, "deployment_id", k.DeploymentID, "attempt", k.Attempt, "err", err)
 }
 
-// offers claims and starts offered attempts, concurrently, never more than the capacity stated.
-func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.Offer, capacity int) {
+// offers claims and starts offered attempts, concurrently, never more than the capacity stated,
+// and returns how many it took up (offers already being started are not counted again).
+func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.Offer, capacity int) int {
+	taken := 0
 	for i, o := range offers {
 		if i >= capacity {
 			break
@@ -161,6 +184,7 @@ func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.O
 		}
 		s.starting[k] = true
 		s.mu.Unlock()
+		taken++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -172,6 +196,7 @@ func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.O
 			s.claimAndStart(ctx, o)
 		}()
 	}
+	return taken
 }
 
 func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {

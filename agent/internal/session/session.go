@@ -44,8 +44,11 @@ type Options struct {
 	Version  string
 	// MaxConcurrency caps attempts below the orchestrator's limit; 0 follows the orchestrator.
 	MaxConcurrency int
-	PollWait       time.Duration
-	CancelGrace    time.Duration
+	// LimitChanged, when set, is called with the number of attempts the agent may run at once
+	// whenever a poll changes it (the agent sizes its Kubernetes client's burst with it).
+	LimitChanged func(maxConcurrency int)
+	PollWait     time.Duration
+	CancelGrace  time.Duration
 	// FinalTimeout bounds the events and cleanups that run on after the session is stopped.
 	FinalTimeout time.Duration
 	// EventBackoff paces retries of undelivered events (default 1 s … 60 s).
@@ -66,7 +69,9 @@ type Session struct {
 	orchMax  int
 	// orchKnown is false until the first poll told the runner's max_concurrency.
 	orchKnown bool
-	inflight  sync.WaitGroup
+	// limit is the last value given to LimitChanged.
+	limit    int
+	inflight sync.WaitGroup
 	// kick wakes the event loop early.
 	kick *executor.Notifier
 }
@@ -193,6 +198,12 @@ func (s *Session) adopt(ctx context.Context) error {
 			}
 			g = grantOf(c)
 			token = c.JobToken
+			// The token was not stored with the attempt (the agent stopped between creating the
+			// Job and its token Secret): starting again adopts the Job and stores the token, so
+			// the job pod waiting for it goes on.
+			if err := s.o.Executor.Start(ctx, c); err != nil {
+				s.log.Warn("cannot store the recovered job token with an adopted attempt", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", err)
+			}
 		}
 		g.Token = token
 		s.o.Tokens.Put(st.DeploymentID, st.Attempt, g)

@@ -88,6 +88,9 @@ func (f *fakeExec) Start(_ context.Context, c *api.Claim) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.attempts[c.DeploymentID]; ok {
+		return nil // adopted, as the executors do
+	}
 	f.attempts[c.DeploymentID] = &executor.AttemptStatus{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, Status: api.StatusClaimed}
 	return nil
 }
@@ -298,5 +301,34 @@ func TestMalformedAttemptDoesNotStopPolling(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// The session reports the number of attempts it may run at once (the runner's max_concurrency
+// capped by the agent's own) when a poll first tells it and whenever it changes, and not on
+// every poll.
+func TestSessionReportsTheLimitWhenItChanges(t *testing.T) {
+	orch := &fakeOrch{max: 40}
+	var mu sync.Mutex
+	var got []int
+	s := New(Options{Client: orch, Executor: newFakeExec(), Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", MaxConcurrency: 25, PollWait: time.Second,
+		LimitChanged: func(n int) { mu.Lock(); got = append(got, n); mu.Unlock() }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	polls := func() int { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.polls) }
+	waitFor(t, "three polls", func() bool { return polls() >= 3 })
+	orch.mu.Lock()
+	orch.max = 10
+	orch.mu.Unlock()
+	after := polls()
+	waitFor(t, "three more polls", func() bool { return polls() >= after+3 })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0] != 25 || got[1] != 10 {
+		t.Errorf("limits reported %v, want [25 10]: the agent's cap of 25 under the runner's 40, then the runner's 10", got)
 	}
 }

@@ -149,9 +149,11 @@ func (e *Executor) waitSynced(ctx context.Context) error {
 // Changes implements executor.Executor.
 func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
 
-// Start implements executor.Executor: token Secret first (so the pod can mount it at once), then
-// the Job, then the Secret is handed to the Job as owner so the garbage collector removes it with
-// the Job. Every step tolerates having been done before.
+// Start implements executor.Executor: the Job first, then its token Secret created with the Job
+// as owner, so the garbage collector removes the token with the Job and no Secret is ever left
+// without one (two API writes per attempt; the pod waits for the Secret's volume, which exists
+// long before the kubelet mounts it). The token Secret's name carries the token's digest, so it
+// cannot be prepared before the claim. Every step tolerates having been done before.
 func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	runnerJob := c.Placement.Job
 	if sa := e.o.ServiceAccount; sa != "" && runnerJob.ServiceAccount != sa {
@@ -167,9 +169,6 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 		return err
 	}
 	ns := job.Namespace
-	if err := e.ensureSecret(ctx, secret); err != nil {
-		return err
-	}
 	created, err := e.o.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
 	switch {
 	case apierrors.IsAlreadyExists(err):
@@ -177,8 +176,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 			return fmt.Errorf("adopt Job %s/%s: %w", ns, job.Name, err)
 		}
 		if !e.sealed(created) || created.Annotations[AnnDeploymentID] != c.DeploymentID {
-			// Not ours: whoever made it must not get this attempt's token.
-			e.deleteOwnSecret(context.WithoutCancel(ctx), secret)
+			// Not ours: whoever made it must not get this attempt's token, so no Secret is made.
 			return fmt.Errorf("%w: a Job named %s already exists in namespace %s and this agent did not create it (it has no valid seal), so it was not adopted; "+
 				"delete it (kubectl -n %s delete job %s) and find out who created it", executor.ErrInvalidJob, job.Name, ns, ns, job.Name)
 		}
@@ -191,7 +189,8 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	default:
 		e.log.Info("created Job", "deployment_id", c.DeploymentID, "attempt", c.Attempt, "k8s_job", job.Name, "namespace", ns)
 	}
-	if err := e.ownSecret(ctx, created, secret.Name); err != nil {
+	secret.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}}
+	if err := e.ensureSecret(ctx, secret); err != nil {
 		return err
 	}
 	e.notify.Notify()
@@ -303,7 +302,8 @@ func (e *Executor) stop(ctx context.Context, j *batchv1.Job, annotation, value s
 	return nil
 }
 
-// Cleanup implements executor.Executor.
+// Cleanup implements executor.Executor: one delete. The Job's pods and its token Secret are its
+// dependents, which the garbage collector removes (background propagation).
 func (e *Executor) Cleanup(ctx context.Context, deploymentID string, attempt int) error {
 	j, err := e.find(ctx, deploymentID, attempt)
 	if err != nil || j == nil {
@@ -313,9 +313,6 @@ func (e *Executor) Cleanup(ctx context.Context, deploymentID string, attempt int
 	err = e.o.Client.BatchV1().Jobs(j.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &j.UID}})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
-	}
-	if err := e.deleteTokenSecret(ctx, j); err != nil {
-		return err
 	}
 	e.notify.Notify()
 	return nil
