@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -36,6 +37,7 @@ import (
 // 2:1, less than typical states (ids, ARNs, JSON policies compress 5-10:1), so it is the harder
 // case for both backends' gzip and for the stock backend's 1 MiB Secret limit.
 func BenchmarkStateBackends(b *testing.B) {
+	began := time.Now()
 	reps := 5
 	if v, err := strconv.Atoi(os.Getenv("OUTPOST_BENCH_REPS")); err == nil && v > 0 {
 		reps = v
@@ -77,17 +79,7 @@ func BenchmarkStateBackends(b *testing.B) {
 	}
 	sizes := []int{100 << 10, 1 << 20, 5 << 20, 20 << 20}
 
-	type result struct {
-		push, pull time.Duration
-		err        string
-	}
-	type row struct {
-		cli     string
-		size    int
-		stock   result
-		outpost result
-	}
-	var rows []row
+	var rows []stateRow
 	dir := b.TempDir()
 	lineage := "8c1c3f0e-0b6a-4c39-9d55-6f1f0d1b2a77"
 
@@ -122,7 +114,7 @@ func BenchmarkStateBackends(b *testing.B) {
 			for _, size := range sizes {
 				label := sizeLabel(size)
 				file := filepath.Join(dir, c.name+"-"+label+".tfstate")
-				r := row{cli: c.name, size: size}
+				r := stateRow{cli: c.name, size: size}
 
 				stockDir := newWorkdirWith(b, c, fmt.Sprintf(`terraform {
   backend "kubernetes" {
@@ -188,12 +180,57 @@ func BenchmarkStateBackends(b *testing.B) {
 	if len(failures) > 0 {
 		fmt.Fprintf(&sb, "\n%s\n", strings.Join(failures, "\n"))
 	}
-	fmt.Fprint(os.Stdout, sb.String())
+	if benchmark.Dir() == "" { // make bench prints one table of every benchmark at the end
+		fmt.Fprint(os.Stdout, sb.String())
+	}
+	if err := benchmark.Write(stateFigures(rows, reps, wire, began)); err != nil {
+		b.Error(err)
+	}
 	for _, r := range rows {
 		if r.outpost.err != "" {
 			b.Errorf("the Outpost backend failed (%s, %s): %s", r.cli, sizeLabel(r.size), r.outpost.err)
 		}
 	}
+}
+
+// result is one backend's median push and pull of one state size, or why it failed.
+type result struct {
+	push, pull time.Duration
+	err        string
+}
+
+// stateRow is one CLI and state size: the stock backend's and Outpost's results.
+type stateRow struct {
+	cli            string
+	size           int
+	stock, outpost result
+}
+
+// stateFigures are the rows as the figures of make bench's table: Outpost's push and pull next to
+// the stock kubernetes backend's, in milliseconds; a failed side has no figure (a failed Outpost
+// side fails the benchmark, a failed stock side is a note).
+func stateFigures(rows []stateRow, reps int, wire string, began time.Time) benchmark.Results {
+	var figs []benchmark.Figure
+	for _, r := range rows {
+		for _, op := range []struct {
+			name           string
+			stock, outpost time.Duration
+		}{{"push", r.stock.push, r.outpost.push}, {"pull", r.stock.pull, r.outpost.pull}} {
+			if r.outpost.err != "" {
+				continue
+			}
+			f := benchmark.Figure{Section: "state backend (" + r.cli + ")", Name: fmt.Sprintf("%s %s, median of %d", op.name, sizeLabel(r.size), reps),
+				Value: benchmark.Ms(op.outpost), Unit: "ms"}
+			if r.stock.err == "" {
+				f.Floor, f.FloorName = benchmark.Ms(op.stock), "stock kubernetes backend"
+			} else {
+				f.Note = "the stock kubernetes backend failed: " + r.stock.err
+			}
+			figs = append(figs, f)
+		}
+	}
+	return benchmark.Results{Benchmark: "state-backends", Started: began, Seconds: time.Since(began).Seconds(), Figures: figs,
+		Warmup: "none; each figure is the median of its runs, CLI start-up included; agent client " + wire}
 }
 
 // benchState builds a Terraform v4 state of about size bytes: terraform_data instances whose

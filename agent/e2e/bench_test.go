@@ -1,0 +1,401 @@
+package e2e
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/flowcontrol"
+
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+)
+
+// Sizes of BenchmarkAgent (the issue asks for ≥ 500 pickups and a burst of 1,000).
+const (
+	benchWarmup  = 20
+	benchPickups = 500
+	benchBurst   = 1000
+	// benchRunFor is how long the burst's simulated pods run, so the 1,000 are in flight together
+	// while the agent's memory is read.
+	benchRunFor = "20s"
+)
+
+// BenchmarkAgent measures one agent process (the kubernetes executor, kwok's simulated pods, the
+// reference orchestrator in this process) against a bare client-go floor on the same test bed in
+// the same run:
+//
+//   - pickup: enqueue → the attempt's Job seen by a watch, for benchPickups sequential
+//     deployments, each followed by a bare client-go create of the same Job seen by the same watch;
+//   - throughput: benchBurst deployments queued while the agent is stopped (SIGSTOP), then
+//     SIGCONT: time until every Job exists and until every Job is deleted (the agent deletes a Job
+//     only once the orchestrator acknowledged its finished event); the floor is benchBurst Jobs
+//     plus their token Secrets created by 32 goroutines with no client rate limit;
+//   - the agent's RSS and CPU idle, and with 100 and 1,000 Jobs in flight.
+//
+// Run: make bench (or go test -run '^$' -bench Agent -benchtime 1x ./agent/e2e/).
+func BenchmarkAgent(b *testing.B) {
+	began := time.Now()
+	var figures []benchmark.Figure
+	for i := 0; i < b.N; i++ {
+		figures = append(benchPickup(b), benchThroughput(b)...)
+	}
+	if err := benchmark.Write(benchmark.Results{Benchmark: "agent", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
+		Warmup: fmt.Sprintf("%d deployments and %d bare creates before the %d timed pickups; the burst agent idles 10 s after its first poll", benchWarmup, benchWarmup, benchPickups)}); err != nil {
+		b.Fatal(err)
+	}
+	if benchmark.Dir() == "" { // make bench prints one table of every benchmark at the end
+		fmt.Print("\n" + benchmark.Table([]benchmark.Results{{Figures: figures}}))
+	}
+}
+
+func benchPickup(b *testing.B) []benchmark.Figure {
+	e := newEnv(b, "", 50)
+	e.startAgent("bench-pickup", "--poll-wait", "30s", "--log-level", "info")
+	w := watchJobs(b, e.cluster.Client(), e.ns)
+	floor := bareClient(b, e.cluster.RESTConfig)
+	ctx := b.Context()
+	var template *batchv1.Job
+	var agentLat, floorLat []time.Duration
+	for i := range benchWarmup + benchPickups {
+		t0 := time.Now()
+		d, err := e.admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: e.runnerID, Operation: api.OperationPlan,
+			Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive(b)}}, StateKey: fmt.Sprintf("pickup-%d", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := kubeexec.JobName(d.ID, 1)
+		seen := w.waitAdded(b, name)
+		if template == nil {
+			if template, err = e.cluster.Client().BatchV1().Jobs(e.ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		job := floorJob(template, fmt.Sprintf("floor-pickup-%d", i))
+		t1 := time.Now()
+		if _, err := floor.BatchV1().Jobs(e.ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		floorSeen := w.waitAdded(b, job.Name)
+		if i >= benchWarmup {
+			agentLat = append(agentLat, seen.Sub(t0))
+			floorLat = append(floorLat, floorSeen.Sub(t1))
+		}
+	}
+	p := func(ds []time.Duration, q float64) float64 { return benchmark.Ms(benchmark.Percentile(ds, q)) }
+	fig := func(name string, q float64) benchmark.Figure {
+		return benchmark.Figure{Section: "pickup", Name: "enqueue → Job created " + name, Value: p(agentLat, q), Unit: "ms",
+			Floor: p(floorLat, q), FloorName: "bare create"}
+	}
+	p50, p95, p99 := fig("p50", 50), fig("p95", 95), fig("p99", 99)
+	p50 = p50.Check("≤ 15 ms", p50.Value <= 15)
+	p99 = p99.Check("≤ 1.5× floor", p99.Value <= 1.5*p99.Floor)
+	p50.Note = fmt.Sprintf("%d sequential deployments, each followed by a bare client-go create of the same Job; both seen by one watch", benchPickups)
+	return []benchmark.Figure{p50, p95, p99}
+}
+
+func benchThroughput(b *testing.B) []benchmark.Figure {
+	e := newEnv(b, fmt.Sprintf(`{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":%q}},"spec":{"containers":[{"name":"main"}]}}`, benchRunFor), benchBurst)
+	ctx := b.Context()
+	a := e.startAgent("bench-burst", "--poll-wait", "30s", "--log-level", "info")
+	wait(b, 60*time.Second, "the agent's first poll", func() (bool, string) {
+		r, err := e.admin.GetRunner(ctx, e.runnerID)
+		return err == nil && r.Status.Connected, fmt.Sprint(r, err)
+	})
+	// Idle: after its first polls, the agent only waits on its long poll and its watches.
+	idleFrom := mustUsage(b, a.cmd.Process.Pid)
+	time.Sleep(10 * time.Second)
+	idleTo := mustUsage(b, a.cmd.Process.Pid)
+
+	w := watchJobs(b, e.cluster.Client(), e.ns)
+	a.signal(syscall.SIGSTOP)
+	ids := queue(b, e.admin, e.runnerID, benchBurst)
+	w.onAdded(100, func() { w.mark("100", mustUsage(b, a.cmd.Process.Pid)) })
+	w.onAdded(benchBurst, func() { w.mark("1000", mustUsage(b, a.cmd.Process.Pid)) })
+	t0 := time.Now()
+	a.signal(syscall.SIGCONT)
+	allCreated := w.waitCount(b, watch.Added, benchBurst, 5*time.Minute)
+	first := w.nth(watch.Added, 1)
+	template, err := e.cluster.Client().BatchV1().Jobs(e.ns).Get(ctx, kubeexec.JobName(ids[0], 1), metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	inFlight := w.marked("1000")
+	time.Sleep(5 * time.Second) // CPU with 1,000 in flight, read outside the timed regions
+	busy := mustUsage(b, a.cmd.Process.Pid)
+	allDeleted := w.waitCount(b, watch.Deleted, benchBurst, 5*time.Minute)
+	for _, id := range ids[:10] {
+		if d, err := e.admin.GetDeployment(ctx, id); err != nil || d.Status != api.StatusSucceeded {
+			b.Fatalf("deployment %s of the burst: %v %v", id, d, err)
+		}
+	}
+
+	floorRate := floorBurst(b, e, template)
+	rate := float64(benchBurst-1) / allCreated.Sub(first).Seconds()
+	created := benchmark.Figure{Section: "throughput", Name: fmt.Sprintf("%d queued → Jobs created per second", benchBurst), Value: rate, Unit: "Jobs/s",
+		Floor: floorRate, FloorName: "bare Job+Secret creates",
+		Note: fmt.Sprintf("first to last Job seen by the watch; all %d existed %.1f s after SIGCONT of the agent stopped while they were queued", benchBurst, allCreated.Sub(t0).Seconds())}
+	created = created.Check("≥ 80% of floor and ≥ 100/s", rate >= 0.8*floorRate && rate >= 100)
+	rss := func(u benchmark.Usage) float64 { return benchmark.MiB(u.RSS) }
+	idle := benchmark.Figure{Section: "agent", Name: "RSS idle", Value: rss(idleTo), Unit: "MiB"}
+	hundred := w.marked("100")
+	return []benchmark.Figure{
+		created,
+		{Section: "throughput", Name: fmt.Sprintf("%d queued → all Jobs created", benchBurst), Value: allCreated.Sub(t0).Seconds(), Unit: "s"},
+		{Section: "throughput", Name: fmt.Sprintf("%d queued → all reported finished", benchBurst), Value: allDeleted.Sub(t0).Seconds(), Unit: "s",
+			Note: "each simulated pod runs " + benchRunFor + "; finished = the agent deleted the Job after the orchestrator acknowledged its finished event"},
+		idle.Check("≤ 32 MiB", idle.Value <= 32),
+		{Section: "agent", Name: "CPU idle", Value: 100 * benchmark.CPUShare(idleFrom, idleTo), Unit: "% of a core", Note: "10 s after the first poll"},
+		benchmark.Figure{Section: "agent", Name: "RSS with 100 Jobs in flight", Value: rss(hundred), Unit: "MiB"},
+		benchmark.Figure{Section: "agent", Name: "RSS with 1,000 Jobs in flight", Value: rss(inFlight), Unit: "MiB"}.Check("≤ 128 MiB", rss(inFlight) <= 128),
+		{Section: "agent", Name: "CPU with 1,000 Jobs in flight", Value: 100 * benchmark.CPUShare(inFlight, busy), Unit: "% of a core", Note: "the 5 s after the last Job was created"},
+	}
+}
+
+// queue enqueues n deployments, 8 at a time, and returns their ids.
+func queue(b *testing.B, admin *client.AdminClient, runnerID string, n int) []string {
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				d, err := admin.CreateDeployment(b.Context(), api.DeploymentInput{RunnerID: runnerID, Operation: api.OperationPlan,
+					Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive(b)}}, StateKey: fmt.Sprintf("burst-%d", i)})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids[i] = d.ID
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	return ids
+}
+
+// floorBurst creates benchBurst copies of one of the agent's Jobs, each with a token Secret owned
+// by it (what the agent writes), from 32 goroutines with no client-side rate limit, and returns
+// Jobs per second from the first to the last Job seen by a watch.
+func floorBurst(b *testing.B, e *env, template *batchv1.Job) float64 {
+	ctx := b.Context()
+	w := watchJobs(b, e.cluster.Client(), e.ns)
+	cs := bareClient(b, e.cluster.RESTConfig)
+	next := make(chan int, benchBurst)
+	for i := range benchBurst {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Go(func() {
+			for i := range next {
+				job := floorJob(template, fmt.Sprintf("floor-burst-%d", i))
+				created, err := cs.BatchV1().Jobs(e.ns).Create(ctx, job, metav1.CreateOptions{})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: job.Name + "-token", Namespace: e.ns,
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}}},
+					Data: map[string][]byte{"token": []byte("opj_floor")}}
+				if _, err := cs.CoreV1().Secrets(e.ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	last := w.waitCount(b, watch.Added, benchBurst, 5*time.Minute)
+	return float64(benchBurst-1) / last.Sub(w.nth(watch.Added, 1)).Seconds()
+}
+
+// floorJob is a copy of one of the agent's Jobs under another name, without the agent's labels
+// (its informers must not see it) and without what the API server filled in.
+func floorJob(of *batchv1.Job, name string) *batchv1.Job {
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: of.Namespace, Labels: map[string]string{"bench": "floor"},
+		Annotations: of.Annotations}, Spec: *of.Spec.DeepCopy()}
+	j.Spec.Selector, j.Spec.ManualSelector = nil, nil
+	j.Spec.Template.Labels = map[string]string{"bench": "floor"}
+	j.Spec.Suspend = nil
+	return j
+}
+
+// bareClient is client-go with no client-side rate limit: the floor.
+func bareClient(b *testing.B, rc *rest.Config) kubernetes.Interface {
+	c := rest.CopyConfig(rc)
+	c.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+	cs, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return cs
+}
+
+func mustUsage(b *testing.B, pid int) benchmark.Usage {
+	u, err := benchmark.ReadUsage(pid)
+	if err != nil {
+		b.Error(err)
+	}
+	return u
+}
+
+// jobWatch records when a watch first saw each Job added and deleted.
+type jobWatch struct {
+	mu     sync.Mutex
+	seen   map[watch.EventType]map[string]time.Time
+	order  map[watch.EventType][]time.Time
+	wake   chan struct{}
+	hooks  []countHook
+	marks  map[string]benchmark.Usage
+}
+
+type countHook struct {
+	n  int
+	fn func()
+}
+
+// watchJobs records, from now on, when an informer on the namespace's Jobs (a list and watch
+// that resumes by itself if the API server ends the watch) first saw each Job added and deleted.
+func watchJobs(b *testing.B, cs kubernetes.Interface, ns string) *jobWatch {
+	w := &jobWatch{seen: map[watch.EventType]map[string]time.Time{watch.Added: {}, watch.Deleted: {}},
+		order: map[watch.EventType][]time.Time{}, wake: make(chan struct{}), marks: map[string]benchmark.Usage{}}
+	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
+	inf := factory.Batch().V1().Jobs().Informer()
+	name := func(obj any) string {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if j, ok := obj.(*batchv1.Job); ok {
+			return j.Name
+		}
+		return ""
+	}
+	var existing map[string]bool // Jobs there before the watch started are not counted
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { w.record(watch.Added, name(obj), existing) },
+		DeleteFunc: func(obj any) { w.record(watch.Deleted, name(obj), existing) },
+	}); err != nil {
+		b.Fatal(err)
+	}
+	list, err := cs.BatchV1().Jobs(ns).List(b.Context(), metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	existing = map[string]bool{}
+	for _, j := range list.Items {
+		existing[j.Name] = true
+	}
+	stop := make(chan struct{})
+	b.Cleanup(func() { close(stop); factory.Shutdown() })
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	return w
+}
+
+// record notes the first time a Job was seen with the event type, and runs the hooks due.
+func (w *jobWatch) record(typ watch.EventType, job string, existing map[string]bool) {
+	now := time.Now()
+	if job == "" || existing[job] {
+		return
+	}
+	w.mu.Lock()
+	if _, dup := w.seen[typ][job]; dup {
+		w.mu.Unlock()
+		return
+	}
+	w.seen[typ][job] = now
+	w.order[typ] = append(w.order[typ], now)
+	var run []func()
+	if typ == watch.Added {
+		for _, h := range w.hooks {
+			if h.n == len(w.order[watch.Added]) {
+				run = append(run, h.fn)
+			}
+		}
+	}
+	close(w.wake)
+	w.wake = make(chan struct{})
+	w.mu.Unlock()
+	for _, fn := range run {
+		fn()
+	}
+}
+
+// onAdded runs fn (on the watch's goroutine) when the n-th Job is added.
+func (w *jobWatch) onAdded(n int, fn func()) {
+	w.mu.Lock()
+	w.hooks = append(w.hooks, countHook{n, fn})
+	w.mu.Unlock()
+}
+
+func (w *jobWatch) mark(name string, u benchmark.Usage) {
+	w.mu.Lock()
+	w.marks[name] = u
+	w.mu.Unlock()
+}
+
+func (w *jobWatch) marked(name string) benchmark.Usage {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.marks[name]
+}
+
+// until waits for cond (called with w.mu held) or fails the benchmark after timeout.
+func (w *jobWatch) until(b *testing.B, timeout time.Duration, what string, cond func() bool) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		w.mu.Lock()
+		ok, wake := cond(), w.wake
+		w.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			b.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+	}
+}
+
+func (w *jobWatch) waitAdded(b *testing.B, name string) time.Time {
+	var at time.Time
+	w.until(b, 60*time.Second, "Job "+name, func() bool { at = w.seen[watch.Added][name]; return !at.IsZero() })
+	return at
+}
+
+// waitCount waits until n Jobs were seen with the event type and returns when the n-th was.
+func (w *jobWatch) waitCount(b *testing.B, typ watch.EventType, n int, timeout time.Duration) time.Time {
+	w.until(b, timeout, fmt.Sprintf("%d Jobs %s", n, typ), func() bool { return len(w.order[typ]) >= n })
+	return w.nth(typ, n)
+}
+
+func (w *jobWatch) nth(typ watch.EventType, n int) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.order[typ][n-1]
+}

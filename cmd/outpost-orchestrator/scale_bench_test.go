@@ -1,0 +1,443 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+)
+
+// Phases of BenchmarkOrchestratorScale: every level of idle agents gets ramped up over scaleRamp,
+// settles for scaleSettle and is measured for scaleWindow, while one busy runner takes
+// scaleJobRate deployments per second and an admin client reads every scaleAdminEvery.
+const (
+	scaleRamp       = 10 * time.Second
+	scaleSettle     = 10 * time.Second
+	scaleWindow     = 30 * time.Second
+	scaleJobRate    = 5
+	scaleAdminEvery = 50 * time.Millisecond
+	scaleOrg        = "acme"
+)
+
+// scaleLevels are the numbers of idle agents measured (0 is the busy runner's agent alone, the
+// single-agent figure the others are compared with). OUTPOST_BENCH_SCALE_MAX lowers the top.
+var scaleLevels = []int{0, 1000, 5000, 10000}
+
+// BenchmarkOrchestratorScale runs the orchestrator binary as its own process (its RSS and CPU
+// read from /proc) and one load process (this one) on loopback: N simulated agents, each a
+// runner of its own with the same key, long-polling with signed requests (internal/agentauth)
+// and nothing to do; one busy runner whose simulated agent claims every offer and reports it
+// finished; deployments queued for it at a steady rate; and an admin client reading the busy
+// runner. Per level it reports requests per minute per idle agent, the orchestrator's RSS and
+// CPU, the admin read p99 and the pickup p99 (enqueue → claim granted) of the busy runner.
+//
+// Run: make bench (or go test -run '^$' -bench OrchestratorScale -benchtime 1x ./cmd/outpost-orchestrator/).
+func BenchmarkOrchestratorScale(b *testing.B) {
+	levels := scaleLevels
+	if v, err := strconv.Atoi(os.Getenv("OUTPOST_BENCH_SCALE_MAX")); err == nil && v >= 0 {
+		levels = levels[:0:0]
+		for _, l := range scaleLevels {
+			if l <= v {
+				levels = append(levels, l)
+			}
+		}
+	}
+	raiseFileLimit(b, 2*levels[len(levels)-1]+4096)
+	top := levels[len(levels)-1]
+	began := time.Now()
+	o := startOrchestrator(b, levels[len(levels)-1]+1024)
+	ctx := b.Context()
+	admin, err := client.NewAdminClient(o.url, scaleOrg, o.token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pub, priv, err := keys.Generate()
+	if err != nil {
+		b.Fatal(err)
+	}
+	pubPEM, _ := keys.EncodePublicPEM(pub)
+	if _, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes,
+		Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
+		b.Fatal(err)
+	}
+	register := func(id string, maxConcurrency int) {
+		if _, err := admin.CreateRunner(ctx, api.RunnerInput{ID: id, PublicKeys: []string{pubPEM}, StateStorageID: "k8s", MaxConcurrency: maxConcurrency,
+			Job: api.RunnerJob{Namespace: "jobs", ServiceAccount: "deployer"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	register("busy", api.MaxMaxConcurrency)
+	regStart := time.Now()
+	parallel(top, 16, func(i int) { register(fmt.Sprintf("idle-%d", i), 1) })
+	b.Logf("registered %d idle runners in %s", top, time.Since(regStart).Round(time.Millisecond))
+
+	// One HTTP client for the whole load process, as many connections as agents.
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: top + 16, MaxConnsPerHost: 0, IdleConnTimeout: 2 * time.Minute,
+		DialContext: (&net.Dialer{Timeout: 10 * time.Second}).DialContext}, Timeout: 2 * time.Minute}
+	agent := func(runner string) *client.AgentClient {
+		c, err := client.NewAgentClient(o.url, agentauth.NewSigner(scaleOrg, runner, priv), client.WithHTTPClient(hc))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	load, stop := context.WithCancel(ctx)
+	defer stop()
+	var loops sync.WaitGroup
+	defer loops.Wait()
+	defer stop()
+
+	busy := newBusyAgent(agent("busy"))
+	loops.Go(func() { busy.run(load) })
+	var polls atomic.Int64
+	started := 0
+	var figures []benchmark.Figure
+	var single float64
+	for _, n := range levels {
+		// Ramp the idle agents up to n, spread over scaleRamp so their polls are not in step.
+		if add := n - started; add > 0 {
+			every := scaleRamp / time.Duration(add)
+			for i := started; i < n; i++ {
+				c := agent(fmt.Sprintf("idle-%d", i))
+				loops.Go(func() { idleLoop(load, c, &polls) })
+				time.Sleep(every)
+			}
+			started = n
+		}
+		time.Sleep(scaleSettle)
+		m := measureWindow(b, load, o, admin, busy, &polls)
+		if n == 0 {
+			single = m.pickupP99
+		}
+		label := fmt.Sprintf("%d idle agents", n)
+		if n == 0 {
+			label = "busy runner alone"
+		}
+		sec := "orchestrator, " + label
+		figures = append(figures,
+			benchmark.Figure{Section: sec, Name: "RSS", Value: benchmark.MiB(m.rss), Unit: "MiB"},
+			benchmark.Figure{Section: sec, Name: "CPU", Value: 100 * m.cpu, Unit: "% of a core"},
+			benchmark.Figure{Section: sec, Name: "admin GET p99", Value: m.adminP99, Unit: "ms"},
+			benchmark.Figure{Section: sec, Name: "pickup p50 (enqueue → claim granted)", Value: m.pickupP50, Unit: "ms"},
+			benchmark.Figure{Section: sec, Name: "pickup p99 (enqueue → claim granted)", Value: m.pickupP99, Unit: "ms", Floor: single, FloorName: "busy runner alone"},
+		)
+		if n > 0 {
+			figures = append(figures, benchmark.Figure{Section: sec, Name: "requests per minute per idle agent", Value: m.perAgentPerMin(n), Unit: "/min"}.
+				Check("≤ 2", m.perAgentPerMin(n) <= 2))
+		}
+		if n == 10000 {
+			last := len(figures) - 6
+			figures[last] = figures[last].Check("≤ 512 MiB", figures[last].Value <= 512)
+			figures[last+2] = figures[last+2].Check("≤ 20 ms", figures[last+2].Value <= 20)
+			figures[last+4] = figures[last+4].Check("≤ 2× alone", figures[last+4].Value <= 2*single)
+		}
+	}
+	stop()
+	if err := benchmark.Write(benchmark.Results{Benchmark: "orchestrator-scale", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
+		Warmup: fmt.Sprintf("each level: agents ramped over %s, then %s settling, then a %s window measured; %d deployments/s to the busy runner throughout", scaleRamp, scaleSettle, scaleWindow, scaleJobRate)}); err != nil {
+		b.Fatal(err)
+	}
+	if benchmark.Dir() == "" { // make bench prints one table of every benchmark at the end
+		fmt.Print("\n" + benchmark.Table([]benchmark.Results{{Figures: figures}}))
+	}
+}
+
+// window is what one measured window saw.
+type window struct {
+	polls               int64
+	seconds             float64
+	rss                 int64
+	cpu                 float64
+	adminP99, pickupP50, pickupP99 float64
+}
+
+func (w window) perAgentPerMin(agents int) float64 {
+	return float64(w.polls) / float64(agents) / (w.seconds / 60)
+}
+
+// measureWindow queues scaleJobRate deployments a second for the busy runner and reads the admin
+// API every scaleAdminEvery for scaleWindow, counting the idle agents' polls meanwhile.
+func measureWindow(b *testing.B, ctx context.Context, o *orchestratorProcess, admin *client.AdminClient, busy *busyAgent, polls *atomic.Int64) window {
+	from, err := benchmark.ReadUsage(o.cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p0 := polls.Load()
+	var adminLat []time.Duration
+	enqueued := map[string]time.Time{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	jobs := time.NewTicker(time.Second / scaleJobRate)
+	reads := time.NewTicker(scaleAdminEvery)
+	end := time.NewTimer(scaleWindow)
+	defer jobs.Stop()
+	defer reads.Stop()
+loop:
+	for {
+		select {
+		case <-jobs.C:
+			wg.Go(func() {
+				t0 := time.Now()
+				d, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "busy", Operation: api.OperationPlan,
+					Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive(b)}}, StateKey: "s"})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				enqueued[d.ID] = t0
+				mu.Unlock()
+			})
+		case <-reads.C:
+			t0 := time.Now()
+			if _, err := admin.GetRunner(ctx, "busy"); err != nil {
+				b.Error(err)
+			}
+			adminLat = append(adminLat, time.Since(t0))
+		case <-end.C:
+			break loop
+		}
+	}
+	to, err := benchmark.ReadUsage(o.cmd.Process.Pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	polled := polls.Load() - p0
+	wg.Wait()
+	// Every deployment of the window is claimed within seconds; wait for them.
+	deadline := time.Now().Add(30 * time.Second)
+	var pickups []time.Duration
+	for {
+		pickups = pickups[:0]
+		missing := 0
+		for id, t0 := range enqueued {
+			if at, ok := busy.claimedAt(id); ok {
+				pickups = append(pickups, at.Sub(t0))
+			} else {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d deployments of the busy runner not claimed 30 s after the window; the busy agent's first errors: %v", missing, busy.errors())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return window{polls: polled, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchmark.CPUShare(from, to),
+		adminP99: benchmark.Ms(benchmark.Percentile(adminLat, 99)),
+		pickupP50: benchmark.Ms(benchmark.Percentile(pickups, 50)), pickupP99: benchmark.Ms(benchmark.Percentile(pickups, 99))}
+}
+
+// idleLoop is an idle agent: a long poll of 30 s with no capacity, again and again.
+func idleLoop(ctx context.Context, c *client.AgentClient, polls *atomic.Int64) {
+	for ctx.Err() == nil {
+		if _, err := c.Poll(ctx, api.PollRequest{AgentVersion: "bench", Instance: "load", Held: []api.HeldAttempt{}, WaitSeconds: 30}); err == nil {
+			polls.Add(1)
+		} else if ctx.Err() == nil {
+			time.Sleep(time.Second) // a failed poll; the figures show it as fewer requests
+		}
+	}
+}
+
+// busyAgent claims every offer at once and reports it finished, recording when each claim was
+// granted.
+type busyAgent struct {
+	c       *client.AgentClient
+	mu      sync.Mutex
+	claimed map[string]time.Time
+	errs    []error
+}
+
+// fail keeps the first errors, for the benchmark's message.
+func (a *busyAgent) fail(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.errs) < 5 {
+		a.errs = append(a.errs, err)
+	}
+}
+
+func (a *busyAgent) errors() []error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]error(nil), a.errs...)
+}
+
+func newBusyAgent(c *client.AgentClient) *busyAgent {
+	return &busyAgent{c: c, claimed: map[string]time.Time{}}
+}
+
+func (a *busyAgent) claimedAt(id string) (time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t, ok := a.claimed[id]
+	return t, ok
+}
+
+// run polls and claims as the agent's session does: an offer already being claimed is not
+// claimed again, and an answer that brought nothing new is followed by the agent's minimum gap
+// of 250 ms before the next poll.
+func (a *busyAgent) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	starting := map[string]bool{}
+	var startMu sync.Mutex
+	for ctx.Err() == nil {
+		began := time.Now()
+		resp, err := a.c.Poll(ctx, api.PollRequest{AgentVersion: "bench", Instance: "busy", Held: []api.HeldAttempt{}, WaitSeconds: 30, CapacityFree: api.MaxMaxConcurrency})
+		if err != nil {
+			if ctx.Err() == nil {
+				a.fail(fmt.Errorf("poll: %w", err))
+				time.Sleep(time.Second)
+			}
+			continue
+		}
+		taken := 0
+		for _, o := range resp.Offers {
+			startMu.Lock()
+			dup := starting[o.DeploymentID]
+			starting[o.DeploymentID] = true
+			startMu.Unlock()
+			if dup {
+				continue
+			}
+			taken++
+			wg.Go(func() {
+				defer func() { startMu.Lock(); delete(starting, o.DeploymentID); startMu.Unlock() }()
+				c, err := a.c.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: "busy"})
+				if err != nil {
+					a.fail(fmt.Errorf("claim %s: %w", o.DeploymentID, err))
+					return
+				}
+				a.mu.Lock()
+				if _, ok := a.claimed[o.DeploymentID]; !ok {
+					a.claimed[o.DeploymentID] = time.Now()
+				}
+				a.mu.Unlock()
+				if _, err := a.c.Event(ctx, o.DeploymentID, api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: o.Attempt, Seq: 2,
+					Type: api.EventFinished, Result: api.StatusSucceeded, Time: time.Now().UTC()}}); err != nil {
+					a.fail(fmt.Errorf("finished event of %s: %w", o.DeploymentID, err))
+				}
+			})
+		}
+		if gap := time.Since(began); taken == 0 && gap < 250*time.Millisecond {
+			time.Sleep(250*time.Millisecond - gap)
+		}
+	}
+}
+
+// orchestratorProcess is the outpost-orchestrator binary running on a loopback port.
+type orchestratorProcess struct {
+	cmd        *exec.Cmd
+	url, token string
+}
+
+func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
+	dir := b.TempDir()
+	bin := filepath.Join(dir, "outpost-orchestrator")
+	if out, err := exec.CommandContext(b.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	o := &orchestratorProcess{url: "http://" + addr, token: "bench-admin-token-0123456789abcdef"}
+	logFile, err := os.Create(filepath.Join(dir, "orchestrator.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	o.cmd = exec.CommandContext(context.WithoutCancel(b.Context()), bin, "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
+		"--max-connections", strconv.Itoa(maxConnections), "--log-format", "json")
+	o.cmd.Env = append(os.Environ(), "OUTPOST_ORCHESTRATOR_ADMIN_TOKEN="+o.token)
+	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
+	if err := o.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = o.cmd.Process.Signal(syscall.SIGTERM)
+		_ = o.cmd.Wait()
+		_ = logFile.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(o.url + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
+			return o
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the orchestrator did not answer on %s: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// raiseFileLimit lifts this process's open-file limit (and its children's) to at least n, as far
+// as the hard limit allows.
+func raiseFileLimit(b *testing.B, n int) {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		b.Fatal(err)
+	}
+	if l.Cur >= uint64(n) {
+		return
+	}
+	l.Cur = min(max(uint64(n), l.Cur), l.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		b.Fatal(err)
+	}
+	if l.Cur < uint64(n) {
+		b.Logf("open-file limit %d is below the %d the load needs; raise the hard limit (ulimit -Hn)", l.Cur, n)
+	}
+}
+
+// parallel runs fn(0..n-1) on workers goroutines.
+func parallel(n, workers int, fn func(int)) {
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+var (
+	archiveOnce sync.Once
+	archiveData []byte
+)
+
+func archive(b *testing.B) []byte {
+	archiveOnce.Do(func() {
+		archiveData = orchestratortest.TarGz(b, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
+	})
+	return archiveData
+}
