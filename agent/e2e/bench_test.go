@@ -264,12 +264,12 @@ func mustUsage(b *testing.B, pid int) benchmark.Usage {
 
 // jobWatch records when a watch first saw each Job added and deleted.
 type jobWatch struct {
-	mu     sync.Mutex
-	seen   map[watch.EventType]map[string]time.Time
-	order  map[watch.EventType][]time.Time
-	wake   chan struct{}
-	hooks  []countHook
-	marks  map[string]benchmark.Usage
+	mu    sync.Mutex
+	seen  map[watch.EventType]map[string]time.Time
+	order map[watch.EventType][]time.Time
+	wake  chan struct{}
+	hooks []countHook
+	marks map[string]benchmark.Usage
 }
 
 type countHook struct {

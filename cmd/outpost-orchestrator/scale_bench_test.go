@@ -160,10 +160,10 @@ func BenchmarkOrchestratorScale(b *testing.B) {
 
 // window is what one measured window saw.
 type window struct {
-	polls               int64
-	seconds             float64
-	rss                 int64
-	cpu                 float64
+	polls                          int64
+	seconds                        float64
+	rss                            int64
+	cpu                            float64
 	adminP99, pickupP50, pickupP99 float64
 }
 
@@ -242,7 +242,7 @@ loop:
 		time.Sleep(100 * time.Millisecond)
 	}
 	return window{polls: polled, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchmark.CPUShare(from, to),
-		adminP99: benchmark.Ms(benchmark.Percentile(adminLat, 99)),
+		adminP99:  benchmark.Ms(benchmark.Percentile(adminLat, 99)),
 		pickupP50: benchmark.Ms(benchmark.Percentile(pickups, 50)), pickupP99: benchmark.Ms(benchmark.Percentile(pickups, 99))}
 }
 
