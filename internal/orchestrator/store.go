@@ -154,6 +154,30 @@ func (s *store) update(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	return refused
 }
 
+// batch is update for the writes every poll makes (the runner's last sighting, job lease
+// renewals): bbolt runs concurrent batch calls in one transaction, so thousands of agents polling
+// share commits (and their fsyncs) instead of queueing one commit each. fn may run more than once
+// and must start from scratch every time.
+func (s *store) batch(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var refused error
+	err := s.db.Batch(func(tx *bolt.Tx) error {
+		refused = nil
+		err := fn(tx)
+		if _, ok := asRefusal(err); ok {
+			refused = err
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return refused
+}
+
 // view runs fn in a read transaction unless ctx is already done.
 func (s *store) view(ctx context.Context, fn func(tx *bolt.Tx) error) error {
 	if err := ctx.Err(); err != nil {

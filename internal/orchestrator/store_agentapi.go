@@ -62,7 +62,7 @@ func loadRunnerDeployment(tx *bolt.Tx, id agentauth.Identity, deploymentID strin
 // leader re-adopting the attempts) and returns forget directives for everything else.
 func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api.PollRequest, leaseFor time.Duration) ([]api.Directive, error) {
 	var out []api.Directive
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.batch(ctx, func(tx *bolt.Tx) error {
 		out = nil
 		now := s.timeNow()
 		if _, err := touchRunner(tx, id, req.AgentVersion, now); err != nil {
