@@ -37,7 +37,7 @@ const (
 // registered with it, and the chart installed with the agent running from its image on the real
 // node, in an agent namespace (also holding the states) and a jobs namespace of the test's own.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	c       *testbed.Cluster
 	orch    *orchestratortest.Instance
 	admin   *client.AdminClient
@@ -57,7 +57,7 @@ type envOptions struct {
 	before func(e *env)
 }
 
-func newEnv(t *testing.T, o envOptions) *env {
+func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	c := testbed.Shared(t)
 	images(t, c)
@@ -357,7 +357,7 @@ func containerStates(ss []corev1.ContainerStatus) string {
 }
 
 // wait polls cond every 200 ms until it holds or the timeout passes.
-func wait(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func wait(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""

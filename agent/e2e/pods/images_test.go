@@ -47,7 +47,7 @@ var (
 // images builds the agent, job and terraform images once per test binary and imports them into
 // the real node once; a test needing them calls it first. It skips (fails under CI=true) when the
 // machine runs no real node.
-func images(t *testing.T, c *testbed.Cluster) {
+func images(t testing.TB, c *testbed.Cluster) {
 	t.Helper()
 	testbed.RequireNode(t, c)
 	imagesOnce.Do(func() { imagesErr = buildAndImport(t, c) })
@@ -56,7 +56,7 @@ func images(t *testing.T, c *testbed.Cluster) {
 	}
 }
 
-func buildAndImport(t *testing.T, c *testbed.Cluster) error {
+func buildAndImport(t testing.TB, c *testbed.Cluster) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
@@ -252,7 +252,7 @@ func versionsEnv(root, name string) (string, error) {
 }
 
 // testLog sends the image build's progress to the test log.
-type testLog struct{ t *testing.T }
+type testLog struct{ t testing.TB }
 
 func (l testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
