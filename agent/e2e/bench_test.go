@@ -19,7 +19,7 @@ import (
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchtest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
@@ -48,20 +48,20 @@ const (
 // Run: make bench (or go test -run '^$' -bench Agent -benchtime 1x ./agent/e2e/).
 func BenchmarkAgent(b *testing.B) {
 	began := time.Now()
-	var figures []benchmark.Figure
+	var figures []benchtest.Figure
 	for i := 0; i < b.N; i++ {
 		figures = append(benchPickup(b), benchThroughput(b)...)
 	}
-	if err := benchmark.Write(benchmark.Results{Benchmark: "agent", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
+	if err := benchtest.Write(benchtest.Results{Benchmark: "agent", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
 		Warmup: fmt.Sprintf("%d deployments and %d bare creates before the %d timed pickups; the burst agent idles 10 s after its first poll", benchWarmup, benchWarmup, benchPickups)}); err != nil {
 		b.Fatal(err)
 	}
-	if benchmark.Dir() == "" { // make bench prints one table of every benchmark at the end
-		fmt.Print("\n" + benchmark.Table([]benchmark.Results{{Figures: figures}}))
+	if benchtest.Dir() == "" { // make bench prints one table of every benchmark at the end
+		fmt.Print("\n" + benchtest.Table([]benchtest.Results{{Figures: figures}}))
 	}
 }
 
-func benchPickup(b *testing.B) []benchmark.Figure {
+func benchPickup(b *testing.B) []benchtest.Figure {
 	e := newEnv(b, "", 50)
 	e.startAgent("bench-pickup", "--poll-wait", "30s", "--log-level", "info")
 	w := watchJobs(b, e.cluster.Client(), e.ns)
@@ -94,19 +94,19 @@ func benchPickup(b *testing.B) []benchmark.Figure {
 			floorLat = append(floorLat, floorSeen.Sub(t1))
 		}
 	}
-	p := func(ds []time.Duration, q float64) float64 { return benchmark.Ms(benchmark.Percentile(ds, q)) }
-	fig := func(name string, q float64) benchmark.Figure {
-		return benchmark.Figure{Section: "pickup", Name: "enqueue → Job created " + name, Value: p(agentLat, q), Unit: "ms",
+	p := func(ds []time.Duration, q float64) float64 { return benchtest.Ms(benchtest.Percentile(ds, q)) }
+	fig := func(name string, q float64) benchtest.Figure {
+		return benchtest.Figure{Section: "pickup", Name: "enqueue → Job created " + name, Value: p(agentLat, q), Unit: "ms",
 			Floor: p(floorLat, q), FloorName: "bare create"}
 	}
 	p50, p95, p99 := fig("p50", 50), fig("p95", 95), fig("p99", 99)
 	p50 = p50.Check("≤ 15 ms", p50.Value <= 15)
 	p99 = p99.Check("≤ 1.5× floor", p99.Value <= 1.5*p99.Floor)
 	p50.Note = fmt.Sprintf("%d sequential deployments, each followed by a bare client-go create of the same Job; both seen by one watch", benchPickups)
-	return []benchmark.Figure{p50, p95, p99}
+	return []benchtest.Figure{p50, p95, p99}
 }
 
-func benchThroughput(b *testing.B) []benchmark.Figure {
+func benchThroughput(b *testing.B) []benchtest.Figure {
 	e := newEnv(b, fmt.Sprintf(`{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":%q}},"spec":{"containers":[{"name":"main"}]}}`, benchRunFor), benchBurst)
 	ctx := b.Context()
 	a := e.startAgent("bench-burst", "--poll-wait", "30s", "--log-level", "info")
@@ -144,23 +144,23 @@ func benchThroughput(b *testing.B) []benchmark.Figure {
 
 	floorRate := floorBurst(b, e, template)
 	rate := float64(benchBurst-1) / allCreated.Sub(first).Seconds()
-	created := benchmark.Figure{Section: "throughput", Name: fmt.Sprintf("%d queued → Jobs created per second", benchBurst), Value: rate, Unit: "Jobs/s",
+	created := benchtest.Figure{Section: "throughput", Name: fmt.Sprintf("%d queued → Jobs created per second", benchBurst), Value: rate, Unit: "Jobs/s",
 		Floor: floorRate, FloorName: "bare Job+Secret creates",
 		Note: fmt.Sprintf("first to last Job seen by the watch; all %d existed %.1f s after SIGCONT of the agent stopped while they were queued", benchBurst, allCreated.Sub(t0).Seconds())}
 	created = created.Check("≥ 80% of floor and ≥ 100/s", rate >= 0.8*floorRate && rate >= 100)
-	rss := func(u benchmark.Usage) float64 { return benchmark.MiB(u.RSS) }
-	idle := benchmark.Figure{Section: "agent", Name: "RSS idle", Value: rss(idleTo), Unit: "MiB"}
+	rss := func(u benchtest.Usage) float64 { return benchtest.MiB(u.RSS) }
+	idle := benchtest.Figure{Section: "agent", Name: "RSS idle", Value: rss(idleTo), Unit: "MiB"}
 	hundred := w.marked("100")
-	return []benchmark.Figure{
+	return []benchtest.Figure{
 		created,
 		{Section: "throughput", Name: fmt.Sprintf("%d queued → all Jobs created", benchBurst), Value: allCreated.Sub(t0).Seconds(), Unit: "s"},
 		{Section: "throughput", Name: fmt.Sprintf("%d queued → all reported finished", benchBurst), Value: allDeleted.Sub(t0).Seconds(), Unit: "s",
 			Note: "each simulated pod runs " + benchRunFor + "; finished = the agent deleted the Job after the orchestrator acknowledged its finished event"},
 		idle.Check("≤ 32 MiB", idle.Value <= 32),
-		{Section: "agent", Name: "CPU idle", Value: 100 * benchmark.CPUShare(idleFrom, idleTo), Unit: "% of a core", Note: "10 s after the first poll"},
-		benchmark.Figure{Section: "agent", Name: "RSS with 100 Jobs in flight", Value: rss(hundred), Unit: "MiB"},
-		benchmark.Figure{Section: "agent", Name: "RSS with 1,000 Jobs in flight", Value: rss(inFlight), Unit: "MiB"}.Check("≤ 128 MiB", rss(inFlight) <= 128),
-		{Section: "agent", Name: "CPU with 1,000 Jobs in flight", Value: 100 * benchmark.CPUShare(inFlight, busy), Unit: "% of a core", Note: "the 5 s after the last Job was created"},
+		{Section: "agent", Name: "CPU idle", Value: 100 * benchtest.CPUShare(idleFrom, idleTo), Unit: "% of a core", Note: "10 s after the first poll"},
+		{Section: "agent", Name: "RSS with 100 Jobs in flight", Value: rss(hundred), Unit: "MiB"},
+		benchtest.Figure{Section: "agent", Name: "RSS with 1,000 Jobs in flight", Value: rss(inFlight), Unit: "MiB"}.Check("≤ 128 MiB", rss(inFlight) <= 128),
+		{Section: "agent", Name: "CPU with 1,000 Jobs in flight", Value: 100 * benchtest.CPUShare(inFlight, busy), Unit: "% of a core", Note: "the 5 s after the last Job was created"},
 	}
 }
 
@@ -254,8 +254,8 @@ func bareClient(b *testing.B, rc *rest.Config) kubernetes.Interface {
 	return cs
 }
 
-func mustUsage(b *testing.B, pid int) benchmark.Usage {
-	u, err := benchmark.ReadUsage(pid)
+func mustUsage(b *testing.B, pid int) benchtest.Usage {
+	u, err := benchtest.ReadUsage(pid)
 	if err != nil {
 		b.Error(err)
 	}
@@ -269,7 +269,7 @@ type jobWatch struct {
 	order map[watch.EventType][]time.Time
 	wake  chan struct{}
 	hooks []countHook
-	marks map[string]benchmark.Usage
+	marks map[string]benchtest.Usage
 }
 
 type countHook struct {
@@ -281,7 +281,7 @@ type countHook struct {
 // that resumes by itself if the API server ends the watch) first saw each Job added and deleted.
 func watchJobs(b *testing.B, cs kubernetes.Interface, ns string) *jobWatch {
 	w := &jobWatch{seen: map[watch.EventType]map[string]time.Time{watch.Added: {}, watch.Deleted: {}},
-		order: map[watch.EventType][]time.Time{}, wake: make(chan struct{}), marks: map[string]benchmark.Usage{}}
+		order: map[watch.EventType][]time.Time{}, wake: make(chan struct{}), marks: map[string]benchtest.Usage{}}
 	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns))
 	inf := factory.Batch().V1().Jobs().Informer()
 	name := func(obj any) string {
@@ -351,13 +351,13 @@ func (w *jobWatch) onAdded(n int, fn func()) {
 	w.mu.Unlock()
 }
 
-func (w *jobWatch) mark(name string, u benchmark.Usage) {
+func (w *jobWatch) mark(name string, u benchtest.Usage) {
 	w.mu.Lock()
 	w.marks[name] = u
 	w.mu.Unlock()
 }
 
-func (w *jobWatch) marked(name string) benchmark.Usage {
+func (w *jobWatch) marked(name string) benchtest.Usage {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.marks[name]

@@ -17,7 +17,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchtest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
@@ -107,7 +107,7 @@ func BenchmarkOrchestratorScale(b *testing.B) {
 	loops.Go(func() { busy.run(load) })
 	var polls atomic.Int64
 	started := 0
-	var figures []benchmark.Figure
+	var figures []benchtest.Figure
 	var single float64
 	for _, n := range levels {
 		// Ramp the idle agents up to n, spread over scaleRamp so their polls are not in step.
@@ -130,31 +130,31 @@ func BenchmarkOrchestratorScale(b *testing.B) {
 			label = "busy runner alone"
 		}
 		sec := "orchestrator, " + label
-		rss := benchmark.Figure{Section: sec, Name: "RSS", Value: benchmark.MiB(m.rss), Unit: "MiB"}
-		admin := benchmark.Figure{Section: sec, Name: "admin GET p99", Value: m.adminP99, Unit: "ms"}
-		pickup := benchmark.Figure{Section: sec, Name: "pickup p99 (enqueue → claim granted)", Value: m.pickupP99, Unit: "ms", Floor: single, FloorName: "busy runner alone"}
+		rss := benchtest.Figure{Section: sec, Name: "RSS", Value: benchtest.MiB(m.rss), Unit: "MiB"}
+		admin := benchtest.Figure{Section: sec, Name: "admin GET p99", Value: m.adminP99, Unit: "ms"}
+		pickup := benchtest.Figure{Section: sec, Name: "pickup p99 (enqueue → claim granted)", Value: m.pickupP99, Unit: "ms", Floor: single, FloorName: "busy runner alone"}
 		if n == 10000 {
 			rss = rss.Check("≤ 512 MiB", rss.Value <= 512)
 			admin = admin.Check("≤ 20 ms", admin.Value <= 20)
 			pickup = pickup.Check("≤ 2× alone", pickup.Value <= 2*single)
 		}
 		figures = append(figures, rss,
-			benchmark.Figure{Section: sec, Name: "CPU", Value: 100 * m.cpu, Unit: "% of a core"},
+			benchtest.Figure{Section: sec, Name: "CPU", Value: 100 * m.cpu, Unit: "% of a core"},
 			admin,
-			benchmark.Figure{Section: sec, Name: "pickup p50 (enqueue → claim granted)", Value: m.pickupP50, Unit: "ms"},
+			benchtest.Figure{Section: sec, Name: "pickup p50 (enqueue → claim granted)", Value: m.pickupP50, Unit: "ms"},
 			pickup)
 		if n > 0 {
 			perAgent := m.perAgentPerMin(n)
-			figures = append(figures, benchmark.Figure{Section: sec, Name: "requests per minute per idle agent", Value: perAgent, Unit: "/min"}.Check("≤ 2", perAgent <= 2))
+			figures = append(figures, benchtest.Figure{Section: sec, Name: "requests per minute per idle agent", Value: perAgent, Unit: "/min"}.Check("≤ 2", perAgent <= 2))
 		}
 	}
 	stop()
-	if err := benchmark.Write(benchmark.Results{Benchmark: "orchestrator-scale", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
+	if err := benchtest.Write(benchtest.Results{Benchmark: "orchestrator-scale", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
 		Warmup: fmt.Sprintf("each level: agents ramped over %s, then %s settling, then a %s window measured; %d deployments/s to the busy runner throughout", scaleRamp, scaleSettle, scaleWindow, scaleJobRate)}); err != nil {
 		b.Fatal(err)
 	}
-	if benchmark.Dir() == "" { // make bench prints one table of every benchmark at the end
-		fmt.Print("\n" + benchmark.Table([]benchmark.Results{{Figures: figures}}))
+	if benchtest.Dir() == "" { // make bench prints one table of every benchmark at the end
+		fmt.Print("\n" + benchtest.Table([]benchtest.Results{{Figures: figures}}))
 	}
 }
 
@@ -174,7 +174,7 @@ func (w window) perAgentPerMin(agents int) float64 {
 // measureWindow queues scaleJobRate deployments a second for the busy runner and reads the admin
 // API every scaleAdminEvery for scaleWindow, counting the idle agents' polls meanwhile.
 func measureWindow(b *testing.B, ctx context.Context, o *orchestratorProcess, admin *client.AdminClient, busy *busyAgent, polls *atomic.Int64) window {
-	from, err := benchmark.ReadUsage(o.cmd.Process.Pid)
+	from, err := benchtest.ReadUsage(o.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -214,7 +214,7 @@ loop:
 			break loop
 		}
 	}
-	to, err := benchmark.ReadUsage(o.cmd.Process.Pid)
+	to, err := benchtest.ReadUsage(o.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -241,9 +241,9 @@ loop:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return window{polls: polled, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchmark.CPUShare(from, to),
-		adminP99:  benchmark.Ms(benchmark.Percentile(adminLat, 99)),
-		pickupP50: benchmark.Ms(benchmark.Percentile(pickups, 50)), pickupP99: benchmark.Ms(benchmark.Percentile(pickups, 99))}
+	return window{polls: polled, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchtest.CPUShare(from, to),
+		adminP99:  benchtest.Ms(benchtest.Percentile(adminLat, 99)),
+		pickupP50: benchtest.Ms(benchtest.Percentile(pickups, 50)), pickupP99: benchtest.Ms(benchtest.Percentile(pickups, 99))}
 }
 
 // idleLoop is an idle agent: a long poll of 30 s with no capacity, again and again.
@@ -356,7 +356,8 @@ func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
 	if out, err := exec.CommandContext(b.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(b.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -381,7 +382,8 @@ func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(o.url + "/healthz")
+		req, _ := http.NewRequestWithContext(b.Context(), http.MethodGet, o.url+"/healthz", nil)
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			return o

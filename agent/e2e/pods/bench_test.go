@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchtest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -47,18 +47,18 @@ func BenchmarkCLIStart(b *testing.B) {
 			}
 		}
 	}
-	p50 := benchmark.Figure{Section: "real pod", Name: "enqueue → CLI's first log line p50", Value: benchmark.Ms(benchmark.Percentile(lat, 50)), Unit: "ms",
+	p50 := benchtest.Figure{Section: "real pod", Name: "enqueue → CLI's first log line p50", Value: benchtest.Ms(benchtest.Percentile(lat, 50)), Unit: "ms",
 		Note: fmt.Sprintf("%d plans one after the other on the real node (containerd, runc, kubelet), OpenTofu from the job image; the log is read every 20 ms", runs)}
-	figures := []benchmark.Figure{
+	figures := []benchtest.Figure{
 		p50.Check("≤ 2 s", p50.Value <= 2000),
-		{Section: "real pod", Name: "enqueue → CLI's first log line p99", Value: benchmark.Ms(benchmark.Percentile(lat, 99)), Unit: "ms"},
+		{Section: "real pod", Name: "enqueue → CLI's first log line p99", Value: benchtest.Ms(benchtest.Percentile(lat, 99)), Unit: "ms"},
 	}
-	if err := benchmark.Write(benchmark.Results{Benchmark: "real-pod", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
+	if err := benchtest.Write(benchtest.Results{Benchmark: "real-pod", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
 		Warmup: fmt.Sprintf("the test bed with its real node, the images and the chart install; %d plans before the %d timed", warmup, runs)}); err != nil {
 		b.Fatal(err)
 	}
-	if benchmark.Dir() == "" {
-		fmt.Print("\n" + benchmark.Table([]benchmark.Results{{Figures: figures}}))
+	if benchtest.Dir() == "" {
+		fmt.Print("\n" + benchtest.Table([]benchtest.Results{{Figures: figures}}))
 	}
 }
 

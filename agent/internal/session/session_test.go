@@ -325,7 +325,9 @@ func TestSessionReportsTheLimitWhenItChanges(t *testing.T) {
 	after := polls()
 	waitFor(t, "three more polls", func() bool { return polls() >= after+3 })
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(got) != 2 || got[0] != 25 || got[1] != 10 {

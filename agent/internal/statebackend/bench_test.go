@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchtest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -180,10 +180,10 @@ func BenchmarkStateBackends(b *testing.B) {
 	if len(failures) > 0 {
 		fmt.Fprintf(&sb, "\n%s\n", strings.Join(failures, "\n"))
 	}
-	if benchmark.Dir() == "" { // make bench prints one table of every benchmark at the end
+	if benchtest.Dir() == "" { // make bench prints one table of every benchmark at the end
 		fmt.Fprint(os.Stdout, sb.String())
 	}
-	if err := benchmark.Write(stateFigures(rows, reps, wire, began)); err != nil {
+	if err := benchtest.Write(stateFigures(rows, reps, wire, began)); err != nil {
 		b.Error(err)
 	}
 	for _, r := range rows {
@@ -209,8 +209,8 @@ type stateRow struct {
 // stateFigures are the rows as the figures of make bench's table: Outpost's push and pull next to
 // the stock kubernetes backend's, in milliseconds; a failed side has no figure (a failed Outpost
 // side fails the benchmark, a failed stock side is a note).
-func stateFigures(rows []stateRow, reps int, wire string, began time.Time) benchmark.Results {
-	var figs []benchmark.Figure
+func stateFigures(rows []stateRow, reps int, wire string, began time.Time) benchtest.Results {
+	var figs []benchtest.Figure
 	for _, r := range rows {
 		for _, op := range []struct {
 			name           string
@@ -219,17 +219,17 @@ func stateFigures(rows []stateRow, reps int, wire string, began time.Time) bench
 			if r.outpost.err != "" {
 				continue
 			}
-			f := benchmark.Figure{Section: "state backend (" + r.cli + ")", Name: fmt.Sprintf("%s %s, median of %d", op.name, sizeLabel(r.size), reps),
-				Value: benchmark.Ms(op.outpost), Unit: "ms"}
+			f := benchtest.Figure{Section: "state backend (" + r.cli + ")", Name: fmt.Sprintf("%s %s, median of %d", op.name, sizeLabel(r.size), reps),
+				Value: benchtest.Ms(op.outpost), Unit: "ms"}
 			if r.stock.err == "" {
-				f.Floor, f.FloorName = benchmark.Ms(op.stock), "stock kubernetes backend"
+				f.Floor, f.FloorName = benchtest.Ms(op.stock), "stock kubernetes backend"
 			} else {
 				f.Note = "the stock kubernetes backend failed: " + r.stock.err
 			}
 			figs = append(figs, f)
 		}
 	}
-	return benchmark.Results{Benchmark: "state-backends", Started: began, Seconds: time.Since(began).Seconds(), Figures: figs,
+	return benchtest.Results{Benchmark: "state-backends", Started: began, Seconds: time.Since(began).Seconds(), Figures: figs,
 		Warmup: "none; each figure is the median of its runs, CLI start-up included; agent client " + wire}
 }
 

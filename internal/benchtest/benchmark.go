@@ -1,8 +1,8 @@
-// Package benchmark holds what `make bench` measures with and reports: the figures each
+// Package benchtest holds what `make bench` measures with and reports: the figures each
 // benchmark writes as JSON into one results folder, percentiles, a process's memory and CPU from
 // /proc, and the one table printed at the end with each figure next to its comparison from the
 // same run and the issue's goal.
-package benchmark
+package benchtest
 
 import (
 	"encoding/json"

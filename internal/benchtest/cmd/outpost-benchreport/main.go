@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/benchmark"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/benchtest"
 )
 
 func main() {
@@ -21,7 +21,7 @@ func main() {
 		os.Exit(2)
 	}
 	dir := os.Args[1]
-	results, err := benchmark.ReadAll(dir)
+	results, err := benchtest.ReadAll(dir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "outpost-benchreport:", err)
 		os.Exit(1)
@@ -38,7 +38,7 @@ func main() {
 		}
 	}
 	sb.WriteString("\n")
-	sb.WriteString(benchmark.Table(results))
+	sb.WriteString(benchtest.Table(results))
 	var notes []string
 	for _, r := range results {
 		for _, f := range r.Figures {
@@ -52,7 +52,7 @@ func main() {
 	}
 	fmt.Print(sb.String())
 	summary, _ := json.MarshalIndent(map[string]any{"machine": machine, "at": time.Now().UTC(), "results": results}, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, benchmark.SummaryFile), append(summary, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, benchtest.SummaryFile), append(summary, '\n'), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "outpost-benchreport:", err)
 		os.Exit(1)
 	}
