@@ -230,7 +230,7 @@ func stateFigures(rows []stateRow, reps int, wire string, began time.Time) bench
 		}
 	}
 	return benchtest.Results{Benchmark: "state-backends", Started: began, Seconds: time.Since(began).Seconds(), Figures: figs,
-		Warmup: "none; each figure is the median of its runs, CLI start-up included; agent client " + wire}
+		Warmup: "nothing (each figure is the median of its runs, CLI start-up included; agent client " + wire + ")"}
 }
 
 // benchState builds a Terraform v4 state of about size bytes: terraform_data instances whose

@@ -32,7 +32,7 @@ func main() {
 	fmt.Fprintf(&sb, "\nOutpost benchmarks — %s, %s\n", time.Now().UTC().Format(time.RFC3339), machine)
 	for _, r := range results {
 		if r.Warmup != "" {
-			fmt.Fprintf(&sb, "  %s (%.0f s): warm-up excluded: %s\n", r.Benchmark, r.Seconds, r.Warmup)
+			fmt.Fprintf(&sb, "  %s (%.0f s); left out of the figures: %s\n", r.Benchmark, r.Seconds, r.Warmup)
 		} else {
 			fmt.Fprintf(&sb, "  %s (%.0f s)\n", r.Benchmark, r.Seconds)
 		}
