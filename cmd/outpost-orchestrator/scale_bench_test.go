@@ -105,7 +105,7 @@ func BenchmarkOrchestratorScale(b *testing.B) {
 
 	busy := newBusyAgent(agent("busy"))
 	loops.Go(func() { busy.run(load) })
-	var polls atomic.Int64
+	var polls pollCounts
 	started := 0
 	var figures []benchtest.Figure
 	var single float64
@@ -145,7 +145,11 @@ func BenchmarkOrchestratorScale(b *testing.B) {
 			pickup)
 		if n > 0 {
 			perAgent := m.perAgentPerMin(n)
-			figures = append(figures, benchtest.Figure{Section: sec, Name: "requests per minute per idle agent", Value: perAgent, Unit: "/min"}.Check("≤ 2", perAgent <= 2))
+			f := benchtest.Figure{Section: sec, Name: "requests per minute per idle agent", Value: perAgent, Unit: "/min"}.Check("≤ 2", perAgent <= 2 && m.failed == 0)
+			if m.failed > 0 {
+				f.Note = fmt.Sprintf("%d polls failed in the window (first failure of the run: %v)", m.failed, m.firstErr)
+			}
+			figures = append(figures, f)
 		}
 	}
 	stop()
@@ -160,7 +164,8 @@ func BenchmarkOrchestratorScale(b *testing.B) {
 
 // window is what one measured window saw.
 type window struct {
-	polls                          int64
+	polls, failed                  int64
+	firstErr                       error
 	seconds                        float64
 	rss                            int64
 	cpu                            float64
@@ -173,12 +178,12 @@ func (w window) perAgentPerMin(agents int) float64 {
 
 // measureWindow queues scaleJobRate deployments a second for the busy runner and reads the admin
 // API every scaleAdminEvery for scaleWindow, counting the idle agents' polls meanwhile.
-func measureWindow(b *testing.B, ctx context.Context, o *orchestratorProcess, admin *client.AdminClient, busy *busyAgent, polls *atomic.Int64) window {
+func measureWindow(b *testing.B, ctx context.Context, o *orchestratorProcess, admin *client.AdminClient, busy *busyAgent, polls *pollCounts) window {
 	from, err := benchtest.ReadUsage(o.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	p0 := polls.Load()
+	p0, f0 := polls.ok.Load(), polls.failed.Load()
 	var adminLat []time.Duration
 	enqueued := map[string]time.Time{}
 	var mu sync.Mutex
@@ -218,7 +223,7 @@ loop:
 	if err != nil {
 		b.Fatal(err)
 	}
-	polled := polls.Load() - p0
+	polled, failed := polls.ok.Load()-p0, polls.failed.Load()-f0
 	wg.Wait()
 	// Every deployment of the window is claimed within seconds; wait for them.
 	deadline := time.Now().Add(30 * time.Second)
@@ -241,18 +246,36 @@ loop:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return window{polls: polled, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchtest.CPUShare(from, to),
+	polls.mu.Lock()
+	firstErr := polls.first
+	polls.mu.Unlock()
+	return window{polls: polled, failed: failed, firstErr: firstErr, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchtest.CPUShare(from, to),
 		adminP99:  benchtest.Ms(benchtest.Percentile(adminLat, 99)),
 		pickupP50: benchtest.Ms(benchtest.Percentile(pickups, 50)), pickupP99: benchtest.Ms(benchtest.Percentile(pickups, 99))}
 }
 
+// pollCounts counts the idle agents' polls, and the failed ones with the first failure.
+type pollCounts struct {
+	ok, failed atomic.Int64
+	mu         sync.Mutex
+	first      error
+}
+
 // idleLoop is an idle agent: a long poll of 30 s with no capacity, again and again.
-func idleLoop(ctx context.Context, c *client.AgentClient, polls *atomic.Int64) {
+func idleLoop(ctx context.Context, c *client.AgentClient, polls *pollCounts) {
 	for ctx.Err() == nil {
-		if _, err := c.Poll(ctx, api.PollRequest{AgentVersion: "bench", Instance: "load", Held: []api.HeldAttempt{}, WaitSeconds: 30}); err == nil {
-			polls.Add(1)
-		} else if ctx.Err() == nil {
-			time.Sleep(time.Second) // a failed poll; the figures show it as fewer requests
+		_, err := c.Poll(ctx, api.PollRequest{AgentVersion: "bench", Instance: "load", Held: []api.HeldAttempt{}, WaitSeconds: 30})
+		switch {
+		case err == nil:
+			polls.ok.Add(1)
+		case ctx.Err() == nil:
+			polls.failed.Add(1)
+			polls.mu.Lock()
+			if polls.first == nil {
+				polls.first = err
+			}
+			polls.mu.Unlock()
+			time.Sleep(time.Second) // the figures show failed polls as fewer requests
 		}
 	}
 }
@@ -364,7 +387,11 @@ func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	o := &orchestratorProcess{url: "http://" + addr, token: "bench-admin-token-0123456789abcdef"}
-	logFile, err := os.Create(filepath.Join(dir, "orchestrator.log"))
+	logDir := dir
+	if d := benchtest.Dir(); d != "" {
+		logDir = d // kept with the results
+	}
+	logFile, err := os.Create(filepath.Join(logDir, "orchestrator-scale.log"))
 	if err != nil {
 		b.Fatal(err)
 	}
