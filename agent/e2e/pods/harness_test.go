@@ -64,7 +64,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	ctx := t.Context()
 	e := &env{t: t, c: c, orch: orchestratortest.StartOn(t, net.JoinHostPort(c.HostIP, "0"))}
 	var err error
-	if e.admin, err = client.NewAdminClient(e.orch.URL, org, e.orch.AdminToken); err != nil {
+	// The orchestrator listens on the host's address on the node's network (plain HTTP, as in
+	// tests): the client, the agent and its job runners must each be allowed that by name.
+	if e.admin, err = client.NewAdminClient(e.orch.URL, org, e.orch.AdminToken, client.AllowInsecureHTTP()); err != nil {
 		t.Fatal(err)
 	}
 	e.agentNS, e.jobsNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
@@ -102,6 +104,7 @@ func (e *env) install(o envOptions) {
 	replicas := max(o.replicas, 1)
 	vals, err := helm.ParseValues(fmt.Sprintf(`
 apiUrl: %q
+insecureAllowHttp: true
 orgId: %s
 runnerId: %s
 privateKey: {existingSecret: runner-key}
