@@ -167,7 +167,7 @@ func Table(results []Results) string {
 			lines = append(lines, l)
 		}
 	}
-	head := [6]string{"section", "figure", "value", "comparison (same run)", "ratio", "goal (met)"}
+	head := [6]string{"section", "figure", "value", "comparison (same run)", "value ÷ comparison", "goal (met)"}
 	width := [6]int{}
 	for i, h := range head {
 		width[i] = len([]rune(h))

@@ -89,6 +89,10 @@ func openStore(dir string, now func() time.Time, logCap int64) (*store, error) {
 		}
 		return nil, fmt.Errorf("open database %s: %w", path, err)
 	}
+	// A batch (every agent request's replay check, every poll's renewals) waits this long for
+	// others to join its commit: long enough to gather what arrives while a commit's fsyncs run,
+	// short next to a pickup (bbolt's default is 10 ms).
+	db.MaxBatchDelay = 2 * time.Millisecond
 	s := &store{db: db, now: now, logCap: logCap}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
