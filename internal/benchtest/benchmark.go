@@ -58,7 +58,9 @@ type Results struct {
 	Started   time.Time `json:"started"`
 	Seconds   float64   `json:"seconds"`
 	// Warmup says what was run before the timed regions and left out of the figures.
-	Warmup  string   `json:"warmup,omitempty"`
+	Warmup string `json:"warmup,omitempty"`
+	// Load is the machine's load average (1, 5, 15 min) when the benchmark ended; Write fills it.
+	Load    string   `json:"load,omitempty"`
 	Figures []Figure `json:"figures"`
 }
 
@@ -73,6 +75,9 @@ func Write(r Results) error {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if r.Load == "" {
+		r.Load = LoadAverage()
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -107,6 +112,15 @@ func ReadAll(dir string) ([]Results, error) {
 		return nil, errors.New("no benchmark results in " + dir + "; run make bench")
 	}
 	return out, nil
+}
+
+// LoadAverage is the machine's 1, 5 and 15 minute load averages, from /proc/loadavg.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
 }
 
 // SummaryFile is the one JSON document of a whole make bench run, next to the benchmarks' own.

@@ -26,16 +26,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, "outpost-benchreport:", err)
 		os.Exit(1)
 	}
-	load, _ := os.ReadFile("/proc/loadavg")
-	machine := fmt.Sprintf("%d CPUs (%s/%s), load average %s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, strings.Join(strings.Fields(string(load))[:min(3, len(strings.Fields(string(load))))], " "))
+	machine := fmt.Sprintf("%d CPUs (%s/%s)", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nOutpost benchmarks — %s, %s\n", time.Now().UTC().Format(time.RFC3339), machine)
 	for _, r := range results {
-		if r.Warmup != "" {
-			fmt.Fprintf(&sb, "  %s (%.0f s); left out of the figures: %s\n", r.Benchmark, r.Seconds, r.Warmup)
-		} else {
-			fmt.Fprintf(&sb, "  %s (%.0f s)\n", r.Benchmark, r.Seconds)
+		load := ""
+		if r.Load != "" {
+			load = ", load average " + r.Load + " at its end"
 		}
+		fmt.Fprintf(&sb, "  %s: %s, %.0f s%s", r.Benchmark, r.Started.UTC().Format(time.RFC3339), r.Seconds, load)
+		if r.Warmup != "" {
+			fmt.Fprintf(&sb, "; left out of the figures: %s", r.Warmup)
+		}
+		sb.WriteString("\n")
 	}
 	sb.WriteString("\n")
 	sb.WriteString(benchtest.Table(results))
