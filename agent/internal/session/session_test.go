@@ -72,6 +72,7 @@ func (f *fakeOrch) Event(_ context.Context, deploymentID string, req api.EventRe
 // fakeExec holds attempts in memory; the test moves them through their statuses.
 type fakeExec struct {
 	mu       sync.Mutex
+	starts   []string // every Start, with the claim's token
 	attempts map[string]*executor.AttemptStatus
 	saved    map[string][]byte
 	cleaned  map[string]int
@@ -88,6 +89,7 @@ func (f *fakeExec) Start(_ context.Context, c *api.Claim) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.starts = append(f.starts, c.DeploymentID+" "+c.JobToken)
 	if _, ok := f.attempts[c.DeploymentID]; ok {
 		return nil // adopted, as the executors do
 	}
@@ -332,5 +334,35 @@ func TestSessionReportsTheLimitWhenItChanges(t *testing.T) {
 	defer mu.Unlock()
 	if len(got) != 2 || got[0] != 25 || got[1] != 10 {
 		t.Errorf("limits reported %v, want [25 10]: the agent's cap of 25 under the runner's 40, then the runner's 10", got)
+	}
+}
+
+// An attempt adopted without its job token stored (the agent stopped between creating the Job
+// and its token Secret) is claimed again and started again, so the executor stores the token
+// the job pod is waiting for; its status is left as it was.
+func TestAdoptStoresARecoveredToken(t *testing.T) {
+	orch := &fakeOrch{max: 5}
+	ex := newFakeExec()
+	ex.attempts["held"] = &executor.AttemptStatus{DeploymentID: "held", Attempt: 1, Fencing: 3, Status: api.StatusClaimed}
+	s := New(Options{Client: orch, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", PollWait: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	waitFor(t, "the first poll", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.polls) > 0 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if len(ex.starts) != 1 || ex.starts[0] != "held opj_held" {
+		t.Errorf("starts %q, want the adopted attempt started once with its re-claimed token", ex.starts)
+	}
+	if ex.attempts["held"].Status != api.StatusClaimed || ex.attempts["held"].Fencing != 3 {
+		t.Errorf("the adopted attempt changed: %+v", ex.attempts["held"])
+	}
+	if _, err := s.o.Tokens.Authorize(context.Background(), "held", "opj_held", "k/held"); err != nil {
+		t.Errorf("the recovered token is not registered: %v", err)
 	}
 }
