@@ -19,7 +19,10 @@ func TestStartCreatesTheJobThenItsOwnedTokenSecret(t *testing.T) {
 	cs := fake.NewClientset()
 	var squatted string
 	cs.PrependReactor("create", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		j := a.(k8stesting.CreateAction).GetObject().(*batchv1.Job)
+		j, ok := a.(k8stesting.CreateAction).GetObject().(*batchv1.Job)
+		if !ok {
+			return false, nil, nil
+		}
 		j.UID = types.UID("job-uid")
 		for _, v := range j.Spec.Template.Spec.Volumes {
 			if v.Name == tokenVolume {
