@@ -95,7 +95,7 @@ func TestCommandsResolveKubeconfigAlike(t *testing.T) {
 
 		// The state command, run as an operator runs it.
 		var stdout, stderr bytes.Buffer
-		dispatch([]string{"state", "list", "--namespace", "x", "--kubeconfig", tc.kubeconfig}, &stdout, &stderr)
+		dispatch([]string{"state", "list", "--namespace", "x", "--org-id", "acme", "--kubeconfig", tc.kubeconfig}, &stdout, &stderr)
 		if got := tc.want.take(); len(got) == 0 || !strings.HasPrefix(got[0], "outpost-agent-state/") {
 			t.Errorf("%s: the state command did not reach the kubeconfig's cluster: %q; stderr:\n%s", tc.name, got, stderr.String())
 		}

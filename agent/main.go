@@ -4,6 +4,7 @@
 //
 //	outpost-agent [flags]      run the agent (flags and OUTPOST_* env, see --help)
 //	outpost-agent job          the entrypoint of a Job's main container (runs Terraform/OpenTofu)
+//	outpost-agent inject DIR   copies this binary to DIR: the init container of every job pod
 //	outpost-agent state        administer the states kept in Secrets: list, history, get, restore, unlock, import
 package main
 
@@ -14,6 +15,7 @@ import (
 	"os"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/inject"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobrun"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statecmd"
 )
@@ -38,6 +40,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 			// The job runner handles SIGTERM itself (it must pass it on to the CLI and keep
 			// streaming logs), so it gets a context that signals do not cancel.
 			return jobrun.Main(context.Background(), args[1:], stdout, stderr)
+		case "inject":
+			return inject.Main(args[1:], stdout, stderr)
 		case process.WrapperCommand:
 			return process.WrapperMain(args[1:])
 		case "state":

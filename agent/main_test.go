@@ -30,6 +30,7 @@ func TestConfigErrorsExitTwoWithMessage(t *testing.T) {
 		"bad flag":      {[]string{"--no-such-flag"}, []string{"no-such-flag"}},
 		"invalid value": {[]string{"--api-url", "ftp://x", "--executor", "docker"}, []string{"--api-url (OUTPOST_API_URL)", "--executor (OUTPOST_EXECUTOR)"}},
 		"stray arg":     {[]string{"run"}, []string{`unexpected argument "run"`}},
+		"plain http":    {[]string{"--api-url", "http://orchestrator.example.com:8700"}, []string{"--api-url (OUTPOST_API_URL)", "unencrypted", "--insecure-allow-http (OUTPOST_INSECURE_ALLOW_HTTP=true)"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -67,7 +68,7 @@ func TestWaitsForAReadableKey(t *testing.T) {
 	// The health server runs from the start (as run starts it); the wait shows up on its /readyz.
 	readiness := health.NewState(time.Second, nil)
 	go func() {
-		_ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), log)
+		_ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), healthServerLimits, log)
 	}()
 
 	type result struct {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -110,7 +111,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(gctx)
 	g.Go(func() error {
-		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), log)
+		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), healthServerLimits, log)
 	})
 	key, err := waitForKey(gctx, cfg, log, readiness, keyRetryInterval)
 	if err != nil {
@@ -129,7 +130,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error { return p.exec.Run(gctx) })
 	if p.state != nil {
 		defer p.state.Close()
-		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, p.state, log) })
+		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, p.state, stateServerLimits, log) })
 	}
 	if cfg.LeaderElect {
 		g.Go(func() error {
@@ -138,6 +139,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 					readiness.SetLeader(v)
 					m.Leader.Set(boolFloat(v))
 					p.forwarder.SetLeading(v)
+					if !v {
+						// The attempts are the next leader's: a standby authorises nothing and
+						// renews no state lock.
+						p.tokens.Clear()
+					}
 				}, OnNewLeader: p.forwarder.SetLeader}, p.session.RunAndRestart)
 		})
 	} else {
@@ -156,6 +162,8 @@ type parts struct {
 	state *statebackend.Server
 	// forwarder is set when leader election runs.
 	forwarder *statebackend.Forwarder
+	// tokens are the grants of the attempts this replica holds while it leads.
+	tokens *jobtoken.Registry
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
@@ -165,17 +173,20 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, r
 	if err != nil {
 		return nil, fmt.Errorf("--ca-bundle-file: %w", err)
 	}
-	orch, err := client.NewAgentClient(cfg.APIURL, signer, client.WithHTTPClient(httpClient),
-		client.WithRequestHook(m.RequestHook), client.WithUserAgent("outpost-agent/"+config.Version))
+	opts := []client.Option{client.WithHTTPClient(httpClient), client.WithRequestHook(m.RequestHook), client.WithUserAgent("outpost-agent/" + config.Version)}
+	if cfg.InsecureAllowHTTP {
+		opts = append(opts, client.AllowInsecureHTTP())
+	}
+	orch, err := client.NewAgentClient(cfg.APIURL, signer, opts...)
 	if err != nil {
 		return nil, err
 	}
-	exec, err := newExecutor(cfg, kube, log)
+	exec, err := newExecutor(cfg, kube, log, key)
 	if err != nil {
 		return nil, err
 	}
 	tokens := jobtoken.New()
-	p := &parts{exec: exec, session: session.New(session.Options{
+	p := &parts{exec: exec, tokens: tokens, session: session.New(session.Options{
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
@@ -253,28 +264,51 @@ func newStateServer(cfg *config.Config, kube kubernetes.Interface, tokens *jobto
 	if key != nil {
 		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.StateEncryptionKeyFile)
 	}
-	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens,
-		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log})
+	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens, Org: cfg.OrgID,
+		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log,
+		Limits: statebackend.Limits{MaxBodyBytes: cfg.StateMaxBodyBytes, MaxRequests: cfg.StateMaxRequests, MaxRequestsPerJob: cfg.StateMaxRequestsPerJob}})
 }
 
-func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger) (runnable, error) {
+func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
 		return process.New(process.Options{WorkDir: cfg.WorkDir, AgentBinary: cfg.AgentBinary, APIURL: cfg.APIURL,
-			StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
+			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
-		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, APIURL: cfg.APIURL, StateURL: cfg.StateURL, CLI: cfg.CLI,
-			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey, CancelGrace: cfg.CancelGrace}}), nil
+		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
+		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
+			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey,
+			ProxyEnv: cfg.JobProxyEnv, CancelGrace: cfg.CancelGrace}}), nil
 }
 
-// serve runs an HTTP server until ctx ends, then gives open requests a few seconds.
-func serve(ctx context.Context, name, addr string, h http.Handler, log *slog.Logger) error {
+// serverLimits bound what clients can make one of the agent's HTTP servers hold: connections,
+// header size, and how long a request may take to arrive, to be answered, and to sit idle. Job
+// pods reach both servers (the NetworkPolicy lets them reach the agent), so a slow or greedy
+// client must not tie the agent up.
+type serverLimits struct {
+	connections                   int
+	headerBytes                   int
+	readHeader, read, write, idle time.Duration
+}
+
+var (
+	// stateServerLimits let a 64 MiB state upload or download take minutes on a slow link.
+	stateServerLimits = serverLimits{connections: 64, headerBytes: 64 << 10,
+		readHeader: 10 * time.Second, read: 5 * time.Minute, write: 5 * time.Minute, idle: 90 * time.Second}
+	healthServerLimits = serverLimits{connections: 16, headerBytes: 16 << 10,
+		readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 60 * time.Second}
+)
+
+// serve runs an HTTP server within limits until ctx ends, then gives open requests a few seconds.
+func serve(ctx context.Context, name, addr string, h http.Handler, lim serverLimits, log *slog.Logger) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	ln = netutil.LimitListener(ln, lim.connections)
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write,
+		IdleTimeout: lim.idle, MaxHeaderBytes: lim.headerBytes}
 	log.Info("listening", "server", name, "addr", ln.Addr().String())
 	go func() {
 		<-ctx.Done()

@@ -1,8 +1,10 @@
 package chart_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -190,7 +192,7 @@ func TestRBACVariants(t *testing.T) {
 	})
 
 	t.Run("one namespace for everything", func(t *testing.T) {
-		r := render(t, "")
+		r := render(t, "jobs: {namespace: outpost-system}\nstate: {namespace: outpost-system}")
 		for _, tc := range []struct {
 			access
 			want bool
@@ -240,4 +242,65 @@ jobs:
 			t.Errorf("rbac.create=false still renders %d Roles/RoleBindings", n)
 		}
 	})
+}
+
+// TestJobRulesNextToTheKeyOrTheStatesAreRefused: rules that give the jobs Secrets or workloads in a
+// namespace that also holds the runner's key or the states fail the render with what to do; the
+// same rules in a jobs namespace of its own pass with a warning.
+func TestJobRulesNextToTheKeyOrTheStatesAreRefused(t *testing.T) {
+	rules := map[string]string{
+		"Secrets":   `[{apiGroups: [""], resources: [secrets], verbs: [get]}]`,
+		"workloads": `[{apiGroups: [apps], resources: [deployments], verbs: [create]}]`,
+		"pods/exec": `[{apiGroups: [""], resources: [pods/exec], verbs: [create]}]`,
+		"wildcard":  `[{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]`,
+	}
+	for name, rule := range rules {
+		for _, shared := range []struct{ values, holds string }{
+			{"jobs: {namespace: outpost-system, rbac: {rules: %s}}", "private key"},
+			{"jobs: {namespace: outpost-x, rbac: {rules: %s}}\nstate: {namespace: outpost-x}", "Terraform states"},
+		} {
+			_, err := renderChart(t, fmt.Sprintf(shared.values, rule), renderOptions{})
+			if err == nil || !strings.Contains(err.Error(), "jobs.rbac.rules give the jobs access to") || !strings.Contains(err.Error(), shared.holds) {
+				t.Errorf("%s next to the %s: render error %v", name, shared.holds, err)
+			}
+		}
+		r := render(t, fmt.Sprintf("jobs: {rbac: {rules: %s}}", rule))
+		if !strings.Contains(r.notes, "WARNING: jobs.rbac.rules give the jobs access to") {
+			t.Errorf("%s in a jobs namespace of its own: no warning in NOTES.txt:\n%s", name, r.notes)
+		}
+	}
+	// Reading ConfigMaps next to the key is no way to the key.
+	if _, err := renderChart(t, `jobs: {namespace: outpost-system, rbac: {rules: [{apiGroups: [""], resources: [configmaps, pods], verbs: [get, list]}]}}`, renderOptions{}); err != nil {
+		t.Errorf("harmless rules refused: %v", err)
+	}
+}
+
+// TestJobPodPolicyValues: the chart hands the policy, the security defaults and a pinned template
+// to the agent as it documents (README "Job pod policy").
+func TestJobPodPolicyValues(t *testing.T) {
+	_, c := render(t, `
+jobs:
+  serviceAccount: {automountToken: true}
+  securityContext: {readOnlyRootFilesystem: true}
+  podTemplate: {spec: {containers: [{name: main, resources: {limits: {memory: 2Gi}}}]}}
+  policy:
+    allowHostNamespaces: true
+    allowedVolumeTypes: [hostPath]
+    allowedSecrets: [cloud-credentials]
+`).deployment(t)
+	e := env(c)
+	var policy map[string]any
+	if err := json.Unmarshal([]byte(e["OUTPOST_JOB_POD_POLICY"].Value), &policy); err != nil {
+		t.Fatal(err)
+	}
+	if policy["allowHostNamespaces"] != true || policy["allowServiceAccountToken"] != true || policy["allowPrivileged"] != false ||
+		fmt.Sprint(policy["allowedVolumeTypes"]) != "[hostPath]" || fmt.Sprint(policy["allowedSecrets"]) != "[cloud-credentials]" {
+		t.Errorf("OUTPOST_JOB_POD_POLICY = %s", e["OUTPOST_JOB_POD_POLICY"].Value)
+	}
+	if got := e["OUTPOST_JOB_SECURITY_CONTEXT"].Value; got != `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]},"readOnlyRootFilesystem":true}` {
+		t.Errorf("OUTPOST_JOB_SECURITY_CONTEXT = %s, want the chart defaults with readOnlyRootFilesystem", got)
+	}
+	if got := e["OUTPOST_JOB_POD_TEMPLATE"].Value; got != `{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"2Gi"}}}]}}` {
+		t.Errorf("OUTPOST_JOB_POD_TEMPLATE = %s", got)
+	}
 }

@@ -33,6 +33,8 @@ const (
 	releaseNamespace = "outpost-system"
 	// agentImage is the default image: repository from values.yaml, tag = appVersion.
 	agentImage = "ghcr.io/outpost-dev/outpost-agent:" + agentchart.AppVersion
+	// jobImage is the default image of the Jobs' main container: OpenTofu, same tag.
+	jobImage = "ghcr.io/outpost-dev/outpost-job:" + agentchart.AppVersion
 )
 
 // requiredValues are the values without defaults; every render starts from them.
@@ -289,18 +291,20 @@ func mount(t *testing.T, c *corev1.Container, name string) *corev1.VolumeMount {
 func TestDefaults(t *testing.T) {
 	r := render(t, "")
 
+	// Three namespaces: the agent and its key, the jobs, the states.
 	wantKeys := []string{
 		"Deployment outpost-system/outpost-agent",
+		"NetworkPolicy outpost-system-jobs/outpost-system-outpost-agent-jobs",
 		"PodDisruptionBudget outpost-system/outpost-agent",
+		"Role outpost-system-jobs/outpost-system-outpost-agent-jobs",
+		"Role outpost-system-state/outpost-system-outpost-agent-state",
 		"Role outpost-system/outpost-agent",
-		"Role outpost-system/outpost-agent-jobs",
-		"Role outpost-system/outpost-agent-state",
+		"RoleBinding outpost-system-jobs/outpost-system-outpost-agent-jobs",
+		"RoleBinding outpost-system-state/outpost-system-outpost-agent-state",
 		"RoleBinding outpost-system/outpost-agent",
-		"RoleBinding outpost-system/outpost-agent-jobs",
-		"RoleBinding outpost-system/outpost-agent-state",
 		"Service outpost-system/outpost-agent",
+		"ServiceAccount outpost-system-jobs/outpost-job",
 		"ServiceAccount outpost-system/outpost-agent",
-		"ServiceAccount outpost-system/outpost-job",
 	}
 	if got := r.keys(); !slices.Equal(got, wantKeys) {
 		t.Errorf("rendered objects:\n got %v\nwant %v", got, wantKeys)
@@ -358,24 +362,36 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_STATE_LISTEN":        ":8080",
 		"OUTPOST_HEALTH_LISTEN":       ":9090",
 		"OUTPOST_STATE_URL":           "http://outpost-agent.outpost-system.svc:8080",
-		"OUTPOST_STATE_NAMESPACE":     releaseNamespace,
-		"OUTPOST_JOB_NAMESPACE":       releaseNamespace,
+		"OUTPOST_STATE_NAMESPACE":     releaseNamespace + "-state",
+		"OUTPOST_JOB_NAMESPACE":       releaseNamespace + "-jobs",
 		"OUTPOST_JOB_SERVICE_ACCOUNT": "outpost-job",
-		"OUTPOST_JOB_IMAGE":           agentImage,
-		"OUTPOST_CLI":                 "terraform",
+		"OUTPOST_JOB_IMAGE":           jobImage,
+		"OUTPOST_AGENT_IMAGE":         agentImage,
+		"OUTPOST_CLI":                 "",
 		"OUTPOST_STARTUP_TIMEOUT":     "180s",
 		"OUTPOST_KUBE_QPS":            "50",
 		"OUTPOST_KUBE_BURST":          "100",
 		"OUTPOST_LOG_LEVEL":           "info",
+		// The job pod policy refuses everything beyond Pod Security "restricted" by default.
+		"OUTPOST_JOB_POD_POLICY": `{"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
+			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowedCapabilities":[],"allowedConfigMaps":[],"allowedSecrets":[],"allowedVolumeTypes":[]}`,
+		"OUTPOST_JOB_POD_SECURITY_CONTEXT":   `{"fsGroup":65532,"runAsGroup":65532,"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}}`,
+		"OUTPOST_JOB_SECURITY_CONTEXT":       `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}`,
+		"OUTPOST_STATE_MAX_BODY_BYTES":       "67108864",
+		"OUTPOST_STATE_MAX_REQUESTS":         "4",
+		"OUTPOST_STATE_MAX_REQUESTS_PER_JOB": "2",
 	})
 	e := env(c)
+	if v := e["GOMEMLIMIT"].ValueFrom; v == nil || v.ResourceFieldRef == nil || v.ResourceFieldRef.Resource != "limits.memory" {
+		t.Errorf("env GOMEMLIMIT = %+v, want the container's memory limit", e["GOMEMLIMIT"])
+	}
 	for name, field := range map[string]string{"OUTPOST_NAMESPACE": "metadata.namespace", "OUTPOST_POD_NAME": "metadata.name"} {
 		if v := e[name].ValueFrom; v == nil || v.FieldRef == nil || v.FieldRef.FieldPath != field {
 			t.Errorf("env %s = %+v, want the downward API field %s", name, e[name], field)
 		}
 	}
 	wantNoEnv(t, c, "OUTPOST_CA_BUNDLE_FILE", "OUTPOST_JOB_CA_SECRET", "OUTPOST_JOB_POD_LABELS",
-		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE")
 	if len(e) != len(c.Env) {
 		t.Errorf("the agent container sets an env var twice: %v", c.Env)
 	}
@@ -584,7 +600,7 @@ podAnnotations:
 	if d, _ := r.deployment(t); d.Spec.Template.Spec.ServiceAccountName != "platform-agent" {
 		t.Errorf("agent pods run as %q, want platform-agent", d.Spec.Template.Spec.ServiceAccountName)
 	}
-	rb := get[rbacv1.RoleBinding](t, r, "RoleBinding", releaseNamespace, "outpost-agent-jobs")
+	rb := get[rbacv1.RoleBinding](t, r, "RoleBinding", releaseNamespace+"-jobs", "outpost-system-outpost-agent-jobs")
 	if rb.Subjects[0].Name != "platform-agent" {
 		t.Errorf("RBAC is bound to %q, want the existing ServiceAccount platform-agent", rb.Subjects[0].Name)
 	}
@@ -740,14 +756,16 @@ func TestStateEncryption(t *testing.T) {
 // TestNetworkPolicy checks the optional egress policy of job pods: the metadata service is
 // blocked, DNS and the state backend stay reachable.
 func TestNetworkPolicy(t *testing.T) {
-	if n := len(all[networkingv1.NetworkPolicy](render(t, ""))); n != 0 {
-		t.Fatalf("%d NetworkPolicies rendered by default, want none", n)
+	if n := len(all[networkingv1.NetworkPolicy](render(t, ""))); n != 1 {
+		t.Fatalf("%d NetworkPolicies rendered by default, want one", n)
+	}
+	if n := len(all[networkingv1.NetworkPolicy](render(t, "networkPolicy: {enabled: false}"))); n != 0 {
+		t.Fatalf("%d NetworkPolicies rendered with networkPolicy.enabled=false, want none", n)
 	}
 
 	r := render(t, `
 jobs: {namespace: outpost-jobs}
 networkPolicy:
-  enabled: true
   extraEgress:
     - to: [{ipBlock: {cidr: 169.254.169.252/32}}]
       ports: [{port: 988, protocol: TCP}]
@@ -836,21 +854,23 @@ func TestImages(t *testing.T) {
 		name, values    string
 		agent, jobImage string
 	}{
-		{name: "default", agent: agentImage, jobImage: agentImage},
+		{name: "default", agent: agentImage, jobImage: jobImage},
 		{name: "tag", values: `image: {tag: "1.2.3"}`,
-			agent: "ghcr.io/outpost-dev/outpost-agent:1.2.3", jobImage: "ghcr.io/outpost-dev/outpost-agent:1.2.3"},
+			agent: "ghcr.io/outpost-dev/outpost-agent:1.2.3", jobImage: jobImage},
 		{name: "digest", values: `image: {digest: ` + digest + `}`,
-			agent: agentImage + "@" + digest, jobImage: agentImage + "@" + digest},
+			agent: agentImage + "@" + digest, jobImage: jobImage},
 		{name: "registry replaces the repository's host", values: `image: {registry: "registry.corp:5000"}`,
-			agent: "registry.corp:5000/outpost-dev/outpost-agent:0.1.0", jobImage: "registry.corp:5000/outpost-dev/outpost-agent:0.1.0"},
+			agent: "registry.corp:5000/outpost-dev/outpost-agent:0.1.0", jobImage: jobImage},
 		{name: "registry with a path prefixes a repository without host", values: `image: {registry: harbor.corp/ghcr-proxy, repository: outpost-dev/outpost-agent}`,
-			agent: "harbor.corp/ghcr-proxy/outpost-dev/outpost-agent:0.1.0", jobImage: "harbor.corp/ghcr-proxy/outpost-dev/outpost-agent:0.1.0"},
+			agent: "harbor.corp/ghcr-proxy/outpost-dev/outpost-agent:0.1.0", jobImage: jobImage},
 		{name: "localhost registry is a host", values: `image: {registry: mirror.corp, repository: "localhost:5000/outpost-agent"}`,
-			agent: "mirror.corp/outpost-agent:0.1.0", jobImage: "mirror.corp/outpost-agent:0.1.0"},
-		{name: "global registry wins", values: "global: {imageRegistry: mirror.corp}\nimage: {registry: registry.corp}",
-			agent: "mirror.corp/outpost-dev/outpost-agent:0.1.0", jobImage: "mirror.corp/outpost-dev/outpost-agent:0.1.0"},
+			agent: "mirror.corp/outpost-agent:0.1.0", jobImage: jobImage},
+		{name: "global registry wins for both", values: "global: {imageRegistry: mirror.corp}\nimage: {registry: registry.corp}",
+			agent: "mirror.corp/outpost-dev/outpost-agent:0.1.0", jobImage: "mirror.corp/outpost-dev/outpost-job:0.1.0"},
 		{name: "job image", values: `jobs: {image: {repository: ghcr.io/acme/terraform-runner, tag: "2.0"}}`,
 			agent: agentImage, jobImage: "ghcr.io/acme/terraform-runner:2.0"},
+		{name: "job image tag and digest alone", values: `jobs: {image: {tag: "0.2.0", digest: ` + digest + `}}`,
+			agent: agentImage, jobImage: "ghcr.io/outpost-dev/outpost-job:0.2.0@" + digest},
 		{name: "job image keeps its own tag and digest", values: `{image: {tag: "9.9.9"}, jobs: {image: {repository: acme/runner, digest: ` + digest + `}}}`,
 			agent: "ghcr.io/outpost-dev/outpost-agent:9.9.9", jobImage: "acme/runner:0.1.0@" + digest},
 		{name: "job image with global and own registry", values: "global: {imageRegistry: mirror.corp}\njobs: {image: {registry: other.corp, repository: quay.io/acme/runner}}",
@@ -864,7 +884,8 @@ func TestImages(t *testing.T) {
 			if c.Image != tc.agent {
 				t.Errorf("agent image = %q, want %q", c.Image, tc.agent)
 			}
-			wantEnv(t, c, map[string]string{"OUTPOST_JOB_IMAGE": tc.jobImage})
+			// Job pods copy the job runner from the agent's image, whatever the job image.
+			wantEnv(t, c, map[string]string{"OUTPOST_JOB_IMAGE": tc.jobImage, "OUTPOST_AGENT_IMAGE": tc.agent})
 		})
 	}
 
@@ -892,6 +913,12 @@ imagePullSecrets: [ghcr-pull, {name: mirror-pull}]
 }
 
 // TestExtraEnvAndSettings checks extraEnv (last, so it wins) and the plain settings.
+// TestCLIPath: cli may name the CLI by its absolute path in the job image.
+func TestCLIPath(t *testing.T) {
+	_, c := render(t, `cli: /opt/tofu/bin/tofu`).deployment(t)
+	wantEnv(t, c, map[string]string{"OUTPOST_CLI": "/opt/tofu/bin/tofu"})
+}
+
 func TestExtraEnvAndSettings(t *testing.T) {
 	r := render(t, `
 cli: tofu

@@ -47,6 +47,10 @@ func TestInvalidValuesRefused(t *testing.T) {
 			want: []string{"at '/apiUrl'", "does not match pattern"}},
 		{name: "unknown CLI", values: "cli: terragrunt",
 			want: []string{"at '/cli'", "'terraform', 'tofu'"}},
+		{name: "relative CLI path", values: "cli: bin/tofu",
+			want: []string{"at '/cli'"}},
+		{name: "job image without repository", values: `jobs: {image: {repository: ""}}`,
+			want: []string{"at '/jobs/image/repository'"}},
 		{name: "unknown pull policy", values: "image: {pullPolicy: Sometimes}",
 			want: []string{"at '/image/pullPolicy'"}},
 		{name: "digest without algorithm", values: "image: {digest: 0123abcd}",
@@ -66,8 +70,6 @@ func TestInvalidValuesRefused(t *testing.T) {
 		// Combinations checked by the templates.
 		{name: "several replicas without leader election", values: "leaderElection: {enabled: false}",
 			want: []string{"leaderElection.enabled=false needs replicaCount=1"}},
-		{name: "job image tag without repository", values: `jobs: {image: {tag: "1.0"}}`,
-			want: []string{"jobs.image.registry, jobs.image.tag and jobs.image.digest need jobs.image.repository"}},
 		{name: "existing agent ServiceAccount without a name", values: "serviceAccount: {create: false}",
 			want: []string{"serviceAccount.name is required when serviceAccount.create is false"}},
 	}

@@ -72,14 +72,18 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	if len(byName) != 2 || side.Image != "busybox:1" || !slices.Equal(side.Args, []string{"sleep", "1"}) {
 		t.Errorf("containers %v; sidecar %+v", len(byName), side)
 	}
-	if main.Image != "outpost/agent:e2e" || !slices.Equal(main.Command, []string{"outpost-agent", "job"}) {
+	// The template's image wins; the job runner is copied in by the agent image's init container.
+	if main.Image != "user/terraform:1" || !slices.Equal(main.Command, []string{"/outpost/bin/outpost-agent", "job"}) {
 		t.Errorf("main image %q command %v", main.Image, main.Command)
+	}
+	if ics := pod.Spec.InitContainers; len(ics) != 1 || ics[0].Name != kubeexec.InjectContainer || ics[0].Image != "outpost/agent:e2e" {
+		t.Errorf("init containers %+v", ics)
 	}
 	envs := map[string]string{}
 	for _, ev := range main.Env {
 		envs[ev.Name] = ev.Value
 	}
-	if envs["TF_LOG"] != "INFO" || envs["OUTPOST_API_URL"] != e.apiURL || envs["OUTPOST_JOB_TOKEN_FILE"] != "/var/run/outpost/job/token" || envs["OUTPOST_CLI"] != "terraform" {
+	if envs["TF_LOG"] != "INFO" || envs["OUTPOST_API_URL"] != e.apiURL || envs["OUTPOST_JOB_TOKEN_FILE"] != "/var/run/outpost/job/token" || envs["OUTPOST_CLI"] != "" {
 		t.Errorf("main env %v", envs)
 	}
 	mounts := map[string]string{}
@@ -93,10 +97,10 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	for _, v := range pod.Spec.Volumes {
 		vols[v.Name] = v
 	}
-	if vols["cache"].EmptyDir == nil || vols["outpost-job-token"].Secret == nil || vols["outpost-job-token"].Secret.SecretName != kubeexec.TokenSecretName(job.Name) {
+	if vols["cache"].EmptyDir == nil || vols["outpost-job-token"].Secret == nil || vols["outpost-job-token"].Secret.SecretName != kubeexec.TokenSecretName(job.Name, job.Annotations[kubeexec.AnnTokenSHA256]) {
 		t.Errorf("volumes %+v", vols)
 	}
-	sec, err := e.cluster.Client().CoreV1().Secrets(e.ns).Get(context.Background(), kubeexec.TokenSecretName(job.Name), metav1.GetOptions{})
+	sec, err := e.cluster.Client().CoreV1().Secrets(e.ns).Get(context.Background(), kubeexec.TokenSecretName(job.Name, job.Annotations[kubeexec.AnnTokenSHA256]), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

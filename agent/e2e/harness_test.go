@@ -1,10 +1,9 @@
 package e2e
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +18,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
@@ -40,7 +40,8 @@ var (
 )
 
 // agentBinary builds outpost-agent once per test binary, into the user's cache (one stable
-// path, replaced atomically, so runs neither leak binaries nor disturb each other).
+// path per source tree, replaced atomically, so runs neither leak binaries nor disturb each
+// other, even from two checkouts at once).
 func agentBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -49,7 +50,13 @@ func agentBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		dir := filepath.Join(cache, "outpost", "e2e")
+		wd, err := os.Getwd()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		sum := sha256.Sum256([]byte(wd))
+		dir := filepath.Join(cache, "outpost", "e2e", hex.EncodeToString(sum[:6]))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			buildErr = err
 			return
@@ -84,7 +91,12 @@ type env struct {
 	runnerID string
 	keyFile  string
 	apiURL   string
+	// agentEnv is added to the agents' environment.
+	agentEnv []string
 }
+
+// testOrg is the organisation of every test's runner.
+const testOrg = "acme"
 
 // newEnv registers a runner whose Jobs use podTemplate (JSON; empty for the default).
 func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
@@ -93,10 +105,15 @@ func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
 	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
 	e.apiURL = e.orch.URL
 	var err error
-	if e.admin, err = client.NewAdminClient(e.orch.URL, "acme", e.orch.AdminToken); err != nil {
+	if e.admin, err = client.NewAdminClient(e.orch.URL, testOrg, e.orch.AdminToken); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
+	// Job pods are admitted as in a namespace the provider created: Pod Security "restricted".
+	if _, err := c.Client().CoreV1().Namespaces().Patch(ctx, e.ns, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "deployer", Namespace: e.ns}}
 	if _, err := c.Client().CoreV1().ServiceAccounts(e.ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -145,13 +162,14 @@ func (e *env) startAgent(name string, extra ...string) *agent {
 		e.t.Fatal(err)
 	}
 	args := append([]string{
-		"--api-url", e.apiURL, "--org-id", "acme", "--runner-id", e.runnerID, "--private-key-file", e.keyFile,
-		"--kubeconfig", e.cluster.Kubeconfig, "--job-image", "outpost/agent:e2e", "--job-namespace", e.ns,
+		"--api-url", e.apiURL, "--org-id", testOrg, "--runner-id", e.runnerID, "--private-key-file", e.keyFile,
+		"--kubeconfig", e.cluster.Kubeconfig, "--job-image", "outpost/job:e2e", "--agent-image", "outpost/agent:e2e", "--job-namespace", e.ns,
 		"--namespace", e.ns, "--pod-name", name, "--health-listen", "127.0.0.1:0", "--state-listen", "127.0.0.1:0",
 		"--poll-wait", "5s", "--log-level", "debug",
 	}, extra...)
 	cmd := exec.CommandContext(context.Background(), agentBinary(e.t), args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), e.agentEnv...)
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -276,32 +294,9 @@ var (
 // archive is a tiny configuration; kwok never runs it, but the orchestrator wants a real tar.gz.
 func archive(t *testing.T) []byte {
 	archiveOnce.Do(func() {
-		archiveData = tarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
+		archiveData = orchestratortest.TarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
 	})
 	return archiveData
-}
-
-// tarGz packs files into a gzip-compressed tar.
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(body)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
 
 // freeAddr returns a loopback address with a port free at the time of the call.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
 
 // slowConfig needs no provider download: terraform_data and local-exec are built in.
@@ -42,7 +43,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	a := e.startAgent("agent-0", flags...)
 	vars := map[string]json.RawMessage{"name": json.RawMessage(`"first"`), "sleep": json.RawMessage(`8`)}
 	d, err := e.admin.CreateDeployment(t.Context(), api.DeploymentInput{RunnerID: e.runnerID, Operation: api.OperationApply,
-		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: tarGz(t, map[string]string{"main.tf": slowConfig})}}, StateKey: "apps/slow", Variables: vars})
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": slowConfig})}}, StateKey: "apps/slow", Variables: vars})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	if err != nil || string(outs["name"].Value) != `"first"` {
 		t.Errorf("outputs %v, %v", outs, err)
 	}
-	state, _, err := mustStore(statestore.New(e.cluster.Client(), e.ns, statestore.Options{})).Read(context.Background(), "apps/slow")
+	state, _, err := mustStore(statestore.New(e.cluster.Client(), e.ns, statestore.Options{Scope: testOrg})).Read(context.Background(), "apps/slow")
 	if err != nil || !strings.Contains(string(state), `"first"`) {
 		t.Errorf("state in the cluster: %v\n%s", err, state)
 	}

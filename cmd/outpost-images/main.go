@@ -44,20 +44,6 @@ func main() {
 	}
 }
 
-func defaultCache(getenv func(string) string) string {
-	if c := getenv("OUTPOST_CACHE"); c != "" {
-		return c
-	}
-	if c := getenv("XDG_CACHE_HOME"); c != "" {
-		return filepath.Join(c, "outpost")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "outpost-cache")
-	}
-	return filepath.Join(home, ".cache", "outpost")
-}
-
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("outpost-images", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -66,7 +52,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	registry := fs.String("registry", "ghcr.io/outpost-dev", "registry and namespace of the image names")
 	platforms := fs.String("platforms", "linux/amd64,linux/arm64", "comma-separated platforms of each image index")
 	tofu := fs.String("tofu-version", DefaultTofuVersion, "OpenTofu release in the job image")
-	cache := fs.String("cache", defaultCache(getenv), "cache of Debian packages and OpenTofu builds")
+	cache := fs.String("cache", recipe.CacheDir(getenv), "cache of Debian packages and OpenTofu builds")
 	refresh := fs.Bool("refresh-debian", false, "resolve and download the Debian packages again (picks up security updates; changes digests)")
 	if err := fs.Parse(args); err != nil {
 		return err

@@ -32,14 +32,3 @@ func TestRunRefusesBadInputEarly(t *testing.T) {
 		}
 	}
 }
-
-func TestDefaultCache(t *testing.T) {
-	env := map[string]string{"OUTPOST_CACHE": "/c/outpost", "XDG_CACHE_HOME": "/x"}
-	if got := defaultCache(func(k string) string { return env[k] }); got != "/c/outpost" {
-		t.Errorf("with OUTPOST_CACHE: %s", got)
-	}
-	delete(env, "OUTPOST_CACHE")
-	if got := defaultCache(func(k string) string { return env[k] }); got != "/x/outpost" {
-		t.Errorf("with XDG_CACHE_HOME: %s", got)
-	}
-}

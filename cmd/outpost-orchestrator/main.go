@@ -1,8 +1,10 @@
 // Command outpost-orchestrator runs the reference Outpost orchestrator: the admin, agent and job
-// API over a bbolt database in a data directory.
+// API over a bbolt database in a data directory. `outpost-orchestrator token` manages the
+// organisation tokens of a running one (token.go).
 //
 // Every flag also reads an environment variable (OUTPOST_ORCHESTRATOR_*); a flag given on the
-// command line wins. Pass the admin token through the environment rather than argv, so `ps`
+// command line wins. The admin token is the bootstrap token: it reaches every organisation and
+// alone manages organisation tokens. Pass it through the environment rather than argv, so `ps`
 // does not show it. Without one, a token is generated on first start and kept in
 // <data-dir>/admin-token (mode 0600); its path, never its value, is logged.
 package main
@@ -17,11 +19,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,64 +40,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "outpost-orchestrator:", err)
 		os.Exit(1)
 	}
-}
-
-type options struct {
-	listen, dataDir, adminToken, externalURL, logFormat, logCap string
-	leaseDuration                                               time.Duration
-	printVersion                                                bool
-}
-
-func parseFlags(args []string, getenv func(string) string, out io.Writer) (*options, error) {
-	env := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
-	o := &options{}
-	fs := flag.NewFlagSet("outpost-orchestrator", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.StringVar(&o.listen, "listen", env("OUTPOST_ORCHESTRATOR_LISTEN", "127.0.0.1:8700"), "address to listen on (env OUTPOST_ORCHESTRATOR_LISTEN)")
-	fs.StringVar(&o.dataDir, "data-dir", env("OUTPOST_ORCHESTRATOR_DATA_DIR", "./orchestrator-data"), "directory of the database (env OUTPOST_ORCHESTRATOR_DATA_DIR)")
-	fs.StringVar(&o.adminToken, "admin-token", env("OUTPOST_ORCHESTRATOR_ADMIN_TOKEN", ""), "admin bearer token; prefer the env var OUTPOST_ORCHESTRATOR_ADMIN_TOKEN; empty = generate one into <data-dir>/admin-token")
-	fs.StringVar(&o.externalURL, "external-url", env("OUTPOST_ORCHESTRATOR_EXTERNAL_URL", ""), "base URL agents use to reach this server, e.g. https://outpost.example.com; empty = taken from each request's Host (env OUTPOST_ORCHESTRATOR_EXTERNAL_URL)")
-	fs.StringVar(&o.logFormat, "log-format", env("OUTPOST_ORCHESTRATOR_LOG_FORMAT", "text"), "log format: json or text (env OUTPOST_ORCHESTRATOR_LOG_FORMAT)")
-	fs.StringVar(&o.logCap, "log-cap", env("OUTPOST_ORCHESTRATOR_LOG_CAP", "16MiB"), "most log bytes kept per deployment, e.g. 16MiB, 512KiB or 1048576 (env OUTPOST_ORCHESTRATOR_LOG_CAP)")
-	lease := env("OUTPOST_ORCHESTRATOR_LEASE_DURATION", orchestrator.DefaultLeaseDuration.String())
-	d, err := time.ParseDuration(lease)
-	if err != nil {
-		return nil, fmt.Errorf("OUTPOST_ORCHESTRATOR_LEASE_DURATION=%q is not a duration like 90s", lease)
-	}
-	fs.DurationVar(&o.leaseDuration, "lease-duration", d, "how long a claim or a poll's renewal keeps a job lease (env OUTPOST_ORCHESTRATOR_LEASE_DURATION)")
-	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; see --help", fs.Arg(0))
-	}
-	return o, nil
-}
-
-// parseSize reads a byte count with an optional KiB/MiB/GiB suffix.
-func parseSize(s string) (int64, error) {
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
-	num, mult := strings.TrimSpace(s), int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(num, u.suffix) {
-			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("--log-cap %q is not a positive size like 16MiB, 512KiB or 1048576", s)
-	}
-	return n * mult, nil
 }
 
 // adminToken returns the configured token, or the one kept in the data directory, generating
@@ -137,9 +79,17 @@ func listenError(addr string, err error) error {
 	return fmt.Errorf("listen on %s: %w (check --listen / OUTPOST_ORCHESTRATOR_LISTEN)", addr, err)
 }
 
-// run starts the orchestrator and serves until ctx ends. ready, when not nil, receives the
-// bound address once the server accepts connections.
+// run runs the command: `token …` manages organisation tokens, anything else serves.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
+	if len(args) > 0 && args[0] == "token" {
+		return runToken(ctx, args[1:], getenv, os.Stdout, stderr)
+	}
+	return serve(ctx, args, getenv, stderr, ready)
+}
+
+// serve starts the orchestrator and serves until ctx ends. ready, when not nil, receives the
+// bound address once the server accepts connections.
+func serve(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
 	o, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -168,7 +118,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	srv, err := orchestrator.New(orchestrator.Config{
 		DataDir: o.dataDir, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
-		LogCapBytes: logCap, LeaseDuration: o.leaseDuration,
+		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention,
 	})
 	if err != nil {
 		return err
@@ -178,21 +128,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		_ = srv.Close()
 		return listenError(o.listen, err)
 	}
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		// Long polls hold a response up to 30 s.
-		WriteTimeout: orchestrator.MaxPollWait + time.Minute,
-		IdleTimeout:  2 * time.Minute,
-		ErrorLog:     slog.NewLogLogger(h, slog.LevelWarn),
-	}
-	log.Info("orchestrator listening", "version", version.Version, "address", ln.Addr().String(), "data_dir", o.dataDir, "external_url", o.externalURL)
+	hs := srv.HTTPServer(o.limits, slog.NewLogLogger(h, slog.LevelWarn))
+	log.Info("orchestrator listening", "version", version.Version, "address", ln.Addr().String(), "data_dir", o.dataDir, "external_url", o.externalURL,
+		"max_connections", o.limits.MaxConnections, "source_retention", retentionValue{&o.retention.Sources}.String(),
+		"log_retention", retentionValue{&o.retention.Logs}.String(), "deployment_retention", retentionValue{&o.retention.Deployments}.String())
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(ln) }()
+	go func() { serveErr <- hs.Serve(orchestrator.Listener(ln, o.limits)) }()
 	select {
 	case err := <-serveErr:
 		_ = srv.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -56,19 +57,8 @@ func get(t *testing.T, url, token string) int {
 
 func TestRunGeneratesTokenServesAndStops(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	var logs syncBuffer
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--listen", "127.0.0.1:0", "--data-dir", dir, "--log-format", "json", "--log-cap", "1MiB"}, noEnv, &logs, ready)
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
+	srv := startServe(t, dir, "--log-format", "json", "--log-cap", "1MiB")
+	addr, logs := srv.addr, srv.logs
 	tokenFile := filepath.Join(dir, "admin-token")
 	st, err := os.Stat(tokenFile)
 	if err != nil || st.Mode().Perm() != 0o600 {
@@ -85,14 +75,8 @@ func TestRunGeneratesTokenServesAndStops(t *testing.T) {
 	if code := get(t, "http://"+addr+"/api/v1/orgs/acme/runners", token); code != http.StatusOK {
 		t.Fatalf("admin request with the generated token: HTTP %d", code)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run after shutdown: %v", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("run did not stop")
+	if err := srv.stop(); err != nil {
+		t.Fatalf("run after shutdown: %v", err)
 	}
 	out := logs.String()
 	if strings.Contains(out, token) {
@@ -108,6 +92,51 @@ func TestRunGeneratesTokenServesAndStops(t *testing.T) {
 	if err != nil || again != token {
 		t.Fatalf("second start read token %q (%v), want the kept one", again, err)
 	}
+}
+
+// served is the orchestrator command running in a test.
+type served struct {
+	addr string
+	logs *syncBuffer
+	// stop ends it and returns what run returned.
+	stop func() error
+}
+
+// startServe runs the orchestrator command on a free loopback port with data directory dir and
+// the extra flags; it is stopped when the test ends, if the test did not stop it.
+func startServe(t *testing.T, dir string, flags ...string) *served {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	s := &served{logs: &syncBuffer{}}
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, flags...), noEnv, s.logs, ready)
+	}()
+	var once sync.Once
+	var runErr error
+	s.stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(20 * time.Second):
+				runErr = errors.New("run did not stop within 20s")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			t.Errorf("run: %v", err)
+		}
+	})
+	select {
+	case s.addr = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	return s
 }
 
 func TestRunExplainsPortInUse(t *testing.T) {

@@ -238,25 +238,29 @@ type Verifier struct {
 	Skew time.Duration
 }
 
-// Verify checks the token on r. requestURL is the absolute URL the client addressed (the
-// orchestrator's external base URL plus r.URL.RequestURI()); body is the request body read in full.
-func (v *Verifier) Verify(ctx context.Context, r *http.Request, requestURL string, body []byte) (Identity, error) {
+// Verified is a token whose checks that need no body have passed: signature (so the runner
+// exists and holds the key), audience, lifetime, expiry, method and URL. The orchestrator gets
+// it from VerifyHeaders before it reads a single byte of the body, so a request without valid
+// credentials never makes it read one; Bind then checks the body and reserves the token id.
+type Verified struct {
+	v           *Verifier
+	fields      TokenFields
+	fingerprint string
+}
+
+// VerifyHeaders checks the token on r as far as it can without the body. requestURL is the
+// absolute URL the client addressed (the orchestrator's external base URL plus
+// r.URL.RequestURI()). Nothing is stored: the token id is reserved only by Bind.
+func (v *Verifier) VerifyHeaders(ctx context.Context, r *http.Request, requestURL string) (*Verified, error) {
 	h := r.Header.Get("Authorization")
 	if h == "" {
-		return Identity{}, refuse(ReasonMissing, "no Authorization header")
+		return nil, refuse(ReasonMissing, "no Authorization header")
 	}
 	if !strings.HasPrefix(h, scheme) {
-		return Identity{}, refuse(ReasonMalformed, "Authorization scheme must be %q", strings.TrimSpace(scheme))
+		return nil, refuse(ReasonMalformed, "Authorization scheme must be %q", strings.TrimSpace(scheme))
 	}
 	raw := strings.TrimSpace(strings.TrimPrefix(h, scheme))
-	now := time.Now
-	if v.Now != nil {
-		now = v.Now
-	}
-	skew := v.Skew
-	if skew <= 0 {
-		skew = DefaultSkew
-	}
+	skew := v.skew()
 
 	var fields TokenFields
 	var fingerprint string
@@ -289,53 +293,75 @@ func (v *Verifier) Verify(ctx context.Context, r *http.Request, requestURL strin
 	})
 	if err != nil {
 		if lookupErr != nil {
-			return Identity{}, lookupErr
+			return nil, lookupErr
 		}
 		if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
-			return Identity{}, refuse(ReasonBadSignature, "signature does not verify with the runner's key")
+			return nil, refuse(ReasonBadSignature, "signature does not verify with the runner's key")
 		}
-		return Identity{}, refuse(ReasonMalformed, "%v", err)
+		return nil, refuse(ReasonMalformed, "%v", err)
 	}
 
 	if !containsString(fields.Audience, Audience) {
-		return Identity{}, refuse(ReasonAudience, "aud must be %q", Audience)
+		return nil, refuse(ReasonAudience, "aud must be %q", Audience)
 	}
 	if fields.IssuedAt == nil || fields.ExpiresAt == nil || fields.ID == "" {
-		return Identity{}, refuse(ReasonMalformed, "iat, exp and jti are required")
+		return nil, refuse(ReasonMalformed, "iat, exp and jti are required")
 	}
 	iat, exp := fields.IssuedAt.Time, fields.ExpiresAt.Time
 	if exp.Sub(iat) > MaxLifetime {
-		return Identity{}, refuse(ReasonLifetime, "token lives %s; at most %s allowed", exp.Sub(iat), MaxLifetime)
+		return nil, refuse(ReasonLifetime, "token lives %s; at most %s allowed", exp.Sub(iat), MaxLifetime)
 	}
-	t := now()
+	t := v.now()
 	if iat.After(t.Add(skew)) {
-		return Identity{}, refuse(ReasonNotYetValid, "issued in the future; check the agent's clock")
+		return nil, refuse(ReasonNotYetValid, "issued in the future; check the agent's clock")
 	}
 	if t.After(exp.Add(skew)) {
-		return Identity{}, refuse(ReasonExpired, "expired at %s", exp.UTC().Format(time.RFC3339))
+		return nil, refuse(ReasonExpired, "expired at %s", exp.UTC().Format(time.RFC3339))
 	}
 	if !strings.EqualFold(fields.Method, r.Method) {
-		return Identity{}, refuse(ReasonMethod, "token is for %s, request is %s", fields.Method, r.Method)
+		return nil, refuse(ReasonMethod, "token is for %s, request is %s", fields.Method, r.Method)
 	}
 	want, err := CanonicalURL(requestURL)
 	if err != nil || fields.URL != want {
-		return Identity{}, refuse(ReasonURL, "token is for another URL")
-	}
-	if fields.BodyHash != BodyHash(body) {
-		return Identity{}, refuse(ReasonBody, "body does not match the token's hash")
+		return nil, refuse(ReasonURL, "token is for another URL")
 	}
 	if len(fields.ID) < 16 {
-		return Identity{}, refuse(ReasonMalformed, "jti must be at least 16 characters")
+		return nil, refuse(ReasonMalformed, "jti must be at least 16 characters")
+	}
+	return &Verified{v: v, fields: fields, fingerprint: fingerprint}, nil
+}
+
+// Bind checks that body is the one the token was signed over and only then reserves the token
+// id, so a request with a tampered body burns nothing: the agent's genuine request with the same
+// token still passes. body is the request body read in full.
+func (p *Verified) Bind(ctx context.Context, body []byte) (Identity, error) {
+	f := p.fields
+	if f.BodyHash != BodyHash(body) {
+		return Identity{}, refuse(ReasonBody, "body does not match the token's hash")
 	}
 	// The id is remembered until the token could no longer pass the expiry check.
-	seen, err := v.Replay.CheckAndStore(ctx, fields.Org+"/"+fields.Issuer+"/"+fields.ID, exp.Add(skew))
+	seen, err := p.v.Replay.CheckAndStore(ctx, f.Org+"/"+f.Issuer+"/"+f.ID, f.ExpiresAt.Add(p.v.skew()))
 	if err != nil {
 		return Identity{}, &Error{Reason: ReasonInternal, Detail: "replay cache unavailable"}
 	}
 	if seen {
 		return Identity{}, refuse(ReasonReplayed, "token id was already used")
 	}
-	return Identity{Org: fields.Org, RunnerID: fields.Issuer, Fingerprint: fingerprint}, nil
+	return Identity{Org: f.Org, RunnerID: f.Issuer, Fingerprint: p.fingerprint}, nil
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Now != nil {
+		return v.Now()
+	}
+	return time.Now()
+}
+
+func (v *Verifier) skew() time.Duration {
+	if v.Skew <= 0 {
+		return DefaultSkew
+	}
+	return v.Skew
 }
 
 func containsString(list []string, s string) bool {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -46,8 +47,17 @@ func newFixture(t *testing.T, registered ...ed25519.PublicKey) *fixture {
 func (f *fixture) verify(method, url string, body []byte, token string) error {
 	r := httptest.NewRequestWithContext(context.Background(), method, url, bytes.NewReader(body))
 	r.Header.Set("Authorization", scheme+token)
-	_, err := f.verifier.Verify(context.Background(), r, url, body)
+	_, err := verify(f.verifier, r, url, body)
 	return err
+}
+
+// verify runs both phases, as the orchestrator does around reading the body.
+func verify(v *Verifier, r *http.Request, url string, body []byte) (Identity, error) {
+	p, err := v.VerifyHeaders(context.Background(), r, url)
+	if err != nil {
+		return Identity{}, err
+	}
+	return p.Bind(context.Background(), body)
 }
 
 func reasonOf(err error) Reason {
@@ -147,6 +157,36 @@ func TestVerifyAcceptsAndRefuses(t *testing.T) {
 	}
 }
 
+// TestTamperedBodyBurnsNoTokenID shows the order of the checks: everything the headers carry is
+// checked before the body is read, and the token id is reserved only once the body matches, so
+// a copy of a genuine token sent ahead with another body cannot lock the agent's request out.
+func TestTamperedBodyBurnsNoTokenID(t *testing.T) {
+	const url = "http://orchestrator.example:8080/api/v1/agent/poll"
+	f := newFixture(t)
+	body := []byte(`{"capacity_free":2}`)
+	tok, err := f.signer.Sign("POST", url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequestWithContext(context.Background(), "POST", url, nil)
+	r.Header.Set("Authorization", scheme+tok)
+	for range 2 {
+		// Headers alone reserve nothing: checking them twice is fine.
+		if _, err := f.verifier.VerifyHeaders(context.Background(), r, url); err != nil {
+			t.Fatalf("headers of a valid token refused: %v", err)
+		}
+	}
+	if got := reasonOf(f.verify("POST", url, []byte(`{"capacity_free":50}`), tok)); got != ReasonBody {
+		t.Fatalf("tampered body: reason %q, want %q", got, ReasonBody)
+	}
+	if err := f.verify("POST", url, body, tok); err != nil {
+		t.Fatalf("the genuine request after a tampered copy was refused: %v", err)
+	}
+	if got := reasonOf(f.verify("POST", url, body, tok)); got != ReasonReplayed {
+		t.Fatalf("second genuine send: reason %q, want %q", got, ReasonReplayed)
+	}
+}
+
 func TestEitherOfTwoKeysAccepted(t *testing.T) {
 	oldPub, oldPriv, _ := keys.Generate()
 	newPub, newPriv, _ := keys.Generate()
@@ -157,7 +197,7 @@ func TestEitherOfTwoKeysAccepted(t *testing.T) {
 		tok, _ := s.Sign("GET", "http://o/api/v1/agent/poll", nil)
 		r := httptest.NewRequestWithContext(context.Background(), "GET", "http://o/api/v1/agent/poll", nil)
 		r.Header.Set("Authorization", scheme+tok)
-		id, err := f.verifier.Verify(context.Background(), r, "http://o/api/v1/agent/poll", nil)
+		id, err := verify(f.verifier, r, "http://o/api/v1/agent/poll", nil)
 		if err != nil {
 			t.Fatalf("key %s refused: %v", s.Fingerprint(), err)
 		}

@@ -119,6 +119,12 @@ type Deployment struct {
 	ClaimedAt       *time.Time `json:"claimed_at,omitempty"`
 	StartedAt       *time.Time `json:"started_at,omitempty"`
 	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+	// SourcePurgedAt is when the orchestrator's retention deleted the source and the variables
+	// (they can hold secrets); Source and Variables are empty from then on.
+	SourcePurgedAt *time.Time `json:"source_purged_at,omitempty"`
+	// LogsPurgedAt is when the orchestrator's retention deleted the log and the events; the log
+	// reads as empty and complete from then on.
+	LogsPurgedAt *time.Time `json:"logs_purged_at,omitempty"`
 }
 
 // Output is one Terraform output, as `terraform output -json` prints it.

@@ -36,6 +36,9 @@ const (
 	CodeOffsetMismatch = "offset_mismatch"
 	CodeStaleFencing   = "stale_fencing"
 	CodeMediaType      = "unsupported_media_type"
+	// CodeRequestTimeout answers a request whose body did not arrive within the server's read
+	// timeout (HTTP 408, retried like any other "later").
+	CodeRequestTimeout = "request_timeout"
 )
 
 // ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.

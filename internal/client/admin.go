@@ -154,6 +154,23 @@ func (c *AdminClient) CancelDeployment(ctx context.Context, id string) (*api.Dep
 	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments", id, "cancel"), retryable: retry.Idempotent}, nil)
 }
 
+// CreateToken creates an organisation token named name and returns it: the only time the token
+// is shown. Only the bootstrap admin token may call it (api.ErrForbidden otherwise);
+// api.ErrConflict when the name is taken.
+func (c *AdminClient) CreateToken(ctx context.Context, name string) (*api.CreatedOrgToken, error) {
+	return roundTrip[api.CreatedOrgToken](ctx, c.t, call{method: http.MethodPost, path: c.path("tokens"), retryable: retry.Unapplied}, api.OrgTokenInput{Name: name})
+}
+
+// ListTokens lists the organisation's tokens (never the tokens themselves), oldest first.
+func (c *AdminClient) ListTokens(ctx context.Context) ([]api.OrgToken, error) {
+	return items(roundTrip[api.List[api.OrgToken]](ctx, c.t, call{method: http.MethodGet, path: c.path("tokens"), retryable: retry.Idempotent}, nil))
+}
+
+// RevokeToken revokes an organisation token by id. api.ErrNotFound when there is no such token.
+func (c *AdminClient) RevokeToken(ctx context.Context, id string) error {
+	return c.t.do(ctx, call{method: http.MethodDelete, path: c.path("tokens", id), retryable: retry.Idempotent})
+}
+
 // FollowOptions says how FollowLogs follows a log.
 type FollowOptions struct {
 	// Offset is the byte offset to start at (0: the beginning of the log).

@@ -312,6 +312,42 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 		t.Fatalf("deleted runner: %v, want ErrNotFound", err)
 	}
 
+	// Organisation tokens: created by the bootstrap token, usable on their organisation only,
+	// revoked.
+	tok, err := admin.CreateToken(ctx, "ci")
+	if err != nil || !strings.HasPrefix(tok.Token, api.OrgTokenPrefix) || tok.Name != "ci" {
+		t.Fatalf("create token: %+v, %v", tok, err)
+	}
+	if _, err := admin.CreateToken(ctx, "ci"); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("duplicate token name: %v, want ErrConflict", err)
+	}
+	if list, err := admin.ListTokens(ctx); err != nil || len(list) != 1 || list[0].ID != tok.ID {
+		t.Fatalf("list tokens: %+v, %v", list, err)
+	}
+	scoped, err := client.NewAdminClient(o.URL, "acme", tok.Token, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scoped.ListRunners(ctx); err != nil {
+		t.Fatalf("organisation token on its organisation: %v", err)
+	}
+	if _, err := scoped.ListTokens(ctx); !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("organisation token managing tokens: %v, want ErrForbidden", err)
+	}
+	other, err := client.NewAdminClient(o.URL, "beta", tok.Token, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.ListRunners(ctx); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("organisation token on another organisation: %v, want ErrNotFound", err)
+	}
+	if err := admin.RevokeToken(ctx, tok.ID); err != nil {
+		t.Fatalf("revoke token: %v", err)
+	}
+	if _, err := scoped.ListRunners(ctx); !errors.Is(err, api.ErrUnauthorized) {
+		t.Fatalf("revoked token: %v, want ErrUnauthorized", err)
+	}
+
 	// Every route (apart from health and metrics) was exercised. The OpenAPI document lists
 	// exactly the routes the server registers (the orchestrator's TestOpenAPICoversRoutes).
 	for _, p := range routes {

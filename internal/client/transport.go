@@ -93,6 +93,8 @@ type transport struct {
 	progress  func(sent, total int64)
 	auth      authorizer
 	sleep     func(context.Context, time.Duration) error
+	// allowInsecureHTTP lets an http:// base URL leave the machine (AllowInsecureHTTP).
+	allowInsecureHTTP bool
 }
 
 func newTransport(baseURL string, auth authorizer, opts []Option) (*transport, error) {
@@ -113,6 +115,9 @@ func newTransport(baseURL string, auth authorizer, opts []Option) (*transport, e
 	}
 	for _, o := range opts {
 		o(t)
+	}
+	if err := CheckPlainHTTP(baseURL, t.allowInsecureHTTP, "the insecure opt-in (client.AllowInsecureHTTP)"); err != nil {
+		return nil, err
 	}
 	if t.retry.MaxTries < 1 {
 		t.retry.MaxTries = 1

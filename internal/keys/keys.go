@@ -57,20 +57,35 @@ func EncodePrivatePEM(priv ed25519.PrivateKey) (string, error) {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), nil
 }
 
-// ParsePublicPEM parses a PKIX PEM public key and requires ed25519.
+// ParsePublicPEM parses a PKIX PEM public key and requires ed25519. The text must be that one
+// PEM block and nothing else: callers store and show it as given, so a private key (even one
+// too mangled to decode, which pem.Decode would skip) or any other text around the key would
+// travel with it.
 func ParsePublicPEM(s string) (ed25519.PublicKey, error) {
-	block, rest := pem.Decode([]byte(strings.TrimSpace(s)))
+	text := strings.TrimSpace(s)
+	if strings.Contains(text, "PRIVATE KEY") {
+		return nil, ErrPrivateKeyGiven
+	}
+	block, rest := pem.Decode([]byte(text))
 	if block == nil {
-		if strings.HasPrefix(strings.TrimSpace(s), "ssh-") {
+		if strings.HasPrefix(text, "ssh-") {
 			return nil, fmt.Errorf("%w (this looks like an OpenSSH key; give the PEM form)", ErrNotPEM)
 		}
 		return nil, ErrNotPEM
 	}
-	if strings.Contains(block.Type, "PRIVATE KEY") {
-		return nil, ErrPrivateKeyGiven
-	}
 	if block.Type != "PUBLIC KEY" {
 		return nil, fmt.Errorf("%w (found a %q block)", ErrNotPEM, block.Type)
+	}
+	// pem.Decode skips text it cannot decode, BEGIN lines included: the block it found must
+	// be the only one and start the text.
+	if strings.Count(text, "-----BEGIN") > 1 {
+		return nil, errors.New("more than one PEM block: give exactly one public key per entry")
+	}
+	if !strings.HasPrefix(text, "-----BEGIN") {
+		return nil, errors.New("text before -----BEGIN PUBLIC KEY-----: give only the PEM block, from its BEGIN line to its END line")
+	}
+	if len(block.Headers) > 0 {
+		return nil, errors.New("the PEM block has header lines (\"Name: value\"); a public key has none: give the key as ssh-keygen, openssl or the outpost_key_pair resource print it")
 	}
 	if len(strings.TrimSpace(string(rest))) > 0 {
 		return nil, errors.New("more than one PEM block: give exactly one public key per entry")

@@ -69,6 +69,12 @@ func TestParsePublicPEMErrors(t *testing.T) {
 		"openssh form": {in: sshKey, wantErr: ErrNotPEM, wantMsg: "OpenSSH"},
 		"two keys":     {in: pubPEM + pubPEM, wantMsg: "more than one PEM block"},
 		"garbage body": {in: "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n", wantMsg: "invalid public key"},
+		// pem.Decode skips what it cannot decode, so a mangled private key in front of the
+		// public one used to be accepted and stored with it (found by FuzzParsePublicPEM).
+		"mangled private key before": {in: "-----BEGIN PRIVATE KEY-----\nMC4CAQAw\n-----END PRIVATE KEY--\n" + pubPEM, wantErr: ErrPrivateKeyGiven},
+		"private key after":          {in: pubPEM + privPEM, wantErr: ErrPrivateKeyGiven},
+		"text before":                {in: "my key:\n" + pubPEM, wantMsg: "text before"},
+		"headers":                    {in: strings.Replace(pubPEM, "-----\n", "-----\nComment: x\n\n", 1), wantMsg: "header lines"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

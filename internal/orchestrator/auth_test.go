@@ -229,3 +229,26 @@ func TestAgentBadInputIsRefusedWithField(t *testing.T) {
 		t.Fatalf("deployment after refused requests: %+v", got)
 	}
 }
+
+// TestTamperedAgentBodyBurnsNoTokenID: a copy of the agent's token sent ahead with another body
+// is refused on the body hash before its id is reserved, so the agent's own request with that
+// token still passes, once.
+func TestTamperedAgentBodyBurnsNoTokenID(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 1)
+	body := jsonBytes(t, api.PollRequest{CapacityFree: 1})
+	tok := a.token(pollPath, body)
+	send := func(b []byte) response {
+		return h.raw(http.MethodPost, pollPath, map[string]string{"Authorization": tok, "Content-Type": "application/json"}, b)
+	}
+	if r := send(jsonBytes(t, api.PollRequest{CapacityFree: 50})); r.code != http.StatusUnauthorized || !strings.Contains(r.err(t).Message, string(agentauth.ReasonBody)) {
+		t.Fatalf("tampered body: HTTP %d %s", r.code, r.body)
+	}
+	if r := send(body); r.code != http.StatusOK {
+		t.Fatalf("the genuine request after a tampered copy: HTTP %d %s", r.code, r.body)
+	}
+	if r := send(body); r.code != http.StatusUnauthorized || !strings.Contains(r.err(t).Message, string(agentauth.ReasonReplayed)) {
+		t.Fatalf("the genuine request again: HTTP %d %s, want replayed", r.code, r.body)
+	}
+}

@@ -62,6 +62,8 @@ func unauthorized(format string, args ...any) *refusal {
 // Auth failure reasons besides agentauth.Reason.
 const (
 	authReasonAdminToken      = "admin_token"
+	authReasonOrgToken        = "org_token"
+	authReasonOtherOrg        = "other_org"
 	authReasonJobToken        = "job_token"
 	authReasonJobTokenExpired = "job_token_expired"
 	authReasonRunnerGone      = "runner_gone"

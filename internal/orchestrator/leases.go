@@ -117,9 +117,9 @@ func splitLeaseKey(k []byte) (org, runner, deploymentID string, ok bool) {
 	return string(parts[0]), string(parts[1]), string(parts[2]), true
 }
 
-// Sweep runs one pass of the background sweeper now: it settles expired leases and purges
-// expired agent token ids. The server runs it every SweepInterval; tests with a fake clock call
-// it after moving the clock, instead of waiting.
+// Sweep runs one pass of the background sweeper now: it settles expired leases, purges expired
+// agent token ids and deletes what retention says is due. The server runs it every
+// SweepInterval; tests with a fake clock call it after moving the clock, instead of waiting.
 func (s *Server) Sweep(ctx context.Context) error {
 	runners, err := s.store.expireLeases(ctx)
 	for _, r := range runners {
@@ -130,6 +130,36 @@ func (s *Server) Sweep(ctx context.Context) error {
 	}
 	if _, err := s.store.purgeReplay(ctx); err != nil {
 		return fmt.Errorf("purge agent token ids: %w", err)
+	}
+	if err := s.applyRetention(ctx); err != nil {
+		return fmt.Errorf("apply retention: %w", err)
+	}
+	return nil
+}
+
+// maxPurgeBatchesPerSweep bounds one sweep's share of a large backlog; the next sweep goes on.
+const maxPurgeBatchesPerSweep = 100
+
+// applyRetention deletes due parts of ended deployments, one bounded transaction after another,
+// so requests get the database's write lock between batches.
+func (s *Server) applyRetention(ctx context.Context) error {
+	if due, err := s.store.purgeDue(ctx, s.cfg.Retention); err != nil || !due {
+		return err
+	}
+	var total purged
+	for range maxPurgeBatchesPerSweep {
+		done, more, err := s.store.purgeBatch(ctx, s.cfg.Retention, s.cfg.PurgeBatch)
+		total.add(done)
+		s.metrics.countPurged(done)
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+	}
+	if total != (purged{}) {
+		s.log.Info("retention purged ended deployments' data", "sources", total.sources, "logs", total.logs, "deployments", total.deployments)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,12 +99,14 @@ func TestLeaseExpiryRules(t *testing.T) {
 	if c1b.Lease.Fencing != 2 || c1b.JobToken == c1.JobToken {
 		t.Fatalf("re-claim: fencing %d (want 2), token reused: %v", c1b.Lease.Fencing, c1b.JobToken == c1.JobToken)
 	}
-	// A late event of the lost apply is recorded but does not revive it.
-	if r := a.event(c2.DeploymentID, api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusSucceeded}}); r.code != http.StatusOK {
-		t.Fatalf("late finished event of a lost apply: HTTP %d %s", r.code, r.body)
+	// A late event of the lost apply is refused: its attempt ended, and it does not revive it.
+	before := everything(h)
+	r := a.event(c2.DeploymentID, api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusSucceeded}})
+	if r.code != http.StatusConflict || !strings.Contains(r.err(t).Message, "already ended with status lost") {
+		t.Fatalf("late finished event of a lost apply: HTTP %d %s, want 409", r.code, r.body)
 	}
-	if d := h.deployment(c2.DeploymentID); d.Status != api.StatusLost {
-		t.Fatalf("lost apply became %s after a late report", d.Status)
+	if after := everything(h); after != before {
+		t.Fatalf("the refused late event changed stored state:\nbefore %s\nafter  %s", before, after)
 	}
 }
 

@@ -20,6 +20,8 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	authFailures *prometheus.CounterVec
 	polls        prometheus.Gauge
+	inFlight     prometheus.Gauge
+	purged       *prometheus.CounterVec
 }
 
 // knownAuthReasons are pre-created at zero, so a dashboard (and a test) sees the series before
@@ -30,7 +32,7 @@ var knownAuthReasons = []string{
 	string(agentauth.ReasonLifetime), string(agentauth.ReasonAudience), string(agentauth.ReasonReplayed),
 	string(agentauth.ReasonMethod), string(agentauth.ReasonURL), string(agentauth.ReasonBody),
 	string(agentauth.ReasonInternal),
-	authReasonAdminToken, authReasonJobToken, authReasonJobTokenExpired, authReasonRunnerGone,
+	authReasonAdminToken, authReasonOrgToken, authReasonOtherOrg, authReasonJobToken, authReasonJobTokenExpired, authReasonRunnerGone,
 }
 
 func newMetrics(st *store) *metrics {
@@ -47,23 +49,40 @@ func newMetrics(st *store) *metrics {
 		}, []string{"route"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "outpost_orchestrator_auth_failures_total",
-			Help: "Refused credentials by reason: agent token checks (agentauth reasons), admin_token, job_token, job_token_expired, runner_gone.",
+			Help: "Refused credentials by reason: agent token checks (agentauth reasons), admin_token, org_token, other_org (an organisation token on another organisation), job_token, job_token_expired, runner_gone.",
 		}, []string{"reason"}),
 		polls: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "outpost_orchestrator_long_polls_in_flight",
 			Help: "Agent long polls being held open.",
 		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "outpost_orchestrator_requests_in_flight",
+			Help: "Requests whose handler is running (long polls included).",
+		}),
+		purged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_orchestrator_purged_total",
+			Help: "Ended deployments whose part retention deleted: what=sources (source and variables), logs (log and events), deployments (the whole deployment).",
+		}, []string{"what"}),
+	}
+	for _, w := range []string{"sources", "logs", "deployments"} {
+		m.purged.WithLabelValues(w)
 	}
 	for _, r := range knownAuthReasons {
 		m.authFailures.WithLabelValues(r)
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls,
+	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls, m.inFlight, m.purged,
 		&deploymentsCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_jobs",
 			"Deployments by status.", []string{"status"}, nil)},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+func (m *metrics) countPurged(p purged) {
+	m.purged.WithLabelValues("sources").Add(float64(p.sources))
+	m.purged.WithLabelValues("logs").Add(float64(p.logs))
+	m.purged.WithLabelValues("deployments").Add(float64(p.deployments))
 }
 
 func (m *metrics) observe(route string, code int, d time.Duration) {

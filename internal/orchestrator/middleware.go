@@ -3,14 +3,13 @@ package orchestrator
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"regexp"
 	"runtime/debug"
@@ -26,7 +25,7 @@ type authKind int
 
 const (
 	authNone  authKind = iota // /healthz, /metrics
-	authAdmin                 // Authorization: Bearer <admin token>
+	authAdmin                 // Authorization: Bearer <bootstrap admin token or organisation token>
 	authAgent                 // Authorization: Outpost-Agent <EdDSA JWT>
 	authJob                   // Authorization: Bearer opj_<job token>
 )
@@ -50,9 +49,12 @@ const (
 type route struct {
 	pattern string
 	auth    authKind
-	body    string
-	limit   int64
-	h       func(w http.ResponseWriter, r *http.Request, c *call) error
+	// bootstrap restricts an admin route to the bootstrap admin token (organisation tokens get
+	// 403): the routes that manage organisation tokens.
+	bootstrap bool
+	body      string
+	limit     int64
+	h         func(w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 // call is what the middleware established before the handler runs.
@@ -60,6 +62,7 @@ type call struct {
 	// body is the request body, read in full within the route's limit.
 	body  []byte
 	org   string             // admin routes
+	admin principal          // admin routes
 	agent agentauth.Identity // agent routes
 	job   jobTokenPayload    // job API routes
 }
@@ -72,6 +75,9 @@ type reqInfo struct {
 	id        string
 	route     string
 	principal string
+	// bodyRead is set once the body was read to its end; a request whose body was not (refused
+	// before reading it, or cut off) gets its connection closed.
+	bodyRead bool
 }
 
 func infoOf(ctx context.Context) *reqInfo {
@@ -129,6 +135,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
 	sw := &statusWriter{ResponseWriter: w}
 	sw.Header().Set("X-Request-Id", info.id)
+	if r.ContentLength != 0 && r.ProtoMajor == 1 {
+		// Until the body has been read to its end, the answer closes the connection: net/http
+		// would otherwise read what is left of the body before answering, to reuse the
+		// connection, which lets a client that trickles a body hold it and a goroutine for as
+		// long as the read timeout. (HTTP/2 resets just the stream, and would take the header
+		// as a reason to close the connection every other stream shares.)
+		sw.Header().Set("Connection", "close")
+		defer cutUnreadBody(sw, info)
+	}
 	defer func() {
 		if p := recover(); p != nil {
 			if p == http.ErrAbortHandler { //nolint:errorlint // sentinel compared as net/http does
@@ -162,11 +177,22 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.inFlight.Done()
+	s.metrics.inFlight.Inc()
+	defer s.metrics.inFlight.Dec()
 	if h, pattern := s.mux.Handler(r); pattern == "" {
 		s.notRouted(sw, r, h)
 		return
 	}
 	s.mux.ServeHTTP(sw, r)
+}
+
+// cutUnreadBody ends the reading of a body the handler did not read to its end: the read
+// deadline set to now makes net/http give up on the rest at once instead of waiting for it after
+// the answer, so the connection closes right after the answer is written.
+func cutUnreadBody(w http.ResponseWriter, info *reqInfo) {
+	if !info.bodyRead {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
 }
 
 // headerCapture runs the mux's own 404/405 handler only to learn its status and Allow header.
@@ -220,38 +246,39 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, r, s.log, err)
 }
 
+// prepare checks the credentials from the headers alone, and only then reads the body: a request
+// without valid credentials never makes the orchestrator read (or wait for) a byte of it. The
+// agent's token signs the body's hash, so its last two checks (the hash, then reserving the
+// token id against replay) follow the read, bounded by the route's limit.
 func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 	info := infoOf(r.Context())
-	if rt.auth == authAdmin {
-		if err := s.checkAdmin(r); err != nil {
+	var agentToken *agentauth.Verified
+	switch rt.auth {
+	case authAdmin:
+		p, err := s.authenticateAdmin(r)
+		if err != nil {
 			return err
 		}
-		info.principal = "admin"
+		c.admin, info.principal = p, p.String()
 		if strings.Contains(rt.pattern, "{org}") {
 			c.org = r.PathValue("org")
+			if err := p.reaches(c.org); err != nil {
+				return err
+			}
 			if err := api.ValidateID("org", c.org); err != nil {
 				return err
 			}
 		}
-	}
-	if err := readBody(w, r, rt, c); err != nil {
-		return err
-	}
-	switch rt.auth {
-	case authAgent:
-		id, err := s.verifier.Verify(r.Context(), r, s.requestURL(r), c.body)
-		if err != nil {
-			var ae *agentauth.Error
-			if !errors.As(err, &ae) {
-				return err
-			}
-			if ae.Reason == agentauth.ReasonInternal {
-				return &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, message: ae.Error(), authReason: string(ae.Reason)}
-			}
-			return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, message: ae.Error(), authReason: string(ae.Reason)}
+		if rt.bootstrap && !p.bootstrap {
+			return refuse(http.StatusForbidden, api.CodeForbidden,
+				"only the bootstrap admin token (--admin-token) manages organisation tokens; an organisation token cannot")
 		}
-		c.agent = id
-		info.principal = "runner " + id.Org + "/" + id.RunnerID
+	case authAgent:
+		v, err := s.verifier.VerifyHeaders(r.Context(), r, s.requestURL(r))
+		if err != nil {
+			return agentRefusal(err)
+		}
+		agentToken = v
 	case authJob:
 		raw, ok := bearer(r)
 		if !ok {
@@ -262,10 +289,39 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 		if err != nil {
 			return err
 		}
+		if rt.body != bodyNone {
+			// A token of an attempt that was superseded or ended long ago gets no body read.
+			if err := s.store.checkJobGrant(r.Context(), payload, s.cfg.JobTokenGrace); err != nil {
+				return err
+			}
+		}
 		c.job = payload
 		info.principal = fmt.Sprintf("job %s/%s#%d", payload.Org, payload.Deployment, payload.Attempt)
 	}
+	if err := readBody(w, r, rt, c); err != nil {
+		return err
+	}
+	if agentToken != nil {
+		id, err := agentToken.Bind(r.Context(), c.body)
+		if err != nil {
+			return agentRefusal(err)
+		}
+		c.agent = id
+		info.principal = "runner " + id.Org + "/" + id.RunnerID
+	}
 	return nil
+}
+
+// agentRefusal is the answer to a refused agent token: 401, or 503 when the check itself failed.
+func agentRefusal(err error) error {
+	var ae *agentauth.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	if ae.Reason == agentauth.ReasonInternal {
+		return &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, message: ae.Error(), authReason: string(ae.Reason)}
+	}
+	return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, message: ae.Error(), authReason: string(ae.Reason)}
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -275,22 +331,6 @@ func bearer(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return strings.TrimSpace(tok), true
-}
-
-// checkAdmin compares hashes in constant time, so neither the token's bytes nor its length leak
-// through timing.
-func (s *Server) checkAdmin(r *http.Request) error {
-	tok, ok := bearer(r)
-	if !ok {
-		return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
-			message: "missing admin token: send Authorization: Bearer <admin token>"}
-	}
-	given := sha256.Sum256([]byte(tok))
-	if subtle.ConstantTimeCompare(given[:], s.admin[:]) != 1 {
-		return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
-			message: "the admin token is not valid for this orchestrator"}
-	}
-	return nil
 }
 
 // readBody checks the Content-Type and reads the whole body within the route's limit. Agent
@@ -310,12 +350,22 @@ func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, rt.limit))
 	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		var netErr net.Error
+		switch {
+		case errors.As(err, &tooBig):
 			return refuse(http.StatusRequestEntityTooLarge, api.CodeTooLarge,
 				"request body is larger than the limit of %s for %s", humanBytes(rt.limit), rt.pattern)
+		case errors.As(err, &netErr) && netErr.Timeout():
+			return refuse(http.StatusRequestTimeout, api.CodeRequestTimeout,
+				"the request body did not arrive within the orchestrator's read timeout; send it at once, not piece by piece")
 		}
 		return refuse(http.StatusBadRequest, api.CodeInvalid, "reading the request body failed: %v", err)
 	}
+	infoOf(r.Context()).bodyRead = true
+	w.Header().Del("Connection")
+	// The read timeout bounded the arrival of the request; from here on the connection is only
+	// watched for the client going away, which a long poll must see for its whole 30 s.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if rt.body == bodyJSON && len(data) == 0 {
 		return invalid("", "request body is required: send a JSON object")
 	}

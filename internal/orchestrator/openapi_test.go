@@ -139,6 +139,9 @@ func checkOperation(t *testing.T, doc oaDoc, pattern string, rt route, op oaOper
 	if wantScheme != "" && op.Responses["401"] == nil {
 		t.Errorf("%s does not document its 401", pattern)
 	}
+	if rt.bootstrap && op.Responses["403"] == nil {
+		t.Errorf("%s is for the bootstrap admin token only but does not document the 403 of an organisation token", pattern)
+	}
 	ok2xx := false
 	for code := range op.Responses {
 		ok2xx = ok2xx || strings.HasPrefix(code, "2")
@@ -230,6 +233,8 @@ var goSchemas = map[string]any{
 	"Offer": api.Offer{}, "Directive": api.Directive{}, "ClaimRequest": api.ClaimRequest{}, "Lease": api.Lease{},
 	"Claim": api.Claim{}, "Placement": api.Placement{}, "JobSpec": api.JobSpec{}, "EventRequest": api.EventRequest{},
 	"EventResponse": api.EventResponse{}, "LogAppendResponse": api.LogAppendResponse{},
+	"OrgToken": api.OrgToken{}, "OrgTokenInput": api.OrgTokenInput{}, "CreatedOrgToken": api.CreatedOrgToken{},
+	"OrgTokenList": api.List[api.OrgToken]{},
 }
 
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.

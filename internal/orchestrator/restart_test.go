@@ -14,7 +14,13 @@ import (
 // everything is what an admin can read about organisation acme, deployments in full.
 func everything(h *harness) string {
 	h.t.Helper()
-	const org = "acme"
+	return everythingIn(h, "acme")
+}
+
+// everythingIn is everything an admin can read in org, deployments' events, outputs and logs
+// included.
+func everythingIn(h *harness, org string) string {
+	h.t.Helper()
 	var b strings.Builder
 	b.WriteString(snapshot(h, org))
 	var list api.List[api.Deployment]

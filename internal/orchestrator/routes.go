@@ -13,6 +13,11 @@ func (s *Server) routeTable() []route {
 	admin := func(pattern string, body string, limit int64, h func(http.ResponseWriter, *http.Request, *call) error) route {
 		return route{pattern: pattern, auth: authAdmin, body: body, limit: limit, h: h}
 	}
+	bootstrap := func(pattern string, body string, limit int64, h func(http.ResponseWriter, *http.Request, *call) error) route {
+		rt := admin(pattern, body, limit, h)
+		rt.bootstrap = true
+		return rt
+	}
 	return []route{
 		{pattern: "GET /healthz", h: s.handleHealth},
 		{pattern: "GET /metrics", h: s.handleMetrics},
@@ -36,6 +41,10 @@ func (s *Server) routeTable() []route {
 		admin("GET "+orgs+"/deployments/{id}/outputs", bodyNone, 0, s.getOutputs),
 		admin("GET "+orgs+"/deployments/{id}/events", bodyNone, 0, s.listEvents),
 		admin("POST "+orgs+"/deployments/{id}/cancel", bodyNone, 0, s.cancelDeployment),
+
+		bootstrap("POST "+orgs+"/tokens", bodyJSON, limitDefault, s.createOrgToken),
+		bootstrap("GET "+orgs+"/tokens", bodyNone, 0, s.listOrgTokens),
+		bootstrap("DELETE "+orgs+"/tokens/{id}", bodyNone, 0, s.revokeOrgToken),
 
 		{pattern: "POST /api/v1/agent/poll", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.poll},
 		{pattern: "POST /api/v1/agent/deployments/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},

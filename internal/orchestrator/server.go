@@ -34,7 +34,52 @@ const (
 	ConnectedWindow = 60 * time.Second
 	// MinAdminTokenLength keeps guessable admin tokens out.
 	MinAdminTokenLength = 16
+	// DefaultPurgeBatch is how many keys one purge transaction deletes at most.
+	DefaultPurgeBatch = 1000
+	// MaxEventsPerAttempt caps the events one attempt may record; beyond it only its finished
+	// event is taken, so an agent cannot grow the database without bound.
+	MaxEventsPerAttempt = 1000
 )
+
+// Defaults of Retention, counted from a deployment's end.
+const (
+	// DefaultSourceRetention is short: sources and variables can hold secrets, and nothing needs
+	// them once the attempt's job runner is done.
+	DefaultSourceRetention     = time.Hour
+	DefaultLogRetention        = 30 * 24 * time.Hour
+	DefaultDeploymentRetention = 90 * 24 * time.Hour
+	// KeepForever, as a Retention field, keeps that part of ended deployments for good.
+	KeepForever time.Duration = -1
+)
+
+// Retention says how long the parts of an ended deployment are kept, counted from its end. The
+// background sweep deletes what is due in bounded batches. Zero fields take the defaults;
+// KeepForever (any negative value) keeps that part.
+type Retention struct {
+	// Sources is how long the source and the variables are kept.
+	Sources time.Duration
+	// Logs is how long the log and the events are kept; at least JobTokenGrace, so the job
+	// runner's last lines cannot land after the purge.
+	Logs time.Duration
+	// Deployments is how long the deployment itself (with its outputs) is kept; after that it
+	// is gone, and reads of it get 404.
+	Deployments time.Duration
+}
+
+func (r Retention) withDefaults() Retention {
+	set := func(d *time.Duration, def time.Duration) {
+		switch {
+		case *d == 0:
+			*d = def
+		case *d < 0:
+			*d = KeepForever
+		}
+	}
+	set(&r.Sources, DefaultSourceRetention)
+	set(&r.Logs, DefaultLogRetention)
+	set(&r.Deployments, DefaultDeploymentRetention)
+	return r
+}
 
 // Config configures a Server. Zero values take the defaults above.
 type Config struct {
@@ -57,9 +102,14 @@ type Config struct {
 	LogCapBytes int64
 	// JobTokenGrace is how long a job token stays valid after its deployment ended.
 	JobTokenGrace time.Duration
-	// SweepInterval is how often expired leases and token ids are swept; negative disables the
-	// background sweeper (tests then call Sweep).
+	// SweepInterval is how often expired leases and token ids are swept and retention is
+	// applied; negative disables the background sweeper (tests then call Sweep).
 	SweepInterval time.Duration
+	// Retention says how long ended deployments, their sources, logs and events are kept.
+	Retention Retention
+	// PurgeBatch is the most keys one purge transaction deletes (DefaultPurgeBatch when zero),
+	// so a large purge never holds the database's write lock for long.
+	PurgeBatch int
 }
 
 // Server is a running orchestrator. It is safe for concurrent use.
@@ -106,6 +156,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = DefaultSweepInterval
+	}
+	if cfg.PurgeBatch <= 0 {
+		cfg.PurgeBatch = DefaultPurgeBatch
+	}
+	cfg.Retention = cfg.Retention.withDefaults()
+	if l := cfg.Retention.Logs; l >= 0 && l < cfg.JobTokenGrace {
+		return nil, fmt.Errorf("log retention %s is shorter than the %s a job token stays valid after the end; keep logs at least that long", l, cfg.JobTokenGrace)
 	}
 	var external *url.URL
 	if cfg.ExternalURL != "" {

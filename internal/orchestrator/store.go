@@ -22,24 +22,27 @@ const DBFile = "orchestrator.db"
 // Bucket names. Keys are "org/id" (ids are DNS-1123 labels, so '/' never occurs inside one);
 // ordered indexes append big-endian numbers so that bbolt's byte order is the wanted order.
 var (
-	bMeta          = []byte("meta")           // "secret" → server HMAC secret, "schema" → version
-	bOrgs          = []byte("orgs")           // org → orgRecord
-	bRunners       = []byte("runners")        // org/runner → api.Runner (status fields persisted, Connected computed)
-	bStorages      = []byte("storages")       // org/storage → api.StateStorage
-	bDeployments   = []byte("deployments")    // org/deployment → deploymentRecord (without source)
-	bSources       = []byte("sources")        // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
-	bDeploymentSeq = []byte("deployment_seq") // org/ + seq → deployment id (list order)
-	bQueue         = []byte("queue")          // org/runner/ + seq → deployment id (queued deployments, oldest first)
-	bLeased        = []byte("leased")         // org/runner/deployment → "" (deployments holding a job lease)
-	bEvents        = []byte("events")         // org/deployment/ + attempt + seq → api.Event
-	bLogs          = []byte("logs")           // org/deployment/ + stored offset → bytes of one append
-	bOutputs       = []byte("outputs")        // org/deployment → api.Outputs
-	bReplay        = []byte("replay")         // token id → expiry (unix nanos)
-	bReplayEx      = []byte("replay_ex")      // expiry + token id → "" (purge order)
-	bStats         = []byte("stats")          // status → number of deployments in it
+	bMeta           = []byte("meta")             // "secret" → server HMAC secret, "schema" → version
+	bOrgs           = []byte("orgs")             // org → orgRecord
+	bRunners        = []byte("runners")          // org/runner → api.Runner (status fields persisted, Connected computed)
+	bStorages       = []byte("storages")         // org/storage → api.StateStorage
+	bDeployments    = []byte("deployments")      // org/deployment → deploymentRecord (without source)
+	bSources        = []byte("sources")          // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
+	bDeploymentSeq  = []byte("deployment_seq")   // org/ + seq → deployment id (list order)
+	bQueue          = []byte("queue")            // org/runner/ + seq → deployment id (queued deployments, oldest first)
+	bLeased         = []byte("leased")           // org/runner/deployment → "" (deployments holding a job lease)
+	bEvents         = []byte("events")           // org/deployment/ + attempt + seq → api.Event
+	bLogs           = []byte("logs")             // org/deployment/ + stored offset → bytes of one append
+	bOutputs        = []byte("outputs")          // org/deployment → api.Outputs
+	bReplay         = []byte("replay")           // token id → expiry (unix nanos)
+	bReplayEx       = []byte("replay_ex")        // expiry + token id → "" (purge order)
+	bStats          = []byte("stats")            // status → number of deployments in it
+	bOrgTokens      = []byte("org_tokens")       // org/token id → orgTokenRecord (store_tokens.go)
+	bOrgTokenHashes = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{bMeta, bOrgs, bRunners, bStorages, bDeployments, bSources, bDeploymentSeq, bQueue, bLeased,
-		bEvents, bLogs, bOutputs, bReplay, bReplayEx, bStats}
+		bEvents, bLogs, bOutputs, bReplay, bReplayEx, bStats, bOrgTokens, bOrgTokenHashes,
+		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
 // schemaVersion is the layout of the database. Version 1 (a development layout before the
@@ -104,6 +107,9 @@ func openStore(dir string, now func() time.Time, logCap int64) (*store, error) {
 		}
 		if err := meta.Put([]byte("schema"), u64(schemaVersion)); err != nil {
 			return err
+		}
+		if err := backfillEndedIndex(tx); err != nil {
+			return fmt.Errorf("index ended deployments for retention: %w", err)
 		}
 		if sec := meta.Get([]byte("secret")); sec != nil {
 			s.secret = bytes.Clone(sec)

@@ -245,6 +245,17 @@ func placementOf(tx *bolt.Tx, rec *deploymentRecord) (*api.Placement, error) {
 	}, nil
 }
 
+// attemptEvents counts the recorded events of one attempt, up to MaxEventsPerAttempt.
+func attemptEvents(tx *bolt.Tx, org, deploymentID string, attempt int) int {
+	n := 0
+	p := binary.BigEndian.AppendUint32(prefix(org, deploymentID), uint32(attempt))
+	_ = scanPrefix(tx.Bucket(bEvents), p, func(_, _ []byte) (bool, error) {
+		n++
+		return n < MaxEventsPerAttempt, nil
+	})
+	return n
+}
+
 func eventKey(org, deploymentID string, attempt int, seq int64) []byte {
 	k := prefix(org, deploymentID)
 	k = binary.BigEndian.AppendUint32(k, uint32(attempt))
@@ -253,8 +264,10 @@ func eventKey(org, deploymentID string, attempt int, seq int64) []byte {
 
 // recordEvent stores an event once per (deployment, attempt, seq) and applies it: started makes
 // the deployment running, finished ends it and releases the job lease. A resend of a stored event
-// is acknowledged without change, before any fencing check, so an agent that lost the answer to
-// its finished event can still get it acknowledged.
+// is acknowledged without change, before any other check, so an agent that lost the answer to
+// its finished event can still get it acknowledged. New events are taken only for the current
+// attempt of a deployment that has not ended, and at most MaxEventsPerAttempt per attempt, the
+// finished event always.
 func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
 	var out api.EventResponse
 	err := s.update(ctx, func(tx *bolt.Tx) error {
@@ -277,10 +290,17 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		switch {
 		case req.Attempt != rec.D.Attempt:
 			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's job lease was lost", req.Attempt, deploymentID, rec.D.Attempt)
-		case req.Fencing < rec.Fencing:
-			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, deploymentID)
 		case req.Fencing > rec.Fencing:
 			return invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, deploymentID, rec.Fencing)
+		case req.Fencing < rec.Fencing:
+			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, deploymentID)
+		case rec.D.Status.Terminal():
+			return conflict("deployment %q already ended with status %s at %s; events of its attempts are no longer taken",
+				deploymentID, rec.D.Status, rec.D.FinishedAt.Format(time.RFC3339))
+		}
+		if req.Type != api.EventFinished && attemptEvents(tx, id.Org, deploymentID, req.Attempt) >= MaxEventsPerAttempt {
+			return conflict("attempt %d of deployment %q already has %d events, the most one attempt may record; only its finished event is still taken",
+				req.Attempt, deploymentID, MaxEventsPerAttempt)
 		}
 		when := req.Time.UTC().Round(0)
 		if req.Time.IsZero() {
@@ -291,8 +311,7 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		if err := putJSON(tx.Bucket(bEvents), ek, ev); err != nil {
 			return err
 		}
-		// A terminal deployment (e.g. lost after its job lease ran out) keeps its status; the late
-		// event is recorded so people can see what really happened.
+		// The current attempt of a deployment that has not ended holds the job lease.
 		if rec.Lease != nil {
 			rec.Lease.ExpiresAt = now.Add(leaseFor)
 			switch req.Type {

@@ -138,12 +138,16 @@ func addStat(tx *bolt.Tx, status api.Status, delta int64) error {
 	return b.Put([]byte(status), u64(uint64(n)))
 }
 
-// finishDeployment ends a deployment in a terminal status and releases its job lease.
+// finishDeployment ends a deployment in a terminal status, releases its job lease and puts it
+// into the purge indexes of retention.
 func finishDeployment(tx *bolt.Tx, rec *deploymentRecord, status api.Status, reason, message string, now time.Time) error {
 	rec.D.Status = status
 	rec.D.Reason, rec.D.Message = reason, message
 	rec.D.FinishedAt = &now
 	rec.Lease = nil
+	if err := indexEnded(tx, rec); err != nil {
+		return err
+	}
 	return saveDeployment(tx, rec)
 }
 

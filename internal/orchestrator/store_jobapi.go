@@ -29,6 +29,15 @@ func (s *store) grantedDeployment(tx *bolt.Tx, c jobTokenPayload, grace time.Dur
 	return rec, checkJobToken(rec, c, now, grace)
 }
 
+// checkJobGrant tells, in a read transaction and before the body is read, whether a genuine
+// token still speaks for its deployment; the write that follows checks again.
+func (s *store) checkJobGrant(ctx context.Context, c jobTokenPayload, grace time.Duration) error {
+	return s.view(ctx, func(tx *bolt.Tx) error {
+		_, err := s.grantedDeployment(tx, c, grace)
+		return err
+	})
+}
+
 // putOutputs replaces a deployment's outputs.
 func (s *store) putOutputs(ctx context.Context, c jobTokenPayload, outputs api.Outputs, grace time.Duration) error {
 	return s.update(ctx, func(tx *bolt.Tx) error {

@@ -10,13 +10,13 @@
 package podtemplate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
@@ -71,11 +71,22 @@ func decode(raw string) (*corev1.PodTemplateSpec, error) {
 	if _, ok := generic.(map[string]any); !ok {
 		return nil, &Error{Message: "must be a JSON object with \"metadata\" and \"spec\" (a Kubernetes PodTemplateSpec)"}
 	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
-	dec.DisallowUnknownFields()
+	// Decoded as the API server decodes with strict field validation: keys match field names
+	// exactly, and a key given twice is refused. encoding/json would match "Spec" to spec and
+	// merge a repeated key into the first, while the normal form (Normalize) keeps only the
+	// last: the agent, which reads the normal form, would build another Job than the one
+	// checked here.
 	var tpl corev1.PodTemplateSpec
-	if err := dec.Decode(&tpl); err != nil {
+	strict, err := kjson.UnmarshalStrict([]byte(raw), &tpl)
+	if err != nil {
 		return nil, &Error{Message: "not a Kubernetes PodTemplateSpec: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	if len(strict) > 0 {
+		msgs := make([]string, len(strict))
+		for i, e := range strict {
+			msgs[i] = e.Error()
+		}
+		return nil, &Error{Message: "not a Kubernetes PodTemplateSpec: " + strings.Join(msgs, "; ") + " (field names are case-sensitive)"}
 	}
 	return &tpl, nil
 }
@@ -154,6 +165,9 @@ func Check(tpl *corev1.PodTemplateSpec) error {
 	if spec.ServiceAccountName != "" || spec.DeprecatedServiceAccount != "" { //nolint:staticcheck // the deprecated field must be refused too
 		return &Error{Path: "spec.serviceAccountName", Message: "the runner sets the service account from job.service_account; remove it from the pod template"}
 	}
+	if err := checkNames(spec); err != nil {
+		return err
+	}
 	mainAt := mainIndex(spec.Containers)
 	if mainAt < 0 {
 		return nil // Complete adds it
@@ -169,15 +183,47 @@ func Check(tpl *corev1.PodTemplateSpec) error {
 	return nil
 }
 
+// checkNames refuses container names Kubernetes would refuse only when the Job is created, and
+// a "main" anywhere but among the containers: Check and the Job builder look at the first
+// container named "main", so a second one would run its own command unchecked.
+func checkNames(spec corev1.PodSpec) error {
+	seen := map[string]string{}
+	for i, c := range spec.InitContainers {
+		at := fmt.Sprintf("spec.initContainers[%d]", i)
+		if c.Name == MainContainer {
+			return &Error{Path: at + ".name", Message: "\"main\" is the runner's container, which runs in spec.containers; give this init container another name"}
+		}
+		if prev, dup := seen[c.Name]; dup {
+			return &Error{Path: at + ".name", Message: fmt.Sprintf("%q is also the name of %s; container names must be unique", c.Name, prev)}
+		}
+		seen[c.Name] = at
+	}
+	for i, c := range spec.Containers {
+		at := fmt.Sprintf("spec.containers[%d]", i)
+		if prev, dup := seen[c.Name]; dup {
+			return &Error{Path: at + ".name", Message: fmt.Sprintf("%q is also the name of %s; container names must be unique", c.Name, prev)}
+		}
+		seen[c.Name] = at
+	}
+	return nil
+}
+
 // Normalize returns the canonical form of a template (compact JSON, object keys sorted), so that
 // two templates differing only in key order or whitespace compare equal. Empty stays empty.
+// Numbers keep their text: the orchestrator stores this form and the agent builds Jobs from it,
+// so 9007199254740993 must not become ...992 (float64), nor 1e2 become 100.
 func Normalize(raw string) (string, error) {
 	if strings.TrimSpace(raw) == "" {
 		return "", nil
 	}
-	var v any
-	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+	if err := json.Unmarshal([]byte(raw), new(any)); err != nil {
 		return "", &Error{Message: "not valid JSON: " + describeJSONError(raw, err)}
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return "", fmt.Errorf("decode pod template: %w", err)
 	}
 	out, err := json.Marshal(v)
 	if err != nil {

@@ -15,10 +15,15 @@ func TestParse(t *testing.T) {
 		{"not JSON", `{"spec": {`, "", "not valid JSON"},
 		{"not JSON line", "{\n\"spec\": x}", "", "line 2"},
 		{"array", `[1,2]`, "", "must be a JSON object"},
-		{"unknown field", `{"spec":{"containerz":[]}}`, "", "unknown field \"containerz\""},
+		{"unknown field", `{"spec":{"containerz":[]}}`, "", "unknown field \"spec.containerz\""},
+		{"field name in another case", `{"Spec":{}}`, "", "unknown field \"Spec\""},
+		{"key given twice", `{"spec":{"containers":[{"name":"main","command":["sh"]}]},"spec":{}}`, "", "duplicate field \"spec\""},
 		{"restart policy", `{"spec":{"restartPolicy":"Always","containers":[{"name":"main"}]}}`, "spec.restartPolicy", "Never"},
 		{"service account", `{"spec":{"serviceAccountName":"x","containers":[{"name":"main"}]}}`, "spec.serviceAccountName", "job.service_account"},
 		{"main command", `{"spec":{"containers":[{"name":"x"},{"name":"main","command":["sh"]}]}}`, "spec.containers[1].command", "set by the runner"},
+		{"main twice", `{"spec":{"containers":[{"name":"main"},{"name":"main","command":["sh"]}]}}`, "spec.containers[1].name", "must be unique"},
+		{"main as init container", `{"spec":{"initContainers":[{"name":"main","command":["sh"]}]}}`, "spec.initContainers[0].name", "another name"},
+		{"init and sidecar share a name", `{"spec":{"initContainers":[{"name":"x"}],"containers":[{"name":"x"}]}}`, "spec.containers[0].name", "spec.initContainers[0]"},
 		{"main args", `{"spec":{"containers":[{"name":"main","args":["-c"]}]}}`, "spec.containers[0].args", "set by the runner"},
 		{"owned label", `{"metadata":{"labels":{"outpost.dev/deployment-id":"x"}},"spec":{"containers":[{"name":"main"}]}}`, "metadata.labels.outpost.dev/deployment-id", "set by the runner"},
 	}
@@ -116,5 +121,10 @@ func TestNormalize(t *testing.T) {
 	}
 	if _, err := Normalize("{"); err == nil {
 		t.Fatal("invalid JSON must fail")
+	}
+	// Numbers keep their text (FuzzParse found 2^53+1 rounded through float64).
+	n, err := Normalize(`{"spec": {"terminationGracePeriodSeconds": 9007199254740993, "x": 1e2}}`)
+	if err != nil || n != `{"spec":{"terminationGracePeriodSeconds":9007199254740993,"x":1e2}}` {
+		t.Fatalf("Normalize changed numbers: %s (%v)", n, err)
 	}
 }

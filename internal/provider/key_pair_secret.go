@@ -56,7 +56,7 @@ func (r *keyPairResource) writeSecret(ctx context.Context, s *keyPairSecretModel
 		return diags
 	}
 	if s.CreateNamespace.ValueBool() {
-		diags.Append(ensureNamespace(ctx, conn.clientset, ns)...)
+		diags.Append(ensureNamespace(ctx, conn.clientset, ns, map[string]string{labelPodSecurity: podSecurityRestricted})...)
 		if diags.HasError() {
 			return diags
 		}
@@ -146,7 +146,7 @@ func (r *keyPairResource) deleteSecret(ctx context.Context, s *keyPairSecretMode
 
 // ensureNamespace creates a namespace unless it exists. Namespaces Outpost creates carry the
 // managed-by label but are never deleted by it: they may hold Terraform state.
-func ensureNamespace(ctx context.Context, cs kubernetes.Interface, name string) diag.Diagnostics {
+func ensureNamespace(ctx context.Context, cs kubernetes.Interface, name string, labels map[string]string) diag.Diagnostics {
 	var diags diag.Diagnostics
 	_, err := cs.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
@@ -158,6 +158,9 @@ func ensureNamespace(ctx context.Context, cs kubernetes.Interface, name string) 
 		return diags
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{labelManagedBy: managedByProvider}}}
+	for k, v := range labels {
+		ns.Labels[k] = v
+	}
 	_, err = cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{FieldManager: managedByProvider})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		addKubeError(&diags, "Unable to Create Namespace", fmt.Sprintf("create namespace %q", name),

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	"helm.sh/helm/v3/pkg/action"
 	helmchart "helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/release"
@@ -74,11 +75,22 @@ func (r *kubernetesAgentResource) ModifyPlan(ctx context.Context, req resource.M
 			return
 		}
 	}
+	// The jobs and the states get namespaces of their own, apart from the agent and its key.
 	if config.JobNamespace.IsNull() {
-		plan.JobNamespace = plan.Namespace
+		plan.JobNamespace = ownNamespace(plan.Namespace, "jobs")
 	}
 	if config.StateNamespace.IsNull() {
-		plan.StateNamespace = plan.Namespace
+		plan.StateNamespace = ownNamespace(plan.Namespace, "state")
+	}
+	for _, n := range []struct {
+		attr string
+		v    types.String
+	}{{"job_namespace", plan.JobNamespace}, {"state_namespace", plan.StateNamespace}} {
+		if !n.v.IsUnknown() && len(n.v.ValueString()) > 63 {
+			resp.Diagnostics.AddAttributeError(path.Root(n.attr), "Namespace Name Too Long",
+				fmt.Sprintf("The default %s %q is longer than the 63 characters of a namespace name. Set %s.", n.attr, n.v.ValueString(), n.attr))
+			return
+		}
 	}
 	plan.ID = types.StringUnknown()
 	if !plan.Namespace.IsUnknown() && !plan.ReleaseName.IsUnknown() {
@@ -97,7 +109,7 @@ func (r *kubernetesAgentResource) ModifyPlan(ctx context.Context, req resource.M
 			"The chart values built from this resource's attributes are not valid. Fix the attribute named in the error.\n\nOriginal error: "+err.Error())
 		return
 	default:
-		if err := validateChartValues(vals); err != nil {
+		if err := validateChartValues(ctx, vals, plan.Namespace); err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("values"), "Invalid Chart Values",
 				fmt.Sprintf("The agent chart %s refuses these values. Check `values` and the attributes that set chart values "+
 					"against the chart's README.\n\nOriginal error: %s", chartVersion, err))
@@ -168,9 +180,19 @@ func embeddedChart() (*helmchart.Chart, error) {
 	return loadedChart, chartErr
 }
 
-// validateChartValues checks values against the chart's values.schema.json, as Helm will at
-// install time, so mistakes in `values` fail the plan.
-func validateChartValues(vals map[string]any) error {
+// ownNamespace is <namespace>-<suffix>, unknown while namespace is.
+func ownNamespace(namespace types.String, suffix string) types.String {
+	if namespace.IsUnknown() {
+		return types.StringUnknown()
+	}
+	return types.StringValue(namespace.ValueString() + "-" + suffix)
+}
+
+// validateChartValues checks values against the chart's values.schema.json and renders the
+// chart client-side in the release namespace, as Helm will at install time, so mistakes in
+// `values` and every check the chart makes (such as jobs.rbac.rules next to the runner's key)
+// fail the plan.
+func validateChartValues(ctx context.Context, vals map[string]any, namespace types.String) error {
 	chrt, err := embeddedChart()
 	if err != nil {
 		return err
@@ -179,7 +201,20 @@ func validateChartValues(vals map[string]any) error {
 	if err != nil {
 		return err
 	}
-	return chartutil.ValidateAgainstSchema(chrt, coalesced)
+	if err := chartutil.ValidateAgainstSchema(chrt, coalesced); err != nil {
+		return err
+	}
+	if namespace.IsUnknown() {
+		return nil
+	}
+	install := action.NewInstall(&action.Configuration{Log: func(string, ...any) {}})
+	install.DryRun, install.ClientOnly, install.IncludeCRDs = true, true, false
+	install.ReleaseName, install.Namespace = defaultReleaseName, namespace.ValueString()
+	// A client-only render checks against this version instead of the cluster's; any version
+	// the chart supports renders the same objects.
+	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.34.0", Major: "1", Minor: "34"}
+	_, err = install.RunWithContext(ctx, chrt, copyValues(vals))
+	return err
 }
 
 // copyValues deep-copies values, because Helm's coalescing writes into the map it is given.

@@ -96,7 +96,13 @@ func (r *kubernetesAgentResource) apply(ctx context.Context, plan kubernetesAgen
 	if diags.HasError() {
 		return nil, diags
 	}
-	diags.Append(r.prepareNamespaces(ctx, conn, plan)...)
+	vals, err := plan.chartValues()
+	if err != nil {
+		diags.AddAttributeError(path.Root("values"), "Invalid Chart Values",
+			"The chart values could not be built from the resource's attributes.\n\nOriginal error: "+err.Error())
+		return nil, diags
+	}
+	diags.Append(r.prepareNamespaces(ctx, conn, plan, vals)...)
 	if diags.HasError() {
 		return nil, diags
 	}

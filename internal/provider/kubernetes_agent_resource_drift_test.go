@@ -181,9 +181,11 @@ resource "outpost_kubernetes_agent_runner" "agent" {
 }
 
 resource "outpost_kubernetes_agent" "test" {
-  namespace    = %[1]q
-  release_name = "waiting-agent"
-  runner_id    = outpost_kubernetes_agent_runner.agent.id
+  namespace       = %[1]q
+  job_namespace   = %[1]q
+  state_namespace = %[1]q
+  release_name    = "waiting-agent"
+  runner_id       = outpost_kubernetes_agent_runner.agent.id
   private_key_secret { name = "agent-key" }
 %[3]s
 }

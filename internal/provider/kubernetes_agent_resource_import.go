@@ -18,7 +18,7 @@ func (m *kubernetesAgentModel) setInputsFromValues(vals map[string]any) diag.Dia
 	m.RunnerID = v.str("runnerId", "")
 	m.APIURL = v.str("apiUrl", "")
 	m.OrgID = v.str("orgId", "")
-	m.CLI = v.str("cli", defaultCLI)
+	m.CLI = v.strOrNull("cli")
 	m.LogLevel = v.str("logLevel", defaultLogLevel)
 	m.Replicas = types.Int64Value(defaultReplicas)
 	if n, ok := v["replicaCount"].(float64); ok {
@@ -35,7 +35,8 @@ func (m *kubernetesAgentModel) setInputsFromValues(vals map[string]any) diag.Dia
 	m.PrivateKeySecret = &privateKeySecretModel{Name: pk.str("existingSecret", ""), Key: pk.str("secretKey", secretKeyPrivate)}
 
 	jobs := v.sub("jobs")
-	m.JobNamespace = jobs.str("namespace", ns)
+	m.JobNamespace = jobs.str("namespace", ns+"-jobs")
+	m.JobPodPolicy = policyFromValues(v, &diags)
 	sa := jobs.sub("serviceAccount")
 	m.JobServiceAccount = sa.str("name", defaultJobServiceAccount)
 	m.JobServiceAccountAnnotations = sa.strMap("annotations", &diags)
@@ -49,7 +50,7 @@ func (m *kubernetesAgentModel) setInputsFromValues(vals map[string]any) diag.Dia
 	if b, ok := state["enabled"].(bool); ok {
 		m.ServeState = types.BoolValue(b)
 	}
-	m.StateNamespace = state.str("namespace", ns)
+	m.StateNamespace = state.str("namespace", ns+"-state")
 
 	m.ServiceAccountAnnotations = v.sub("serviceAccount").strMap("annotations", &diags)
 	m.NodeSelector = v.strMap("nodeSelector", &diags)

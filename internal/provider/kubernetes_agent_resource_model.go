@@ -41,6 +41,7 @@ type kubernetesAgentModel struct {
 	Values                       types.String           `tfsdk:"values"`
 	WaitForConnection            types.Bool             `tfsdk:"wait_for_connection"`
 	PrivateKeySecret             *privateKeySecretModel `tfsdk:"private_key_secret"`
+	JobPodPolicy                 *jobPodPolicyModel     `tfsdk:"job_pod_policy"`
 	Image                        *agentImageModel       `tfsdk:"image"`
 	JobImage                     *jobImageModel         `tfsdk:"job_image"`
 	Resources                    *resourcesModel        `tfsdk:"resources"`
@@ -88,13 +89,17 @@ var errUnknownValues = errors.New("some chart values are not known yet")
 // api_url, org_id) must be set before.
 func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 	r := &valuesReader{}
+	policy, automount, template := m.JobPodPolicy.chartValues(r)
 	jobs := map[string]any{
 		"namespace": r.str(m.JobNamespace),
 		"serviceAccount": nonEmpty(map[string]any{
-			"name":        r.str(m.JobServiceAccount),
-			"annotations": r.strMap(m.JobServiceAccountAnnotations),
+			"name":           r.str(m.JobServiceAccount),
+			"annotations":    r.strMap(m.JobServiceAccountAnnotations),
+			"automountToken": automount,
 		}),
-		"podLabels": r.strMap(m.JobPodLabels),
+		"podLabels":   r.strMap(m.JobPodLabels),
+		"policy":      policy,
+		"podTemplate": template,
 	}
 	if img := m.JobImage; img != nil {
 		jobs["image"] = nonEmpty(map[string]any{

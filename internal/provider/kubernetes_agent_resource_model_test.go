@@ -28,7 +28,7 @@ func minimalAgentModel() kubernetesAgentModel {
 		ServiceAccountAnnotations:    types.MapNull(types.StringType),
 		ServeState:                   types.BoolValue(true),
 		StateNamespace:               types.StringValue("outpost"),
-		CLI:                          types.StringValue(defaultCLI),
+		CLI:                          types.StringValue("tofu"),
 		LogLevel:                     types.StringValue(defaultLogLevel),
 		Replicas:                     types.Int64Value(defaultReplicas),
 		ImageRegistry:                types.StringNull(),
@@ -61,7 +61,7 @@ func TestChartValuesMinimal(t *testing.T) {
 	}
 	want := map[string]any{
 		"apiUrl": "https://outpost.example.com", "orgId": "acme", "runnerId": "r1",
-		"cli": "terraform", "logLevel": "info", "replicaCount": int64(2),
+		"cli": "tofu", "logLevel": "info", "replicaCount": int64(2),
 		"privateKey": map[string]any{"existingSecret": "key", "secretKey": "private-key.pem"},
 		"jobs":       map[string]any{"namespace": "outpost", "serviceAccount": map[string]any{"name": "outpost-job"}},
 		"state":      map[string]any{"enabled": true, "namespace": "outpost"},
@@ -69,7 +69,7 @@ func TestChartValuesMinimal(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("values\n got %#v\nwant %#v", got, want)
 	}
-	if err := validateChartValues(got); err != nil {
+	if err := validateChartValues(t.Context(), got, types.StringValue("outpost-system")); err != nil {
 		t.Fatalf("the embedded chart refuses the minimal values: %v", err)
 	}
 }
@@ -100,7 +100,7 @@ func TestChartValuesFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := validateChartValues(got); err != nil {
+	if err := validateChartValues(t.Context(), got, types.StringValue("outpost-system")); err != nil {
 		t.Fatalf("the embedded chart refuses the values: %v", err)
 	}
 	jobs, _ := got["jobs"].(map[string]any)
@@ -148,7 +148,7 @@ func TestValidateChartValuesRefusesUnknownKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := validateChartValues(vals); err == nil || !strings.Contains(err.Error(), "bogus") {
+	if err := validateChartValues(t.Context(), vals, types.StringValue("outpost-system")); err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("want a schema error naming bogus, got %v", err)
 	}
 }

@@ -59,10 +59,14 @@ func (r *kubernetesAgentResource) checkRunner(ctx context.Context, admin *client
 	return diags
 }
 
-// prepareNamespaces creates the namespaces when asked to, and otherwise checks they exist.
-func (r *kubernetesAgentResource) prepareNamespaces(ctx context.Context, conn *kubeConn, plan kubernetesAgentModel) diag.Diagnostics {
+// prepareNamespaces creates the namespaces when asked to, labelled for the Pod Security level
+// they need (the jobs namespace: what the job pod policy allows; the others: restricted), and
+// otherwise checks they exist. A jobs namespace without a Pod Security label, or with one that
+// would refuse pods the policy allows, gets a warning.
+func (r *kubernetesAgentResource) prepareNamespaces(ctx context.Context, conn *kubeConn, plan kubernetesAgentModel, vals map[string]any) diag.Diagnostics {
 	var diags diag.Diagnostics
-	names := []struct{ attr, ns string }{{"namespace", plan.Namespace.ValueString()}, {"job_namespace", plan.JobNamespace.ValueString()}}
+	jobsNS, jobsLevel := plan.JobNamespace.ValueString(), jobsPodSecurityLevel(vals)
+	names := []struct{ attr, ns string }{{"namespace", plan.Namespace.ValueString()}, {"job_namespace", jobsNS}}
 	if plan.ServeState.ValueBool() {
 		names = append(names, struct{ attr, ns string }{"state_namespace", plan.StateNamespace.ValueString()})
 	}
@@ -72,11 +76,14 @@ func (r *kubernetesAgentResource) prepareNamespaces(ctx context.Context, conn *k
 			continue
 		}
 		seen[n.ns] = true
-		if plan.CreateNamespaces.ValueBool() {
-			diags.Append(ensureNamespace(ctx, conn.clientset, n.ns)...)
-			continue
+		level := podSecurityRestricted
+		if n.ns == jobsNS {
+			level = jobsLevel
 		}
-		_, err := conn.clientset.CoreV1().Namespaces().Get(ctx, n.ns, metav1.GetOptions{})
+		if plan.CreateNamespaces.ValueBool() {
+			diags.Append(ensureNamespace(ctx, conn.clientset, n.ns, map[string]string{labelPodSecurity: level})...)
+		}
+		ns, err := conn.clientset.CoreV1().Namespaces().Get(ctx, n.ns, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			diags.AddAttributeError(path.Root(n.attr), "Namespace Not Found",
@@ -84,7 +91,29 @@ func (r *kubernetesAgentResource) prepareNamespaces(ctx context.Context, conn *k
 		case err != nil:
 			addKubeError(&diags, "Unable to Read Namespace", fmt.Sprintf("read namespace %q", n.ns),
 				"Check the provider's kubernetes block and that its identity may read namespaces.", err)
+		case n.ns == jobsNS:
+			diags.Append(checkPodSecurityLabel(n.attr, n.ns, ns.Labels[labelPodSecurity], level)...)
 		}
+	}
+	return diags
+}
+
+// checkPodSecurityLabel warns about a jobs namespace whose Pod Security label does not match what
+// the job pod policy allows: without one, nothing but the agent stands between a pod template and
+// the node; with a stricter one, the API server refuses pods the policy lets through.
+func checkPodSecurityLabel(attr, ns, have, want string) diag.Diagnostics {
+	var diags diag.Diagnostics
+	order := map[string]int{podSecurityRestricted: 0, podSecurityBaseline: 1, podSecurityPrivileged: 2}
+	switch cur, known := order[have]; {
+	case !known:
+		diags.AddAttributeWarning(path.Root(attr), "Jobs Namespace Without Pod Security",
+			fmt.Sprintf("Namespace %q has no %s label, so only the agent's job pod policy guards what job pods may do. "+
+				"Label it as a second line of defence: kubectl label namespace %s %s=%s", ns, labelPodSecurity, ns, labelPodSecurity, want))
+	case cur < order[want]:
+		diags.AddAttributeWarning(path.Root(attr), "Jobs Namespace Stricter Than The Job Pod Policy",
+			fmt.Sprintf("Namespace %q enforces Pod Security %q, but job_pod_policy allows what needs %q: the API server will refuse "+
+				"such pods and their deployments fail at startup. Relabel it (kubectl label --overwrite namespace %s %s=%s) or tighten job_pod_policy.",
+				ns, have, want, ns, labelPodSecurity, want))
 	}
 	return diags
 }

@@ -26,7 +26,6 @@ import (
 const (
 	defaultReleaseName = "outpost-agent"
 	defaultReplicas    = 2
-	defaultCLI         = "terraform"
 	defaultLogLevel    = "info"
 )
 
@@ -91,13 +90,13 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 				Validators:          []validator.String{idValidator()},
 			},
 			"create_namespaces": schema.BoolAttribute{
-				MarkdownDescription: "Create `namespace`, `job_namespace` and `state_namespace` if they do not exist. They are never deleted. Defaults to `false`.",
+				MarkdownDescription: "Create `namespace`, `job_namespace` and `state_namespace` if they do not exist, labelled `pod-security.kubernetes.io/enforce` (`restricted`, or for `job_namespace` the level `job_pod_policy` needs). They are never deleted. Defaults to `false`.",
 				Optional:            true,
 				Computed:            true,
 				Default:             booldefault.StaticBool(false),
 			},
 			"job_namespace": schema.StringAttribute{
-				MarkdownDescription: "Namespace of the deployment Jobs; must equal the runner's `job.namespace`. Defaults to `namespace`.",
+				MarkdownDescription: "Namespace of the deployment Jobs; must equal the runner's `job.namespace`. Defaults to `<namespace>-jobs`: job pods run code from the deployments, so by default they never share a namespace with the agent's private key or the states.",
 				Optional:            true,
 				Computed:            true,
 				Validators:          []validator.String{namespaceValidator()},
@@ -120,16 +119,14 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 				Default:             booldefault.StaticBool(true),
 			},
 			"state_namespace": schema.StringAttribute{
-				MarkdownDescription: "Namespace of the state Secrets; must equal the namespace of the runner's kubernetes state storage. Defaults to `namespace`.",
+				MarkdownDescription: "Namespace of the state Secrets; must equal the namespace of the runner's kubernetes state storage. Defaults to `<namespace>-state`.",
 				Optional:            true,
 				Computed:            true,
 				Validators:          []validator.String{namespaceValidator()},
 			},
 			"cli": schema.StringAttribute{
-				MarkdownDescription: "CLI the Jobs run: `terraform` or `tofu`. Defaults to `" + defaultCLI + "`.",
+				MarkdownDescription: "CLI the Jobs run: `terraform` or `tofu`. Unset, each Job runs whichever of `tofu` and `terraform` its image has (`tofu` first); the default Job image has OpenTofu.",
 				Optional:            true,
-				Computed:            true,
-				Default:             stringdefault.StaticString(defaultCLI),
 				Validators:          []validator.String{stringvalidator.OneOf("terraform", "tofu")},
 			},
 			"log_level": schema.StringAttribute{
@@ -201,8 +198,10 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 					},
 				},
 			},
-			"image":     imageBlock("agent", true),
-			"job_image": imageBlock("Job `main` container (default: the agent image, which contains the job runner)", false),
+			"job_pod_policy": jobPodPolicyBlock(),
+			"image":          imageBlock("agent", true),
+			"job_image": imageBlock("Job `main` container when the runner's pod template names none (default: `ghcr.io/outpost-dev/outpost-job`, with OpenTofu; "+
+				"any image with `tofu` or `terraform` works, because the job runner is copied into the pod from the agent image; Terraform is not shipped for licence reasons, see the chart README)", false),
 			"resources": schema.SingleNestedBlock{
 				MarkdownDescription: "Resources of the agent container, merged into the chart's defaults (requests 50m CPU / 128Mi, limit 256Mi).",
 				Attributes: map[string]schema.Attribute{

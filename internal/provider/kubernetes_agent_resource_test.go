@@ -16,6 +16,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/release"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
@@ -29,9 +30,11 @@ import (
 
 const agentAddr = "outpost_kubernetes_agent.test"
 
-// agentStack is a key pair in a Secret, a kubernetes state storage and a runner, all in ns, plus
-// outpost_kubernetes_agent.test with the given body.
+// agentStack is a key pair in a Secret of ns, a kubernetes state storage in <ns>-state and a
+// runner whose Jobs run in <ns>-jobs (the agent's default namespaces), plus
+// outpost_kubernetes_agent.test with the given body, which creates the two namespaces.
 func (e *accEnv) agentStack(ns, runnerID, agentBody string) string {
+	e.deleteNamespacesAfter(ns+"-jobs", ns+"-state")
 	return e.providerConfig() + fmt.Sprintf(`
 resource "outpost_key_pair" "agent" {
   kubernetes_secret {
@@ -43,23 +46,49 @@ resource "outpost_key_pair" "agent" {
 resource "outpost_state_storage" "agent" {
   id   = "%[2]s-states"
   type = "kubernetes"
-  kubernetes { namespace = %[1]q }
+  kubernetes { namespace = "%[1]s-state" }
 }
 
 resource "outpost_kubernetes_agent_runner" "agent" {
   id               = %[2]q
   public_keys      = [outpost_key_pair.agent.public_key_pem]
   state_storage_id = outpost_state_storage.agent.id
-  job { namespace = %[1]q }
+  job { namespace = "%[1]s-jobs" }
 }
 
 resource "outpost_kubernetes_agent" "test" {
-  namespace = %[1]q
-  runner_id = outpost_kubernetes_agent_runner.agent.id
+  namespace         = %[1]q
+  runner_id         = outpost_kubernetes_agent_runner.agent.id
+  create_namespaces = true
   private_key_secret { name = "agent-key" }
 %[3]s
 }
 `, ns, runnerID, agentBody)
+}
+
+// deleteNamespacesAfter deletes namespaces the test made the provider create (it never deletes
+// namespaces itself).
+func (e *accEnv) deleteNamespacesAfter(names ...string) {
+	e.t.Cleanup(func() {
+		for _, n := range names {
+			_ = e.kube().CoreV1().Namespaces().Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+	})
+}
+
+// checkRestricted checks that a namespace is labelled for Pod Security "restricted".
+func (e *accEnv) checkRestricted(ns string) resource.TestCheckFunc {
+	const want = podSecurityRestricted
+	return func(*terraform.State) error {
+		n, err := e.kube().CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := n.Labels[labelPodSecurity]; got != want {
+			return fmt.Errorf("namespace %s: %s = %q, want %q", ns, labelPodSecurity, got, want)
+		}
+		return nil
+	}
 }
 
 func TestAccKubernetesAgent_lifecycle(t *testing.T) {
@@ -85,6 +114,12 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
     requests = { cpu = "100m" }
   }
   values = yamlencode({ podAnnotations = { "example.com/audit" = "yes" } })
+  job_pod_policy {
+    allow_run_as_root           = true
+    allow_service_account_token = true
+    allowed_secrets             = ["cloud-credentials"]
+    pod_template                = jsonencode({ spec = { containers = [{ name = "main", resources = { limits = { memory = "2Gi" } } }] } })
+  }
 `)
 	resource.ParallelTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
@@ -101,8 +136,8 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
 					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("app_version"), knownvalue.StringExact(agentchart.AppVersion)),
 					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("api_url"), knownvalue.StringExact(e.orch.URL)),
 					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("org_id"), knownvalue.StringExact(e.org)),
-					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("job_namespace"), knownvalue.StringExact(ns)),
-					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("state_namespace"), knownvalue.StringExact(ns)),
+					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("job_namespace"), knownvalue.StringExact(ns+"-jobs")),
+					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("state_namespace"), knownvalue.StringExact(ns+"-state")),
 					statecheck.ExpectKnownValue(agentAddr, tfjsonpath.New("drift_detected"), knownvalue.Bool(false)),
 					noPrivateKeyInState{},
 				},
@@ -119,6 +154,8 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
 						}
 						return nil
 					}),
+					e.checkRestricted(ns+"-jobs"),
+					e.checkRestricted(ns+"-state"),
 				),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
@@ -127,7 +164,7 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
 				ResourceName:            agentAddr,
 				ImportState:             true,
 				ImportStateVerify:       true,
-				ImportStateVerifyIgnore: []string{"wait_for_connection"},
+				ImportStateVerifyIgnore: []string{"wait_for_connection", "create_namespaces"},
 			},
 			// Update in place: every attribute that reaches the chart.
 			{
@@ -163,17 +200,30 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
 							return fmt.Errorf("requests %v", c.Resources.Requests)
 						case pod.Annotations["example.com/audit"] != "yes":
 							return fmt.Errorf("pod annotations %v (from values)", pod.Annotations)
+						case !strings.Contains(env["OUTPOST_JOB_POD_POLICY"], `"allowRunAsRoot":true`) || !strings.Contains(env["OUTPOST_JOB_POD_POLICY"], `"allowedSecrets":["cloud-credentials"]`) ||
+							!strings.Contains(env["OUTPOST_JOB_POD_POLICY"], `"allowServiceAccountToken":true`) || !strings.Contains(env["OUTPOST_JOB_POD_TEMPLATE"], `"2Gi"`):
+							return fmt.Errorf("job pod policy env %q, template %q", env["OUTPOST_JOB_POD_POLICY"], env["OUTPOST_JOB_POD_TEMPLATE"])
 						}
 						return nil
 					}),
-					e.checkServiceAccountAnnotation(ns, defaultJobServiceAccount, "iam.gke.io/gcp-service-account", "deployer@p.iam.gserviceaccount.com"),
+					e.checkServiceAccountAnnotation(ns+"-jobs", defaultJobServiceAccount, "iam.gke.io/gcp-service-account", "deployer@p.iam.gserviceaccount.com"),
 				),
 			},
 			{
 				ResourceName:            agentAddr,
 				ImportState:             true,
 				ImportStateVerify:       true,
-				ImportStateVerifyIgnore: []string{"wait_for_connection", "values"},
+				ImportStateVerifyIgnore: []string{"wait_for_connection", "values", "create_namespaces"},
+			},
+			// A chart check fails the plan: rules that reach Secrets next to the runner's key.
+			{
+				Config: e.agentStack(ns, "agent-runner", fmt.Sprintf(`
+  wait_for_connection = false
+  job_namespace       = %q
+  values = yamlencode({ jobs = { rbac = { rules = [{ apiGroups = [""], resources = ["secrets"], verbs = ["get"] }] } } })
+`, ns)),
+				PlanOnly:    true,
+				ExpectError: allPhrases("Invalid Chart Values", "jobs.rbac.rules give the jobs access to Secrets", "private key"),
 			},
 		},
 	})
@@ -187,8 +237,8 @@ func TestAccKubernetesAgent_unknownInputs(t *testing.T) {
 	config := strings.Replace(e.agentStack(ns, "late-runner", `
   wait_for_connection = false
   values              = yamlencode({ podAnnotations = { note = terraform_data.later.output } })
-`), fmt.Sprintf("resource \"outpost_kubernetes_agent\" \"test\" {\n  namespace = %q", ns),
-		"resource \"outpost_kubernetes_agent\" \"test\" {\n  namespace = terraform_data.later.output", 1) + fmt.Sprintf(`
+`), fmt.Sprintf("resource \"outpost_kubernetes_agent\" \"test\" {\n  namespace         = %q", ns),
+		"resource \"outpost_kubernetes_agent\" \"test\" {\n  namespace         = terraform_data.later.output", 1) + fmt.Sprintf(`
 resource "terraform_data" "later" {
   input = %q
 }
@@ -222,9 +272,13 @@ func TestAccKubernetesAgent_errors(t *testing.T) {
 	ns := e.namespace()
 	otherNS := e.namespace()
 	newNS := "t-agent-new-" + rand.String(6)
-	t.Cleanup(func() {
-		_ = e.kube().CoreV1().Namespaces().Delete(context.Background(), newNS, metav1.DeleteOptions{})
-	})
+	e.deleteNamespacesAfter(newNS, newNS+"-jobs", newNS+"-state")
+	for _, n := range []string{ns + "-jobs", ns + "-state"} {
+		if _, err := e.kube().CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.deleteNamespacesAfter(ns+"-jobs", ns+"-state")
 	// A release installed by someone else.
 	chrt, err := agentchart.Load()
 	if err != nil {
@@ -242,14 +296,14 @@ func TestAccKubernetesAgent_errors(t *testing.T) {
 resource "outpost_state_storage" "agent" {
   id   = "err-states"
   type = "kubernetes"
-  kubernetes { namespace = %[1]q }
+  kubernetes { namespace = "%[1]s-state" }
 }
 
 resource "outpost_kubernetes_agent_runner" "agent" {
   id               = "err-runner"
   public_keys      = [%[2]q]
   state_storage_id = outpost_state_storage.agent.id
-  job { namespace = %[1]q }
+  job { namespace = "%[1]s-jobs" }
 }
 
 resource "outpost_kubernetes_agent" "test" {
@@ -269,11 +323,11 @@ resource "outpost_kubernetes_agent" "test" {
 			},
 			{
 				Config:      stack(ns, fmt.Sprintf("  namespace = %q\n  job_namespace = %q", ns, otherNS)),
-				ExpectError: allPhrases("Runner Mismatch", fmt.Sprintf("job namespace %q", ns), fmt.Sprintf("Set job_namespace = %q", ns)),
+				ExpectError: allPhrases("Runner Mismatch", fmt.Sprintf("job namespace %q", ns+"-jobs"), fmt.Sprintf("Set job_namespace = %q", ns+"-jobs")),
 			},
 			{
 				Config:      stack(ns, fmt.Sprintf("  namespace = %q\n  state_namespace = %q", ns, otherNS)),
-				ExpectError: allPhrases("Runner Mismatch", fmt.Sprintf("Set state_namespace = %q", ns)),
+				ExpectError: allPhrases("Runner Mismatch", fmt.Sprintf("Set state_namespace = %q", ns+"-state")),
 			},
 			{
 				Config:      stack(ns, fmt.Sprintf("  namespace = %q\n  release_name = \"preexisting\"", ns)),
@@ -285,7 +339,9 @@ resource "outpost_kubernetes_agent" "test" {
 			},
 			{
 				Config: stack(newNS, fmt.Sprintf("  namespace = %q\n  create_namespaces = true", newNS)),
-				Check:  e.checkRelease(newNS, func(*release.Release) error { return nil }),
+				Check: resource.ComposeTestCheckFunc(e.checkRelease(newNS, func(*release.Release) error { return nil }),
+					e.checkRestricted(newNS), e.checkRestricted(newNS+"-jobs"),
+					e.checkRestricted(newNS+"-state")),
 			},
 		},
 	})

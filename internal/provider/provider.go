@@ -49,6 +49,8 @@ type outpostProviderModel struct {
 	OrgID      types.String           `tfsdk:"org_id"`
 	Token      types.String           `tfsdk:"token"`
 	Kubernetes *kubernetesConfigModel `tfsdk:"kubernetes"`
+	// InsecureAllowHTTP: see provider_insecure_http.go.
+	InsecureAllowHTTP types.Bool `tfsdk:"insecure_allow_http"`
 }
 
 // New returns a function that builds the provider, as providerserver expects.
@@ -88,6 +90,10 @@ func (p *outpostProvider) Schema(_ context.Context, _ provider.SchemaRequest, re
 					"prefer the variable so the token stays out of configuration files.",
 				Optional:  true,
 				Sensitive: true,
+			},
+			"insecure_allow_http": schema.BoolAttribute{
+				MarkdownDescription: insecureAllowHTTPDescription,
+				Optional:            true,
 			},
 		},
 		Blocks: map[string]schema.Block{
@@ -140,6 +146,10 @@ func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureR
 					"like https://outpost.example.com.", data.apiURL, envAPIURL))
 		}
 	}
+	allowHTTP := insecureAllowHTTP(config.InsecureAllowHTTP, &resp.Diagnostics)
+	if data.apiURL != "" {
+		checkAPIURLTransport(data.apiURL, allowHTTP, &resp.Diagnostics)
+	}
 	if data.orgID != "" {
 		if err := api.ValidateID("org_id", data.orgID); err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("org_id"),
@@ -159,9 +169,11 @@ func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureR
 	data.kube = kube
 
 	if len(data.unknown) == 0 && len(data.missing) == 0 {
-		admin, err := client.NewAdminClient(data.apiURL, data.orgID, data.token,
-			client.WithUserAgent("terraform-provider-outpost/"+p.version),
-			client.WithRequestHook(logRequest))
+		opts := []client.Option{client.WithUserAgent("terraform-provider-outpost/" + p.version), client.WithRequestHook(logRequest)}
+		if allowHTTP {
+			opts = append(opts, client.AllowInsecureHTTP())
+		}
+		admin, err := client.NewAdminClient(data.apiURL, data.orgID, data.token, opts...)
 		if err != nil {
 			resp.Diagnostics.AddError("Unable to Create Outpost Client",
 				"The orchestrator client could not be built from the provider configuration. Check api_url and org_id.\n\n"+

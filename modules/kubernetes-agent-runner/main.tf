@@ -129,4 +129,21 @@ resource "outpost_kubernetes_agent" "this" {
       error_message = "org_id is \"${coalesce(var.org_id, "-")}\", but the outpost provider registers the runner in organisation \"${outpost_kubernetes_agent_runner.this.org_id}\" (its org_id or OUTPOST_ORG_ID). Set the provider's org_id to the same organisation, or leave org_id unset."
     }
   }
+
+  dynamic "job_pod_policy" {
+    for_each = var.job_pod_policy == null ? [] : [var.job_pod_policy]
+    content {
+      allow_host_namespaces       = job_pod_policy.value.allow_host_namespaces
+      allow_privileged            = job_pod_policy.value.allow_privileged
+      allow_privilege_escalation  = job_pod_policy.value.allow_privilege_escalation
+      allow_run_as_root           = job_pod_policy.value.allow_run_as_root
+      allow_node_name             = job_pod_policy.value.allow_node_name
+      allow_service_account_token = job_pod_policy.value.allow_service_account_token
+      allowed_capabilities        = job_pod_policy.value.allowed_capabilities
+      allowed_volume_types        = job_pod_policy.value.allowed_volume_types
+      allowed_secrets             = job_pod_policy.value.allowed_secrets
+      allowed_config_maps         = job_pod_policy.value.allowed_config_maps
+      pod_template                = job_pod_policy.value.pod_template == null ? null : (can(tostring(job_pod_policy.value.pod_template)) ? tostring(job_pod_policy.value.pod_template) : jsonencode(job_pod_policy.value.pod_template))
+    }
+  }
 }

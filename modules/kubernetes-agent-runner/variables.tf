@@ -184,3 +184,21 @@ variable "private_key_secret" {
   description = "With `public_key`: the existing Secret in `agent_namespace` that holds the private key (PEM, PKCS#8, as `openssl genpkey -algorithm ed25519` writes it), and its data key (default `private-key.pem`). The Humanitec module's Secret uses the key `private_key`."
   default     = null
 }
+
+variable "job_pod_policy" {
+  type = object({
+    allow_host_namespaces       = optional(bool)
+    allow_privileged            = optional(bool)
+    allow_privilege_escalation  = optional(bool)
+    allow_run_as_root           = optional(bool)
+    allow_node_name             = optional(bool)
+    allow_service_account_token = optional(bool)
+    allowed_capabilities        = optional(list(string))
+    allowed_volume_types        = optional(list(string))
+    allowed_secrets             = optional(list(string))
+    allowed_config_maps         = optional(list(string))
+    pod_template                = optional(any)
+  })
+  description = "What the runner's pod template may ask for beyond Pod Security `restricted` (the agent refuses the rest), and optionally a pinned pod template (a PodTemplateSpec object, or the JSON string jsonencode() gives) that replaces the runner's. Null keeps everything refused. See `outpost_kubernetes_agent`'s `job_pod_policy`."
+  default     = null
+}

@@ -71,17 +71,67 @@ Name of the agent's ServiceAccount.
 {{- end }}
 
 {{/*
-Namespace of the deployment Jobs.
+Namespace of the deployment Jobs: a namespace of their own unless jobs.namespace says otherwise,
+so job pods are never next to the runner's private key.
 */}}
 {{- define "outpost-agent.jobsNamespace" -}}
-{{- default .Release.Namespace .Values.jobs.namespace }}
+{{- include "outpost-agent.ownNamespace" (dict "ctx" . "value" .Values.jobs.namespace "suffix" "jobs" "name" "jobs.namespace") }}
 {{- end }}
 
 {{/*
-Namespace of the state Secrets and Leases.
+Namespace of the state Secrets and Leases: a namespace of its own unless state.namespace says
+otherwise.
 */}}
 {{- define "outpost-agent.stateNamespace" -}}
-{{- default .Release.Namespace .Values.state.namespace }}
+{{- include "outpost-agent.ownNamespace" (dict "ctx" . "value" .Values.state.namespace "suffix" "state" "name" "state.namespace") }}
+{{- end }}
+
+{{/*
+A namespace value, or <release namespace>-<suffix> when it is empty.
+Arguments: dict "ctx" $ "value" <value> "suffix" <suffix> "name" <value name>.
+*/}}
+{{- define "outpost-agent.ownNamespace" -}}
+{{- if .value }}
+{{- .value }}
+{{- else }}
+{{- $ns := printf "%s-%s" .ctx.Release.Namespace .suffix }}
+{{- if gt (len $ns) 63 }}
+{{- fail (printf "%s: the default %q is longer than 63 characters; set %s" .name $ns .name) }}
+{{- end }}
+{{- $ns }}
+{{- end }}
+{{- end }}
+
+{{/*
+What jobs.rbac.rules give the jobs' ServiceAccount: "Secrets", "workloads" (creating or changing
+pods, or anything that makes pods, or tokens), both joined by " and ", or nothing. With either, a
+job could read the runner's key or the states, or run a pod that does, if the jobs namespace held
+them.
+*/}}
+{{- define "outpost-agent.jobRulesReach" -}}
+{{- $workloads := list "pods" "replicationcontrollers" "serviceaccounts/token" "deployments" "statefulsets" "daemonsets" "replicasets" "jobs" "cronjobs" }}
+{{- $secrets := false }}
+{{- $makes := false }}
+{{- range .Values.jobs.rbac.rules }}
+{{- $writes := false }}
+{{- range .verbs }}
+{{- if has . (list "create" "update" "patch" "*") }}
+{{- $writes = true }}
+{{- end }}
+{{- end }}
+{{- range (.resources | default list) }}
+{{- if or (eq . "*") (eq . "secrets") }}
+{{- $secrets = true }}
+{{- end }}
+{{- if and $writes (or (eq . "*") (has . $workloads) (hasPrefix "pods/" .)) }}
+{{- $makes = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $reach := list }}
+{{- if $secrets }}{{ $reach = append $reach "Secrets" }}{{ end }}
+{{- if $makes }}{{ $reach = append $reach "workloads" }}{{ end }}
+{{- join " and " $reach }}
 {{- end }}
 
 {{/*
@@ -141,18 +191,10 @@ The agent image.
 {{- end }}
 
 {{/*
-The image of the Job's main container: the agent image unless jobs.image.repository is set.
+The default image of the Job's main container (a runner's pod template may name another).
 */}}
 {{- define "outpost-agent.jobImage" -}}
-{{- $job := .Values.jobs.image }}
-{{- if $job.repository }}
-{{- include "outpost-agent.imageRef" (dict "ctx" . "image" $job) }}
-{{- else }}
-{{- if or $job.registry $job.tag $job.digest }}
-{{- fail "jobs.image.registry, jobs.image.tag and jobs.image.digest need jobs.image.repository: without it the jobs run the agent image (image.*)" }}
-{{- end }}
-{{- include "outpost-agent.image" . }}
-{{- end }}
+{{- include "outpost-agent.imageRef" (dict "ctx" . "image" .Values.jobs.image) }}
 {{- end }}
 
 {{/*
@@ -213,5 +255,13 @@ runs them.
 {{- $_ = required "privateKey.existingSecret is required: the Secret holding the runner's private key" .Values.privateKey.existingSecret }}
 {{- if and (not .Values.leaderElection.enabled) (gt (int .Values.replicaCount) 1) }}
 {{- fail "leaderElection.enabled=false needs replicaCount=1: unelected replicas would claim the same jobs" }}
+{{- end }}
+{{- $reach := include "outpost-agent.jobRulesReach" . }}
+{{- $jobsNamespace := include "outpost-agent.jobsNamespace" . }}
+{{- if and $reach (eq $jobsNamespace .Release.Namespace) }}
+{{- fail (printf "jobs.rbac.rules give the jobs access to %s in namespace %s, which holds the agent and the runner's private key: a job could take the key. Run the jobs in a namespace of their own (leave jobs.namespace empty for %s-jobs), or drop those rules" $reach $jobsNamespace .Release.Namespace) }}
+{{- end }}
+{{- if and $reach .Values.state.enabled (eq $jobsNamespace (include "outpost-agent.stateNamespace" .)) }}
+{{- fail (printf "jobs.rbac.rules give the jobs access to %s in namespace %s, which holds the Terraform states: a job could read or change any state. Keep the states in a namespace of their own (state.namespace), or drop those rules" $reach $jobsNamespace) }}
 {{- end }}
 {{- end }}

@@ -14,6 +14,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -33,8 +34,14 @@ type Config struct {
 	RunnerID       string
 	PrivateKeyFile string
 	Executor       string
-	CLI            string
-	JobImage       string
+	// CLI is what the job runners run: terraform, tofu, an absolute path, or empty to let each job
+	// runner take whichever of tofu and terraform the image of main has.
+	CLI string
+	// JobImage is the image of the Job's main container when the runner's pod template names none.
+	JobImage string
+	// AgentImage is the image of the job pods' init container that copies the job runner into the
+	// pod: the agent's own image.
+	AgentImage     string
 	StateURL       string
 	StateListen    string
 	HealthListen   string
@@ -51,6 +58,11 @@ type Config struct {
 	WorkDir        string
 	AgentBinary    string
 
+	// InsecureAllowHTTP allows an http:// APIURL that is not loopback: the agent's signed
+	// requests and the job tokens would cross the network unencrypted. Named so that nobody
+	// sets it by accident.
+	InsecureAllowHTTP bool
+
 	// StateNamespace is the namespace of the runner's kubernetes state storage (chart value
 	// state.namespace); states of attempts whose claim does not name one (adopted before this
 	// agent knew) are served from it. Empty: learned from claims.
@@ -59,6 +71,11 @@ type Config struct {
 	// AES-256-GCM before they are stored; empty leaves them to the cluster's own encryption at
 	// rest. Mounted from a Secret, never passed in an environment variable.
 	StateEncryptionKeyFile string
+	// StateMaxBodyBytes, StateMaxRequests and StateMaxRequestsPerJob bound the state backend
+	// (statebackend.Limits): the largest upload, requests served at once, and at once per job.
+	StateMaxBodyBytes      int64
+	StateMaxRequests       int
+	StateMaxRequestsPerJob int
 	// JobNamespace is the namespace the executor watches for its Jobs. It must equal the runner's
 	// job.namespace; empty watches every namespace (needs cluster-wide list/watch on Jobs).
 	JobNamespace string
@@ -70,9 +87,22 @@ type Config struct {
 	JobCASecret string
 	// JobCASecretKey is the data key of the bundle in JobCASecret.
 	JobCASecretKey string
+	// JobProxyEnv are the proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) of the agent's own
+	// environment, handed on to job pods so that the CLI and git use the same proxy. Not flags:
+	// the chart sets them on the agent container for the agent itself too.
+	JobProxyEnv map[string]string
 	// JobServiceAccount is the job service account the chart made RBAC for; claims naming
 	// another fail clearly. Empty: take the claim's.
 	JobServiceAccount string
+	// JobPodPolicy is the cluster owner's job pod policy (chart values jobs.policy.*): what job
+	// pods may ask for beyond Pod Security "restricted". Its zero value refuses all of it.
+	JobPodPolicy kubeexec.Policy
+	// JobSecurity are the security defaults of job pods (chart values jobs.podSecurityContext and
+	// jobs.securityContext), completed with Pod Security "restricted".
+	JobSecurity kubeexec.SecurityDefaults
+	// JobPodTemplate, when set, pins the pod template of every Job (chart value jobs.podTemplate):
+	// the runner's template from the orchestrator is ignored.
+	JobPodTemplate string
 	// MaxConcurrency caps concurrent attempts below the runner's limit; 0 follows the orchestrator.
 	MaxConcurrency int
 	// CancelGrace is how long a canceled attempt's CLI may take to stop (release locks, push state).
@@ -93,15 +123,17 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("outpost-agent", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	var configFile, podLabels, pullSecrets string
+	var configFile, podLabels, pullSecrets, podPolicy, podSecurity, containerSecurity string
 	fs.StringVar(&configFile, "config", "", "optional YAML file with the same keys as the flags (env OUTPOST_CONFIG)")
-	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL")
+	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL (https://, or http:// to loopback)")
+	fs.BoolVar(&c.InsecureAllowHTTP, "insecure-allow-http", false, "allow an http:// --api-url that is not loopback: signed requests and job tokens then cross the network unencrypted")
 	fs.StringVar(&c.OrgID, "org-id", "", "organisation id")
 	fs.StringVar(&c.RunnerID, "runner-id", "", "runner id")
 	fs.StringVar(&c.PrivateKeyFile, "private-key-file", DefaultPrivateKeyFile, "PEM ed25519 private key of the runner")
 	fs.StringVar(&c.Executor, "executor", ExecutorKubernetes, "kubernetes | process")
-	fs.StringVar(&c.CLI, "cli", "terraform", "terraform | tofu | absolute path of the CLI the job runners run")
-	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container (it runs outpost-agent job)")
+	fs.StringVar(&c.CLI, "cli", "", "terraform | tofu | absolute path of the CLI the job runners run; empty: whichever of tofu and terraform the job image has")
+	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container when the runner's pod template names none (it needs terraform or tofu)")
+	fs.StringVar(&c.AgentImage, "agent-image", "", "this agent's image; an init container of every job pod copies the job runner from it into the pod")
 	fs.StringVar(&c.StateURL, "state-url", "", "URL job runners use to reach the agent's state backend")
 	fs.StringVar(&c.StateListen, "state-listen", ":8080", "listen address of the state backend")
 	fs.StringVar(&c.HealthListen, "health-listen", ":9090", "listen address of /healthz, /readyz, /metrics")
@@ -120,11 +152,18 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.JobNamespace, "job-namespace", "", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
 	fs.StringVar(&c.StateNamespace, "state-namespace", "", "namespace of the kubernetes state storage (default: from claims)")
 	fs.StringVar(&c.StateEncryptionKeyFile, "state-encryption-key-file", "", "file with a 32-byte key (raw or base64) that encrypts state chunks with AES-256-GCM (off when empty)")
+	fs.Int64Var(&c.StateMaxBodyBytes, "state-max-body-bytes", 64<<20, "largest state upload the state backend takes (bodies are streamed: this bounds what is stored, not memory)")
+	fs.IntVar(&c.StateMaxRequests, "state-max-requests", 4, "state backend requests served at once; more wait up to 10s, then get 503")
+	fs.IntVar(&c.StateMaxRequestsPerJob, "state-max-requests-per-job", 2, "state backend requests of one job served at once; more get 429")
 	fs.StringVar(&podLabels, "job-pod-labels", "", "extra job pod labels as a JSON object")
 	fs.StringVar(&pullSecrets, "job-image-pull-secrets", "", "comma-separated image pull Secrets for job pods")
 	fs.StringVar(&c.JobCASecret, "job-ca-secret", "", "Secret with a CA bundle mounted into job pods")
 	fs.StringVar(&c.JobCASecretKey, "job-ca-secret-key", "ca.crt", "data key of the CA bundle in --job-ca-secret")
 	fs.StringVar(&c.JobServiceAccount, "job-service-account", "", "the runner's job service account the chart prepared (checked against claims)")
+	fs.StringVar(&podPolicy, "job-pod-policy", "", "job pod policy as a JSON object (chart values jobs.policy.*); empty refuses everything beyond Pod Security restricted")
+	fs.StringVar(&podSecurity, "job-pod-security-context", "", "security defaults of job pods, a PodSecurityContext as JSON (completed with Pod Security restricted)")
+	fs.StringVar(&containerSecurity, "job-security-context", "", "security defaults of every container of job pods, a SecurityContext as JSON (completed with Pod Security restricted)")
+	fs.StringVar(&c.JobPodTemplate, "job-pod-template", "", "pins the pod template of every Job (JSON PodTemplateSpec); the runner's template is then ignored")
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, "cap below the runner's max_concurrency (0 = follow the orchestrator)")
 	fs.DurationVar(&c.CancelGrace, "cancel-grace", 120*time.Second, "time a canceled attempt gets to stop")
 	fs.DurationVar(&c.PollWait, "poll-wait", 30*time.Second, "long-poll hold time (at most 30s)")
@@ -133,7 +172,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job` and `state`, flags start with --", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job`, `inject` and `state`, flags start with --", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -168,11 +207,25 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	if setErr != nil {
 		return nil, setErr
 	}
+	c.JobProxyEnv = proxyEnv(getenv)
 	if podLabels != "" {
 		if err := yaml.Unmarshal([]byte(podLabels), &c.JobPodLabels); err != nil {
 			return nil, fmt.Errorf("--job-pod-labels (OUTPOST_JOB_POD_LABELS) must be a JSON object of strings like {\"team\":\"infra\"}: %w", err)
 		}
 	}
+	for _, o := range []struct {
+		flag, raw string
+		into      any
+	}{{"job-pod-policy", podPolicy, &c.JobPodPolicy}, {"job-pod-security-context", podSecurity, &c.JobSecurity.Pod},
+		{"job-security-context", containerSecurity, &c.JobSecurity.Container}} {
+		if strings.TrimSpace(o.raw) == "" {
+			continue
+		}
+		if err := yaml.UnmarshalStrict([]byte(o.raw), o.into); err != nil {
+			return nil, fmt.Errorf("--%s (%s): %w", o.flag, EnvName(o.flag), err)
+		}
+	}
+	c.JobSecurity = c.JobSecurity.WithRestricted()
 	if strings.HasPrefix(strings.TrimSpace(pullSecrets), "[") {
 		if err := yaml.Unmarshal([]byte(pullSecrets), &c.JobImagePullSecrets); err != nil {
 			return nil, fmt.Errorf("job-image-pull-secrets must be a list of Secret names: %w", err)
@@ -185,6 +238,25 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// ProxyVariables are the proxy variables the agent hands on to job pods, upper case as the chart
+// sets them; each is also read in lower case (curl and git read only that for HTTP).
+var ProxyVariables = []string{"HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"}
+
+// proxyEnv reads the proxy variables, upper case first as Go's net/http does.
+func proxyEnv(getenv func(string) string) map[string]string {
+	out := map[string]string{}
+	for _, name := range ProxyVariables {
+		v := getenv(name)
+		if v == "" {
+			v = getenv(strings.ToLower(name))
+		}
+		if v != "" {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // EnvName is the environment variable of a flag: --kube-qps → OUTPOST_KUBE_QPS.

@@ -52,9 +52,30 @@ func TestParseEnvLists(t *testing.T) {
 	}
 }
 
+// The proxy variables of the agent's environment are kept for the job pods, upper case first.
+func TestParseProxyEnv(t *testing.T) {
+	c, err := Parse(nil, env(map[string]string{"HTTPS_PROXY": "http://proxy:3128", "https_proxy": "http://other:1",
+		"http_proxy": "http://lower:8080", "NO_PROXY": ".svc,10.0.0.0/8"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"HTTPS_PROXY": "http://proxy:3128", "HTTP_PROXY": "http://lower:8080", "NO_PROXY": ".svc,10.0.0.0/8"}
+	if len(c.JobProxyEnv) != len(want) {
+		t.Errorf("proxy env %v, want %v", c.JobProxyEnv, want)
+	}
+	for k, v := range want {
+		if c.JobProxyEnv[k] != v {
+			t.Errorf("%s = %q, want %q", k, c.JobProxyEnv[k], v)
+		}
+	}
+	if c.CLI != "" {
+		t.Errorf("default cli %q, want empty (the job runner finds tofu or terraform)", c.CLI)
+	}
+}
+
 func valid() *Config {
 	c, _ := Parse([]string{"--api-url", "https://o.example", "--org-id", "acme", "--runner-id", "r1", "--job-image", "img",
-		"--namespace", "outpost-system", "--pod-name", "agent-0"}, env(nil))
+		"--agent-image", "agent-img", "--namespace", "outpost-system", "--pod-name", "agent-0"}, env(nil))
 	return c
 }
 
@@ -67,9 +88,11 @@ func TestValidate(t *testing.T) {
 		want   []string
 	}{
 		"api url":        {func(c *Config) { c.APIURL = "orchestrator:8080" }, []string{"--api-url (OUTPOST_API_URL)", `"orchestrator:8080"`}},
+		"plain http":     {func(c *Config) { c.APIURL = "http://orchestrator.example.com" }, []string{"--api-url (OUTPOST_API_URL)", "tokens and signed requests unencrypted", "use https://", "--insecure-allow-http"}},
 		"org":            {func(c *Config) { c.OrgID = "Acme Inc" }, []string{"--org-id", "Acme Inc"}},
 		"executor":       {func(c *Config) { c.Executor = "docker" }, []string{"--executor", `"docker"`}},
 		"job image":      {func(c *Config) { c.JobImage = "" }, []string{"--job-image", "required"}},
+		"agent image":    {func(c *Config) { c.AgentImage = "" }, []string{"--agent-image (OUTPOST_AGENT_IMAGE)", "required"}},
 		"leader ns":      {func(c *Config) { c.Namespace = "" }, []string{"--namespace", "--leader-elect=false"}},
 		"process dir":    {func(c *Config) { c.Executor = ExecutorProcess; c.WorkDir = "rel/dir" }, []string{"--work-dir", "absolute"}},
 		"poll wait":      {func(c *Config) { c.PollWait = time.Minute }, []string{"--poll-wait", "30s"}},
@@ -96,6 +119,26 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlainHTTPOnlyToLoopbackOrByName: http:// is fine to this machine, and elsewhere only with
+// --insecure-allow-http, which the environment can set too.
+func TestPlainHTTPOnlyToLoopbackOrByName(t *testing.T) {
+	for _, u := range []string{"http://127.0.0.1:8700", "http://localhost:8700", "http://[::1]:8700", "https://o.example"} {
+		c := valid()
+		c.APIURL = u
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s refused: %v", u, err)
+		}
+	}
+	c, err := Parse([]string{"--api-url", "http://orchestrator.example.com", "--org-id", "acme", "--runner-id", "r1", "--job-image", "img", "--agent-image", "agent-img",
+		"--namespace", "outpost-system", "--pod-name", "agent-0"}, env(map[string]string{"OUTPOST_INSECURE_ALLOW_HTTP": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.InsecureAllowHTTP || c.Validate() != nil {
+		t.Fatalf("OUTPOST_INSECURE_ALLOW_HTTP=true: opt-in %v, validation %v", c.InsecureAllowHTTP, c.Validate())
 	}
 }
 

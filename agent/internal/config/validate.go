@@ -13,8 +13,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
 // Validate checks the configuration and names every bad value with what to do about it, so a
@@ -28,6 +31,8 @@ func (c *Config) Validate() error {
 		bad("api-url", "required: the orchestrator's base URL, e.g. https://orchestrator.example.com")
 	} else if u, err := url.Parse(c.APIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("api-url", "%q is not an absolute http(s) URL", c.APIURL)
+	} else if err := client.CheckPlainHTTP(c.APIURL, c.InsecureAllowHTTP, "--insecure-allow-http ("+EnvName("insecure-allow-http")+"=true)"); err != nil {
+		bad("api-url", "%v", err)
 	}
 	if err := api.ValidateID("org_id", c.OrgID); err != nil || c.OrgID == "" {
 		bad("org-id", "%q must be the organisation id (a DNS-1123 label)", c.OrgID)
@@ -41,7 +46,10 @@ func (c *Config) Validate() error {
 	switch c.Executor {
 	case ExecutorKubernetes:
 		if c.JobImage == "" {
-			bad("job-image", "required with --executor=kubernetes: the image of the Job's main container (it runs `outpost-agent job`)")
+			bad("job-image", "required with --executor=kubernetes: the default image of the Job's main container, one with terraform or tofu (e.g. ghcr.io/outpost-dev/outpost-job)")
+		}
+		if c.AgentImage == "" {
+			bad("agent-image", "required with --executor=kubernetes: the agent's own image, from which job pods copy the job runner (e.g. ghcr.io/outpost-dev/outpost-agent)")
 		}
 		if c.JobNamespace != "" {
 			if msgs := validation.IsDNS1123Label(c.JobNamespace); len(msgs) > 0 {
@@ -59,6 +67,14 @@ func (c *Config) Validate() error {
 		for _, s := range c.JobImagePullSecrets {
 			if msgs := validation.IsDNS1123Subdomain(s); len(msgs) > 0 {
 				bad("job-image-pull-secrets", "%q is not a Secret name: %s", s, strings.Join(msgs, "; "))
+			}
+		}
+		if err := kubeexec.ValidatePolicy(&c.JobPodPolicy); err != nil {
+			bad("job-pod-policy", "%v", err)
+		}
+		if c.JobPodTemplate != "" {
+			if _, err := podtemplate.Parse(c.JobPodTemplate); err != nil {
+				bad("job-pod-template", "%v", err)
 			}
 		}
 		for k, v := range c.JobPodLabels {
@@ -84,8 +100,8 @@ func (c *Config) Validate() error {
 	default:
 		bad("executor", "%q is not one of kubernetes, process", c.Executor)
 	}
-	if c.CLI == "" || (c.CLI != "terraform" && c.CLI != "tofu" && !filepath.IsAbs(c.CLI)) {
-		bad("cli", "%q must be terraform, tofu or an absolute path", c.CLI)
+	if c.CLI != "" && c.CLI != "terraform" && c.CLI != "tofu" && !filepath.IsAbs(c.CLI) {
+		bad("cli", "%q must be terraform, tofu, an absolute path, or empty (whichever of tofu and terraform the job image has)", c.CLI)
 	}
 	if c.StateURL != "" {
 		if u, err := url.Parse(c.StateURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -120,6 +136,14 @@ func (c *Config) Validate() error {
 	}
 	if c.KubeBurst <= 0 {
 		bad("kube-burst", "%d must be positive", c.KubeBurst)
+	}
+	for _, l := range []struct {
+		flag string
+		v    int64
+	}{{"state-max-body-bytes", c.StateMaxBodyBytes}, {"state-max-requests", int64(c.StateMaxRequests)}, {"state-max-requests-per-job", int64(c.StateMaxRequestsPerJob)}} {
+		if l.v <= 0 {
+			bad(l.flag, "%d must be positive", l.v)
+		}
 	}
 	if c.MaxConcurrency < 0 {
 		bad("max-concurrency", "%d must be 0 (follow the orchestrator) or positive", c.MaxConcurrency)

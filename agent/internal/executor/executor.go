@@ -28,6 +28,7 @@ const (
 	ReasonImagePull          = "image_pull"
 	ReasonStartupTimeout     = "startup_timeout"
 	ReasonInvalidTemplate    = "invalid_pod_template"
+	ReasonPodPolicy          = "pod_policy"
 	ReasonStartFailed        = "start_failed"
 	ReasonEvicted            = "evicted"
 	ReasonCanceled           = "canceled"
@@ -40,6 +41,10 @@ const (
 // contract, a claim in the wrong namespace). The session turns it into a failed finished event
 // instead of retrying.
 var ErrInvalidJob = errors.New("the attempt cannot run")
+
+// ErrPolicy marks a Start error of a pod the cluster owner's job pod policy refuses; it is an
+// ErrInvalidJob too.
+var ErrPolicy = errors.New("refused by the job pod policy")
 
 // Executor runs claimed attempts. Every method is idempotent: the session calls them again after
 // errors and after restarts.
@@ -83,6 +88,8 @@ type AttemptStatus struct {
 	StateKey string
 	// StateNamespace is where the claim's kubernetes state storage keeps states ("" for others).
 	StateNamespace string
+	// Operation is the claim's operation; it decides the state access of the job runner.
+	Operation api.Operation
 	// PendingEvent is the saved, undelivered finished event, if any.
 	PendingEvent []byte
 	// ClaimedAt is when the agent created the Job or process; StartedAt and FinishedAt come from

@@ -24,4 +24,11 @@ const (
 	// CABundleFile is a PEM bundle of extra CA certificates, trusted on top of the system's for
 	// the orchestrator and handed on to the http backend for an https state URL.
 	CABundleFile = "OUTPOST_CA_BUNDLE_FILE"
+	// InsecureAllowHTTP is "true" when the agent was allowed a plain http:// orchestrator URL that
+	// is not loopback (its --insecure-allow-http); the job runner refuses one otherwise.
+	InsecureAllowHTTP = "OUTPOST_INSECURE_ALLOW_HTTP"
+
+	// Image is the image main runs in, for messages only (an image without terraform or tofu is
+	// named in the error). Set by the kubernetes executor.
+	Image = "OUTPOST_IMAGE"
 )

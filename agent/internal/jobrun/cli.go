@@ -194,26 +194,45 @@ func exitCodeOf(err error) (int, error) {
 	return -1, err
 }
 
-// resolveCLI finds the CLI binary: "terraform" and "tofu" on PATH, or an absolute path.
-func resolveCLI(name string) (string, error) {
+// detectOrder is the order in which an unset CLI is looked for on PATH. OpenTofu first: it is what
+// the default job image has, and an image with both is rare enough that whoever builds one can
+// set the CLI.
+var detectOrder = []string{"tofu", "terraform"}
+
+// resolveCLI finds the CLI binary: "terraform" or "tofu" on PATH, an absolute path, or, when name
+// is empty, the first of detectOrder on PATH. image names main's image in the error.
+func resolveCLI(name, image string) (string, error) {
+	where := "this container"
+	if image != "" {
+		where = "image " + image
+	}
 	switch {
 	case name == "":
-		name = "terraform"
+		for _, n := range detectOrder {
+			if p, err := exec.LookPath(n); err == nil {
+				return p, nil
+			}
+		}
+		return "", fmt.Errorf("neither tofu nor terraform is on PATH (%s) in %s: use an image that has one of them for the main container "+
+			"(the runner's pod template, or the chart value jobs.image; the default ghcr.io/outpost-dev/outpost-job has OpenTofu), "+
+			"or set the CLI (chart value cli, %s) to the absolute path of the binary in the image", os.Getenv("PATH"), where, jobenv.CLI)
 	case filepath.IsAbs(name):
 		fi, err := os.Stat(name)
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", jobenv.CLI, err)
+			return "", fmt.Errorf("%s: %w in %s", jobenv.CLI, err, where)
 		}
 		if fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("%s: %s is not an executable file", jobenv.CLI, name)
+			return "", fmt.Errorf("%s: %s is not an executable file in %s", jobenv.CLI, name, where)
 		}
 		return name, nil
 	case name != "terraform" && name != "tofu":
-		return "", fmt.Errorf("%s is %q; use terraform, tofu or an absolute path to one of them", jobenv.CLI, name)
+		return "", fmt.Errorf("%s is %q; use terraform, tofu, an absolute path to one of them, or leave it empty", jobenv.CLI, name)
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {
-		return "", fmt.Errorf("%[1]s: %[2]s not found on PATH (%[3]s); install it in the job image or set %[1]s to its absolute path", jobenv.CLI, name, os.Getenv("PATH"))
+		return "", fmt.Errorf("%[1]s is %[2]s but %[2]s is not on PATH (%[3]s) in %[4]s: use an image that has it, "+
+			"set %[1]s (chart value cli) to its absolute path, or leave it empty to take whichever of tofu and terraform the image has",
+			jobenv.CLI, name, os.Getenv("PATH"), where)
 	}
 	return p, nil
 }

@@ -8,14 +8,20 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // defaultTokenFile is where the agent mounts the job token in a Job's pod.
 const defaultTokenFile = "/var/run/outpost/job/token"
+
+// terminationMessageFile is Kubernetes' default terminationMessagePath, which the agent sets on
+// main. A variable so tests can point it elsewhere.
+var terminationMessageFile = "/dev/termination-log"
 
 // config is the job runner's configuration. Every setting is a flag of `outpost-agent job` that
 // defaults to its environment variable (package jobenv), as for the agent itself; the agent's
@@ -26,9 +32,18 @@ type config struct {
 	APIURL       string // OUTPOST_API_URL, required
 	TokenFile    string // OUTPOST_JOB_TOKEN_FILE
 	StateURL     string // OUTPOST_STATE_URL, required for kubernetes state storage
-	CLI          string // OUTPOST_CLI: terraform, tofu or an absolute path
+	CLI          string // OUTPOST_CLI: terraform, tofu, an absolute path, or empty to detect
 	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
 	CABundleFile string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
+	// InsecureAllowHTTP (OUTPOST_INSECURE_ALLOW_HTTP) allows an http:// APIURL that is not
+	// loopback; the agent sets it when it was allowed one itself.
+	InsecureAllowHTTP bool
+
+	Image string // OUTPOST_IMAGE: main's image, for messages
+
+	// TerminationMessageFile is where a job runner error is left for Kubernetes (main's
+	// terminationMessagePath, which the agent sets); written only when it exists.
+	TerminationMessageFile string
 }
 
 func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -38,7 +53,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 		}
 		return def
 	}
-	var c config
+	c := config{TerminationMessageFile: terminationMessageFile}
 	fs := flag.NewFlagSet("outpost-agent job", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -50,9 +65,15 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.APIURL, "api-url", env(jobenv.APIURL, ""), "orchestrator base URL ("+jobenv.APIURL+")")
 	fs.StringVar(&c.TokenFile, "token-file", env(jobenv.TokenFile, defaultTokenFile), "file holding the job token ("+jobenv.TokenFile+")")
 	fs.StringVar(&c.StateURL, "state-url", env(jobenv.StateURL, ""), "base URL of the agent's state backend ("+jobenv.StateURL+")")
-	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, "terraform"), "terraform, tofu or an absolute path ("+jobenv.CLI+")")
+	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, ""), "terraform, tofu or an absolute path; empty: the first of tofu and terraform on PATH ("+jobenv.CLI+")")
+	c.Image = getenv(jobenv.Image)
 	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<deployment id> ("+jobenv.WorkDir+")")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env(jobenv.CABundleFile, ""), "extra PEM CA certificates ("+jobenv.CABundleFile+")")
+	insecure, err := strconv.ParseBool(env(jobenv.InsecureAllowHTTP, "false"))
+	if err != nil {
+		return c, fmt.Errorf("%s=%q is not true or false", jobenv.InsecureAllowHTTP, getenv(jobenv.InsecureAllowHTTP))
+	}
+	fs.BoolVar(&c.InsecureAllowHTTP, "insecure-allow-http", insecure, "allow an http:// --api-url that is not loopback; the job token then crosses the network unencrypted ("+jobenv.InsecureAllowHTTP+")")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -61,6 +82,9 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.APIURL == "" {
 		return c, fmt.Errorf("%s is not set; the agent sets it to the orchestrator's URL", jobenv.APIURL)
+	}
+	if err := client.CheckPlainHTTP(c.APIURL, c.InsecureAllowHTTP, jobenv.InsecureAllowHTTP+"=true (the agent's --insecure-allow-http)"); err != nil {
+		return c, fmt.Errorf("%s: %w", jobenv.APIURL, err)
 	}
 	if c.StateURL != "" && !strings.HasPrefix(c.StateURL, "http://") && !strings.HasPrefix(c.StateURL, "https://") {
 		return c, fmt.Errorf("%s %q must start with http:// or https://", jobenv.StateURL, c.StateURL)

@@ -63,14 +63,14 @@ func displayGitURL(raw string) string {
 // A shallow fetch of just the ref keeps large repositories cheap. Servers that refuse to fetch
 // an unadvertised commit by id get a full fetch instead, which also resolves short ids. No
 // remote is configured, so the URL (and any credentials in it) is not kept in .git/config, and
-// FETCH_HEAD, which records the URL, is removed afterwards.
-func checkoutGit(ctx context.Context, src *api.GitSource, dir string) (string, error) {
+// FETCH_HEAD, which records the URL, is removed afterwards. env is added to git's environment.
+func checkoutGit(ctx context.Context, src *api.GitSource, dir string, env []string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, gitTimeout)
 	defer cancel()
 	secrets := gitSecrets(src.URL)
 	shown := displayGitURL(src.URL)
 	run := func(args ...string) (string, error) {
-		return runGit(ctx, dir, secrets, args...)
+		return runGit(ctx, dir, env, secrets, args...)
 	}
 	if _, err := run("init", "-q", "."); err != nil {
 		return "", err
@@ -105,11 +105,12 @@ func checkoutGit(ctx context.Context, src *api.GitSource, dir string) (string, e
 	return strings.TrimSpace(commit), nil
 }
 
-// runGit runs git in dir without any prompt. Errors carry git's own message, redacted.
-func runGit(ctx context.Context, dir string, secrets []string, args ...string) (string, error) {
+// runGit runs git in dir without any prompt, with env added to its environment. Errors carry
+// git's own message, redacted.
+func runGit(ctx context.Context, dir string, env, secrets []string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "init.defaultBranch=main"}, args...)...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(), env...),
 		"GIT_TERMINAL_PROMPT=0", // fail instead of waiting for a password nobody will type
 		"GIT_ASKPASS=",
 		"SSH_ASKPASS=",

@@ -75,7 +75,7 @@ func TestLayoutSourceFromGit(t *testing.T) {
 		t.Run("ref="+tc.ref, func(t *testing.T) {
 			dir := t.TempDir()
 			var log bytes.Buffer
-			configDir, err := layoutSource(context.Background(), api.Source{Git: &api.GitSource{URL: url, Ref: tc.ref, Path: "stacks/app"}}, dir, &log)
+			configDir, err := layoutSource(context.Background(), api.Source{Git: &api.GitSource{URL: url, Ref: tc.ref, Path: "stacks/app"}}, dir, nil, &log)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, log.String())
 			}
@@ -107,7 +107,7 @@ func TestLayoutSourceFromGitErrors(t *testing.T) {
 		"option-looking ref": {api.GitSource{URL: url, Ref: "--upload-pack=touch /tmp/x"}, "must not start with '-'"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := layoutSource(context.Background(), api.Source{Git: &tc.src}, t.TempDir(), &bytes.Buffer{})
+			_, err := layoutSource(context.Background(), api.Source{Git: &tc.src}, t.TempDir(), nil, &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
 			}
@@ -131,7 +131,7 @@ func TestGitCredentialsNeverShown(t *testing.T) {
 		t.Fatalf("gitSecrets = %v", secrets)
 	}
 	var log bytes.Buffer
-	_, err := layoutSource(context.Background(), api.Source{Git: &api.GitSource{URL: raw, Ref: "main"}}, t.TempDir(), &log)
+	_, err := layoutSource(context.Background(), api.Source{Git: &api.GitSource{URL: raw, Ref: "main"}}, t.TempDir(), nil, &log)
 	if err == nil {
 		t.Fatal("fetch from a closed port succeeded")
 	}

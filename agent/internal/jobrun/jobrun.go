@@ -81,11 +81,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 			return 0
 		}
 		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
+		writeTerminationMessage(cfg.TerminationMessageFile, err.Error())
 		return ExitRunnerError
 	}
 	token, err := readToken(cfg.TokenFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
+		writeTerminationMessage(cfg.TerminationMessageFile, err.Error())
 		return ExitRunnerError
 	}
 	// A minute per attempt: the job runner's requests are short (no long poll).
@@ -95,6 +97,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 		return ExitRunnerError
 	}
 	opts := []client.Option{client.WithHTTPClient(hc), client.WithUserAgent(userAgent)}
+	if cfg.InsecureAllowHTTP {
+		opts = append(opts, client.AllowInsecureHTTP())
+	}
 	orch, err := client.NewJobClient(cfg.APIURL, token, append(opts, client.WithRetryPolicy(specRetry))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost-agent job: %s: %v\n", jobenv.APIURL, err)
@@ -171,9 +176,12 @@ type attemptRun struct {
 	st     *stopper
 }
 
-// fail logs a job runner error and returns ExitRunnerError.
+// fail logs a job runner error, leaves it as the container's termination message, and returns
+// ExitRunnerError.
 func (j *attemptRun) fail(format string, args ...any) int {
-	fmt.Fprintf(j.out, "==> error: "+format+"\n", args...)
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(j.out, "==> error: %s\n", msg)
+	writeTerminationMessage(j.cfg.TerminationMessageFile, msg)
 	return ExitRunnerError
 }
 
@@ -201,7 +209,7 @@ func (j *attemptRun) run() int {
 	// TF_LOG=trace would print the backend's Basic credentials in this form.
 	j.out.add(base64.StdEncoding.EncodeToString([]byte(spec.DeploymentID + ":" + j.token)))
 
-	cliPath, err := resolveCLI(j.cfg.CLI)
+	cliPath, err := resolveCLI(j.cfg.CLI, j.cfg.Image)
 	if err != nil {
 		return j.fail("%v", err)
 	}
@@ -221,11 +229,18 @@ func (j *attemptRun) run() int {
 	if err := os.Mkdir(srcDir, 0o700); err != nil {
 		return j.fail("create %s: %v", srcDir, err)
 	}
+	toolEnv, note, err := trustEnv(workDir, []byte(j.caPEM), os.Getenv)
+	if err != nil {
+		return j.fail("%v", err)
+	}
+	if note != "" {
+		fmt.Fprintf(j.out, "==> %s\n", note)
+	}
 	if spec.Source.Git != nil {
 		j.out.add(gitSecrets(spec.Source.Git.URL)...)
 	}
 	gitCtx, gitCancel := context.WithCancel(netCtx)
-	configDir, err := layoutSource(gitCtx, spec.Source, srcDir, j.out)
+	configDir, err := layoutSource(gitCtx, spec.Source, srcDir, toolEnv, j.out)
 	gitCancel()
 	if err != nil {
 		if j.st.isInterrupted() {
@@ -240,8 +255,10 @@ func (j *attemptRun) run() int {
 	if err := writeConfigFiles(configDir, backend, spec.Variables); err != nil {
 		return j.fail("%v", err)
 	}
+	// Before the CLI prints anything: the values of sensitive variables never reach the log.
+	j.out.add(sensitiveSecrets(configDir, spec.Variables)...)
 
-	env := append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"},
+	env := append(append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"}, toolEnv...),
 		backendEnv(spec.StateStorage, spec.DeploymentID, j.token, j.caPEM, j.cfg.StateURL)...)
 	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, operationArgs(spec.Operation)}
 	for _, args := range phases {
@@ -357,6 +374,23 @@ func cliVersion(path string) string {
 		return filepath.Base(path)
 	}
 	return strings.TrimSpace(line)
+}
+
+// writeTerminationMessage leaves msg where Kubernetes takes a container's termination message
+// from, so the agent's finished event says why the job runner failed (the file exists only in a
+// pod; the process executor has none).
+func writeTerminationMessage(path, msg string) {
+	if path == "" {
+		return
+	}
+	if _, err := os.Stat(path); err != nil {
+		return
+	}
+	// Kubernetes keeps at most 4096 bytes of it.
+	if len(msg) > 4000 {
+		msg = msg[:4000] + "…"
+	}
+	_ = os.WriteFile(path, []byte(msg), 0o644)
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }

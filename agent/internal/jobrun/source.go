@@ -14,8 +14,9 @@ import (
 
 // layoutSource puts the deployment's source into srcDir (which must exist and be empty) and returns
 // the configuration directory: srcDir itself for an inline archive (the archive's root is the
-// configuration's root), srcDir/<path> for git. It logs one line saying what it laid out.
-func layoutSource(ctx context.Context, src api.Source, srcDir string, log io.Writer) (string, error) {
+// configuration's root), srcDir/<path> for git. It logs one line saying what it laid out. env is
+// added to git's environment (the trusted CA bundle).
+func layoutSource(ctx context.Context, src api.Source, srcDir string, env []string, log io.Writer) (string, error) {
 	configDir := srcDir
 	switch {
 	case src.Inline != nil:
@@ -23,11 +24,12 @@ func layoutSource(ctx context.Context, src api.Source, srcDir string, log io.Wri
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(log, "==> source: inline archive, %d files, %d directories, %d symlinks, %s\n", st.Files, st.Dirs, st.Symlinks, humanBytes(st.Bytes))
+		fmt.Fprintf(log, "==> source: inline archive, %s, %s, %s, %s\n",
+			count(st.Files, "file", "files"), count(st.Dirs, "directory", "directories"), count(st.Symlinks, "symlink", "symlinks"), humanBytes(st.Bytes))
 	case src.Git != nil:
 		g := src.Git
 		fmt.Fprintf(log, "==> source: git %s, ref %s, path %s\n", displayGitURL(g.URL), orDefault(g.Ref, "(default branch)"), orDefault(g.Path, "/"))
-		commit, err := checkoutGit(ctx, g, srcDir)
+		commit, err := checkoutGit(ctx, g, srcDir, env)
 		if err != nil {
 			return "", err
 		}
@@ -97,4 +99,12 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// count says n things with the noun in the number n takes: "1 file", "0 files", "2 files".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

@@ -1,8 +1,10 @@
 // Package jobtoken is the agent's registry of the job tokens of the attempts it holds: for each
-// attempt, the job token its claim granted and the state its job runner may use. The session
-// fills it (on claim, and after a restart from what the executor kept with each attempt) and
-// empties it when an attempt ends; the state backend authorises every request against it.
-// Keeping it apart from both lets each depend on it without depending on the other.
+// attempt, the job token its claim granted, the state its job runner may use and the operation,
+// which decides how: a plan reads its state, an apply or destroy writes it. The session fills it
+// (on claim, and after a restart from what the executor kept with each attempt) and empties it
+// when an attempt ends; the state backend authorises every request against it and is told when
+// attempts come and go (Watcher), so it can renew and release their state locks. Keeping it apart
+// from both lets each depend on it without depending on the other.
 package jobtoken
 
 import (
@@ -11,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // Errors of Authorize. The state backend answers them as 401 and 403.
@@ -21,30 +25,78 @@ var (
 	ErrForbidden = errors.New("not allowed to access this state")
 )
 
+// Grant is what one claim lets the attempt's job runner do with state.
+type Grant struct {
+	// Token is the job token of the claim.
+	Token string
+	// StateKey is the only state the job runner may use.
+	StateKey string
+	// StateNamespace is the namespace of the claim's kubernetes state storage ("" for others).
+	StateNamespace string
+	// Operation decides the access: a plan may only read the state and take and release its own
+	// lock.
+	Operation api.Operation
+}
+
+// Access is what Authorize grants one request.
+type Access struct {
+	// Holder names the attempt as a state lock holder and as the writer in the state history.
+	Holder string
+	// ReadOnly is true for a plan: read, lock and unlock its own lock; no write, no delete.
+	ReadOnly bool
+}
+
+// Watcher is told when attempts come and go (the state backend: it renews the state locks of
+// held attempts and releases those of finished ones). Its methods run outside the registry's
+// lock and must not block for long.
+type Watcher interface {
+	// Added: an attempt whose state lives in stateNamespace ("" when not in Kubernetes) is held.
+	Added(stateNamespace string)
+	// Removed: the attempt of holder ended; its state locks can go.
+	Removed(holder, stateNamespace string)
+	// Cleared: this replica holds no attempt any more (it lost leadership).
+	Cleared()
+}
+
 // Registry remembers, for each attempt the agent holds, the job token and the state the claim
 // granted. It is keyed by deployment id, since the agent holds at most one attempt of a
 // deployment. It is safe for concurrent use.
 type Registry struct {
-	mu sync.RWMutex
-	m  map[string]entry
+	mu      sync.RWMutex
+	m       map[string]entry
+	watcher Watcher
 }
 
 type entry struct {
-	attempt        int
-	token          string
-	stateKey       string
-	stateNamespace string
+	attempt int
+	Grant
 }
 
 // New returns an empty registry.
 func New() *Registry { return &Registry{m: map[string]entry{}} }
 
-// Put records (or replaces) the job token of an attempt, with the state key and the namespace of
-// the kubernetes state storage ("" when unknown) its claim names.
-func (r *Registry) Put(deploymentID string, attempt int, token, stateKey, stateNamespace string) {
+// Watch sets the one watcher of the registry.
+func (r *Registry) Watch(w Watcher) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.m[deploymentID] = entry{attempt: attempt, token: token, stateKey: stateKey, stateNamespace: stateNamespace}
+	r.watcher = w
+}
+
+func (r *Registry) notify(f func(Watcher)) {
+	r.mu.RLock()
+	w := r.watcher
+	r.mu.RUnlock()
+	if w != nil {
+		f(w)
+	}
+}
+
+// Put records (or replaces) the grant of an attempt.
+func (r *Registry) Put(deploymentID string, attempt int, g Grant) {
+	r.mu.Lock()
+	r.m[deploymentID] = entry{attempt: attempt, Grant: g}
+	r.mu.Unlock()
+	r.notify(func(w Watcher) { w.Added(g.StateNamespace) })
 }
 
 // Has reports whether a job token is known for the attempt.
@@ -52,40 +104,60 @@ func (r *Registry) Has(deploymentID string, attempt int) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	h, ok := r.m[deploymentID]
-	return ok && h.attempt == attempt && h.token != ""
+	return ok && h.attempt == attempt && h.Token != ""
 }
 
 // StateNamespace is the namespace of the deployment's kubernetes state storage ("" when unknown).
 func (r *Registry) StateNamespace(deploymentID string) string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.m[deploymentID].stateNamespace
+	return r.m[deploymentID].StateNamespace
 }
 
-// Delete forgets an attempt's job token (after its finished event, or on forget).
+// Delete forgets an attempt's grant (after its finished event, or on forget); the watcher
+// releases its state locks.
 func (r *Registry) Delete(deploymentID string, attempt int) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if h, ok := r.m[deploymentID]; ok && h.attempt == attempt {
+	h, ok := r.m[deploymentID]
+	if ok && h.attempt == attempt {
 		delete(r.m, deploymentID)
 	}
+	r.mu.Unlock()
+	if ok && h.attempt == attempt {
+		r.notify(func(w Watcher) { w.Removed(Holder(deploymentID, attempt), h.StateNamespace) })
+	}
+}
+
+// Clear forgets every grant: the replica lost leadership, and the attempts are the next
+// leader's. Their state locks are left to it (it resumes renewing them).
+func (r *Registry) Clear() {
+	r.mu.Lock()
+	r.m = map[string]entry{}
+	r.mu.Unlock()
+	r.notify(Watcher.Cleared)
 }
 
 // Authorize implements the state backend's Authorizer: username is the deployment id, password
-// the job token; the job runner may only use the state its claim names. The holder identity names
-// the attempt, so a lock left by an earlier attempt is recognisably someone else's. A wrong id or
-// token never says which of the two was wrong.
-func (r *Registry) Authorize(_ context.Context, username, password, stateKey string) (string, error) {
+// the job token; the job runner may only use the state its claim names, and a plan only reads it.
+// The holder identity names the attempt, so a lock left by an earlier attempt is recognisably
+// someone else's. A wrong id or token never says which of the two was wrong.
+func (r *Registry) Authorize(_ context.Context, username, password, stateKey string) (Access, error) {
 	r.mu.RLock()
 	h, ok := r.m[username]
 	r.mu.RUnlock()
-	if !ok || h.token == "" || subtle.ConstantTimeCompare([]byte(h.token), []byte(password)) != 1 {
-		return "", ErrUnauthenticated
+	if !ok || h.Token == "" || subtle.ConstantTimeCompare([]byte(h.Token), []byte(password)) != 1 {
+		return Access{}, ErrUnauthenticated
 	}
-	if h.stateKey != stateKey {
-		return "", fmt.Errorf("%w: deployment %s may only use state %q", ErrForbidden, username, h.stateKey)
+	if h.StateKey != stateKey {
+		return Access{}, fmt.Errorf("%w: deployment %s may only use state %q", ErrForbidden, username, h.StateKey)
 	}
-	return Holder(username, h.attempt), nil
+	return Access{Holder: Holder(username, h.attempt), ReadOnly: ReadOnly(h.Operation)}, nil
+}
+
+// ReadOnly reports whether an operation only reads state. Anything but apply and destroy does,
+// so an operation this agent does not know yet gets the least access.
+func ReadOnly(op api.Operation) bool {
+	return op != api.OperationApply && op != api.OperationDestroy
 }
 
 // HolderAlive implements the state backend's HolderLiveness: a lock holder is alive while its

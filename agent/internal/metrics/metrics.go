@@ -46,7 +46,7 @@ func New(version string) *Metrics {
 		PollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "poll_duration_seconds",
 			Help: "Duration of long polls, held open up to 30 s.", Buckets: []float64{.05, .25, 1, 5, 10, 20, 30, 45}}),
 		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "claims_total",
-			Help: "Claims by result: claimed, conflict, error, start_failed, invalid."}, []string{"result"}),
+			Help: "Claims by result: claimed, conflict, error, start_failed, invalid, refused (by the job pod policy)."}, []string{"result"}),
 		JobsRunning:  prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "jobs_running", Help: "Attempts held and not finished (their Jobs or processes)."}),
 		CapacityFree: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "capacity_free", Help: "Free attempt slots stated in the last poll."}),
 		StartLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "job_start_latency_seconds",

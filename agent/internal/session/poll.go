@@ -106,7 +106,13 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 		if !st.Terminal() {
 			busy++
 		}
-		req.Held = append(req.Held, api.HeldAttempt{DeploymentID: st.DeploymentID, Attempt: st.Attempt, Fencing: st.Fencing, Started: st.Started})
+		h := api.HeldAttempt{DeploymentID: st.DeploymentID, Attempt: st.Attempt, Fencing: st.Fencing, Started: st.Started}
+		if err := validHeld(h); err != nil {
+			// One attempt the orchestrator would refuse must not make it refuse every poll.
+			s.skipOnce(st.Key(), "an attempt the executor lists cannot be restated to the orchestrator; it is left out of the poll", err)
+			continue
+		}
+		req.Held = append(req.Held, h)
 	}
 	limit := s.orchMax
 	if s.o.MaxConcurrency > 0 && s.o.MaxConcurrency < limit {
@@ -119,6 +125,26 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 	s.o.Metrics.JobsRunning.Set(float64(busy))
 	s.o.Metrics.CapacityFree.Set(float64(req.CapacityFree))
 	return req, nil
+}
+
+// validHeld checks a held attempt the way the orchestrator checks a poll.
+func validHeld(h api.HeldAttempt) error {
+	if err := api.ValidateID("deployment_id", h.DeploymentID); err != nil {
+		return err
+	}
+	if h.Attempt < 1 || h.Fencing < 1 {
+		return fmt.Errorf("attempt %d with fencing number %d: both count from 1", h.Attempt, h.Fencing)
+	}
+	return nil
+}
+
+// skipOnce logs, once per attempt, why it is left out. Called with s.mu held.
+func (s *Session) skipOnce(k executor.AttemptKey, msg string, err error) {
+	if s.skipped[k] {
+		return
+	}
+	s.skipped[k] = true
+	s.log.Warn(msg, "deployment_id", k.DeploymentID, "attempt", k.Attempt, "err", err)
 }
 
 // offers claims and starts offered attempts, concurrently, never more than the capacity stated.
@@ -162,7 +188,7 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 		return
 	}
 	s.o.Metrics.Claims.WithLabelValues("claimed").Inc()
-	s.o.Tokens.Put(c.DeploymentID, c.Attempt, c.JobToken, c.Placement.StateKey, c.Placement.KubernetesStateNamespace())
+	s.o.Tokens.Put(c.DeploymentID, c.Attempt, grantOf(c))
 	s.mu.Lock()
 	s.state(executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}).fencing = c.Lease.Fencing
 	s.mu.Unlock()
@@ -187,7 +213,10 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	}
 	reason := executor.ReasonStartFailed
 	result := "start_failed"
-	if errors.Is(err, executor.ErrInvalidJob) {
+	switch {
+	case errors.Is(err, executor.ErrPolicy):
+		reason, result = executor.ReasonPodPolicy, "refused"
+	case errors.Is(err, executor.ErrInvalidJob):
 		reason, result = executor.ReasonInvalidTemplate, "invalid"
 	}
 	s.o.Metrics.Claims.WithLabelValues(result).Inc()

@@ -62,6 +62,7 @@ type Session struct {
 	mu       sync.Mutex
 	attempts map[executor.AttemptKey]*attemptState
 	starting map[executor.AttemptKey]bool
+	skipped  map[executor.AttemptKey]bool
 	orchMax  int
 	// orchKnown is false until the first poll told the runner's max_concurrency.
 	orchKnown bool
@@ -124,12 +125,16 @@ func New(o Options) *Session {
 	if o.PollBackoff.Base == 0 {
 		o.PollBackoff = retry.Backoff{Base: time.Second, Max: 30 * time.Second}
 	}
-	return &Session{o: o, log: o.Logger.With("component", "session"), attempts: map[executor.AttemptKey]*attemptState{}, starting: map[executor.AttemptKey]bool{}, kick: executor.NewNotifier()}
+	return &Session{o: o, log: o.Logger.With("component", "session"), attempts: map[executor.AttemptKey]*attemptState{}, starting: map[executor.AttemptKey]bool{}, skipped: map[executor.AttemptKey]bool{}, kick: executor.NewNotifier()}
 }
 
 // Run polls and sends events until ctx ends (shutdown or lost leadership). Events already being
 // sent finish under their own timeout; running attempts are left alone for the next leader.
 func (s *Session) Run(ctx context.Context) error {
+	// A term starts from what the executor holds, not from what an earlier term remembered.
+	s.mu.Lock()
+	s.attempts = map[executor.AttemptKey]*attemptState{}
+	s.mu.Unlock()
 	if err := s.adopt(ctx); err != nil {
 		return err
 	}
@@ -170,12 +175,15 @@ func (s *Session) adopt(ctx context.Context) error {
 		if st.Terminal() {
 			continue
 		}
+		if err := validHeld(api.HeldAttempt{DeploymentID: st.DeploymentID, Attempt: st.Attempt, Fencing: st.Fencing}); err != nil {
+			continue // left out of the polls too (pollRequest says why)
+		}
 		n++
 		if s.o.Tokens.Has(st.DeploymentID, st.Attempt) {
 			continue
 		}
+		g := jobtoken.Grant{StateKey: st.StateKey, StateNamespace: st.StateNamespace, Operation: st.Operation}
 		token, err := s.o.Executor.JobToken(ctx, st.DeploymentID, st.Attempt)
-		stateKey := st.StateKey
 		if err != nil {
 			// Re-claiming is idempotent for the same instance and returns the same token.
 			c, cerr := s.o.Client.Claim(ctx, st.DeploymentID, api.ClaimRequest{Attempt: st.Attempt, Instance: s.o.Instance})
@@ -183,15 +191,22 @@ func (s *Session) adopt(ctx context.Context) error {
 				s.log.Warn("cannot recover the job token of an adopted attempt; its state requests will be refused", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", errors.Join(err, cerr))
 				continue
 			}
-			token, stateKey = c.JobToken, c.Placement.StateKey
+			g = grantOf(c)
+			token = c.JobToken
 		}
-		s.o.Tokens.Put(st.DeploymentID, st.Attempt, token, stateKey, st.StateNamespace)
+		g.Token = token
+		s.o.Tokens.Put(st.DeploymentID, st.Attempt, g)
 	}
 	if n > 0 {
 		s.o.Metrics.Readopted.Add(float64(n))
 		s.log.Info("re-adopted running attempts", "count", n)
 	}
 	return nil
+}
+
+// grantOf is the state access a claim grants its job runner.
+func grantOf(c *api.Claim) jobtoken.Grant {
+	return jobtoken.Grant{Token: c.JobToken, StateKey: c.Placement.StateKey, StateNamespace: c.Placement.KubernetesStateNamespace(), Operation: c.Placement.Operation}
 }
 
 func (s *Session) state(k executor.AttemptKey) *attemptState {

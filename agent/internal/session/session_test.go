@@ -25,11 +25,19 @@ type fakeOrch struct {
 	down   bool
 	offers []api.Offer
 	max    int
+	// strict refuses a poll that restates a malformed attempt, as the orchestrator does.
+	strict bool
 }
 
 func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
 	f.mu.Lock()
 	f.polls = append(f.polls, req)
+	for _, h := range req.Held {
+		if err := api.ValidateID("held.deployment_id", h.DeploymentID); f.strict && (err != nil || h.Fencing < 1) {
+			f.mu.Unlock()
+			return nil, &api.Error{StatusCode: 400, Code: api.CodeInvalid, Message: fmt.Sprintf("held attempt %q: %v", h.DeploymentID, err)}
+		}
+	}
 	n := min(req.CapacityFree, len(f.offers))
 	offers := f.offers[:n]
 	f.offers = f.offers[n:]
@@ -144,7 +152,7 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 
 	waitFor(t, "two attempts started", func() bool { l, _ := ex.List(ctx); return len(l) == 2 })
-	if h, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err != nil || h != "job/a/1" {
+	if h, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err != nil || h.Holder != "job/a/1" {
 		t.Errorf("claim of a not authorised: %v", err)
 	}
 	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_b", "k/a"); err == nil {
@@ -250,5 +258,45 @@ func TestStartingAttemptCountsOnce(t *testing.T) {
 		if got := f.GetMetric()[0].GetGauge().GetValue(); f.GetName() == "outpost_agent_jobs_running" && got != 2 {
 			t.Errorf("jobs_running %v, want 2", got)
 		}
+	}
+}
+
+// TestMalformedAttemptDoesNotStopPolling: an attempt the executor lists but the orchestrator
+// would refuse (an id that is no id, no fencing number) is left out of every poll, so the runner
+// keeps polling and claiming; the good attempt is still restated.
+func TestMalformedAttemptDoesNotStopPolling(t *testing.T) {
+	orch := &fakeOrch{max: 5, offers: []api.Offer{{DeploymentID: "fresh", Attempt: 1}}, strict: true}
+	ex := newFakeExec()
+	ex.attempts["Not An ID!"] = &executor.AttemptStatus{DeploymentID: "Not An ID!", Attempt: 1, Fencing: 2, Status: api.StatusRunning}
+	ex.attempts["no-fencing"] = &executor.AttemptStatus{DeploymentID: "no-fencing", Attempt: 1, Status: api.StatusRunning}
+	ex.attempts["good"] = &executor.AttemptStatus{DeploymentID: "good", Attempt: 1, Fencing: 4, Status: api.StatusRunning}
+	s := New(Options{Client: orch, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", PollWait: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	waitFor(t, "the offered attempt claimed and started", func() bool { l, _ := ex.List(ctx); return len(l) == 4 })
+	waitFor(t, "a poll restating the well-formed attempts", func() bool {
+		orch.mu.Lock()
+		defer orch.mu.Unlock()
+		last := orch.polls[len(orch.polls)-1]
+		var ids []string
+		for _, h := range last.Held {
+			ids = append(ids, h.DeploymentID)
+		}
+		return strings.Join(ids, ",") == "fresh,good" || strings.Join(ids, ",") == "good,fresh"
+	})
+	orch.mu.Lock()
+	for _, p := range orch.polls {
+		for _, h := range p.Held {
+			if h.DeploymentID == "Not An ID!" || h.DeploymentID == "no-fencing" {
+				t.Errorf("a poll restated the malformed attempt %q", h.DeploymentID)
+			}
+		}
+	}
+	orch.mu.Unlock()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }

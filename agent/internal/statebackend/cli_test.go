@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statecmd"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 )
 
@@ -171,7 +172,7 @@ resource "terraform_data" "slow" {
 `
 
 // Two applies on one state at once: exactly one gets the lock, the other fails naming the
-// holder's lock ID.
+// holder (never the holder's lock ID, which would let it write).
 func TestCLIConcurrentApplies(t *testing.T) {
 	forEachCLI(t, func(t *testing.T, c cli) {
 		e := newEnv(t, statestore.Options{})
@@ -201,8 +202,8 @@ func TestCLIConcurrentApplies(t *testing.T) {
 			t.Fatalf("winner holds no lock: %v", err)
 		}
 		out := loser.out.String()
-		if !strings.Contains(out, "Error acquiring the state lock") || !strings.Contains(out, held.Info.ID) {
-			t.Errorf("the loser's output should report the lock with the holder's ID %s:\n%s", held.Info.ID, out)
+		if !strings.Contains(out, "Error acquiring the state lock") || !strings.Contains(out, held.Info.Holder) || strings.Contains(out, held.Info.ID) {
+			t.Errorf("the loser's output should name the holder %s but not its lock ID %s:\n%s", held.Info.Holder, held.Info.ID, out)
 		}
 		if err := winner.wait(t, 2*time.Minute); err != nil {
 			t.Fatalf("winner failed: %v\n%s", err, winner.out.String())
@@ -299,8 +300,10 @@ func TestCLIDeadHolderLockExpires(t *testing.T) {
 	})
 }
 
-// A lock of a killed run that the agent still renews (it cannot tell the run is dead): the
-// CLI's force-unlock frees it, the next run proceeds, and the zombie's lock ID is dead.
+// A lock of a killed run that the agent still renews (it cannot tell the run is dead): the CLI's
+// force-unlock is refused (job runners never force-unlock, and the lock ID is not even shown to
+// them), the operator's `outpost-agent state force-unlock` frees it, the next run proceeds, and
+// the zombie's lock ID is dead.
 func TestCLIForceUnlock(t *testing.T) {
 	forEachCLI(t, func(t *testing.T, c cli) {
 		e := newEnv(t, statestore.Options{LockDuration: 3 * time.Second}, WithRenewInterval(500*time.Millisecond))
@@ -312,11 +315,18 @@ func TestCLIForceUnlock(t *testing.T) {
 
 		w2 := e.newWorkdir(t, c, key, "operator", fmt.Sprintf(slowTF, 0))
 		out, err := w2.run("plan", "-input=false", "-var", "v=two")
-		if err == nil || !strings.Contains(out, held.Info.ID) {
-			t.Fatalf("plan should fail on the stuck lock %s: %v\n%s", held.Info.ID, err, out)
+		if err == nil || !strings.Contains(out, "job/stuck/1") || strings.Contains(out, held.Info.ID) {
+			t.Fatalf("plan should fail on the stuck lock of job/stuck/1 without showing its ID %s: %v\n%s", held.Info.ID, err, out)
 		}
-		if out, err := w2.run("force-unlock", "-force", held.Info.ID); err != nil {
-			t.Fatalf("force-unlock: %v\n%s", err, out)
+		if out, err := w2.run("force-unlock", "-force", held.Info.ID); err == nil {
+			t.Fatalf("force-unlock through the state backend succeeded:\n%s", out)
+		}
+		if l, _ := e.store.LockInfo(context.Background(), key); l == nil || l.Info.ID != held.Info.ID {
+			t.Fatalf("the lock changed after a refused force-unlock: %+v", l)
+		}
+		var stdout, stderr bytes.Buffer
+		if code := statecmd.Main([]string{"force-unlock", "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg, key}, &stdout, &stderr); code != 0 {
+			t.Fatalf("outpost-agent state force-unlock: exit %d\n%s%s", code, stdout.String(), stderr.String())
 		}
 		if l, _ := e.store.LockInfo(context.Background(), key); l != nil {
 			t.Fatalf("still locked after force-unlock: %+v", l)

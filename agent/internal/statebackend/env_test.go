@@ -40,11 +40,12 @@ type testAuthz struct {
 	mu      sync.Mutex
 	users   map[string]string
 	allowed map[string]string // user → the only key it may touch (optional)
+	plan    map[string]bool   // users that may only read (plan attempts)
 	dead    map[string]bool
 }
 
 func newTestAuthz() *testAuthz {
-	return &testAuthz{users: map[string]string{}, allowed: map[string]string{}, dead: map[string]bool{}}
+	return &testAuthz{users: map[string]string{}, allowed: map[string]string{}, plan: map[string]bool{}, dead: map[string]bool{}}
 }
 
 func (a *testAuthz) add(user, password string) {
@@ -59,16 +60,24 @@ func (a *testAuthz) kill(holder string) {
 	a.dead[holder] = true
 }
 
-func (a *testAuthz) Authorize(_ context.Context, user, password, key string) (string, error) {
+// addPlan adds a user that may only read, as a plan attempt.
+func (a *testAuthz) addPlan(user, password string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.users[user] = password
+	a.plan[user] = true
+}
+
+func (a *testAuthz) Authorize(_ context.Context, user, password, key string) (jobtoken.Access, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if pw, ok := a.users[user]; !ok || pw != password {
-		return "", jobtoken.ErrUnauthenticated
+		return jobtoken.Access{}, jobtoken.ErrUnauthenticated
 	}
 	if k, ok := a.allowed[user]; ok && k != key {
-		return "", jobtoken.ErrForbidden
+		return jobtoken.Access{}, jobtoken.ErrForbidden
 	}
-	return "job/" + user + "/1", nil
+	return jobtoken.Access{Holder: "job/" + user + "/1", ReadOnly: a.plan[user]}, nil
 }
 
 func (a *testAuthz) HolderAlive(_ context.Context, holder string) (bool, error) {
@@ -76,6 +85,9 @@ func (a *testAuthz) HolderAlive(_ context.Context, holder string) (bool, error) 
 	defer a.mu.Unlock()
 	return !a.dead[holder], nil
 }
+
+// testOrg is the organisation the tests' states belong to.
+const testOrg = "acme"
 
 // env is one namespace of the test bed with a store, the handler in an httptest server, and
 // the test authorizer.
@@ -95,6 +107,9 @@ func newEnv(t *testing.T, sopts statestore.Options, hopts ...Option) *env {
 	ns := testbed.NewNamespace(t, c)
 	if sopts.Logger == nil {
 		sopts.Logger = testLogger()
+	}
+	if sopts.Scope == "" {
+		sopts.Scope = testOrg
 	}
 	st := mustStore(statestore.New(c.Client(), ns, sopts))
 	authz := newTestAuthz()

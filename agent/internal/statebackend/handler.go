@@ -16,10 +16,17 @@
 //	LOCK    body = lock info JSON; 200 on success; 423 + the current holder's lock info JSON
 //	        on conflict (the CLIs parse it and print "already locked: ID=…" with the info)
 //	UNLOCK  body = lock info JSON with the ID: 200 when released (or not locked); 409 +
-//	        current lock info when another ID holds it. An empty body is a force-unlock:
-//	        Terraform's `force-unlock` sends no body (its http client only remembers lock info
-//	        of locks it took itself), OpenTofu's sends {"ID": <the id given>}, which unlocks
-//	        through the normal path.
+//	        current lock info when another ID or another holder holds it. An empty body (what
+//	        Terraform's `force-unlock` sends) is refused with 403: job runners never
+//	        force-unlock; an operator runs `outpost-agent state force-unlock` in the cluster.
+//	        OpenTofu's force-unlock sends {"ID": <the id given>}, which only unlocks a lock of
+//	        the caller's own attempt.
+//
+// Least privilege: the Authorizer says who the caller is (the lock holder, one attempt) and
+// whether it may only read (a plan). A plan reads its state and takes and releases its own lock;
+// POST, PUT and DELETE answer it 403. Locks are bound to their holder: a write or an unlock with
+// another holder's lock ID is refused, and a 409 or 423 answer shows the current lock's ID only to
+// its own holder, so a job cannot learn another attempt's lock ID from a conflict.
 //
 // Authentication is HTTP basic auth (the CLIs' username/password, or TF_HTTP_USERNAME /
 // TF_HTTP_PASSWORD), checked per request by an Authorizer that also decides which state keys
@@ -65,13 +72,14 @@ const (
 
 // Authorizer authenticates a request and authorises it for one state key. The agent implements it
 // with job tokens (jobtoken.Registry): username = deployment id, password = job token, and a job
-// runner may only touch the state key of its own claim. The returned holder ("job/<id>/<attempt>")
-// names the lock holder and the writer in the state history. Its errors select the HTTP status:
+// runner may only touch the state key of its own claim. The returned access names the lock holder
+// and the writer in the state history ("job/<id>/<attempt>") and says whether the caller may only
+// read. Its errors select the HTTP status:
 // jobtoken.ErrUnauthenticated → 401 (CLI: "requires auth"), jobtoken.ErrForbidden → 403 (CLI:
 // "invalid auth"); any other error → 503, because the authorizer could not decide, so the CLI
 // retries.
 type Authorizer interface {
-	Authorize(ctx context.Context, username, password, stateKey string) (holder string, err error)
+	Authorize(ctx context.Context, username, password, stateKey string) (jobtoken.Access, error)
 }
 
 // HolderLiveness is optionally implemented by the Authorizer. When it is, the handler asks it
@@ -87,13 +95,16 @@ type HolderLiveness interface {
 // body limit).
 type Option func(*Handler)
 
+// withLimiter shares one limiter between the handlers of a Server.
+func withLimiter(l *limiter) Option { return func(h *Handler) { h.limits = l } }
+
 // Handler is the http.Handler of the state backend.
 type Handler struct {
 	store      *statestore.Store
 	authz      Authorizer
 	liveness   HolderLiveness
 	log        *slog.Logger
-	maxBody    int64
+	limits     *limiter
 	renewEvery time.Duration
 
 	baseCtx  context.Context
@@ -112,7 +123,7 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		store: store, authz: authz, log: logger,
-		maxBody: DefaultMaxBodyBytes, renewEvery: store.LockDuration() / 3,
+		limits: newLimiter(Limits{}), renewEvery: store.LockDuration() / 3,
 		baseCtx: ctx, stop: cancel, renewals: map[string]*renewal{},
 	}
 	if l, ok := authz.(HolderLiveness); ok {
@@ -128,7 +139,9 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 // released: a new agent (or the same one after a restart, see ResumeRenewals) can keep renewing
 // them; otherwise they expire.
 func (h *Handler) Close() {
+	h.mu.Lock()
 	h.stop()
+	h.mu.Unlock()
 	h.wg.Wait()
 }
 
@@ -163,7 +176,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusUnauthorized, "unauthenticated", "basic authentication required (the backend's username/password or TF_HTTP_USERNAME/TF_HTTP_PASSWORD)")
 		return
 	}
-	holder, err = h.authz.Authorize(r.Context(), user, pass, key)
+	access, err := h.authz.Authorize(r.Context(), user, pass, key)
+	holder = access.Holder
 	switch {
 	case errors.Is(err, jobtoken.ErrUnauthenticated):
 		rw.Header().Set("WWW-Authenticate", `Basic realm="outpost-state", charset="UTF-8"`)
@@ -178,13 +192,34 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	release, why := h.limits.admit(r.Context(), holder)
+	switch why {
+	case jobBusy:
+		rw.Header().Set("Retry-After", "1")
+		writeError(rw, http.StatusTooManyRequests, "too_many_requests", fmt.Sprintf("at most %d requests of one job at a time", h.limits.l.MaxRequestsPerJob))
+		return
+	case serverBusy:
+		rw.Header().Set("Retry-After", "2")
+		writeError(rw, http.StatusServiceUnavailable, "busy", "the state backend is busy; retry")
+		return
+	case gone:
+		return
+	}
+	defer release()
+
 	switch r.Method {
 	case http.MethodGet:
 		h.get(rw, r, key)
-	case http.MethodPost, http.MethodPut:
-		h.put(rw, r, key, holder)
-	case http.MethodDelete:
-		h.delete(rw, r, key)
+	case http.MethodPost, http.MethodPut, http.MethodDelete:
+		if access.ReadOnly {
+			writeError(rw, http.StatusForbidden, "read_only", fmt.Sprintf("a plan may only read state %q and take and release its own lock; writing and deleting state is for apply and destroy", key))
+			return
+		}
+		if r.Method == http.MethodDelete {
+			h.delete(rw, r, key, holder)
+		} else {
+			h.put(rw, r, key, holder)
+		}
 	case "LOCK":
 		h.lock(rw, r, key, holder)
 	case "UNLOCK":
@@ -195,50 +230,99 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// get streams the state to the client. The headers go out once the state's first chunk has been
+// checked; damage found later breaks the response (the client sees fewer bytes than its
+// Content-Length), so a CLI never takes a wrong state for a complete one.
 func (h *Handler) get(w http.ResponseWriter, r *http.Request, key string) {
-	data, gen, err := h.store.Read(r.Context(), key)
-	if errors.Is(err, statestore.ErrNotFound) {
+	opened := false
+	_, err := h.store.Stream(r.Context(), key, 0, func(gen statestore.Generation) io.Writer {
+		opened = true
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.FormatInt(gen.Size, 10))
+		w.Header().Set("ETag", `"`+gen.SHA256+`"`)
+		w.Header().Set("X-Outpost-State-Generation", strconv.FormatInt(gen.Generation, 10))
+		w.WriteHeader(http.StatusOK)
+		return w
+	})
+	switch {
+	case err == nil:
+	case opened:
+		if r.Context().Err() == nil {
+			h.log.LogAttrs(r.Context(), slog.LevelError, "state read failed after the response began; aborting it", slog.String("state_key", key), slog.String("error", err.Error()))
+		}
+		panic(http.ErrAbortHandler)
+	case errors.Is(err, statestore.ErrNotFound):
 		w.WriteHeader(http.StatusNoContent)
-		return
+	default:
+		h.storeError(w, r, key, "", "read", err)
 	}
-	if err != nil {
-		h.storeError(w, r, key, "read", err)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	w.Header().Set("ETag", `"`+gen.SHA256+`"`)
-	w.Header().Set("X-Outpost-State-Generation", strconv.FormatInt(gen.Generation, 10))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(data)
 }
 
+// errChecksum is a body that does not match its Content-MD5.
+var errChecksum = errors.New("the body does not match its Content-MD5 header (damaged in transit?); nothing was written")
+
+// put streams the body into the store (see statestore.Store.WriteFrom): nothing is committed
+// unless the whole body arrived, is a state, fits the limit and matches its Content-MD5.
 func (h *Handler) put(w http.ResponseWriter, r *http.Request, key, holder string) {
-	body, ok := h.readBody(w, r, h.maxBody)
-	if !ok {
+	limit := h.limits.l.MaxBodyBytes
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit))
 		return
 	}
+	var body io.Reader = &bodyReader{r: http.MaxBytesReader(w, r.Body, limit)}
+	opts := statestore.WriteOptions{LockID: r.URL.Query().Get("ID"), Holder: holder, Writer: holder}
 	if sum := r.Header.Get("Content-MD5"); sum != "" {
 		want, err := base64.StdEncoding.DecodeString(sum)
-		got := md5.Sum(body)
-		if err != nil || !bytes.Equal(want, got[:]) {
-			writeError(w, http.StatusBadRequest, "checksum_mismatch", "the body does not match its Content-MD5 header (damaged in transit?); nothing was written")
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "checksum_mismatch", "the Content-MD5 header is not base64")
 			return
 		}
+		hash := md5.New()
+		body = io.TeeReader(body, hash)
+		opts.Verify = func() error {
+			if !bytes.Equal(want, hash.Sum(nil)) {
+				return errChecksum
+			}
+			return nil
+		}
 	}
-	lockID := r.URL.Query().Get("ID")
-	gen, err := h.store.Write(r.Context(), key, body, statestore.WriteOptions{LockID: lockID, Writer: holder})
-	if err != nil {
-		h.storeError(w, r, key, "write", err)
-		return
+	gen, err := h.store.WriteFrom(r.Context(), key, body, opts)
+	var mbe *http.MaxBytesError
+	var be *bodyError
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string]any{"generation": gen.Generation, "sha256": gen.SHA256, "size": gen.Size})
+	case errors.As(err, &mbe):
+		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body exceeds the limit of %d bytes; nothing was written", limit))
+	case errors.Is(err, errChecksum):
+		writeError(w, http.StatusBadRequest, "checksum_mismatch", err.Error())
+	case errors.As(err, &be):
+		writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+be.err.Error())
+	default:
+		h.storeError(w, r, key, holder, "write", err)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"generation": gen.Generation, "sha256": gen.SHA256, "size": gen.Size})
 }
 
-func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key string) {
+// bodyReader marks errors of reading the request body, so they are not taken for the store's.
+type bodyReader struct{ r io.Reader }
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		return n, &bodyError{err}
+	}
+	return n, err
+}
+
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key, holder string) {
 	err := h.store.Delete(r.Context(), key)
 	if err != nil && !errors.Is(err, statestore.ErrNotFound) {
-		h.storeError(w, r, key, "delete", err)
+		h.storeError(w, r, key, holder, "delete", err)
 		return
 	}
 	h.stopRenewal(key, "")
@@ -257,7 +341,7 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder strin
 	}
 	info.Holder = holder
 	if err := h.store.Lock(r.Context(), key, info); err != nil {
-		h.storeError(w, r, key, "lock", err)
+		h.storeError(w, r, key, holder, "lock", err)
 		return
 	}
 	h.startRenewal(key, info.ID, holder)
@@ -276,23 +360,17 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder str
 			return
 		}
 	}
-	var err error
 	if info.ID == "" {
-		var prev *statestore.HeldLock
-		prev, err = h.store.ForceUnlock(r.Context(), key)
-		if prev != nil {
-			h.log.LogAttrs(r.Context(), slog.LevelWarn, "state force-unlocked over HTTP", slog.String("state_key", key),
-				slog.String("by", holder), slog.String("previous_holder", prev.Info.Holder), slog.String("lock_id", prev.Info.ID))
-			h.stopRenewal(key, prev.Info.ID)
-		}
-	} else {
-		err = h.store.Unlock(r.Context(), key, info.ID)
-		if err == nil {
-			h.stopRenewal(key, info.ID)
-		}
+		h.log.LogAttrs(r.Context(), slog.LevelWarn, "force-unlock over HTTP refused", slog.String("state_key", key), slog.String("by", holder))
+		writeError(w, http.StatusForbidden, "force_unlock_refused", fmt.Sprintf("job runners cannot force-unlock state %q; an operator runs `outpost-agent state force-unlock %s` in the cluster", key, key))
+		return
+	}
+	err := h.store.Unlock(r.Context(), key, info.ID, holder)
+	if err == nil {
+		h.stopRenewal(key, info.ID)
 	}
 	if err != nil && !errors.Is(err, statestore.ErrNotLocked) {
-		h.storeError(w, r, key, "unlock", err)
+		h.storeError(w, r, key, holder, "unlock", err)
 		return
 	}
 	w.WriteHeader(http.StatusOK)
@@ -318,17 +396,32 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) 
 	return body, true
 }
 
+// HiddenLockIDPrefix starts what stands for the ID of another holder's lock in 409 and 423
+// answers: the ID is what lets a write or an unlock through, so only the lock's own holder sees
+// it. The CLIs print it as the lock's ID, so it says who holds the lock and what to do.
+const HiddenLockIDPrefix = "hidden"
+
+// shownTo is a lock's info as the caller may see it.
+func shownTo(l statestore.HeldLock, holder string) statestore.LockInfo {
+	info := l.Info
+	if holder == "" || info.Holder != holder {
+		info.ID = fmt.Sprintf("%s (held by %s; an operator releases a stuck lock with `outpost-agent state force-unlock`)", HiddenLockIDPrefix, info.Holder)
+	}
+	return info
+}
+
 // storeError maps store errors to the statuses the CLIs understand. Lock conflicts answer with
-// the current lock info JSON (what the CLIs parse); everything else with a JSON error body.
-func (h *Handler) storeError(w http.ResponseWriter, r *http.Request, key, op string, err error) {
+// the current lock info JSON (what the CLIs parse), its ID hidden from other holders; everything
+// else with a JSON error body.
+func (h *Handler) storeError(w http.ResponseWriter, r *http.Request, key, holder, op string, err error) {
 	var locked *statestore.LockedError
 	var mismatch *statestore.LockMismatchError
 	switch {
 	case errors.As(err, &locked):
-		writeJSON(w, http.StatusLocked, locked.Lock.Info)
+		writeJSON(w, http.StatusLocked, shownTo(locked.Lock, holder))
 	case errors.As(err, &mismatch):
 		if mismatch.Lock != nil {
-			writeJSON(w, http.StatusConflict, mismatch.Lock.Info)
+			writeJSON(w, http.StatusConflict, shownTo(*mismatch.Lock, holder))
 		} else {
 			writeError(w, http.StatusConflict, "lock_lost", err.Error())
 		}

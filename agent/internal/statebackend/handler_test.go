@@ -109,13 +109,17 @@ func TestProtocol(t *testing.T) {
 	}
 	code, body, _ = doReq(t, "LOCK", u, "bob", "pw-b", lockBody("lock-b"))
 	var cur statestore.LockInfo
-	if code != 423 || json.Unmarshal(body, &cur) != nil || cur.ID != "lock-a" || cur.Who != "me@host" || cur.Holder != "job/alice/1" {
-		t.Errorf("competing LOCK: %d %s", code, body)
+	if code != 423 || json.Unmarshal(body, &cur) != nil || !strings.HasPrefix(cur.ID, HiddenLockIDPrefix+" (held by job/alice/1") || cur.Who != "me@host" || cur.Holder != "job/alice/1" {
+		t.Errorf("competing LOCK: %d %s (the holder's lock ID must stay hidden)", code, body)
+	}
+	code, body, _ = doReq(t, "LOCK", u, "alice", "pw-a", lockBody("lock-a2"))
+	if code != 423 || json.Unmarshal(body, &cur) != nil || cur.ID != "lock-a" {
+		t.Errorf("the holder's own second LOCK: %d %s (its own lock ID is shown to it)", code, body)
 	}
 	if code, _, _ := doReq(t, "POST", u, "bob", "pw-b", stateDoc(3, "bob unlocked")); code != 423 {
 		t.Errorf("unlocked write while locked: %d", code)
 	}
-	if code, body, _ := doReq(t, "POST", u+"?ID=lock-b", "bob", "pw-b", stateDoc(3, "bob wrong id")); code != 409 || !strings.Contains(string(body), "lock-a") {
+	if code, body, _ := doReq(t, "POST", u+"?ID=lock-b", "bob", "pw-b", stateDoc(3, "bob wrong id")); code != 409 || strings.Contains(string(body), "lock-a") {
 		t.Errorf("write with the wrong lock ID: %d %s", code, body)
 	}
 	if code, body, _ := doReq(t, "POST", u+"?ID=lock-a", "alice", "pw-a", stateDoc(3, "alice")); code != 200 {
@@ -124,7 +128,7 @@ func TestProtocol(t *testing.T) {
 	if code, _, _ := doReq(t, "DELETE", u, "bob", "pw-b", nil); code != 423 {
 		t.Errorf("DELETE while locked: %d", code)
 	}
-	if code, body, _ := doReq(t, "UNLOCK", u, "bob", "pw-b", lockBody("lock-b")); code != 409 || !strings.Contains(string(body), "lock-a") {
+	if code, body, _ := doReq(t, "UNLOCK", u, "bob", "pw-b", lockBody("lock-b")); code != 409 || strings.Contains(string(body), "lock-a") {
 		t.Errorf("UNLOCK with the wrong ID: %d %s", code, body)
 	}
 	if got := e.handler.RenewedLocks(); len(got) != 1 || got[0] != key {
@@ -139,13 +143,16 @@ func TestProtocol(t *testing.T) {
 	if got := e.handler.RenewedLocks(); len(got) != 0 {
 		t.Errorf("renewals left after unlock: %v", got)
 	}
-	// Terraform's force-unlock: UNLOCK with an empty body.
+	// Terraform's force-unlock (UNLOCK with an empty body) is refused; an operator force-unlocks.
 	doReq(t, "LOCK", u, "alice", "pw-a", lockBody("lock-c"))
-	if code, _, _ := doReq(t, "UNLOCK", u, "bob", "pw-b", nil); code != 200 {
-		t.Errorf("force-unlock: %d", code)
+	if code, body, _ := doReq(t, "UNLOCK", u, "bob", "pw-b", nil); code != 403 || !strings.Contains(string(body), "outpost-agent state force-unlock") {
+		t.Errorf("force-unlock over HTTP: %d %s", code, body)
 	}
-	if l, _ := e.store.LockInfo(context.Background(), key); l != nil {
-		t.Errorf("still locked after force-unlock: %+v", l)
+	if l, _ := e.store.LockInfo(context.Background(), key); l == nil || l.Info.ID != "lock-c" {
+		t.Errorf("the lock changed after a refused force-unlock: %+v", l)
+	}
+	if _, err := e.store.ForceUnlock(context.Background(), key); err != nil {
+		t.Fatal(err)
 	}
 	if code, body, _ := doReq(t, "POST", u+"?ID=lock-c", "alice", "pw-a", stateDoc(4, "zombie")); code != 409 || !strings.Contains(string(body), "lock_lost") {
 		t.Errorf("write of a force-unlocked holder: %d %s", code, body)

@@ -47,6 +47,11 @@ func (h *Handler) startRenewal(key, lockID, holder string) {
 	ctx, cancel := context.WithCancel(h.baseCtx)
 	r := &renewal{key: key, lockID: lockID, holder: holder, cancel: cancel}
 	h.mu.Lock()
+	if h.baseCtx.Err() != nil {
+		h.mu.Unlock()
+		cancel()
+		return
+	}
 	if old := h.renewals[key]; old != nil {
 		if old.lockID == lockID {
 			h.mu.Unlock()
@@ -63,6 +68,35 @@ func (h *Handler) startRenewal(key, lockID, holder string) {
 		defer h.forget(r)
 		h.renew(ctx, r)
 	}()
+}
+
+// releaseHolder unlocks, in the background, every lock holder still holds through this handler:
+// its attempt has ended.
+func (h *Handler) releaseHolder(holder string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.baseCtx.Err() != nil {
+		return // closed: the locks are the next leader's to renew or release
+	}
+	for _, r := range h.renewals {
+		if r.holder != holder {
+			continue
+		}
+		r.cancel()
+		delete(h.renewals, r.key)
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			ctx, cancel := context.WithTimeout(h.baseCtx, 30*time.Second)
+			defer cancel()
+			attrs := []slog.Attr{slog.String("state_key", r.key), slog.String("lock_id", r.lockID), slog.String("holder", r.holder)}
+			if err := h.store.Unlock(ctx, r.key, r.lockID, r.holder); err != nil && !errors.Is(err, statestore.ErrNotLocked) && !errors.Is(err, statestore.ErrLockMismatch) {
+				h.log.LogAttrs(ctx, slog.LevelWarn, "could not release the lock of a finished attempt; it expires instead", append(attrs, slog.String("error", err.Error()))...)
+				return
+			}
+			h.log.LogAttrs(ctx, slog.LevelInfo, "released the lock of a finished attempt", attrs...)
+		}()
+	}
 }
 
 func (h *Handler) stopRenewal(key, lockID string) {

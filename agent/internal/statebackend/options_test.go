@@ -2,8 +2,11 @@ package statebackend
 
 import "time"
 
+// WithLimits bounds the handler's work in progress (see Limits).
+func WithLimits(l Limits) Option { return withLimiter(newLimiter(l)) }
+
 // WithMaxBodyBytes sets the largest accepted state upload (default 64 MiB); larger → 413.
-func WithMaxBodyBytes(n int64) Option { return func(h *Handler) { h.maxBody = n } }
+func WithMaxBodyBytes(n int64) Option { return WithLimits(Limits{MaxBodyBytes: n}) }
 
 // WithRenewInterval sets how often held locks are renewed (default: a third of the store's
 // lock duration).

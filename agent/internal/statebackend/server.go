@@ -24,6 +24,11 @@ type ServerOptions struct {
 	FallbackNamespace string
 	// EncryptionKey seals state chunks at rest when set (--state-encryption-key-file).
 	EncryptionKey []byte
+	// Org scopes the states (statestore.Options.Scope): two organisations' agents can keep
+	// states in one namespace.
+	Org string
+	// Limits bound the work in progress of every namespace together.
+	Limits Limits
 	// Forwarder is set when leader election runs: a standby forwards to the leader.
 	Forwarder *Forwarder
 	// Logger gets the server's and its handlers' logs (component=state).
@@ -38,17 +43,60 @@ type Server struct {
 	o   ServerOptions
 	log *slog.Logger
 
+	limits *limiter
+
 	mu       sync.Mutex
 	handlers map[string]*Handler
 }
 
-// NewServer returns the state backend server. Call Close when shutting down.
+// NewServer returns the state backend server, watching o.Tokens (see Added, Removed, Cleared).
+// Call Close when shutting down.
 func NewServer(o ServerOptions) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
 	log := o.Logger.With("component", "state")
-	return &Server{o: o, log: log, handlers: map[string]*Handler{}}
+	s := &Server{o: o, log: log, limits: newLimiter(o.Limits), handlers: map[string]*Handler{}}
+	o.Tokens.Watch(s)
+	return s
+}
+
+var _ jobtoken.Watcher = (*Server)(nil)
+
+// Added implements jobtoken.Watcher: the handler of the attempt's state namespace exists from
+// now on, so the state locks of attempts adopted after a failover are renewed at once (see
+// ResumeRenewals), not only from their job runner's next request.
+func (s *Server) Added(ns string) {
+	if ns == "" {
+		return
+	}
+	if _, err := s.handler(ns); err != nil {
+		s.log.Error("state store", "namespace", ns, "err", err)
+	}
+}
+
+// Removed implements jobtoken.Watcher: the locks a finished attempt still holds are released
+// now instead of expiring one lock duration later.
+func (s *Server) Removed(holder, ns string) {
+	s.mu.Lock()
+	h := s.handlers[ns]
+	s.mu.Unlock()
+	if h != nil {
+		h.releaseHolder(holder)
+	}
+}
+
+// Cleared implements jobtoken.Watcher: this replica lost leadership. Its handlers stop renewing
+// (the new leader resumes the renewals of the attempts it adopts) and are dropped, so a later
+// term starts from the Leases as they are then.
+func (s *Server) Cleared() {
+	s.mu.Lock()
+	hs := s.handlers
+	s.handlers = map[string]*Handler{}
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.Close()
+	}
 }
 
 // ServeHTTP forwards to the leader from a standby, else serves from the caller's namespace.
@@ -86,11 +134,11 @@ func (s *Server) handler(ns string) (*Handler, error) {
 	if h := s.handlers[ns]; h != nil {
 		return h, nil
 	}
-	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey})
+	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey, Scope: s.o.Org})
 	if err != nil {
 		return nil, err
 	}
-	h := NewHandler(store, s.o.Tokens, s.log)
+	h := NewHandler(store, s.o.Tokens, s.log, withLimiter(s.limits))
 	// Locks granted by an earlier agent process are renewed again while their attempts live.
 	if n, err := h.ResumeRenewals(context.Background()); err != nil {
 		s.log.Warn("resume lock renewals", "namespace", ns, "err", err)

@@ -7,9 +7,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -20,9 +22,9 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	c := testbed.Shared(t)
 	nsA, nsB := testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
 	tokens := jobtoken.New()
-	tokens.Put("dep-a", 1, "opj_a", "team/app", nsA)
-	tokens.Put("dep-b", 1, "opj_b", "team/app", nsB)
-	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Logger: testLogger()})
+	tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_a", StateKey: "team/app", StateNamespace: nsA, Operation: api.OperationApply})
+	tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_b", StateKey: "team/app", StateNamespace: nsB, Operation: api.OperationApply})
+	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Org: testOrg, Logger: testLogger()})
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() {
 		srv.Close()
@@ -52,7 +54,7 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	if code, _ := do(http.MethodGet, "dep-b", "opj_b", ""); code != http.StatusNoContent {
 		t.Fatalf("read as dep-b: %d, want 204 (its namespace holds no state)", code)
 	}
-	if _, err := mustStore(statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger()})).History(t.Context(), "team/app"); err != nil {
+	if _, err := mustStore(statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger(), Scope: testOrg})).History(t.Context(), "team/app"); err != nil {
 		t.Fatalf("the state is not in dep-a's namespace: %v", err)
 	}
 	if code, _ := do(http.MethodGet, "dep-a", "opj_b", ""); code != http.StatusUnauthorized {
@@ -60,5 +62,59 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	}
 	if code, _ := do(http.MethodGet, "dep-x", "opj_x", ""); code != http.StatusUnauthorized {
 		t.Fatalf("unknown job: %d, want 401", code)
+	}
+}
+
+// TestServerFollowsTheRegistry: the locks of a finished attempt are released at once (not a lock
+// duration later), and a replica that lost leadership authorises nothing and stops renewing,
+// leaving the locks of running attempts to the next leader.
+func TestServerFollowsTheRegistry(t *testing.T) {
+	c := testbed.Shared(t)
+	ns := testbed.NewNamespace(t, c)
+	tokens := jobtoken.New()
+	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Org: testOrg, Logger: testLogger()})
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() {
+		srv.Close()
+		s.Close()
+	})
+	store := mustStore(statestore.New(c.Client(), ns, statestore.Options{Logger: testLogger(), Scope: testOrg}))
+	lock := func(user, key, id string) int {
+		code, _, _ := doReq(t, "LOCK", srv.URL+PathPrefix+url.PathEscape(key), user, "opj_"+user, lockBody(id))
+		return code
+	}
+	tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_dep-a", StateKey: "a", StateNamespace: ns, Operation: api.OperationApply})
+	if code := lock("dep-a", "a", "lock-a"); code != http.StatusOK {
+		t.Fatalf("LOCK: %d", code)
+	}
+	tokens.Delete("dep-a", 1) // its finished event was acknowledged
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l, err := store.LockInfo(t.Context(), "a")
+		if err == nil && l == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the finished attempt's lock was not released: %+v, %v", l, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_dep-b", StateKey: "b", StateNamespace: ns, Operation: api.OperationPlan})
+	if code := lock("dep-b", "b", "lock-b"); code != http.StatusOK {
+		t.Fatalf("LOCK: %d", code)
+	}
+	tokens.Clear() // leadership lost
+	if code, _, _ := doReq(t, "GET", srv.URL+PathPrefix+"b", "dep-b", "opj_dep-b", nil); code != http.StatusUnauthorized {
+		t.Errorf("a replica that lost leadership authorised a request: %d", code)
+	}
+	if l, err := store.LockInfo(t.Context(), "b"); err != nil || l == nil || l.Info.ID != "lock-b" {
+		t.Errorf("the running attempt's lock must stay for the next leader: %+v, %v", l, err)
+	}
+	s.mu.Lock()
+	n := len(s.handlers)
+	s.mu.Unlock()
+	if n != 0 {
+		t.Errorf("%d handlers (and their lock renewals) still running after leadership was lost", n)
 	}
 }

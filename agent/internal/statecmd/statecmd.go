@@ -48,6 +48,8 @@ Commands:
 
 Flags (before or after the command):
   --namespace NS               namespace of the states (env OUTPOST_STATE_NAMESPACE; required)
+  --org-id ORG                 organisation the states belong to, the agent's orgId (env
+                               OUTPOST_ORG_ID; required): states are named per organisation
   --kubeconfig PATH            kubeconfig, or a list like $KUBECONFIG (default $KUBECONFIG, else
                                in-cluster credentials)
   --encryption-key-file PATH   the agent's state encryption key (raw or base64, 32 bytes; env
@@ -57,10 +59,10 @@ Flags (before or after the command):
 
 // stateOpts are the flags of every state command.
 type stateOpts struct {
-	kubeconfig, namespace, keyFile string
-	json, force, overwrite, ignore bool
-	generation                     int64
-	workspace, suffix, key         string
+	kubeconfig, namespace, keyFile, org string
+	json, force, overwrite, ignore      bool
+	generation                          int64
+	workspace, suffix, key              string
 }
 
 // flags registers the flags of cmd on a new FlagSet. Values already set (from flags before the
@@ -71,6 +73,7 @@ func (o *stateOpts) flags(cmd string, stderr io.Writer) *flag.FlagSet {
 	fs.Usage = func() { fmt.Fprint(stderr, stateUsage) }
 	fs.StringVar(&o.kubeconfig, "kubeconfig", o.kubeconfig, "")
 	fs.StringVar(&o.namespace, "namespace", o.namespace, "")
+	fs.StringVar(&o.org, "org-id", o.org, "")
 	fs.StringVar(&o.keyFile, "encryption-key-file", o.keyFile, "")
 	fs.BoolVar(&o.json, "json", o.json, "")
 	switch cmd {
@@ -102,7 +105,7 @@ var stateCommands = map[string]struct {
 // operation failed (one line on stderr that names the state and what to do), 2 bad usage (with
 // the usage text).
 func Main(args []string, stdout, stderr io.Writer) int {
-	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: os.Getenv("OUTPOST_STATE_NAMESPACE"),
+	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: os.Getenv("OUTPOST_STATE_NAMESPACE"), org: os.Getenv("OUTPOST_ORG_ID"),
 		keyFile: os.Getenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE")}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "outpost-agent state: "+format+"\n", a...)
@@ -144,6 +147,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usage("--encryption-key-file: %v", err)
 	}
+	if o.org == "" {
+		return usage("--org-id (or OUTPOST_ORG_ID) is required: the organisation the agent serves (its orgId); states are named per organisation")
+	}
 
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "outpost-agent state %s: %s\n", cmd, strings.ReplaceAll(explain(err, cmd, o.namespace), "\n", " "))
@@ -162,7 +168,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if cmd == "list" {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	store, err := statestore.New(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log})
+	store, err := statestore.New(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log, Scope: o.org})
 	if err != nil {
 		return usage("--encryption-key-file: %v", err)
 	}

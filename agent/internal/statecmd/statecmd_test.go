@@ -29,11 +29,12 @@ func TestStateCommand(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("OUTPOST_STATE_NAMESPACE", "")
 	t.Setenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE", "")
+	t.Setenv("OUTPOST_ORG_ID", "")
 
 	run := func(wantCode int, args ...string) (string, string) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
-		full := append(append([]string{}, args...), "--kubeconfig", cluster.Kubeconfig, "--namespace", ns)
+		full := append(append([]string{}, args...), "--kubeconfig", cluster.Kubeconfig, "--namespace", ns, "--org-id", "acme")
 		code := Main(full, &stdout, &stderr)
 		t.Logf("$ outpost-agent state %s  # exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 		if code != wantCode {
@@ -45,7 +46,7 @@ func TestStateCommand(t *testing.T) {
 		return stdout.String(), stderr.String()
 	}
 
-	store := mustStore(statestore.New(cluster.Client(), ns, statestore.Options{Logger: slog.New(slog.DiscardHandler)}))
+	store := mustStore(statestore.New(cluster.Client(), ns, statestore.Options{Logger: slog.New(slog.DiscardHandler), Scope: "acme"}))
 	const key = "team-a/prod/network"
 	// Odd whitespace and a trailing newline: get must hand back the stored bytes, not re-encoded JSON.
 	states := make([][]byte, 3)
@@ -164,8 +165,9 @@ func TestStateCommand(t *testing.T) {
 		t.Errorf("force-unlock of an unknown key: %s", errOut)
 	}
 
-	// The namespace may come from the environment, as inside the agent's pod.
+	// The namespace and the organisation may come from the environment, as inside the agent's pod.
 	t.Setenv("OUTPOST_STATE_NAMESPACE", ns)
+	t.Setenv("OUTPOST_ORG_ID", "acme")
 	var stdout, stderr bytes.Buffer
 	if code := Main([]string{"get", key, "--kubeconfig", cluster.Kubeconfig}, &stdout, &stderr); code != exitOK || stdout.String() != string(states[1]) {
 		t.Errorf("get with OUTPOST_STATE_NAMESPACE: exit %d, %q, %s", code, stdout.String(), stderr.String())
@@ -175,6 +177,7 @@ func TestStateCommand(t *testing.T) {
 // Usage errors exit 2 with the usage text and need no cluster.
 func TestStateCommandUsage(t *testing.T) {
 	t.Setenv("OUTPOST_STATE_NAMESPACE", "")
+	t.Setenv("OUTPOST_ORG_ID", "")
 	t.Setenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE", "")
 	for name, args := range map[string][]string{
 		"no command":        {},
@@ -183,6 +186,7 @@ func TestStateCommandUsage(t *testing.T) {
 		"extra argument":    {"history", "a", "b", "--namespace", "x"},
 		"bad generation":    {"restore", "k", "first", "--namespace", "x"},
 		"no namespace":      {"list"},
+		"no org id":         {"list", "--namespace", "x"},
 		"unknown flag":      {"list", "--namespace", "x", "--frob"},
 		"import w/o suffix": {"import", "--namespace", "x"},
 		"bad key file":      {"list", "--namespace", "x", "--encryption-key-file", "/nonexistent/key"},

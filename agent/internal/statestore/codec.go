@@ -1,8 +1,6 @@
 package statestore
 
 import (
-	"bytes"
-	"compress/gzip"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -10,8 +8,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
+	"strings"
 )
 
 const (
@@ -23,56 +21,6 @@ const (
 	gcmNonceSize = 12
 	gcmTagSize   = 16
 )
-
-// compress gzips a state at the given level.
-func compress(state []byte, level int) ([]byte, error) {
-	var buf bytes.Buffer
-	buf.Grow(len(state)/3 + 64)
-	zw, err := gzip.NewWriterLevel(&buf, level)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(state); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
-}
-
-// decompress gunzips exactly one gzip stream and refuses anything larger than want bytes, so a
-// damaged or hostile manifest cannot make the agent inflate an unbounded amount of memory. The
-// gzip reader checks the stream's CRC-32 and length at its end.
-func decompress(stream []byte, want int64) ([]byte, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(stream))
-	if err != nil {
-		return nil, err
-	}
-	zr.Multistream(false)
-	out := bytes.NewBuffer(make([]byte, 0, want))
-	n, err := io.Copy(out, io.LimitReader(zr, want+1))
-	if err != nil {
-		return nil, err
-	}
-	if n != want {
-		return nil, fmt.Errorf("decompressed size %d, manifest says %d", n, want)
-	}
-	return out.Bytes(), nil
-}
-
-// split cuts b into pieces of at most size bytes (at least one piece, possibly empty).
-func split(b []byte, size int) [][]byte {
-	if len(b) == 0 {
-		return [][]byte{{}}
-	}
-	out := make([][]byte, 0, (len(b)+size-1)/size)
-	for len(b) > size {
-		out = append(out, b[:size])
-		b = b[size:]
-	}
-	return append(out, b)
-}
 
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
@@ -116,9 +64,11 @@ func KeyID(key []byte) string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-func chunkAAD(hash string, gen int64, i, n int) []byte {
+// chunkAAD binds a chunk to its state, generation and position ("i/n", or "i/+" for a chunk
+// more follow; see chunkPosition).
+func chunkAAD(hash string, gen int64, position string) []byte {
 	return []byte("outpost-state-v1\x00" + hash + "\x00" + strconv.FormatInt(gen, 10) + "\x00" +
-		strconv.Itoa(i) + "\x00" + strconv.Itoa(n))
+		strings.Replace(position, "/", "\x00", 1))
 }
 
 func (s *sealer) seal(plain []byte, aad []byte) ([]byte, error) {

@@ -96,3 +96,6 @@ func newFakeClient() *fake.Clientset {
 	}
 	return cs
 }
+
+// LeaseName is the name of the Lease that locks an unscoped state.
+func LeaseName(key string) string { return "tflock-" + StateHash(key) }

@@ -120,11 +120,11 @@ func (s *Store) Lock(ctx context.Context, key string, info LockInfo) error {
 // with the lock info info; takeover counts a transition from an earlier holder.
 func (s *Store) grantLease(lease *coordinationv1.Lease, key, holder string, info []byte, takeover bool, now time.Time) *coordinationv1.Lease {
 	if lease == nil {
-		hash := StateHash(key)
+		hash := s.hash(key)
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{
 			Name:        "tflock-" + hash,
 			Namespace:   s.namespace,
-			Labels:      baseLabels(hash, roleLock),
+			Labels:      s.labels(hash, roleLock),
 			Annotations: map[string]string{AnnotationStateKey: key},
 		}}
 	}
@@ -163,16 +163,17 @@ func (s *Store) logLock(ctx context.Context, msg, key string, info LockInfo, pre
 // *LockMismatchError when lockID no longer holds the lock (it was force-unlocked, or it expired
 // and was taken over), which tells a renewal loop to stop.
 func (s *Store) Renew(ctx context.Context, key, lockID string) error {
-	return s.updateHeld(ctx, key, lockID, func(l *coordinationv1.Lease) {
+	return s.updateHeld(ctx, key, lockID, "", func(l *coordinationv1.Lease) {
 		mt := metav1.NewMicroTime(s.opts.Now())
 		l.Spec.RenewTime = &mt
 	})
 }
 
-// Unlock releases the lock held by lockID. A different ID gets a *LockMismatchError carrying
-// the current lock; an unlocked state gets ErrNotLocked.
-func (s *Store) Unlock(ctx context.Context, key, lockID string) error {
-	err := s.updateHeld(ctx, key, lockID, release)
+// Unlock releases the lock held by lockID. A different ID, or a holder that is not the lock's
+// (when holder is set), gets a *LockMismatchError carrying the current lock; an unlocked state
+// gets ErrNotLocked.
+func (s *Store) Unlock(ctx context.Context, key, lockID, holder string) error {
+	err := s.updateHeld(ctx, key, lockID, holder, release)
 	if err == nil {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "state unlocked", slog.String("state_key", key), slog.String("lock_id", lockID))
 	}
@@ -238,7 +239,7 @@ func (s *Store) ListLocks(ctx context.Context) ([]KeyedLock, error) {
 	err := s.eachOfRole(ctx, roleLock, 500, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return s.client.CoordinationV1().Leases(s.namespace).List(ctx, opts)
 	}, func(obj runtime.Object) error {
-		if l, ok := obj.(*coordinationv1.Lease); ok {
+		if l, ok := obj.(*coordinationv1.Lease); ok && s.inScope(l.Labels) {
 			if held := heldFromLease(l); held != nil {
 				out = append(out, KeyedLock{Key: l.Annotations[AnnotationStateKey], Lock: *held})
 			}
@@ -251,8 +252,8 @@ func (s *Store) ListLocks(ctx context.Context) ([]KeyedLock, error) {
 	return out, nil
 }
 
-// checkWriteLock enforces the locking rules of writes (see WriteOptions.LockID).
-func (s *Store) checkWriteLock(ctx context.Context, key, lockID string) error {
+// checkWriteLock enforces the locking rules of writes (see WriteOptions.LockID and Holder).
+func (s *Store) checkWriteLock(ctx context.Context, key, lockID, holder string) error {
 	_, held, err := s.getLease(ctx, key)
 	if err != nil {
 		return err
@@ -263,14 +264,15 @@ func (s *Store) checkWriteLock(ctx context.Context, key, lockID string) error {
 		}
 		return nil
 	}
-	if held == nil || held.Info.ID != lockID {
+	if held == nil || held.Info.ID != lockID || (holder != "" && held.Info.Holder != holder) {
 		return &LockMismatchError{Key: key, LockID: lockID, Lock: held}
 	}
 	return nil
 }
 
-// updateHeld applies change to the Lease if lockID holds it, with compare-and-swap retries.
-func (s *Store) updateHeld(ctx context.Context, key, lockID string, change func(*coordinationv1.Lease)) error {
+// updateHeld applies change to the Lease if lockID holds it (for holder, when set), with
+// compare-and-swap retries.
+func (s *Store) updateHeld(ctx context.Context, key, lockID, holder string, change func(*coordinationv1.Lease)) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
@@ -280,7 +282,7 @@ func (s *Store) updateHeld(ctx context.Context, key, lockID string, change func(
 		if err != nil {
 			return err
 		}
-		if held == nil || held.Info.ID != lockID {
+		if held == nil || held.Info.ID != lockID || (holder != "" && held.Info.Holder != holder) {
 			return &LockMismatchError{Key: key, LockID: lockID, Lock: held}
 		}
 		change(lease)
@@ -304,7 +306,7 @@ func release(l *coordinationv1.Lease) {
 
 // getLease returns the Lease of key (nil if absent) and the lock it holds (nil if free).
 func (s *Store) getLease(ctx context.Context, key string) (*coordinationv1.Lease, *HeldLock, error) {
-	l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, LeaseName(key), metav1.GetOptions{})
+	l, err := s.client.CoordinationV1().Leases(s.namespace).Get(ctx, s.leaseName(key), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, nil, nil
 	}

@@ -75,7 +75,7 @@ func TestLocking(t *testing.T) {
 		t.Errorf("delete while locked = %v", err)
 	}
 	// Wrong unlock ID.
-	err = s.Unlock(ctx, key, "id-2")
+	err = s.Unlock(ctx, key, "id-2", "")
 	var lme *LockMismatchError
 	if !errors.Is(err, ErrLockMismatch) || !errors.As(err, &lme) || lme.Lock == nil || lme.Lock.Info.ID != "id-1" {
 		t.Errorf("unlock with the wrong ID = %v", err)
@@ -119,7 +119,7 @@ func TestLocking(t *testing.T) {
 	if _, err := s.ForceUnlock(ctx, key); !errors.Is(err, ErrNotLocked) {
 		t.Errorf("second force-unlock = %v", err)
 	}
-	if err := s.Unlock(ctx, key, "id-2"); !errors.Is(err, ErrNotLocked) {
+	if err := s.Unlock(ctx, key, "id-2", ""); !errors.Is(err, ErrNotLocked) {
 		t.Errorf("unlock of an unlocked state = %v", err)
 	}
 	// Lock, unlock, lock again.
@@ -129,7 +129,7 @@ func TestLocking(t *testing.T) {
 	if l, _ := s.LockInfo(ctx, key); l == nil || l.Info.Holder != "id-3" {
 		t.Errorf("holder defaults to the ID: %+v", l)
 	}
-	if err := s.Unlock(ctx, key, "id-3"); err != nil {
+	if err := s.Unlock(ctx, key, "id-3", ""); err != nil {
 		t.Fatal(err)
 	}
 	if l, _ := s.LockInfo(ctx, key); l != nil {

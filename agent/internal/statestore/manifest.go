@@ -25,6 +25,8 @@ type Generation struct {
 	StoredSize int64  `json:"stored_size"`
 	Chunks     int    `json:"chunks"`
 	Encoding   string `json:"encoding"`
+	// Format is how the chunks are bound to their place (FormatCounted or FormatStreamed).
+	Format int `json:"format,omitempty"`
 	// Encryption is "" or EncryptionAESGCM; KeyID names the key (see KeyID).
 	Encryption string `json:"encryption,omitempty"`
 	KeyID      string `json:"key_id,omitempty"`
@@ -48,6 +50,7 @@ const (
 	keySize             = "size"
 	keyStoredSize       = "stored-size"
 	keyChunks           = "chunks"
+	keyFormat           = "format"
 	keyEncoding         = "encoding"
 	keyEncryption       = "encryption"
 	keyKeyID            = "key-id"
@@ -63,7 +66,11 @@ const (
 )
 
 type manifest struct {
-	key     string
+	key string
+	// hash names the state's objects: the Store's scoped hash, or the unscoped one of a legacy
+	// manifest written before states were scoped by organisation.
+	hash    string
+	legacy  bool
 	current Generation
 	// history is newest first and starts with current.
 	history []Generation
@@ -114,6 +121,11 @@ func parseManifest(key string, sec *corev1.Secret) (*manifest, error) {
 	}
 	if c.Chunks, err = strconv.Atoi(string(d[keyChunks])); err != nil || c.Chunks < 1 {
 		return nil, bad(keyChunks, fmt.Errorf("%q", d[keyChunks]))
+	}
+	if f := d[keyFormat]; len(f) > 0 {
+		if c.Format, err = strconv.Atoi(string(f)); err != nil || (c.Format != FormatCounted && c.Format != FormatStreamed) {
+			return nil, bad(keyFormat, fmt.Errorf("unknown format %q", f))
+		}
 	}
 	c.Encoding = string(d[keyEncoding])
 	if c.Encoding != EncodingGzip {
@@ -170,6 +182,9 @@ func (s *Store) manifestSecret(key, hash string, cur Generation, history []Gener
 	if cur.TerraformVersion != "" {
 		d[keyTerraformVersion] = []byte(cur.TerraformVersion)
 	}
+	if cur.Format != FormatCounted {
+		d[keyFormat] = []byte(strconv.Itoa(cur.Format))
+	}
 	if cur.Encryption != "" {
 		d[keyEncryption] = []byte(cur.Encryption)
 		d[keyKeyID] = []byte(cur.KeyID)
@@ -178,7 +193,7 @@ func (s *Store) manifestSecret(key, hash string, cur Generation, history []Gener
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        "tfstate-" + hash,
 			Namespace:   s.namespace,
-			Labels:      baseLabels(hash, roleManifest),
+			Labels:      s.labels(hash, roleManifest),
 			Annotations: map[string]string{AnnotationStateKey: key},
 		},
 		Type: SecretTypeManifest,

@@ -140,7 +140,7 @@ func (s *Store) ImportFromKubernetesBackend(ctx context.Context, workspace, suff
 	}
 	res.IgnoredSecrets = res.SourceSecrets[used:]
 	res.SourceSecrets = res.SourceSecrets[:used]
-	meta, err := ParseState(state)
+	_, err = ParseState(state)
 	if err != nil {
 		var ise *InvalidStateError
 		if errors.As(err, &ise) {
@@ -160,10 +160,10 @@ func (s *Store) ImportFromKubernetesBackend(ctx context.Context, workspace, suff
 	case err != nil && !errors.Is(err, ErrNotFound):
 		return res, err
 	}
-	if err := s.checkWriteLock(ctx, cfg.key, ""); err != nil {
+	if err := s.checkWriteLock(ctx, cfg.key, "", ""); err != nil {
 		return res, err
 	}
-	g, err := s.write(ctx, cfg.key, state, meta, WriteOptions{Source: "import from " + source}, false)
+	g, err := s.write(ctx, cfg.key, bytes.NewReader(state), WriteOptions{Source: "import from " + source}, false)
 	if err != nil {
 		return res, err
 	}

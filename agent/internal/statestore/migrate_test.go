@@ -2,6 +2,7 @@ package statestore
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -118,4 +119,34 @@ func TestImportFromKubernetesBackend(t *testing.T) {
 	if _, err := s.ImportFromKubernetesBackend(ctx, "junk", "app"); !errors.Is(err, ErrInvalidState) {
 		t.Errorf("import of junk = %v", err)
 	}
+}
+
+// compress gzips a state at the given level, as the stock backend does.
+func compress(state []byte, level int) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(state)/3 + 64)
+	zw, err := gzip.NewWriterLevel(&buf, level)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(state); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// split cuts b into pieces of at most size bytes (at least one piece, possibly empty).
+func split(b []byte, size int) [][]byte {
+	if len(b) == 0 {
+		return [][]byte{{}}
+	}
+	out := make([][]byte, 0, (len(b)+size-1)/size)
+	for len(b) > size {
+		out = append(out, b[:size])
+		b = b[size:]
+	}
+	return append(out, b)
 }

@@ -25,6 +25,9 @@ const (
 	LabelGeneration = "outpost.dev/generation"
 	// AnnotationStateKey holds the raw state key (object names only carry its hash).
 	AnnotationStateKey = "outpost.dev/state-key"
+	// LabelOrg is the organisation a state belongs to (Options.Scope); absent on states written
+	// before states were scoped.
+	LabelOrg = "outpost.dev/org-id"
 	// AnnotationLockInfo holds the Terraform lock info JSON of the current lock holder.
 	AnnotationLockInfo = "outpost.dev/lock-info"
 
@@ -56,15 +59,44 @@ func StateHash(key string) string {
 	return strings.ToLower(hashEncoding.EncodeToString(sum[:]))[:hashLength]
 }
 
-// ManifestName is the name of the manifest Secret of a state.
+// ScopedHash is StateHash within a scope (an organisation): the same key of two organisations
+// names different objects, so their agents can keep states in one namespace. The empty scope is
+// StateHash.
+func ScopedHash(scope, key string) string {
+	if scope == "" {
+		return StateHash(key)
+	}
+	sum := sha256.Sum256([]byte("outpost-state-scope\x00" + scope + "\x00" + key))
+	return strings.ToLower(hashEncoding.EncodeToString(sum[:]))[:hashLength]
+}
+
+// hash is the name-safe hash of key in the Store's scope.
+func (s *Store) hash(key string) string { return ScopedHash(s.opts.Scope, key) }
+
+// manifestName, leaseName: the Store's objects of key.
+func (s *Store) manifestName(key string) string { return "tfstate-" + s.hash(key) }
+func (s *Store) leaseName(key string) string    { return "tflock-" + s.hash(key) }
+
+// labels are the labels of one of the Store's objects.
+func (s *Store) labels(hash, role string) map[string]string {
+	l := baseLabels(hash, role)
+	if s.opts.Scope != "" {
+		l[LabelOrg] = s.opts.Scope
+	}
+	return l
+}
+
+// inScope reports whether an object listed by role belongs to the Store's scope.
+func (s *Store) inScope(labels map[string]string) bool {
+	return labels[LabelOrg] == s.opts.Scope
+}
+
+// ManifestName is the name of the manifest Secret of an unscoped state.
 func ManifestName(key string) string { return "tfstate-" + StateHash(key) }
 
 func chunkName(hash string, gen int64, i int) string {
 	return fmt.Sprintf("tfstate-%s-g%d-%d", hash, gen, i)
 }
-
-// LeaseName is the name of the Lease that locks a state.
-func LeaseName(key string) string { return "tflock-" + StateHash(key) }
 
 // ValidateKey checks that a state key can be stored: non-empty, at most MaxKeyLength bytes,
 // valid UTF-8 without control characters.

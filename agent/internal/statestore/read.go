@@ -7,41 +7,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Read returns the current state of key and its generation. It returns ErrNotFound (wrapped)
-// when the state does not exist and a *CorruptError when it cannot be reassembled exactly.
+// Read returns the current state of key and its generation (Stream into memory). It returns
+// ErrNotFound (wrapped) when the state does not exist and a *CorruptError when it cannot be
+// reassembled exactly.
 func (s *Store) Read(ctx context.Context, key string) ([]byte, Generation, error) {
-	if err := ValidateKey(key); err != nil {
-		return nil, Generation{}, err
+	return s.readAll(ctx, key, 0)
+}
+
+func (s *Store) readAll(ctx context.Context, key string, gen int64) ([]byte, Generation, error) {
+	var buf bytes.Buffer
+	g, err := s.Stream(ctx, key, gen, func(g Generation) io.Writer {
+		buf.Grow(int(min(g.Size, 1<<30)))
+		return &buf
+	})
+	if err != nil {
+		return nil, g, err
 	}
-	for attempt := 0; ; attempt++ {
-		m, err := s.getManifest(ctx, key)
-		if err != nil {
-			return nil, Generation{}, err
-		}
-		data, err := s.readGeneration(ctx, key, m.current)
-		if err == nil {
-			return data, m.current, nil
-		}
-		if attempt == 0 && errors.Is(err, ErrCorrupt) {
-			// A writer may have committed and collected in between: look again once.
-			if again, rerr := s.getManifest(ctx, key); rerr == nil && again.current.Generation != m.current.Generation {
-				continue
-			}
-		}
-		return nil, m.current, err
-	}
+	return buf.Bytes(), g, nil
 }
 
 // History returns the kept generations of key, newest (current) first.
@@ -58,19 +51,10 @@ func (s *Store) History(ctx context.Context, key string) ([]Generation, error) {
 
 // ReadGeneration returns one kept generation of key (see History), verified like Read.
 func (s *Store) ReadGeneration(ctx context.Context, key string, gen int64) ([]byte, Generation, error) {
-	if err := ValidateKey(key); err != nil {
-		return nil, Generation{}, err
+	if gen <= 0 {
+		return nil, Generation{}, &GenerationNotFoundError{Key: key, Generation: gen}
 	}
-	m, err := s.getManifest(ctx, key)
-	if err != nil {
-		return nil, Generation{}, err
-	}
-	g, ok := m.find(gen)
-	if !ok {
-		return nil, Generation{}, &GenerationNotFoundError{Key: key, Generation: gen, Kept: m.kept()}
-	}
-	data, err := s.readGeneration(ctx, key, g)
-	return data, g, err
+	return s.readAll(ctx, key, gen)
 }
 
 // Restore makes an old generation current again by writing its bytes as a new generation (the
@@ -81,14 +65,10 @@ func (s *Store) Restore(ctx context.Context, key string, gen int64) (Generation,
 	if err != nil {
 		return Generation{}, err
 	}
-	meta, err := ParseState(data)
-	if err != nil {
+	if err := s.checkWriteLock(ctx, key, "", ""); err != nil {
 		return Generation{}, err
 	}
-	if err := s.checkWriteLock(ctx, key, ""); err != nil {
-		return Generation{}, err
-	}
-	return s.write(ctx, key, data, meta, WriteOptions{Source: fmt.Sprintf("restore of generation %d", gen)}, true)
+	return s.write(ctx, key, bytes.NewReader(data), WriteOptions{Source: fmt.Sprintf("restore of generation %d", gen)}, true)
 }
 
 // Delete removes the state (manifest, every chunk, the lock Lease). It is refused while the
@@ -99,10 +79,9 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}
-	if err := s.checkWriteLock(ctx, key, ""); err != nil {
+	if err := s.checkWriteLock(ctx, key, "", ""); err != nil {
 		return err
 	}
-	hash := StateHash(key)
 	secrets := s.client.CoreV1().Secrets(s.namespace)
 	m, err := s.getManifest(ctx, key)
 	found := err == nil
@@ -119,16 +98,22 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 			return fmt.Errorf("state %q: delete manifest: %w", key, err)
 		}
 	} else if errors.Is(err, ErrCorrupt) {
-		if err := secrets.Delete(ctx, "tfstate-"+hash, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := secrets.Delete(ctx, s.manifestName(key), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("state %q: delete manifest: %w", key, err)
 		}
 		found = true
 	}
-	sel := fmt.Sprintf("%s=%s,%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelState, hash, LabelRole, roleChunk)
-	if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
-		return fmt.Errorf("state %q: delete chunks: %w", key, err)
+	hashes := []string{s.hash(key)}
+	if m != nil && m.legacy {
+		hashes = append(hashes, m.hash)
 	}
-	if err := s.client.CoordinationV1().Leases(s.namespace).Delete(ctx, "tflock-"+hash, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	for _, hash := range hashes {
+		sel := fmt.Sprintf("%s=%s,%s=%s,%s=%s", LabelManagedBy, ManagedByValue, LabelState, hash, LabelRole, roleChunk)
+		if err := secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
+			return fmt.Errorf("state %q: delete chunks: %w", key, err)
+		}
+	}
+	if err := s.client.CoordinationV1().Leases(s.namespace).Delete(ctx, s.leaseName(key), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("state %q: delete lock: %w", key, err)
 	}
 	if !found {
@@ -146,10 +131,12 @@ type StateInfo struct {
 	Generations int
 }
 
-// List returns every state of the namespace, sorted by key. Only manifests are read (they are
-// small); a manifest that cannot be parsed is logged and skipped.
+// List returns every state of the Store's scope in the namespace, sorted by key: its scoped
+// states and the legacy (unscoped) ones not yet moved. Only manifests are read (they are small);
+// a manifest that cannot be parsed is logged and skipped.
 func (s *Store) List(ctx context.Context) ([]StateInfo, error) {
-	var out []StateInfo
+	byKey := map[string]StateInfo{}
+	scoped := map[string]bool{}
 	err := s.eachOfRole(ctx, roleManifest, 250, func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 		return s.client.CoreV1().Secrets(s.namespace).List(ctx, opts)
 	}, func(obj runtime.Object) error {
@@ -157,24 +144,55 @@ func (s *Store) List(ctx context.Context) ([]StateInfo, error) {
 		if !ok {
 			return nil
 		}
+		_, labelled := sec.Labels[LabelOrg]
+		mine := s.inScope(sec.Labels)
+		if !mine && labelled {
+			return nil // another organisation's
+		}
 		key := sec.Annotations[AnnotationStateKey]
+		want := s.manifestName(key)
+		if !mine {
+			want = ManifestName(key)
+		}
 		m, err := parseManifest(key, sec)
-		if err != nil || sec.Name != ManifestName(key) {
+		if err != nil || sec.Name != want {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "skipping unreadable state manifest", slog.String("secret", sec.Name), slog.Any("error", err))
 			return nil
 		}
-		out = append(out, StateInfo{Key: key, Current: m.current, Generations: len(m.history)})
+		if scoped[key] {
+			return nil
+		}
+		scoped[key] = mine
+		byKey[key] = StateInfo{Key: key, Current: m.current, Generations: len(m.history)}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list states: %w", err)
 	}
+	out := make([]StateInfo, 0, len(byKey))
+	for _, v := range byKey {
+		out = append(out, v)
+	}
 	slices.SortFunc(out, func(a, b StateInfo) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
+// getManifest reads the manifest of key: the scoped one, else (for a scoped Store) the legacy
+// unscoped one of a state written before states were scoped.
 func (s *Store) getManifest(ctx context.Context, key string) (*manifest, error) {
-	name := ManifestName(key)
+	m, err := s.manifestAt(ctx, key, s.manifestName(key), s.hash(key))
+	if !errors.Is(err, ErrNotFound) || s.opts.Scope == "" {
+		return m, err
+	}
+	legacy, lerr := s.manifestAt(ctx, key, ManifestName(key), StateHash(key))
+	if lerr != nil || legacy.obj.Labels[LabelOrg] != "" {
+		return nil, err
+	}
+	legacy.legacy = true
+	return legacy, nil
+}
+
+func (s *Store) manifestAt(ctx context.Context, key, name, hash string) (*manifest, error) {
 	sec, err := s.client.CoreV1().Secrets(s.namespace).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("state %q: %w", key, ErrNotFound)
@@ -182,87 +200,29 @@ func (s *Store) getManifest(ctx context.Context, key string) (*manifest, error) 
 	if err != nil {
 		return nil, fmt.Errorf("state %q: read manifest: %w", key, err)
 	}
-	return parseManifest(key, sec)
-}
-
-// readGeneration fetches, checks and reassembles the chunks of one generation.
-func (s *Store) readGeneration(ctx context.Context, key string, g Generation) ([]byte, error) {
-	hash := StateHash(key)
-	corrupt := func(chunk int, object string, reason error, detail string) error {
-		return &CorruptError{Key: key, Generation: g.Generation, Chunk: chunk, Object: object, Reason: reason, Detail: detail}
-	}
-	var opener *sealer
-	switch g.Encryption {
-	case "":
-	case EncryptionAESGCM:
-		opener = s.openers[g.KeyID]
-		if opener == nil {
-			return nil, fmt.Errorf("state %q generation %d is encrypted with key %s: %w", key, g.Generation, g.KeyID, ErrEncryption)
-		}
-	default:
-		return nil, fmt.Errorf("state %q generation %d: unknown encryption %q: %w", key, g.Generation, g.Encryption, ErrEncryption)
-	}
-
-	parts := make([][]byte, g.Chunks)
-	missing := make([]bool, g.Chunks)
-	secrets := s.client.CoreV1().Secrets(s.namespace)
-	eg, ectx := errgroup.WithContext(ctx)
-	eg.SetLimit(s.opts.Parallelism)
-	for i := range g.Chunks {
-		eg.Go(func() error {
-			name := chunkName(hash, g.Generation, i)
-			sec, err := secrets.Get(ectx, name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				missing[i] = true
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("state %q: read chunk %d of generation %d: %w", key, i, g.Generation, err)
-			}
-			data := sec.Data[chunkDataKey]
-			if want := sec.Annotations[annotationChunkHash]; want != "" && want != sha256Hex(data) {
-				return corrupt(i, name, ErrChecksum, "chunk content does not match its SHA-256")
-			}
-			if sec.Labels[LabelGeneration] != strconv.FormatInt(g.Generation, 10) || sec.Annotations[annotationChunk] != fmt.Sprintf("%d/%d", i, g.Chunks) {
-				return corrupt(i, name, ErrChecksum, "chunk belongs to another generation or position")
-			}
-			if opener != nil {
-				plain, err := opener.open(data, chunkAAD(hash, g.Generation, i, g.Chunks))
-				if err != nil {
-					return corrupt(i, name, ErrChecksum, "chunk fails authentication: "+err.Error())
-				}
-				data = plain
-			}
-			parts[i] = data
-			return nil
-		})
-	}
-	if err := eg.Wait(); err != nil {
+	m, err := parseManifest(key, sec)
+	if err != nil {
 		return nil, err
 	}
-	var nmissing, first = 0, -1
-	for i, m := range missing {
-		if m {
-			nmissing++
-			if first < 0 {
-				first = i
-			}
-		}
+	m.hash = hash
+	return m, nil
+}
+
+// removeLegacy deletes the objects of a legacy state once its first scoped generation is
+// current (best effort: leftovers are only ever shadowed by the scoped state).
+func (s *Store) removeLegacy(ctx context.Context, key string, legacy *manifest) {
+	ctx = context.WithoutCancel(ctx)
+	secrets := s.client.CoreV1().Secrets(s.namespace)
+	rv := legacy.obj.ResourceVersion
+	err := secrets.Delete(ctx, legacy.obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &rv}})
+	if err == nil || apierrors.IsNotFound(err) {
+		sel := fmt.Sprintf("%s=%s,%s=%s,%s=%s,!%s", LabelManagedBy, ManagedByValue, LabelState, legacy.hash, LabelRole, roleChunk, LabelOrg)
+		err = secrets.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel})
 	}
-	if nmissing == g.Chunks {
-		return nil, corrupt(-1, chunkName(hash, g.Generation, 0), ErrGenerationMissing,
-			fmt.Sprintf("none of its %d chunk secrets exist (deleted generation?)", g.Chunks))
-	}
-	if nmissing > 0 {
-		return nil, corrupt(first, chunkName(hash, g.Generation, first), ErrChunkMissing,
-			fmt.Sprintf("%d of %d chunk secrets missing", nmissing, g.Chunks))
-	}
-	state, err := decompress(bytes.Join(parts, nil), g.Size)
+	attrs := []slog.Attr{slog.String("state_key", key), slog.String("from", legacy.obj.Name), slog.String("to", s.manifestName(key))}
 	if err != nil {
-		return nil, corrupt(-1, "", ErrChecksum, "compressed stream damaged: "+err.Error())
+		s.log.LogAttrs(ctx, slog.LevelWarn, "could not remove the unscoped copy of a state moved to its organisation's names", append(attrs, slog.String("error", err.Error()))...)
+		return
 	}
-	if got := sha256Hex(state); got != g.SHA256 {
-		return nil, corrupt(-1, "", ErrChecksum, fmt.Sprintf("SHA-256 of the state is %s, manifest says %s", got, g.SHA256))
-	}
-	return state, nil
+	s.log.LogAttrs(ctx, slog.LevelInfo, "moved a state to its organisation's names", attrs...)
 }

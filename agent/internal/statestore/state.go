@@ -30,46 +30,43 @@ type StateMeta struct {
 // a misrouted proxy, an empty body, a truncated upload — is refused with ErrInvalidState, so a
 // broken client can never replace a good state with garbage.
 func ParseState(body []byte) (StateMeta, error) {
-	var doc struct {
-		Version           json.RawMessage `json:"version"`
-		Lineage           json.RawMessage `json:"lineage"`
-		Serial            json.RawMessage `json:"serial"`
-		TerraformVersion  json.RawMessage `json:"terraform_version"`
-		EncryptedData     json.RawMessage `json:"encrypted_data"`
-		EncryptionVersion json.RawMessage `json:"encryption_version"`
+	sc := newStateScanner()
+	_, _ = sc.Write(body)
+	return sc.meta()
+}
+
+// meta is ParseState of the body the scanner has seen.
+func (s *stateScanner) meta() (StateMeta, error) {
+	members, err := s.Finish()
+	if err != nil {
+		return StateMeta{}, &InvalidStateError{Detail: err.Error()}
 	}
-	if len(body) == 0 {
-		return StateMeta{}, &InvalidStateError{Detail: "empty body"}
-	}
-	if err := json.Unmarshal(body, &doc); err != nil {
-		return StateMeta{}, &InvalidStateError{Detail: "not a JSON object: " + err.Error()}
-	}
-	if isNull(doc.Version) && isNull(doc.Lineage) && isNull(doc.Serial) && !isNull(doc.EncryptedData) {
+	raw := func(name string) json.RawMessage { return members[name] }
+	if isNull(raw("version")) && isNull(raw("lineage")) && isNull(raw("serial")) && !isNull(raw("encrypted_data")) {
 		var ev string
-		if err := json.Unmarshal(doc.EncryptionVersion, &ev); err != nil || ev == "" {
+		if err := json.Unmarshal(raw("encryption_version"), &ev); err != nil || ev == "" {
 			return StateMeta{}, &InvalidStateError{Detail: `encrypted state envelope without a string "encryption_version"`}
 		}
 		return StateMeta{ClientEncrypted: true}, nil
 	}
 	var m StateMeta
-	var err error
-	if m.Version, err = jsonInt(doc.Version, "version"); err != nil {
+	if m.Version, err = jsonInt(raw("version"), "version"); err != nil {
 		return StateMeta{}, &InvalidStateError{Detail: err.Error()}
 	}
-	if m.Serial, err = jsonInt(doc.Serial, "serial"); err != nil {
+	if m.Serial, err = jsonInt(raw("serial"), "serial"); err != nil {
 		return StateMeta{}, &InvalidStateError{Detail: err.Error()}
 	}
 	if m.Serial < 0 {
 		return StateMeta{}, &InvalidStateError{Detail: `"serial" is negative`}
 	}
-	if isNull(doc.Lineage) {
+	if isNull(raw("lineage")) {
 		return StateMeta{}, &InvalidStateError{Detail: `missing "lineage"`}
 	}
-	if err := json.Unmarshal(doc.Lineage, &m.Lineage); err != nil || m.Lineage == "" {
+	if err := json.Unmarshal(raw("lineage"), &m.Lineage); err != nil || m.Lineage == "" {
 		return StateMeta{}, &InvalidStateError{Detail: `"lineage" is not a non-empty string`}
 	}
-	if !isNull(doc.TerraformVersion) {
-		_ = json.Unmarshal(doc.TerraformVersion, &m.TerraformVersion) // informational only
+	if tv := raw("terraform_version"); !isNull(tv) {
+		_ = json.Unmarshal(tv, &m.TerraformVersion) // informational only
 	}
 	return m, nil
 }

@@ -51,6 +51,11 @@ type Options struct {
 	Parallelism int
 	// MaxStateSize refuses larger states (uncompressed) with ErrTooLarge. Default 512 MiB.
 	MaxStateSize int64
+	// Scope is the organisation the states belong to. It goes into every object name (and the
+	// label outpost.dev/org-id), so agents of two organisations can keep states in one
+	// namespace without ever meeting. States written before scoping (no scope) stay readable
+	// and move to the scoped names on their next write.
+	Scope string
 	// Logger receives operational messages (never state contents). Default: slog.Default().
 	Logger *slog.Logger
 	// Now is the clock used for lock expiry and timestamps. Default time.Now.

@@ -126,19 +126,6 @@ func TestParseState(t *testing.T) {
 	}
 }
 
-func TestSplit(t *testing.T) {
-	if got := split(nil, 4); len(got) != 1 || len(got[0]) != 0 {
-		t.Errorf("split(nil) = %q", got)
-	}
-	got := split([]byte("abcdefghij"), 4)
-	if len(got) != 3 || string(got[0]) != "abcd" || string(got[2]) != "ij" {
-		t.Errorf("split = %q", got)
-	}
-	if got := split([]byte("abcdefgh"), 4); len(got) != 2 {
-		t.Errorf("exact split = %q", got)
-	}
-}
-
 func TestWriteReadRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	s, c := newTestStore(t, Options{ChunkSize: 64 << 10})

@@ -1,16 +1,19 @@
 package statestore
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -25,67 +28,92 @@ type WriteOptions struct {
 	// the CLI sends with a locked write). A lock that expired but was not taken over still
 	// counts. When empty, the write is refused while anyone holds an unexpired lock.
 	LockID string
+	// Holder, when set, must be the holder of that lock: a lock ID learned from another
+	// holder's lock (another attempt's) does not let a write through.
+	Holder string
+	// Verify, when set, runs once the whole body has been read and before anything is committed
+	// (the state backend checks the body's Content-MD5 with it); an error aborts the write.
+	Verify func() error
 	// Writer and Source are recorded in the generation's history entry for audit.
 	Writer string
 	Source string
 }
 
-// Write stores state as the new current generation of key and returns it. The body must be a
-// Terraform/OpenTofu state (see ParseState); otherwise ErrInvalidState is returned and nothing
-// is written. Writing the same bytes as the current generation is a no-op that returns the
-// current generation. See the package documentation for the write protocol and its crash
-// safety.
+// Write stores state as the new current generation of key and returns it (WriteFrom over
+// the bytes).
 func (s *Store) Write(ctx context.Context, key string, state []byte, opts WriteOptions) (Generation, error) {
+	return s.WriteFrom(ctx, key, bytes.NewReader(state), opts)
+}
+
+// WriteFrom stores the state read from body as the new current generation of key and returns
+// it. The body is streamed: checked, hashed, compressed and laid down chunk by chunk as it
+// arrives, so the memory of a write does not grow with the state. The body must be a
+// Terraform/OpenTofu state (see ParseState) of at most MaxStateSize bytes; otherwise
+// ErrInvalidState or ErrTooLarge is returned and nothing is written. Writing the same bytes as
+// the current generation is a no-op that returns the current generation (a state larger than
+// one chunk has its chunks laid down, and removed again, before the end of the body tells). See
+// the package documentation for the write protocol and its crash safety.
+func (s *Store) WriteFrom(ctx context.Context, key string, body io.Reader, opts WriteOptions) (Generation, error) {
 	if err := ValidateKey(key); err != nil {
 		return Generation{}, err
 	}
-	if int64(len(state)) > s.opts.MaxStateSize {
-		return Generation{}, fmt.Errorf("state %q: %w: %d bytes, at most %d allowed", key, ErrTooLarge, len(state), s.opts.MaxStateSize)
-	}
-	meta, err := ParseState(state)
-	if err != nil {
-		var ise *InvalidStateError
-		if errors.As(err, &ise) {
-			ise.Key = key
-		}
-		return Generation{}, err
-	}
-	if err := s.checkWriteLock(ctx, key, opts.LockID); err != nil {
+	if err := s.checkWriteLock(ctx, key, opts.LockID, opts.Holder); err != nil {
 		return Generation{}, err
 	}
 	if opts.Source == "" {
 		opts.Source = "write"
 	}
-	return s.write(ctx, key, state, meta, opts, false)
+	return s.write(ctx, key, body, opts, false)
 }
 
-func (s *Store) write(ctx context.Context, key string, state []byte, meta StateMeta, opts WriteOptions, forceNew bool) (Generation, error) {
-	hash := StateHash(key)
+func (s *Store) write(ctx context.Context, key string, body io.Reader, opts WriteOptions, forceNew bool) (Generation, error) {
+	hash := s.hash(key)
 	cur, err := s.getManifest(ctx, key)
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Generation{}, err
 	}
-	sum := sha256Hex(state)
-	if cur != nil && !forceNew && cur.current.SHA256 == sum && cur.current.Size == int64(len(state)) && s.sealedAsConfigured(cur.current) {
-		return cur.current, nil
-	}
-
-	stream, err := compress(state, s.opts.CompressionLevel)
-	if err != nil {
-		return Generation{}, fmt.Errorf("state %q: compress: %w", key, err)
-	}
-	payload := s.opts.ChunkSize
-	if s.sealer != nil {
-		payload -= gcmNonceSize + gcmTagSize
-	}
-	plain := split(stream, payload)
-
 	var base int64
 	if cur != nil {
 		base = cur.current.Generation
 	}
+	lw := s.newLayWriter(ctx, key, hash, base+1)
+	zw, err := gzip.NewWriterLevel(lw, s.opts.CompressionLevel)
+	if err != nil {
+		return Generation{}, err
+	}
+	scan, sum, size := newStateScanner(), sha256.New(), &counter{}
+	_, err = io.CopyBuffer(io.MultiWriter(size, sum, scan, zw), io.LimitReader(body, s.opts.MaxStateSize+1), make([]byte, 32<<10))
+	var meta StateMeta
+	switch {
+	case size.n > s.opts.MaxStateSize:
+		err = fmt.Errorf("state %q: %w: more than %d bytes", key, ErrTooLarge, s.opts.MaxStateSize)
+	case scan.err != nil || err == nil:
+		if meta, err = scan.meta(); err != nil {
+			var ise *InvalidStateError
+			if errors.As(err, &ise) {
+				ise.Key = key
+			}
+		}
+	}
+	if err == nil && opts.Verify != nil {
+		err = opts.Verify()
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if err != nil {
+		lw.abort()
+		return Generation{}, err
+	}
+	digest := hex.EncodeToString(sum.Sum(nil))
+	if cur != nil && !cur.legacy && !forceNew && cur.current.SHA256 == digest && cur.current.Size == size.n && s.sealedAsConfigured(cur.current) {
+		// The same bytes again: no new generation. A state larger than one chunk had chunks
+		// laid down before the end told; they go again.
+		lw.abort()
+		return cur.current, nil
+	}
 	g := Generation{
-		SHA256: sum, Size: int64(len(state)), Chunks: len(plain), Encoding: EncodingGzip,
+		SHA256: digest, Size: size.n, Encoding: EncodingGzip, Format: FormatStreamed,
 		Lineage: meta.Lineage, Serial: meta.Serial, TerraformVersion: meta.TerraformVersion,
 		ClientEncrypted: meta.ClientEncrypted, UpdatedAt: s.opts.Now().UTC(),
 		Writer: opts.Writer, Source: opts.Source,
@@ -93,12 +121,31 @@ func (s *Store) write(ctx context.Context, key string, state []byte, meta StateM
 	if s.sealer != nil {
 		g.Encryption, g.KeyID = EncryptionAESGCM, s.sealer.keyID
 	}
-	gen, stored, err := s.layDown(ctx, key, hash, base+1, plain)
+	gen, chunks, stored, err := lw.finish()
 	if err != nil {
+		lw.abort()
 		return Generation{}, err
 	}
-	g.Generation, g.StoredSize = gen, stored
+	g.Generation, g.Chunks, g.StoredSize = gen, chunks, stored
+	return s.commit(ctx, key, hash, cur, g, opts)
+}
 
+// counter counts the bytes written to it.
+type counter struct{ n int64 }
+
+func (c *counter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return len(p), nil
+}
+
+// commit makes a laid-down generation current: the manifest compare-and-swap, then garbage
+// collection of what fell out of the history.
+func (s *Store) commit(ctx context.Context, key, hash string, cur *manifest, g Generation, opts WriteOptions) (Generation, error) {
+	gen, sum := g.Generation, g.SHA256
+	var base int64
+	if cur != nil {
+		base = cur.current.Generation
+	}
 	if hook := s.opts.BeforeManifestSwap; hook != nil {
 		if err := hook(ctx, key, gen); err != nil {
 			return Generation{}, err
@@ -107,13 +154,13 @@ func (s *Store) write(ctx context.Context, key string, state []byte, meta StateM
 	// Check the lock again right before the swap: laying down a large state takes seconds,
 	// during which an expired lock may have been taken over or force-unlocked. This narrows
 	// the window in which a writer that lost its lock can still commit to one API round trip.
-	if err := s.checkWriteLock(ctx, key, opts.LockID); err != nil {
+	if err := s.checkWriteLock(ctx, key, opts.LockID, opts.Holder); err != nil {
 		s.deleteGeneration(context.WithoutCancel(ctx), key, hash, gen)
 		return Generation{}, err
 	}
 
 	history := []Generation{g}
-	if cur != nil {
+	if cur != nil && !cur.legacy {
 		history = append(history, cur.history...)
 	}
 	if len(history) > s.opts.KeepGenerations {
@@ -123,7 +170,7 @@ func (s *Store) write(ctx context.Context, key string, state []byte, meta StateM
 	if err != nil {
 		return Generation{}, err
 	}
-	if cur == nil {
+	if cur == nil || cur.legacy {
 		_, err = s.client.CoreV1().Secrets(s.namespace).Create(ctx, sec, metav1.CreateOptions{})
 	} else {
 		sec.ResourceVersion = cur.obj.ResourceVersion
@@ -161,6 +208,9 @@ func (s *Store) write(ctx context.Context, key string, state []byte, meta StateM
 		s.log.LogAttrs(ctx, slog.LevelWarn, "state garbage collection failed; it is retried after the next write",
 			slog.String("state_key", key), slog.Int64("generation", gen), slog.String("error", err.Error()))
 	}
+	if cur != nil && cur.legacy {
+		s.removeLegacy(ctx, key, cur)
+	}
 	return g, nil
 }
 
@@ -171,85 +221,6 @@ func (s *Store) sealedAsConfigured(g Generation) bool {
 		return g.Encryption == ""
 	}
 	return g.Encryption == EncryptionAESGCM && g.KeyID == s.sealer.keyID
-}
-
-// layDown writes the chunks of a new generation, starting at generation first. Chunk 0 is
-// created first: whoever creates it owns the generation number, so a generation left behind by
-// a crashed writer (or taken by a concurrent one) is skipped, never shared.
-func (s *Store) layDown(ctx context.Context, key, hash string, first int64, plain [][]byte) (int64, int64, error) {
-	secrets := s.client.CoreV1().Secrets(s.namespace)
-	n := len(plain)
-	for gen := first; gen < first+maxLayDownAttempts; gen++ {
-		sealed := make([][]byte, n)
-		var stored int64
-		for i, p := range plain {
-			if s.sealer != nil {
-				b, err := s.sealer.seal(p, chunkAAD(hash, gen, i, n))
-				if err != nil {
-					return 0, 0, err
-				}
-				sealed[i] = b
-			} else {
-				sealed[i] = p
-			}
-			stored += int64(len(sealed[i]))
-		}
-		_, err := secrets.Create(ctx, s.chunkSecret(key, hash, gen, 0, n, sealed[0]), metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			s.log.LogAttrs(ctx, slog.LevelDebug, "generation taken, trying the next",
-				slog.String("state_key", key), slog.Int64("generation", gen))
-			continue
-		}
-		if err != nil {
-			return 0, 0, fmt.Errorf("state %q: write chunk 0 of generation %d: %w", key, gen, err)
-		}
-		eg, ectx := errgroup.WithContext(ctx)
-		eg.SetLimit(s.opts.Parallelism)
-		for i := 1; i < n; i++ {
-			eg.Go(func() error {
-				sec := s.chunkSecret(key, hash, gen, i, n, sealed[i])
-				_, err := secrets.Create(ectx, sec, metav1.CreateOptions{})
-				if apierrors.IsAlreadyExists(err) {
-					// A leftover of a dead writer of this generation whose chunk 0 was
-					// already collected; we own the generation now (we created chunk 0).
-					if err = secrets.Delete(ectx, sec.Name, metav1.DeleteOptions{}); err == nil || apierrors.IsNotFound(err) {
-						_, err = secrets.Create(ectx, sec, metav1.CreateOptions{})
-					}
-				}
-				if err != nil {
-					return fmt.Errorf("state %q: write chunk %d of generation %d: %w", key, i, gen, err)
-				}
-				return nil
-			})
-		}
-		if err := eg.Wait(); err != nil {
-			s.deleteGeneration(context.WithoutCancel(ctx), key, hash, gen)
-			return 0, 0, err
-		}
-		return gen, stored, nil
-	}
-	return 0, 0, fmt.Errorf("state %q: %w: generations %d to %d are all taken", key, ErrConflict, first, first+maxLayDownAttempts-1)
-}
-
-func (s *Store) chunkSecret(key, hash string, gen int64, i, n int, data []byte) *corev1.Secret {
-	labels := baseLabels(hash, roleChunk)
-	labels[LabelGeneration] = strconv.FormatInt(gen, 10)
-	immutable := true
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      chunkName(hash, gen, i),
-			Namespace: s.namespace,
-			Labels:    labels,
-			Annotations: map[string]string{
-				AnnotationStateKey:  key,
-				annotationChunk:     fmt.Sprintf("%d/%d", i, n),
-				annotationChunkHash: sha256Hex(data),
-			},
-		},
-		Type:      SecretTypeChunk,
-		Immutable: &immutable,
-		Data:      map[string][]byte{chunkDataKey: data},
-	}
 }
 
 // deleteGeneration removes every chunk of one generation (best effort; failures are logged and

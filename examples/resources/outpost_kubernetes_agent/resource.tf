@@ -14,7 +14,7 @@ resource "outpost_state_storage" "cluster" {
   type = "kubernetes"
 
   kubernetes {
-    namespace = "outpost-system"
+    namespace = "outpost-state"
   }
 }
 
@@ -33,6 +33,7 @@ resource "outpost_kubernetes_agent" "prod" {
   runner_id         = outpost_kubernetes_agent_runner.prod.id
   create_namespaces = true
   job_namespace     = "outpost-jobs"
+  state_namespace   = "outpost-state"
 
   private_key_secret {
     name = "outpost-runner-key"
@@ -46,6 +47,13 @@ resource "outpost_kubernetes_agent" "prod" {
   extra_env = {
     HTTPS_PROXY = "http://proxy.internal:3128"
     NO_PROXY    = ".internal"
+  }
+
+  # What the runner's pod template may ask for beyond Pod Security "restricted": here, one
+  # Secret of the jobs namespace. Anything else (host namespaces, hostPath, privileged, root,
+  # other Secrets...) fails the deployment with a message naming the field.
+  job_pod_policy {
+    allowed_secrets = ["cloud-credentials"]
   }
 
   # Any other chart value, merged last.

@@ -46,16 +46,21 @@ func runGo(ctx context.Context, dir string, env []string, args ...string) error 
 	return nil
 }
 
-// buildAgent builds outpost-agent for goarch from the module at root into dir. VCS stamping is
-// off: Go stamps a clone but not a git worktree or a source tarball, so with it the same sources
-// would give different binaries depending on how they were checked out. The image's labels carry
-// the version and revision instead.
-func buildAgent(ctx context.Context, root, goarch, dir string, log io.Writer) (string, error) {
+// versionPackage is where Outpost's binaries keep their version (internal/version).
+const versionPackage = "github.com/outpost-dev/terraform-provider-outpost/internal/version"
+
+// buildAgent builds outpost-agent for goarch from the module at root into dir, with the image's
+// version stamped into internal/version (what `outpost-agent version` prints and the agent
+// reports to the orchestrator). VCS stamping is off: Go stamps a clone but not a git worktree or
+// a source tarball, so with it the same sources would give different binaries depending on how
+// they were checked out. The commit is not stamped either (the labels carry it), so a commit
+// that does not touch the agent leaves its layer, and what nodes pull, unchanged.
+func buildAgent(ctx context.Context, root, version, goarch, dir string, log io.Writer) (string, error) {
 	start := time.Now()
-	fmt.Fprintf(log, "images: building outpost-agent for linux/%s...\n", goarch)
+	fmt.Fprintf(log, "images: building outpost-agent %s for linux/%s...\n", version, goarch)
 	out := filepath.Join(dir, "outpost-agent-"+goarch)
 	if err := runGo(ctx, root, goEnv(goarch, "-mod=readonly"),
-		"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, "./agent"); err != nil {
+		"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -X "+versionPackage+".Version="+version, "-o", out, "./agent"); err != nil {
 		return "", err
 	}
 	if err := checkBinary(out, "github.com/outpost-dev/terraform-provider-outpost/agent", goarch); err != nil {
@@ -80,6 +85,10 @@ func buildTofu(ctx context.Context, cacheDir, version, goarch string, log io.Wri
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
+	}
+	if reuseToolsTofu(ctx, cacheDir, version, goarch, gov, bin) {
+		fmt.Fprintf(log, "images: took OpenTofu %s for linux/%s from scripts/tools.sh's build (the same flags, Go %s)\n", version, goarch, gov)
+		return bin, nil
 	}
 	start := time.Now()
 	fmt.Fprintf(log, "images: building OpenTofu %s for linux/%s from source (about 3-5 min on 2 cores, cached afterwards)...\n", version, goarch)
@@ -111,6 +120,42 @@ func buildTofu(ctx context.Context, cacheDir, version, goarch string, log io.Wri
 	}
 	fmt.Fprintf(log, "images: built OpenTofu %s for linux/%s in %s\n", version, goarch, time.Since(start).Round(time.Second))
 	return bin, nil
+}
+
+// reuseToolsTofu puts the tofu that scripts/tools.sh built for the tests (<cache>/tools/tofu-<version>)
+// at bin when it is what buildTofu would build: the same version, for this machine's
+// architecture, with the same Go release and the flags of the release build (static, -trimpath,
+// the baseline instruction set). Built that way, the two binaries are byte for byte the same (seen
+// with Go 1.26.8 and OpenTofu v1.10.6), so reusing it saves a cold build of 3-5 minutes and
+// changes no digest.
+func reuseToolsTofu(ctx context.Context, cacheDir, version, goarch, gov, bin string) bool {
+	src := filepath.Join(cacheDir, "tools", "tofu-"+version, "tofu")
+	if goarch != runtime.GOARCH || checkBinary(src, "github.com/opentofu/opentofu/cmd/tofu", goarch) != nil {
+		return false
+	}
+	bi, err := buildinfo.ReadFile(src)
+	if err != nil || bi.GoVersion != gov {
+		return false
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["-trimpath"] != "true" || (goarch == "amd64" && settings["GOAMD64"] != "v1") || (goarch == "arm64" && settings["GOARM64"] != "v8.0") {
+		return false
+	}
+	if out, err := exec.CommandContext(ctx, src, "version").Output(); err != nil || !strings.HasPrefix(string(out), "OpenTofu "+version+"\n") {
+		return false
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return false
+	}
+	tmp := bin + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o755); err != nil {
+		return false
+	}
+	return os.Rename(tmp, bin) == nil
 }
 
 func firstLine(b []byte) string {

@@ -105,6 +105,22 @@ type Built struct {
 	index       v1.ImageIndex
 }
 
+// CacheDir is the Outpost cache as the GNUmakefile and scripts/tools.sh find it: $OUTPOST_CACHE,
+// else $XDG_CACHE_HOME/outpost, else ~/.cache/outpost (a temporary directory without a home).
+func CacheDir(getenv func(string) string) string {
+	if c := getenv("OUTPOST_CACHE"); c != "" {
+		return c
+	}
+	if c := getenv("XDG_CACHE_HOME"); c != "" {
+		return filepath.Join(c, "outpost")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return filepath.Join(os.TempDir(), "outpost-cache")
+	}
+	return filepath.Join(home, ".cache", "outpost")
+}
+
 // Ref is registry/name:version.
 func (o *Options) Ref(name string) string {
 	return strings.TrimSuffix(o.Registry, "/") + "/" + name + ":" + o.Version
@@ -213,7 +229,7 @@ func buildPlatform(ctx context.Context, o *Options, p image.Platform, work strin
 	base := deb.base
 
 	// The agent.
-	agentBin, err := buildAgent(ctx, o.ModuleRoot, arch, work, o.Log)
+	agentBin, err := buildAgent(ctx, o.ModuleRoot, o.Version, arch, work, o.Log)
 	if err != nil {
 		return platformImages{}, err
 	}

@@ -55,6 +55,13 @@ type Instance struct {
 // short leases.
 func Start(t testing.TB, opts ...Option) *Instance {
 	t.Helper()
+	return StartOn(t, "127.0.0.1:0", opts...)
+}
+
+// StartOn is Start listening on addr, e.g. net.JoinHostPort(cluster.HostIP, "0") so that pods of
+// the test bed's real node (the agent, job runners) reach the orchestrator.
+func StartOn(t testing.TB, addr string, opts ...Option) *Instance {
+	t.Helper()
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatalf("orchestratortest: admin token: %v", err)
@@ -68,7 +75,7 @@ func Start(t testing.TB, opts ...Option) *Instance {
 		o(&cfg)
 	}
 	inst := &Instance{AdminToken: cfg.AdminToken, DataDir: cfg.DataDir, cfg: cfg}
-	inst.start(t, "127.0.0.1:0")
+	inst.start(t, addr)
 	t.Cleanup(func() { inst.stop(t) })
 	return inst
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -34,12 +35,25 @@ import (
 // Options configure the executor.
 type Options struct {
 	Client kubernetes.Interface
+	// OrgID is the agent's organisation: it labels every Job, so runners of two organisations
+	// can share a jobs namespace.
+	OrgID string
+	// SealKey keys the seals of the agent's Jobs (SealKey of the runner's private key); a random
+	// key when nil, whose seals do not outlive the process.
+	SealKey []byte
 	// Namespace is the jobs namespace to watch; empty watches all namespaces.
 	Namespace string
 	// ServiceAccount, when set, is the job service account the agent was installed for (and made
 	// RBAC for); a placement naming another one fails with a message saying what to align.
 	ServiceAccount string
 	Pod            PodOptions
+	// Policy is the cluster owner's job pod policy: a pod it refuses is never created.
+	Policy Policy
+	// Security are the security defaults of job pods (RestrictedDefaults when zero).
+	Security *SecurityDefaults
+	// PinnedTemplate, when set, is the pod template of every Job, pinned by the cluster owner
+	// (chart value jobs.podTemplate): the runner's template from the orchestrator is ignored.
+	PinnedTemplate string
 	StartupTimeout time.Duration
 	Logger         *slog.Logger
 }
@@ -53,6 +67,10 @@ type Executor struct {
 	synced  chan struct{}
 	notify  *executor.Notifier
 	log     *slog.Logger
+	sealKey []byte
+
+	mu       sync.Mutex
+	unsealed map[types.UID]bool // Jobs already reported as not the agent's
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -62,17 +80,25 @@ func New(o Options) *Executor {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelRunnerID: o.Pod.RunnerID}).String()
+	if o.Security == nil {
+		d := RestrictedDefaults()
+		o.Security = &d
+	}
+	if len(o.SealKey) == 0 {
+		o.SealKey = randomSealKey()
+	}
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelOrgID: o.OrgID, LabelRunnerID: o.Pod.RunnerID}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute,
 		informers.WithNamespace(o.Namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
 	e := &Executor{
 		o: o, factory: factory,
-		jobs:   factory.Batch().V1().Jobs().Lister(),
-		pods:   factory.Core().V1().Pods().Lister(),
-		synced: make(chan struct{}),
-		notify: executor.NewNotifier(),
-		log:    o.Logger.With("executor", "kubernetes"),
+		jobs:    factory.Batch().V1().Jobs().Lister(),
+		pods:    factory.Core().V1().Pods().Lister(),
+		synced:  make(chan struct{}),
+		notify:  executor.NewNotifier(),
+		log:     o.Logger.With("executor", "kubernetes"),
+		sealKey: o.SealKey, unsealed: map[types.UID]bool{},
 	}
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { e.notify.Notify() },
@@ -136,11 +162,8 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 		return fmt.Errorf("%w: the runner's job namespace is %q but this agent manages %q; set the chart value jobs.namespace (OUTPOST_JOB_NAMESPACE) to the runner's job.namespace",
 			executor.ErrInvalidJob, runnerJob.Namespace, e.o.Namespace)
 	}
-	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
+	job, secret, err := e.build(c)
 	if err != nil {
-		if errors.Is(err, podtemplate.ErrInvalid) {
-			return fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)
-		}
 		return err
 	}
 	ns := job.Namespace
@@ -152,6 +175,12 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	case apierrors.IsAlreadyExists(err):
 		if created, err = e.o.Client.BatchV1().Jobs(ns).Get(ctx, job.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("adopt Job %s/%s: %w", ns, job.Name, err)
+		}
+		if !e.sealed(created) || created.Annotations[AnnDeploymentID] != c.DeploymentID {
+			// Not ours: whoever made it must not get this attempt's token.
+			e.deleteOwnSecret(context.WithoutCancel(ctx), secret)
+			return fmt.Errorf("%w: a Job named %s already exists in namespace %s and this agent did not create it (it has no valid seal), so it was not adopted; "+
+				"delete it (kubectl -n %s delete job %s) and find out who created it", executor.ErrInvalidJob, job.Name, ns, ns, job.Name)
 		}
 		e.log.Info("adopted existing Job", "deployment_id", c.DeploymentID, "attempt", c.Attempt, "k8s_job", job.Name)
 	case err != nil:
@@ -169,47 +198,45 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	return nil
 }
 
-func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) error {
-	secrets := e.o.Client.CoreV1().Secrets(s.Namespace)
-	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
-	if err == nil || !apierrors.IsAlreadyExists(err) {
-		if err != nil {
-			return fmt.Errorf("create token Secret %s/%s: %w", s.Namespace, s.Name, err)
+// build turns a claim into its Job and token Secret, under the cluster owner's pinned template,
+// security defaults and job pod policy: a pod the policy refuses is an error, and nothing exists
+// yet to clean up.
+func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
+	if pinned := e.o.PinnedTemplate; pinned != "" {
+		if c.Placement.Job.PodTemplate != "" && !sameTemplate(c.Placement.Job.PodTemplate, pinned) {
+			e.log.Warn("ignoring the runner's pod template: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
+				"deployment_id", c.DeploymentID, "attempt", c.Attempt)
 		}
-		return nil
+		pc := *c
+		pc.Placement.Job.PodTemplate = pinned
+		c = &pc
 	}
-	have, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
+	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
 	if err != nil {
-		return fmt.Errorf("read token Secret %s/%s: %w", s.Namespace, s.Name, err)
+		if errors.Is(err, podtemplate.ErrInvalid) {
+			return nil, nil, fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)
+		}
+		return nil, nil, err
 	}
-	if string(have.Data[tokenKey]) == string(s.Data[tokenKey]) {
-		return nil
+	tpl := &job.Spec.Template
+	e.o.Security.Apply(&tpl.Spec, &e.o.Policy)
+	if err := e.o.Policy.Check(tpl, secret.Name, e.o.Pod.CASecret); err != nil {
+		return nil, nil, err
 	}
-	// A different token for the same attempt (the claim was granted again): replace the Secret.
-	// Delete and create need no update permission on Secrets.
-	if err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
+	for _, l := range []map[string]string{job.Labels, tpl.Labels, secret.Labels} {
+		l[LabelOrgID] = e.o.OrgID
 	}
-	if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
-	}
-	return nil
+	job.Annotations[AnnOperation] = string(c.Placement.Operation)
+	job.Annotations[AnnTokenSHA256] = tokenDigest(c.JobToken)
+	e.seal(job)
+	return job, secret, nil
 }
 
-func (e *Executor) ownSecret(ctx context.Context, job *batchv1.Job, name string) error {
-	ref := metav1.OwnerReference{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": []metav1.OwnerReference{ref}}})
-	_, err := e.o.Client.CoreV1().Secrets(job.Namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	if apierrors.IsForbidden(err) {
-		// The owner reference is a safety net (Cleanup deletes the Secret itself); without
-		// `patch` on Secrets only Jobs deleted by someone else leave their Secret behind.
-		e.log.Warn("cannot hand the token Secret to its Job; grant patch on secrets in the jobs namespace", "secret", name, "err", err)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("set owner of token Secret %s/%s: %w", job.Namespace, name, err)
-	}
-	return nil
+// sameTemplate compares two templates by their canonical JSON.
+func sameTemplate(a, b string) bool {
+	na, errA := podtemplate.Normalize(a)
+	nb, errB := podtemplate.Normalize(b)
+	return errA == nil && errB == nil && na == nb
 }
 
 // List implements executor.Executor from the informer cache.
@@ -241,7 +268,7 @@ func (e *Executor) find(ctx context.Context, deploymentID string, attempt int) (
 		return nil, err
 	}
 	for _, j := range jobs {
-		if j.Annotations[AnnDeploymentID] == deploymentID && j.DeletionTimestamp == nil {
+		if j.Annotations[AnnDeploymentID] == deploymentID && j.DeletionTimestamp == nil && e.sealed(j) {
 			return j, nil
 		}
 	}
@@ -287,9 +314,8 @@ func (e *Executor) Cleanup(ctx context.Context, deploymentID string, attempt int
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
 	}
-	err = e.o.Client.CoreV1().Secrets(j.Namespace).Delete(ctx, TokenSecretName(j.Name), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete token Secret of Job %s/%s: %w", j.Namespace, j.Name, err)
+	if err := e.deleteTokenSecret(ctx, j); err != nil {
+		return err
 	}
 	e.notify.Notify()
 	return nil
@@ -304,34 +330,13 @@ func (e *Executor) SavePendingEvent(ctx context.Context, deploymentID string, at
 	if j == nil {
 		return fmt.Errorf("no Job for deployment %s attempt %d to keep its finished event on", deploymentID, attempt)
 	}
-	if j.Annotations[AnnPendingEvent] == string(event) {
+	if ev, ok := e.pendingEvent(j); ok && ev == string(event) {
 		return nil
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnPendingEvent: string(event)}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		AnnPendingEvent: string(event), AnnPendingEventSeal: e.eventSeal(j, string(event))}}})
 	if _, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("save the finished event on Job %s/%s: %w", j.Namespace, j.Name, err)
 	}
 	return nil
-}
-
-// JobToken implements executor.Executor from the Job's token Secret.
-func (e *Executor) JobToken(ctx context.Context, deploymentID string, attempt int) (string, error) {
-	j, err := e.find(ctx, deploymentID, attempt)
-	if err != nil {
-		return "", err
-	}
-	if j == nil {
-		return "", executor.ErrNoToken
-	}
-	s, err := e.o.Client.CoreV1().Secrets(j.Namespace).Get(ctx, TokenSecretName(j.Name), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return "", executor.ErrNoToken
-	}
-	if err != nil {
-		return "", fmt.Errorf("read token Secret of Job %s/%s: %w", j.Namespace, j.Name, err)
-	}
-	if len(s.Data[tokenKey]) == 0 {
-		return "", executor.ErrNoToken
-	}
-	return string(s.Data[tokenKey]), nil
 }

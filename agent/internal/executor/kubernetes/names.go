@@ -13,6 +13,7 @@ const (
 	LabelManagedBy    = "app.kubernetes.io/managed-by"
 	ManagedByValue    = "outpost-agent"
 	LabelRunnerID     = "outpost.dev/runner-id"
+	LabelOrgID        = "outpost.dev/org-id"
 	LabelDeploymentID = "outpost.dev/deployment-id"
 	LabelAttempt      = "outpost.dev/attempt"
 	AnnPendingEvent   = "outpost.dev/pending-event"
@@ -23,12 +24,17 @@ const (
 	AnnCancel         = "outpost.dev/cancel-requested"
 	AnnStartupError   = "outpost.dev/startup-failure"
 	AnnClaimedAt      = "outpost.dev/claimed-at"
-	tokenKey          = "token"
-	tokenVolume       = "outpost-job-token"
-	tokenMountPath    = "/var/run/outpost/job"
-	caVolume          = "outpost-ca"
-	caMountPath       = "/etc/outpost/ca"
-	caFileKey         = "ca.crt"
+	AnnOperation      = "outpost.dev/operation"
+	AnnTokenSHA256    = "outpost.dev/token-sha256"
+	// AnnSeal and AnnPendingEventSeal hold the agent's seals (see seal.go).
+	AnnSeal             = "outpost.dev/seal"
+	AnnPendingEventSeal = "outpost.dev/pending-event-seal"
+	tokenKey            = "token"
+	tokenVolume         = "outpost-job-token"
+	tokenMountPath      = "/var/run/outpost/job"
+	caVolume            = "outpost-ca"
+	caMountPath         = "/etc/outpost/ca"
+	caFileKey           = "ca.crt"
 )
 
 // JobName is the deterministic name of the Job of an attempt: the same claim always maps to the
@@ -54,8 +60,12 @@ func JobName(deploymentID string, attempt int) string {
 	return prefix + clean + "-" + hash + suffix
 }
 
-// TokenSecretName is the Secret holding the job token of the Job's attempt.
-func TokenSecretName(jobName string) string { return jobName + "-token" }
+// TokenSecretName is the Secret holding the job token of the Job's attempt, given the token's
+// digest (tokenDigest). The digest in the name makes the name unknowable before the claim, so
+// nobody can prepare a pod that mounts the Secret of an attempt yet to come.
+func TokenSecretName(jobName, tokenSHA256 string) string {
+	return jobName + "-token-" + tokenSHA256[:min(16, len(tokenSHA256))]
+}
 
 // labelValue makes a deployment id usable as a label value (≤ 63, alphanumerics, '-', '_', '.');
 // the exact id is kept in an annotation.

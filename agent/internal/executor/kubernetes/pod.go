@@ -3,43 +3,74 @@ package kubernetes
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/utils/ptr"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/inject"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
-// JobCommand is what main runs: the job runner subcommand of the agent binary in the job image.
-var JobCommand = []string{"outpost-agent", "job"}
+// The job runner reaches main the way Tekton and Argo inject their entrypoints: the init
+// container InjectContainer runs `outpost-agent inject` from the agent image, which copies the
+// binary into the emptyDir runnerVolume, and main runs it from there (JobCommand). So main can use
+// any image with terraform or tofu, and needs no Outpost binary of its own.
+const (
+	// InjectContainer is the name of the init container that copies the job runner.
+	InjectContainer = "outpost-inject"
+	runnerVolume    = "outpost-runner"
+	runnerMountPath = "/outpost/bin"
+)
+
+// JobCommand is what main runs: the job runner, as copied into the pod by InjectContainer.
+var JobCommand = []string{path.Join(runnerMountPath, inject.BinaryName), "job"}
+
+// injectArgs are the init container's arguments; its command is the agent image's entrypoint,
+// outpost-agent, wherever an image built from another recipe puts it.
+var injectArgs = []string{"inject", runnerMountPath}
 
 // Defaults of the Job spec.
 const (
 	minTerminationGrace = 120 * time.Second
 	ttlAfterFinished    = 24 * 3600
+	// runnerVolumeLimit bounds the emptyDir holding the job runner (about 31 MiB).
+	runnerVolumeLimit = "128Mi"
 )
 
 // PodOptions are the agent-wide inputs of the Job a claimed attempt becomes.
 type PodOptions struct {
 	RunnerID string
-	Image    string
-	APIURL   string
+	// Image is the image of main when the runner's pod template names none (the chart's
+	// jobs.image). An image set on main in the template wins.
+	Image string
+	// AgentImage is the image the job runner is copied from (the agent's own).
+	AgentImage string
+	APIURL     string
+	// InsecureAllowHTTP hands the agent's --insecure-allow-http on to the job runner.
+	InsecureAllowHTTP bool
 	// StateURL is where job runners reach the agent's state backend; set only for kubernetes state.
-	StateURL         string
+	StateURL string
+	// CLI is the job runners' CLI; empty lets each take whichever of tofu and terraform its image has.
 	CLI              string
 	PodLabels        map[string]string
 	ImagePullSecrets []string
 	CASecret         string
 	// CASecretKey is the data key of the CA bundle in CASecret (default ca.crt).
 	CASecretKey string
+	// ProxyEnv are the proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) for main; each is set
+	// in upper and lower case. A template whose main sets any proxy variable keeps its own.
+	ProxyEnv map[string]string
 	// CancelGrace is the time the CLI gets to stop on cancel; it sets the pod's termination
 	// grace (at least 120 s) and is added to the job timeout for activeDeadlineSeconds.
 	CancelGrace time.Duration
@@ -64,10 +95,18 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		LabelAttempt:      strconv.Itoa(c.Attempt),
 	}
 	env := ownedEnv(c, o)
-	mounts := []corev1.VolumeMount{{Name: tokenVolume, MountPath: tokenMountPath, ReadOnly: true}}
-	volumes := []corev1.Volume{{Name: tokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-		SecretName: TokenSecretName(name), DefaultMode: ptr.To[int32](0o444),
-	}}}}
+	mounts := []corev1.VolumeMount{
+		{Name: tokenVolume, MountPath: tokenMountPath, ReadOnly: true},
+		{Name: runnerVolume, MountPath: runnerMountPath, ReadOnly: true},
+	}
+	volumes := []corev1.Volume{
+		{Name: tokenVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: TokenSecretName(name, tokenDigest(c.JobToken)), DefaultMode: ptr.To[int32](0o444),
+		}}},
+		{Name: runnerVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			SizeLimit: ptr.To(resource.MustParse(runnerVolumeLimit)),
+		}}},
+	}
 	if o.CASecret != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: caVolume, MountPath: caMountPath, ReadOnly: true})
 		volumes = append(volumes, corev1.Volume{Name: caVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: o.CASecret}}})
@@ -77,9 +116,13 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		Spec: corev1.PodSpec{
 			RestartPolicy:      corev1.RestartPolicyNever,
 			ServiceAccountName: p.Job.ServiceAccount,
+			InitContainers:     []corev1.Container{injectContainer(o.AgentImage)},
+			// main's image is not in the overlay: the template's wins, and reassert fills in
+			// the default when it names none.
 			Containers: []corev1.Container{{
-				Name: podtemplate.MainContainer, Image: o.Image, Command: JobCommand,
+				Name: podtemplate.MainContainer, Command: JobCommand,
 				Env: env, VolumeMounts: mounts,
+				TerminationMessagePath: corev1.TerminationMessagePathDefault, TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			}},
 			Volumes: volumes,
 		},
@@ -91,7 +134,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 	if err != nil {
 		return nil, nil, err
 	}
-	reassert(tpl, &overlay)
+	reassert(tpl, &overlay, o)
 	grace := max(o.CancelGrace, minTerminationGrace)
 	if tpl.Spec.TerminationGracePeriodSeconds == nil || *tpl.Spec.TerminationGracePeriodSeconds < int64(grace.Seconds()) {
 		tpl.Spec.TerminationGracePeriodSeconds = ptr.To(int64(grace.Seconds()))
@@ -131,7 +174,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		job.Annotations[AnnStateNS] = ns
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name), Namespace: p.Job.Namespace, Labels: labels,
+		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name, tokenDigest(c.JobToken)), Namespace: p.Job.Namespace, Labels: labels,
 			Annotations: map[string]string{AnnDeploymentID: c.DeploymentID}},
 		Type: corev1.SecretTypeOpaque,
 		Data: map[string][]byte{tokenKey: []byte(c.JobToken)},
@@ -161,6 +204,8 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	if c.Placement.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {
 		env = append(env, corev1.EnvVar{Name: jobenv.StateURL, Value: o.StateURL})
 	}
+	// Always set, so the agent's value replaces any the pod template sets.
+	env = append(env, corev1.EnvVar{Name: jobenv.InsecureAllowHTTP, Value: strconv.FormatBool(o.InsecureAllowHTTP)})
 	if o.CASecret != "" {
 		key := o.CASecretKey
 		if key == "" {
@@ -193,25 +238,90 @@ func merge(base, overlay *corev1.PodTemplateSpec) (*corev1.PodTemplateSpec, erro
 
 // reassert puts back every field the agent owns, whatever the merge made of it: a template must
 // not be able to change the restart policy, the identity the job runner runs as, how the agent
-// finds its pods, what main runs, or where the token comes from.
-func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec) {
+// finds its pods, what main runs, how the job runner gets into the pod, or where the token comes
+// from. main's image is the template's, or the default when it names none.
+func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec, o PodOptions) {
 	tpl.Labels = mergeLabels(tpl.Labels, overlay.Labels)
 	tpl.Spec.RestartPolicy = corev1.RestartPolicyNever
 	tpl.Spec.ServiceAccountName = overlay.Spec.ServiceAccountName
 	tpl.Spec.DeprecatedServiceAccount = "" //nolint:staticcheck // cleared so it cannot disagree
+	// The injecting init container runs first, exactly as built, before any of the template's.
+	inits := []corev1.Container{overlay.Spec.InitContainers[0]}
+	for _, c := range tpl.Spec.InitContainers {
+		if c.Name != InjectContainer {
+			inits = append(inits, c)
+		}
+	}
+	tpl.Spec.InitContainers = inits
 	want := overlay.Spec.Containers[0]
 	for i := range tpl.Spec.Containers {
 		c := &tpl.Spec.Containers[i]
 		if c.Name != podtemplate.MainContainer {
 			continue
 		}
-		c.Image = want.Image
+		if c.Image == "" {
+			c.Image = o.Image
+		}
 		c.Command = append([]string(nil), want.Command...)
 		c.Args = nil
-		c.Env = replaceOwned(c.Env, want.Env, func(e corev1.EnvVar) []string { return []string{e.Name} })
+		c.TerminationMessagePath, c.TerminationMessagePolicy = want.TerminationMessagePath, want.TerminationMessagePolicy
+		env := append(slices.Clone(want.Env), corev1.EnvVar{Name: jobenv.Image, Value: c.Image})
+		if !setsProxy(c.Env) {
+			env = append(env, proxyEnv(o.ProxyEnv)...)
+		}
+		c.Env = replaceOwned(c.Env, env, func(e corev1.EnvVar) []string { return []string{e.Name} })
 		c.VolumeMounts = replaceOwned(c.VolumeMounts, want.VolumeMounts, func(m corev1.VolumeMount) []string { return []string{m.Name, m.MountPath} })
 	}
 	tpl.Spec.Volumes = replaceOwned(tpl.Spec.Volumes, overlay.Spec.Volumes, func(v corev1.Volume) []string { return []string{v.Name} })
+}
+
+// injectContainer is the init container that copies the job runner into the pod. It passes the
+// Pod Security Standard "restricted" on its own (non-root, no privilege escalation, no
+// capabilities, RuntimeDefault seccomp) and writes nothing but the emptyDir.
+func injectContainer(image string) corev1.Container {
+	return corev1.Container{
+		Name: InjectContainer, Image: image, Args: slices.Clone(injectArgs),
+		VolumeMounts: []corev1.VolumeMount{{Name: runnerVolume, MountPath: runnerMountPath}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532), RunAsGroup: ptr.To[int64](65532),
+			AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), Privileged: ptr.To(false),
+			Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}
+
+// proxyEnv turns the agent's proxy variables into main's: each in upper case (Go, most tools) and
+// lower case (curl, and so git, reads http_proxy only in lower case), in a fixed order.
+func proxyEnv(vars map[string]string) []corev1.EnvVar {
+	names := make([]string, 0, len(vars))
+	for k := range vars {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var out []corev1.EnvVar
+	for _, k := range names {
+		out = append(out, corev1.EnvVar{Name: strings.ToUpper(k), Value: vars[k]}, corev1.EnvVar{Name: strings.ToLower(k), Value: vars[k]})
+	}
+	return out
+}
+
+// setsProxy reports whether a template's main sets a proxy variable itself; then the template
+// decides about proxies for this runner, and none of the agent's are added (a mix of the two
+// would be neither).
+func setsProxy(env []corev1.EnvVar) bool {
+	return slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
+		switch strings.ToUpper(e.Name) {
+		case "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY":
+			return true
+		}
+		return false
+	})
 }
 
 func mergeLabels(base, over map[string]string) map[string]string {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,13 +22,14 @@ const userTemplate = `{
     "nodeSelector": {"pool": "iac"},
     "terminationGracePeriodSeconds": 30,
     "imagePullSecrets": [{"name": "user-pull"}],
+    "initContainers": [{"name": "outpost-inject", "image": "evil/copier:1"}, {"name": "warm-cache", "image": "user/warm:1"}],
     "containers": [
       {"name": "main", "image": "user/image:1", "env": [{"name": "TF_LOG", "value": "INFO"}, {"name": "OUTPOST_API_URL", "value": "http://evil"}],
        "volumeMounts": [{"name": "cache", "mountPath": "/cache"}, {"name": "sneaky", "mountPath": "/var/run/outpost/job"}],
        "resources": {"limits": {"memory": "1Gi"}}},
       {"name": "proxy", "image": "envoy:1", "args": ["--config", "/etc/envoy.yaml"]}
     ],
-    "volumes": [{"name": "cache", "emptyDir": {}}, {"name": "outpost-job-token", "emptyDir": {}}]
+    "volumes": [{"name": "cache", "emptyDir": {}}, {"name": "outpost-job-token", "emptyDir": {}}, {"name": "outpost-runner", "hostPath": {"path": "/usr/bin"}}]
   }
 }`
 
@@ -40,8 +42,9 @@ func claim(tpl string) *api.Claim {
 	}
 }
 
-var opts = PodOptions{RunnerID: "r1", Image: "outpost/agent:1", APIURL: "https://orch", StateURL: "http://agent:8080", CLI: "tofu",
-	PodLabels: map[string]string{"np": "allow-agent"}, ImagePullSecrets: []string{"agent-pull"}, CASecret: "corp-ca", CancelGrace: 150 * time.Second}
+var opts = PodOptions{RunnerID: "r1", Image: "outpost/job:1", AgentImage: "outpost/agent:1", APIURL: "https://orch", StateURL: "http://agent:8080", CLI: "tofu",
+	PodLabels: map[string]string{"np": "allow-agent"}, ImagePullSecrets: []string{"agent-pull"}, CASecret: "corp-ca", CancelGrace: 150 * time.Second,
+	ProxyEnv: map[string]string{"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": ".svc,10.0.0.0/8"}}
 
 func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 	job, secret, err := BuildJob(claim(userTemplate), opts, time.Unix(1000, 0))
@@ -101,8 +104,16 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 	if proxy.Image != "envoy:1" || !slices.Equal(proxy.Args, []string{"--config", "/etc/envoy.yaml"}) {
 		t.Errorf("sidecar changed: %+v", proxy)
 	}
-	if main.Image != "outpost/agent:1" || !slices.Equal(main.Command, []string{"outpost-agent", "job"}) || main.Args != nil {
+	// The template's image wins; the job runner comes from the injected copy.
+	if main.Image != "user/image:1" || !slices.Equal(main.Command, []string{"/outpost/bin/outpost-agent", "job"}) || main.Args != nil {
 		t.Errorf("main image %q command %v args %v", main.Image, main.Command, main.Args)
+	}
+	if main.TerminationMessagePath != "/dev/termination-log" || main.TerminationMessagePolicy != corev1.TerminationMessageReadFile {
+		t.Errorf("main termination message %q %q", main.TerminationMessagePath, main.TerminationMessagePolicy)
+	}
+	checkInjection(t, ps, "outpost/agent:1")
+	if len(ps.InitContainers) != 2 || ps.InitContainers[1].Name != "warm-cache" || ps.InitContainers[1].Image != "user/warm:1" {
+		t.Errorf("the template's own init container must run after the injection: %+v", ps.InitContainers)
 	}
 	if main.Resources.Limits.Memory().String() != "1Gi" {
 		t.Errorf("user's resources lost: %v", main.Resources)
@@ -115,7 +126,8 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	wantEnv := map[string]string{"TF_LOG": "INFO", "OUTPOST_API_URL": "https://orch", "OUTPOST_STATE_URL": "http://agent:8080", "OUTPOST_CLI": "tofu",
-		"OUTPOST_JOB_TOKEN_FILE": "/var/run/outpost/job/token", "OUTPOST_CA_BUNDLE_FILE": "/etc/outpost/ca/ca.crt"}
+		"OUTPOST_JOB_TOKEN_FILE": "/var/run/outpost/job/token", "OUTPOST_CA_BUNDLE_FILE": "/etc/outpost/ca/ca.crt", "OUTPOST_IMAGE": "user/image:1",
+		"HTTPS_PROXY": "http://proxy:3128", "https_proxy": "http://proxy:3128", "NO_PROXY": ".svc,10.0.0.0/8", "no_proxy": ".svc,10.0.0.0/8"}
 	for k, v := range wantEnv {
 		if env[k] != v {
 			t.Errorf("main env %s = %q, want %q", k, env[k], v)
@@ -130,20 +142,21 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 	for _, m := range main.VolumeMounts {
 		mounts[m.MountPath] = m.Name
 	}
-	if mounts["/cache"] != "cache" || mounts["/var/run/outpost/job"] != tokenVolume || mounts["/etc/outpost/ca"] != caVolume || len(mounts) != 3 {
+	if mounts["/cache"] != "cache" || mounts["/var/run/outpost/job"] != tokenVolume || mounts["/etc/outpost/ca"] != caVolume ||
+		mounts["/outpost/bin"] != runnerVolume || len(mounts) != 4 {
 		t.Errorf("main mounts = %v", mounts)
 	}
 	vols := map[string]corev1.Volume{}
 	for _, v := range ps.Volumes {
 		vols[v.Name] = v
 	}
-	if vols["cache"].EmptyDir == nil || len(vols) != 3 {
+	if vols["cache"].EmptyDir == nil || len(vols) != 4 {
 		t.Errorf("volumes = %v", vols)
 	}
-	if tv := vols[tokenVolume]; tv.Secret == nil || tv.Secret.SecretName != "outpost-dep-123-2-token" || tv.EmptyDir != nil {
+	if tv := vols[tokenVolume]; tv.Secret == nil || tv.Secret.SecretName != "outpost-dep-123-2-token-"+tokenDigest("opj_secret")[:16] || tv.EmptyDir != nil {
 		t.Errorf("token volume = %+v", tv)
 	}
-	if secret.Name != "outpost-dep-123-2-token" || string(secret.Data["token"]) != "opj_secret" || secret.Namespace != "jobs" {
+	if secret.Name != vols[tokenVolume].Secret.SecretName || string(secret.Data["token"]) != "opj_secret" || secret.Namespace != "jobs" {
 		t.Errorf("secret = %s/%s %v", secret.Namespace, secret.Name, secret.Data)
 	}
 }
@@ -152,7 +165,7 @@ func TestBuildJobEmptyTemplate(t *testing.T) {
 	c := claim("")
 	c.Placement.StateStorage.Type = api.StateStorageS3
 	c.Placement.Operation = api.OperationPlan
-	job, _, err := BuildJob(c, PodOptions{RunnerID: "r1", Image: "img", APIURL: "https://o", CLI: "terraform", CancelGrace: 10 * time.Second}, time.Now())
+	job, _, err := BuildJob(c, PodOptions{RunnerID: "r1", Image: "img", AgentImage: "agent-img", APIURL: "https://o", CLI: "terraform", CancelGrace: 10 * time.Second}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,10 +176,71 @@ func TestBuildJobEmptyTemplate(t *testing.T) {
 	if len(ps.Containers) != 1 || ps.Containers[0].Image != "img" || *ps.TerminationGracePeriodSeconds != 120 {
 		t.Errorf("pod = %+v", ps)
 	}
+	checkInjection(t, ps, "agent-img")
 	for _, e := range ps.Containers[0].Env {
-		if e.Name == "OUTPOST_STATE_URL" {
+		switch e.Name {
+		case "OUTPOST_STATE_URL":
 			t.Error("OUTPOST_STATE_URL set for s3 state storage")
+		case "HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy":
+			t.Errorf("%s set although the agent has no proxy", e.Name)
+		case "OUTPOST_IMAGE":
+			if e.Value != "img" {
+				t.Errorf("OUTPOST_IMAGE = %q, want the default image", e.Value)
+			}
 		}
+	}
+}
+
+// checkInjection checks the init container that copies the job runner: first, from the agent
+// image, writing only to the runner volume, and restricted (it passes the Pod Security Standard
+// "restricted" whatever the template says).
+func checkInjection(t *testing.T, ps corev1.PodSpec, agentImage string) {
+	t.Helper()
+	if len(ps.InitContainers) == 0 || ps.InitContainers[0].Name != InjectContainer {
+		t.Fatalf("init containers = %+v, want %s first", ps.InitContainers, InjectContainer)
+	}
+	ic := ps.InitContainers[0]
+	if ic.Image != agentImage || ic.Command != nil || !slices.Equal(ic.Args, []string{"inject", "/outpost/bin"}) {
+		t.Errorf("inject: image %q command %v args %v", ic.Image, ic.Command, ic.Args)
+	}
+	if len(ic.VolumeMounts) != 1 || ic.VolumeMounts[0].Name != runnerVolume || ic.VolumeMounts[0].MountPath != "/outpost/bin" || ic.VolumeMounts[0].ReadOnly {
+		t.Errorf("inject mounts = %+v", ic.VolumeMounts)
+	}
+	sc := ic.SecurityContext
+	if sc == nil || !*sc.RunAsNonRoot || *sc.RunAsUser == 0 || *sc.AllowPrivilegeEscalation || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("inject securityContext = %+v", sc)
+	}
+	if ic.Resources.Requests.Cpu().IsZero() || ic.Resources.Requests.Memory().IsZero() || ic.Resources.Limits.Memory().IsZero() {
+		t.Errorf("inject resources = %+v", ic.Resources)
+	}
+	for _, v := range ps.Volumes {
+		if v.Name == runnerVolume && (v.EmptyDir == nil || v.HostPath != nil || v.EmptyDir.SizeLimit == nil) {
+			t.Errorf("runner volume = %+v, want a bounded emptyDir", v)
+		}
+	}
+}
+
+// A template whose main sets a proxy itself keeps it, and gets none of the agent's: a mix of the
+// two would be neither.
+func TestBuildJobKeepsTheTemplatesProxy(t *testing.T) {
+	tpl := `{"spec": {"containers": [{"name": "main", "env": [{"name": "https_proxy", "value": "http://team-proxy:8080"}]}]}}`
+	job, _, err := BuildJob(claim(tpl), opts, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if strings.Contains(strings.ToLower(e.Name), "proxy") {
+			got = append(got, e.Name+"="+e.Value)
+		}
+	}
+	if !slices.Equal(got, []string{"https_proxy=http://team-proxy:8080"}) {
+		t.Errorf("proxy env = %v", got)
+	}
+	if img := job.Spec.Template.Spec.Containers[0].Image; img != "outpost/job:1" {
+		t.Errorf("main image %q, want the default when the template names none", img)
 	}
 }
 
@@ -202,8 +276,8 @@ func TestJobNameDeterministicAndValid(t *testing.T) {
 			if len(n) > 63 || !dns.MatchString(n) || len(validation.IsDNS1123Label(n)) > 0 {
 				t.Errorf("JobName(%q, %d) = %q is not a DNS-1123 label ≤ 63", id, attempt, n)
 			}
-			if len(validation.IsDNS1123Subdomain(TokenSecretName(n))) > 0 {
-				t.Errorf("secret name %q invalid", TokenSecretName(n))
+			if len(validation.IsDNS1123Subdomain(TokenSecretName(n, tokenDigest("opj_x")))) > 0 {
+				t.Errorf("secret name %q invalid", TokenSecretName(n, tokenDigest("opj_x")))
 			}
 			key := id + "/" + string(rune('0'+attempt))
 			if prev, ok := seen[n]; ok && prev != key {

@@ -27,17 +27,27 @@ type startupFailure struct {
 }
 
 // status derives an attempt's status from its Job and pods. ok is false for objects that are not
-// ours after all (no deployment-id annotation) or are being deleted.
+// ours after all (no valid seal, see seal.go) or are being deleted.
 func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
-	deploymentID := j.Annotations[AnnDeploymentID]
-	attempt, err := strconv.Atoi(j.Labels[LabelAttempt])
-	if deploymentID == "" || err != nil || j.DeletionTimestamp != nil {
+	if j.DeletionTimestamp != nil {
 		return executor.AttemptStatus{}, false
 	}
-	s := executor.AttemptStatus{DeploymentID: deploymentID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS], Status: api.StatusClaimed}
+	if !e.sealed(j) {
+		e.reportUnsealed(j)
+		return executor.AttemptStatus{}, false
+	}
+	deploymentID := j.Annotations[AnnDeploymentID]
+	attempt, err := strconv.Atoi(j.Labels[LabelAttempt])
+	if deploymentID == "" || err != nil {
+		return executor.AttemptStatus{}, false
+	}
+	s := executor.AttemptStatus{DeploymentID: deploymentID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS],
+		Operation: api.Operation(j.Annotations[AnnOperation]), Status: api.StatusClaimed}
 	s.Fencing, _ = strconv.ParseInt(j.Annotations[AnnFencing], 10, 64)
-	if r := j.Annotations[AnnPendingEvent]; r != "" {
-		s.PendingEvent = []byte(r)
+	if ev, ok := e.pendingEvent(j); ok {
+		s.PendingEvent = []byte(ev)
+	} else if j.Annotations[AnnPendingEvent] != "" {
+		e.log.Warn("ignoring a pending event without a valid seal on the agent's Job", "k8s_job", j.Name, "namespace", j.Namespace)
 	}
 	s.ClaimedAt, _ = time.Parse(time.RFC3339Nano, j.Annotations[AnnClaimedAt])
 	pods := e.podsOf(j)
@@ -178,9 +188,18 @@ func (e *Executor) podsOf(j *batchv1.Job) []*corev1.Pod {
 	return out
 }
 
-// watchdog fails Jobs whose pod has not started within the startup timeout. Left alone such a
-// Job would wait for activeDeadlineSeconds (the whole job timeout) holding a slot, and the user
-// would learn nothing about why.
+// neverStarts are the waiting reasons of a container that no wait can fix: the image name is
+// invalid, or the pull policy is Never and the node does not have the image. A Job whose pod
+// shows one fails at once instead of after the startup timeout.
+var neverStarts = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
+
+// imagePullHint says what to do about an image a pod could not get.
+const imagePullHint = "check that the image name and tag exist, and that the node can pull it (registry reachable, " +
+	"imagePullSecrets for a private registry; on a node without registry access, load the image there and use imagePullPolicy IfNotPresent or Never)"
+
+// watchdog fails Jobs whose pod has not started within the startup timeout, or whose pod can
+// never start (neverStarts). Left alone such a Job would wait for activeDeadlineSeconds (the
+// whole job timeout) holding a slot, and the user would learn nothing about why.
 func (e *Executor) watchdog(ctx context.Context) {
 	jobs, err := e.jobs.List(labels.Everything())
 	if err != nil {
@@ -191,7 +210,8 @@ func (e *Executor) watchdog(ctx context.Context) {
 		if j.DeletionTimestamp != nil || finished(j) != "" || j.Annotations[AnnCancel] != "" || j.Annotations[AnnStartupError] != "" {
 			continue
 		}
-		if now.Sub(j.CreationTimestamp.Time) < e.o.StartupTimeout {
+		hopeless := e.neverStarts(j)
+		if now.Sub(j.CreationTimestamp.Time) < e.o.StartupTimeout && hopeless == "" {
 			continue
 		}
 		s, ok := e.status(j)
@@ -200,12 +220,31 @@ func (e *Executor) watchdog(ctx context.Context) {
 		}
 		reason, msg := e.startupReason(ctx, j)
 		f := startupFailure{Reason: reason, Message: fmt.Sprintf("the Job's pod did not start within %s: %s", e.o.StartupTimeout, msg)}
+		if hopeless != "" {
+			f.Message = "the Job's pod cannot start: " + msg
+		}
 		data, _ := json.Marshal(f)
 		e.log.Warn("Job did not start in time", "k8s_job", j.Name, "namespace", j.Namespace, "reason", reason, "message", msg)
 		if err := e.stop(ctx, j, AnnStartupError, string(data)); err != nil {
 			e.log.Error("stop Job stuck in startup", "k8s_job", j.Name, "err", err)
 		}
 	}
+}
+
+// neverStarts returns the waiting reason of a container of the Job's newest pod that no wait can
+// fix, or "".
+func (e *Executor) neverStarts(j *batchv1.Job) string {
+	pods := e.podsOf(j)
+	if len(pods) == 0 {
+		return ""
+	}
+	p := pods[len(pods)-1]
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && neverStarts[w.Reason] {
+			return w.Reason
+		}
+	}
+	return ""
 }
 
 // startupReason explains why a Job's pod is not running, from the pod's conditions and
@@ -218,7 +257,8 @@ func (e *Executor) startupReason(ctx context.Context, j *batchv1.Job) (string, s
 			if w := cs.State.Waiting; w != nil {
 				switch w.Reason {
 				case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-					return executor.ReasonImagePull, fmt.Sprintf("%s: container %s: %s", w.Reason, cs.Name, w.Message)
+					return executor.ReasonImagePull, fmt.Sprintf("%s: container %s cannot get image %s: %s; %s",
+						w.Reason, cs.Name, imageOf(p, cs), w.Message, imagePullHint)
 				}
 			}
 		}
@@ -240,6 +280,17 @@ func (e *Executor) startupReason(ctx context.Context, j *batchv1.Job) (string, s
 	return executor.ReasonStartupTimeout, fmt.Sprintf("pod %s is %s", pods[len(pods)-1].Name, pods[len(pods)-1].Status.Phase)
 }
 
+// imageOf is the image of a container as the pod spec names it (the status may show a resolved
+// name, or nothing before the pull).
+func imageOf(p *corev1.Pod, cs corev1.ContainerStatus) string {
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		if c.Name == cs.Name {
+			return c.Image
+		}
+	}
+	return cs.Image
+}
+
 func (e *Executor) eventReason(ctx context.Context, ns, kind, name string) (string, string, bool) {
 	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}.AsSelector().String()
 	evs, err := e.o.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
@@ -257,7 +308,7 @@ func (e *Executor) eventReason(ctx context.Context, ns, kind, name string) (stri
 		case ev.Reason == "FailedScheduling":
 			return executor.ReasonUnschedulable, "FailedScheduling: " + ev.Message, true
 		case strings.Contains(ev.Message, "pull") || ev.Reason == "ErrImagePull" || ev.Reason == "ImagePullBackOff":
-			return executor.ReasonImagePull, ev.Reason + ": " + ev.Message, true
+			return executor.ReasonImagePull, ev.Reason + ": " + ev.Message + "; " + imagePullHint, true
 		default:
 			return executor.ReasonStartFailed, ev.Reason + ": " + ev.Message, true
 		}

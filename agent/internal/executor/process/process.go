@@ -44,10 +44,12 @@ type Options struct {
 	// AgentBinary is the outpost-agent that runs `job` (and the wrapper).
 	AgentBinary string
 	APIURL      string
-	StateURL    string
-	CLI         string
-	CABundle    string
-	Logger      *slog.Logger
+	// InsecureAllowHTTP hands the agent's --insecure-allow-http on to the job runner.
+	InsecureAllowHTTP bool
+	StateURL          string
+	CLI               string
+	CABundle          string
+	Logger            *slog.Logger
 }
 
 // Executor implements executor.Executor with local processes.
@@ -68,6 +70,7 @@ type claimRecord struct {
 	StateKey       string    `json:"state_key"`
 	StateStorage   string    `json:"state_storage"`
 	StateNamespace string    `json:"state_namespace,omitempty"`
+	Operation      string    `json:"operation,omitempty"`
 	TimeoutSeconds int       `json:"timeout_seconds"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 }
@@ -136,7 +139,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	p := &c.Placement
 	rec := claimRecord{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, StateKey: p.StateKey,
 		StateStorage: p.StateStorage.Type, StateNamespace: p.KubernetesStateNamespace(), TimeoutSeconds: p.TimeoutSeconds,
-		ClaimedAt: time.Now().UTC()}
+		Operation: string(p.Operation), ClaimedAt: time.Now().UTC()}
 	data, _ := json.Marshal(rec)
 	if err := writeAtomic(filepath.Join(dir, claimFile), data); err != nil {
 		return fmt.Errorf("write claim record: %w", err)
@@ -196,6 +199,9 @@ func (e *Executor) env(dir string, rec claimRecord) []string {
 	}
 	if e.o.CABundle != "" {
 		env = append(env, jobenv.CABundleFile+"="+e.o.CABundle)
+	}
+	if e.o.InsecureAllowHTTP {
+		env = append(env, jobenv.InsecureAllowHTTP+"=true")
 	}
 	return env
 }

@@ -1,0 +1,377 @@
+package pods
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/helm"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+)
+
+const (
+	org         = "acme"
+	runnerID    = "r1"
+	releaseName = "outpost-agent"
+	// jobServiceAccount is the chart's default for the jobs' ServiceAccount.
+	jobServiceAccount = "outpost-job"
+	// startupTimeout is the agent's jobs.startupTimeout in these tests.
+	startupTimeout = 30 * time.Second
+)
+
+// env is one test's world: a reference orchestrator listening on the test bed's HostIP, a runner
+// registered with it, and the chart installed with the agent running from its image on the real
+// node, in an agent namespace (also holding the states) and a jobs namespace of the test's own.
+type env struct {
+	t       *testing.T
+	c       *testbed.Cluster
+	orch    *orchestratortest.Instance
+	admin   *client.AdminClient
+	agentNS string
+	jobsNS  string
+}
+
+type envOptions struct {
+	// podTemplate is the runner's job.pod_template (JSON); empty leaves main's image to the
+	// chart's jobs.image.
+	podTemplate string
+	// values are chart values (YAML) over the harness's own.
+	values string
+	// replicas is the number of agent pods (default 1).
+	replicas int
+	// before runs after the namespaces exist and before the chart is installed.
+	before func(e *env)
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	c := testbed.Shared(t)
+	images(t, c)
+	ctx := t.Context()
+	e := &env{t: t, c: c, orch: orchestratortest.StartOn(t, net.JoinHostPort(c.HostIP, "0"))}
+	var err error
+	if e.admin, err = client.NewAdminClient(e.orch.URL, org, e.orch.AdminToken); err != nil {
+		t.Fatal(err)
+	}
+	e.agentNS, e.jobsNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
+	// Registered after the namespaces, so it runs before they are deleted.
+	t.Cleanup(e.dumpOnFailure)
+
+	pub, priv, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPEM, _ := keys.EncodePublicPEM(pub)
+	privPEM, _ := keys.EncodePrivatePEM(priv)
+	e.createSecret(e.agentNS, "runner-key", map[string]string{"private-key.pem": privPEM})
+	if _, err := e.admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes,
+		Kubernetes: &api.KubernetesStateSpec{Namespace: e.agentNS}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.CreateRunner(ctx, api.RunnerInput{ID: runnerID, PublicKeys: []string{pubPEM}, StateStorageID: "k8s",
+		MaxConcurrency: 4, JobTimeoutSeconds: 900,
+		Job: api.RunnerJob{Namespace: e.jobsNS, ServiceAccount: jobServiceAccount, PodTemplate: o.podTemplate}}); err != nil {
+		t.Fatal(err)
+	}
+	if o.before != nil {
+		o.before(e)
+	}
+	e.install(o)
+	e.waitConnected()
+	return e
+}
+
+// install installs the embedded chart as a user would, with the agent image imported into the
+// node (pull policy IfNotPresent, the chart's default).
+func (e *env) install(o envOptions) {
+	e.t.Helper()
+	replicas := max(o.replicas, 1)
+	vals, err := helm.ParseValues(fmt.Sprintf(`
+apiUrl: %q
+orgId: %s
+runnerId: %s
+privateKey: {existingSecret: runner-key}
+replicaCount: %d
+logLevel: debug
+terminationGracePeriodSeconds: 30
+resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 256Mi}}
+jobs: {namespace: %s, startupTimeout: %s}
+`, e.orch.URL, org, runnerID, replicas, e.jobsNS, startupTimeout))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if o.values != "" {
+		over, err := helm.ParseValues(o.values)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		vals = helm.MergeValues(vals, over)
+	}
+	cfg, err := helm.NewConfiguration(helm.NewRESTClientGetter(e.c.RESTConfig, e.agentNS), e.agentNS, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	chrt, err := agentchart.Load()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := helm.Install(ctx, cfg, chrt, vals, helm.InstallOptions{ReleaseName: releaseName, Namespace: e.agentNS, Timeout: time.Minute}); err != nil {
+		e.t.Fatalf("installing the chart: %v", err)
+	}
+}
+
+// waitConnected waits until the agent, running in its pod, has polled the orchestrator, and
+// checks that it reports the images' version (stamped into the binary by the image build).
+func (e *env) waitConnected() {
+	e.t.Helper()
+	var r *api.Runner
+	wait(e.t, 2*time.Minute, "the agent pod to connect to the orchestrator", func() (bool, string) {
+		var err error
+		if r, err = e.admin.GetRunner(context.Background(), runnerID); err != nil {
+			return false, err.Error()
+		}
+		return r.Status.Connected && r.Status.AgentVersion != "", fmt.Sprintf("runner status %+v", r.Status)
+	})
+	if r.Status.AgentVersion != agentchart.AppVersion {
+		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, agentchart.AppVersion)
+	}
+}
+
+func (e *env) createSecret(ns, name string, data map[string]string) {
+	e.t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data}
+	if _, err := e.c.Client().CoreV1().Secrets(ns).Create(e.t.Context(), s, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// enqueue queues a deployment of a configuration given as files.
+func (e *env) enqueue(op api.Operation, files map[string]string, stateKey string) *api.Deployment {
+	e.t.Helper()
+	d, err := e.admin.CreateDeployment(e.t.Context(), api.DeploymentInput{RunnerID: runnerID, Operation: op,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(e.t, files)}}, StateKey: stateKey})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+// run is one deployment followed to its end.
+type run struct {
+	d   *api.Deployment
+	log string
+	// firstCLILine is the time from the enqueue to the CLI's first line in the orchestrator's log
+	// (init's "Initializing …"); zero when the CLI printed nothing.
+	firstCLILine time.Duration
+	took         time.Duration
+}
+
+// deploy enqueues a deployment and follows it until it is terminal.
+func (e *env) deploy(op api.Operation, files map[string]string, stateKey string) run {
+	e.t.Helper()
+	start := time.Now()
+	d := e.enqueue(op, files, stateKey)
+	return e.follow(d.ID, start, 5*time.Minute)
+}
+
+// follow polls a deployment and its log until it is terminal.
+func (e *env) follow(id string, enqueued time.Time, timeout time.Duration) run {
+	e.t.Helper()
+	var r run
+	wait(e.t, timeout, "deployment "+id+" to finish", func() (bool, string) {
+		ctx := context.Background()
+		d, err := e.admin.GetDeployment(ctx, id)
+		if err != nil {
+			return false, err.Error()
+		}
+		r.d = d
+		chunk, err := e.admin.GetLogs(ctx, id, 0, 4<<20)
+		if err != nil {
+			return false, err.Error()
+		}
+		r.log = string(chunk.Data)
+		if r.firstCLILine == 0 && strings.Contains(r.log, "\nInitializing") {
+			r.firstCLILine = time.Since(enqueued)
+		}
+		return d.Status.Terminal() && chunk.Complete, fmt.Sprintf("status %s, %d log bytes", d.Status, len(chunk.Data))
+	})
+	r.took = time.Since(enqueued)
+	return r
+}
+
+// waitLog waits until the deployment's log contains s.
+func (e *env) waitLog(id, s string, timeout time.Duration) {
+	e.t.Helper()
+	wait(e.t, timeout, fmt.Sprintf("%q in the log of %s", s, id), func() (bool, string) {
+		chunk, err := e.admin.GetLogs(context.Background(), id, 0, 4<<20)
+		if err != nil {
+			return false, err.Error()
+		}
+		d, _ := e.admin.GetDeployment(context.Background(), id)
+		if d != nil && d.Status.Terminal() {
+			e.t.Fatalf("deployment %s ended (%s: %s) before its log said %q:\n%s", id, d.Status, d.Message, s, chunk.Data)
+		}
+		return strings.Contains(string(chunk.Data), s), fmt.Sprintf("%d log bytes", len(chunk.Data))
+	})
+}
+
+// finishedEvents counts the finished events of a deployment.
+func (e *env) finishedEvents(id string) int {
+	e.t.Helper()
+	evs, err := e.admin.ListEvents(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == api.EventFinished {
+			n++
+		}
+	}
+	return n
+}
+
+// outputs returns a deployment's outputs as name → JSON value.
+func (e *env) outputs(id string) map[string]string {
+	e.t.Helper()
+	outs, err := e.admin.GetOutputs(context.Background(), id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m := map[string]string{}
+	for k, o := range outs {
+		m[k] = string(o.Value)
+	}
+	return m
+}
+
+// noLeftovers waits until the jobs namespace holds no Job, Pod or Secret of the agent's: what
+// a finished deployment leaves once the agent cleaned up after it.
+func (e *env) noLeftovers() {
+	e.t.Helper()
+	sel := metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue}
+	cs := e.c.Client()
+	wait(e.t, 90*time.Second, "the agent to remove the Job, its pod and its token Secret", func() (bool, string) {
+		ctx := context.Background()
+		var left []string
+		jobs, err := cs.BatchV1().Jobs(e.jobsNS).List(ctx, sel)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, j := range jobs.Items {
+			left = append(left, "Job "+j.Name)
+		}
+		pods, err := cs.CoreV1().Pods(e.jobsNS).List(ctx, sel)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			left = append(left, fmt.Sprintf("Pod %s (%s)", p.Name, p.Status.Phase))
+		}
+		secrets, err := cs.CoreV1().Secrets(e.jobsNS).List(ctx, sel)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, s := range secrets.Items {
+			left = append(left, "Secret "+s.Name)
+		}
+		return len(left) == 0, "left: " + strings.Join(left, ", ")
+	})
+}
+
+// agentPods lists the agent's pods, oldest first.
+func (e *env) agentPods() []corev1.Pod {
+	e.t.Helper()
+	pods, err := e.c.Client().CoreV1().Pods(e.agentNS).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=agent"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return pods.Items
+}
+
+// dumpOnFailure logs what explains a failure: the agent pods' logs and the job pods' states.
+func (e *env) dumpOnFailure() {
+	if !e.t.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs := e.c.Client()
+	for _, ns := range []string{e.agentNS, e.jobsNS} {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			e.t.Logf("listing pods of %s: %v", ns, err)
+			continue
+		}
+		for _, p := range pods.Items {
+			e.t.Logf("pod %s/%s: %s on %q, init %s, containers %s", ns, p.Name, p.Status.Phase, p.Spec.NodeName,
+				containerStates(p.Status.InitContainerStatuses), containerStates(p.Status.ContainerStatuses))
+			for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+				b, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr.To[int64](40)}).DoRaw(ctx)
+				if err == nil && len(b) > 0 {
+					e.t.Logf("last lines of %s/%s[%s]:\n%s", ns, p.Name, c.Name, b)
+				}
+			}
+		}
+		evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			for _, ev := range evs.Items {
+				if ev.Type == corev1.EventTypeWarning {
+					e.t.Logf("event %s/%s %s: %s", ns, ev.InvolvedObject.Name, ev.Reason, ev.Message)
+				}
+			}
+		}
+	}
+}
+
+func containerStates(ss []corev1.ContainerStatus) string {
+	var out []string
+	for _, s := range ss {
+		switch st := s.State; {
+		case st.Waiting != nil:
+			out = append(out, fmt.Sprintf("%s waiting (%s: %s)", s.Name, st.Waiting.Reason, st.Waiting.Message))
+		case st.Running != nil:
+			out = append(out, s.Name+" running")
+		case st.Terminated != nil:
+			out = append(out, fmt.Sprintf("%s exited %d (%s: %s)", s.Name, st.Terminated.ExitCode, st.Terminated.Reason, st.Terminated.Message))
+		}
+	}
+	return "[" + strings.Join(out, "; ") + "]"
+}
+
+// wait polls cond every 200 ms until it holds or the timeout passes.
+func wait(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		if state != "" {
+			last = state
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

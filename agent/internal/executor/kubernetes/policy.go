@@ -1,0 +1,361 @@
+package kubernetes
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+)
+
+// The job pod policy is the cluster owner's say over what the agent creates, whatever the
+// orchestrator sends: the runner's pod template arrives from outside the cluster, so a template
+// that asks for the node (its namespaces, its filesystem, root, added capabilities) or for
+// Secrets the agent did not put there is refused before anything is created. The defaults match
+// Kubernetes Pod Security "restricted"; each relaxation is a chart value (jobs.policy.*), and
+// every refusal names the field and that value.
+
+// Policy is what job pods may ask for beyond Pod Security "restricted". The zero value refuses
+// everything this file checks. The JSON names are the chart's jobs.policy values.
+type Policy struct {
+	// AllowHostNamespaces allows hostPID, hostNetwork, hostIPC and host ports.
+	AllowHostNamespaces bool `json:"allowHostNamespaces,omitempty"`
+	// AllowPrivileged allows privileged containers and every other way out of the container's
+	// confinement: Windows host processes, unmasked /proc, unconfined seccomp or AppArmor,
+	// custom SELinux users, roles and types.
+	AllowPrivileged bool `json:"allowPrivileged,omitempty"`
+	// AllowPrivilegeEscalation allows allowPrivilegeEscalation: true.
+	AllowPrivilegeEscalation bool `json:"allowPrivilegeEscalation,omitempty"`
+	// AllowRunAsRoot allows uid 0 and runAsNonRoot: false.
+	AllowRunAsRoot bool `json:"allowRunAsRoot,omitempty"`
+	// AllowNodeName allows pinning a pod to a node by name (spec.nodeName), which bypasses the
+	// scheduler and with it taints and node restrictions.
+	AllowNodeName bool `json:"allowNodeName,omitempty"`
+	// AllowServiceAccountToken allows a Kubernetes API token in job pods
+	// (automountServiceAccountToken: true, projected serviceAccountToken or podCertificate
+	// sources). The chart sets it from jobs.serviceAccount.automountToken.
+	AllowServiceAccountToken bool `json:"allowServiceAccountToken,omitempty"`
+	// AllowedCapabilities may be added to containers (names without CAP_, e.g. NET_BIND_SERVICE).
+	AllowedCapabilities []string `json:"allowedCapabilities,omitempty"`
+	// AllowedVolumeTypes are volume types allowed besides those of Pod Security "restricted"
+	// (configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected,
+	// secret), e.g. hostPath or nfs.
+	AllowedVolumeTypes []string `json:"allowedVolumeTypes,omitempty"`
+	// AllowedSecrets are the Secrets of the jobs namespace job pods may read (volumes, projected
+	// sources, env, envFrom), besides the ones the agent mounts itself.
+	AllowedSecrets []string `json:"allowedSecrets,omitempty"`
+	// AllowedConfigMaps are the ConfigMaps job pods may read; kube-root-ca.crt is always allowed.
+	AllowedConfigMaps []string `json:"allowedConfigMaps,omitempty"`
+}
+
+// Chart values that relax the policy, named in refusals.
+const (
+	valueHostNamespaces      = "jobs.policy.allowHostNamespaces"
+	valuePrivileged          = "jobs.policy.allowPrivileged"
+	valuePrivilegeEscalation = "jobs.policy.allowPrivilegeEscalation"
+	valueRunAsRoot           = "jobs.policy.allowRunAsRoot"
+	valueNodeName            = "jobs.policy.allowNodeName"
+	valueServiceAccountToken = "jobs.serviceAccount.automountToken"
+	valueCapabilities        = "jobs.policy.allowedCapabilities"
+	valueVolumeTypes         = "jobs.policy.allowedVolumeTypes"
+	valueSecrets             = "jobs.policy.allowedSecrets"
+	valueConfigMaps          = "jobs.policy.allowedConfigMaps"
+)
+
+// restrictedVolumeTypes are the volume types Pod Security "restricted" allows: none of them
+// reaches into the node.
+var restrictedVolumeTypes = []string{"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
+
+// publicConfigMap is published into every namespace by Kubernetes (the cluster's CA bundle).
+const publicConfigMap = "kube-root-ca.crt"
+
+// allowedSELinuxTypes are the SELinux types Pod Security "baseline" allows.
+var allowedSELinuxTypes = []string{"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+// Violation is one field of a job pod that the policy refuses.
+type Violation struct {
+	// Field is the path in the pod template, containers named by name:
+	// spec.containers[main].securityContext.privileged.
+	Field string
+	// Problem says what is refused.
+	Problem string
+	// Value is the chart value that would allow it.
+	Value string
+}
+
+func (v Violation) String() string {
+	return fmt.Sprintf("%s: %s (the cluster owner can allow it with the chart value %s)", v.Field, v.Problem, v.Value)
+}
+
+// PolicyError is a job pod the policy refuses, with every violation found.
+type PolicyError struct{ Violations []Violation }
+
+func (e *PolicyError) Error() string {
+	parts := make([]string, len(e.Violations))
+	for i, v := range e.Violations {
+		parts[i] = v.String()
+	}
+	return "the job pod policy of this cluster refuses the pod template, so no Job was created: " + strings.Join(parts, "; ")
+}
+
+// Is makes a refusal both executor.ErrPolicy and executor.ErrInvalidJob: no retry can fix it.
+func (e *PolicyError) Is(target error) bool {
+	return target == executor.ErrPolicy || target == executor.ErrInvalidJob
+}
+
+// Check returns a *PolicyError listing every field of tpl the policy refuses, or nil. It reads
+// the final pod, after the agent's overlay and security defaults, init containers included, so
+// it judges exactly what would be created. agentSecrets are the Secrets the agent itself mounts
+// (the attempt's token, the CA bundle); they need no listing.
+func (p *Policy) Check(tpl *corev1.PodTemplateSpec, agentSecrets ...string) error {
+	c := policyCheck{p: p, secrets: agentSecrets}
+	spec := &tpl.Spec
+	c.hostNamespaces(spec)
+	if spec.NodeName != "" && !p.AllowNodeName {
+		c.refuse("spec.nodeName", fmt.Sprintf("is %q: job pods are placed by the scheduler, not pinned to a node", spec.NodeName), valueNodeName)
+	}
+	if t := spec.AutomountServiceAccountToken; t != nil && *t && !p.AllowServiceAccountToken {
+		c.refuse("spec.automountServiceAccountToken", "is true: job pods get no Kubernetes API token", valueServiceAccountToken)
+	}
+	c.podSecurity(spec.SecurityContext)
+	for _, kind := range []struct {
+		field      string
+		containers []corev1.Container
+	}{{"spec.initContainers", spec.InitContainers}, {"spec.containers", spec.Containers}} {
+		for i := range kind.containers {
+			ctr := &kind.containers[i]
+			c.container(fmt.Sprintf("%s[%s]", kind.field, ctr.Name), ctr, spec.SecurityContext)
+		}
+	}
+	for i := range spec.Volumes {
+		c.volume(&spec.Volumes[i])
+	}
+	for k, v := range tpl.Annotations {
+		if strings.HasPrefix(k, "container.apparmor.security.beta.kubernetes.io/") && v == "unconfined" && !p.AllowPrivileged {
+			c.refuse("metadata.annotations."+k, "is unconfined: job pods keep the runtime's AppArmor profile", valuePrivileged)
+		}
+	}
+	if len(c.out) == 0 {
+		return nil
+	}
+	return &PolicyError{Violations: c.out}
+}
+
+// policyCheck collects the violations of one pod.
+type policyCheck struct {
+	p       *Policy
+	secrets []string
+	out     []Violation
+}
+
+func (c *policyCheck) refuse(field, problem, value string) {
+	c.out = append(c.out, Violation{Field: field, Problem: problem, Value: value})
+}
+
+func (c *policyCheck) hostNamespaces(spec *corev1.PodSpec) {
+	if c.p.AllowHostNamespaces {
+		return
+	}
+	for _, ns := range []struct {
+		on   bool
+		name string
+	}{{spec.HostPID, "hostPID"}, {spec.HostNetwork, "hostNetwork"}, {spec.HostIPC, "hostIPC"}} {
+		if ns.on {
+			c.refuse("spec."+ns.name, "is true: job pods may not share the node's namespaces", valueHostNamespaces)
+		}
+	}
+}
+
+func (c *policyCheck) podSecurity(sc *corev1.PodSecurityContext) {
+	if sc == nil {
+		return
+	}
+	const at = "spec.securityContext"
+	if !c.p.AllowRunAsRoot {
+		if sc.RunAsUser != nil && *sc.RunAsUser == 0 {
+			c.refuse(at+".runAsUser", "is 0: job pods may not run as root", valueRunAsRoot)
+		}
+		if sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot {
+			c.refuse(at+".runAsNonRoot", "is false: job pods must run as a non-root user", valueRunAsRoot)
+		}
+	}
+	if c.p.AllowPrivileged {
+		return
+	}
+	c.confinement(at, sc.SeccompProfile, sc.AppArmorProfile, sc.SELinuxOptions, sc.WindowsOptions, nil)
+}
+
+// confinement refuses every way out of the container's confinement short of privileged.
+func (c *policyCheck) confinement(at string, seccomp *corev1.SeccompProfile, apparmor *corev1.AppArmorProfile,
+	selinux *corev1.SELinuxOptions, windows *corev1.WindowsSecurityContextOptions, procMount *corev1.ProcMountType) {
+	if seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined {
+		c.refuse(at+".seccompProfile.type", "is Unconfined: job pods keep a seccomp profile", valuePrivileged)
+	}
+	if apparmor != nil && apparmor.Type == corev1.AppArmorProfileTypeUnconfined {
+		c.refuse(at+".appArmorProfile.type", "is Unconfined: job pods keep an AppArmor profile", valuePrivileged)
+	}
+	if selinux != nil && (selinux.User != "" || selinux.Role != "" || !slices.Contains(allowedSELinuxTypes, selinux.Type)) {
+		c.refuse(at+".seLinuxOptions", "sets a custom SELinux user, role or type", valuePrivileged)
+	}
+	if windows != nil && windows.HostProcess != nil && *windows.HostProcess {
+		c.refuse(at+".windowsOptions.hostProcess", "is true: job pods may not run as host processes", valuePrivileged)
+	}
+	if procMount != nil && *procMount == corev1.UnmaskedProcMount {
+		c.refuse(at+".procMount", "is Unmasked: job pods keep /proc masked", valuePrivileged)
+	}
+}
+
+func (c *policyCheck) container(at string, ctr *corev1.Container, pod *corev1.PodSecurityContext) {
+	for j, port := range ctr.Ports {
+		if port.HostPort != 0 && !c.p.AllowHostNamespaces {
+			c.refuse(fmt.Sprintf("%s.ports[%d].hostPort", at, j), fmt.Sprintf("is %d: job pods may not bind ports of the node", port.HostPort), valueHostNamespaces)
+		}
+	}
+	c.envRefs(at, ctr)
+	sc := ctr.SecurityContext
+	if sc == nil {
+		sc = &corev1.SecurityContext{}
+	}
+	sat := at + ".securityContext"
+	if sc.Privileged != nil && *sc.Privileged && !c.p.AllowPrivileged {
+		c.refuse(sat+".privileged", "is true: job pods may not run privileged containers", valuePrivileged)
+	}
+	if !c.p.AllowPrivileged {
+		c.confinement(sat, sc.SeccompProfile, sc.AppArmorProfile, sc.SELinuxOptions, sc.WindowsOptions, sc.ProcMount)
+	}
+	if (sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation) && !c.p.AllowPrivilegeEscalation {
+		c.refuse(sat+".allowPrivilegeEscalation", "is not false: job pods may not gain privileges (setuid binaries, file capabilities)", valuePrivilegeEscalation)
+	}
+	if sc.Capabilities != nil {
+		for _, cp := range sc.Capabilities.Add {
+			if !slices.Contains(c.p.AllowedCapabilities, capabilityName(cp)) {
+				c.refuse(sat+".capabilities.add", fmt.Sprintf("adds %s: job pods get no capabilities beyond the listed ones", cp), valueCapabilities)
+			}
+		}
+	}
+	if c.p.AllowRunAsRoot {
+		return
+	}
+	// What the container inherits from the pod was judged with the pod.
+	switch {
+	case sc.RunAsUser != nil && *sc.RunAsUser == 0:
+		c.refuse(sat+".runAsUser", "is 0: job pods may not run as root", valueRunAsRoot)
+	case sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot:
+		c.refuse(sat+".runAsNonRoot", "is false: job pods must run as a non-root user", valueRunAsRoot)
+	case sc.RunAsNonRoot == nil && (pod == nil || pod.RunAsNonRoot == nil):
+		c.refuse(sat+".runAsNonRoot", "is not set: job pods must run as a non-root user", valueRunAsRoot)
+	}
+}
+
+// envRefs checks the Secrets and ConfigMaps a container reads through its environment.
+func (c *policyCheck) envRefs(at string, ctr *corev1.Container) {
+	for _, e := range ctr.Env {
+		if e.ValueFrom == nil {
+			continue
+		}
+		field := fmt.Sprintf("%s.env[%s].valueFrom", at, e.Name)
+		if r := e.ValueFrom.SecretKeyRef; r != nil {
+			c.secret(field+".secretKeyRef.name", r.Name)
+		}
+		if r := e.ValueFrom.ConfigMapKeyRef; r != nil {
+			c.configMap(field+".configMapKeyRef.name", r.Name)
+		}
+	}
+	for j, e := range ctr.EnvFrom {
+		field := fmt.Sprintf("%s.envFrom[%d]", at, j)
+		if e.SecretRef != nil {
+			c.secret(field+".secretRef.name", e.SecretRef.Name)
+		}
+		if e.ConfigMapRef != nil {
+			c.configMap(field+".configMapRef.name", e.ConfigMapRef.Name)
+		}
+	}
+}
+
+func (c *policyCheck) volume(v *corev1.Volume) {
+	at := fmt.Sprintf("spec.volumes[%s]", v.Name)
+	typ := volumeType(&v.VolumeSource)
+	if !slices.Contains(restrictedVolumeTypes, typ) && !slices.Contains(c.p.AllowedVolumeTypes, typ) {
+		c.refuse(at+"."+typ, fmt.Sprintf("is a %s volume: job pods may only use volumes that do not reach into the node (%s)", typ, strings.Join(restrictedVolumeTypes, ", ")), valueVolumeTypes)
+		return
+	}
+	switch src := v.VolumeSource; {
+	case src.Secret != nil:
+		c.secret(at+".secret.secretName", src.Secret.SecretName)
+	case src.ConfigMap != nil:
+		c.configMap(at+".configMap.name", src.ConfigMap.Name)
+	case src.CSI != nil && src.CSI.NodePublishSecretRef != nil:
+		c.secret(at+".csi.nodePublishSecretRef.name", src.CSI.NodePublishSecretRef.Name)
+	case src.Projected != nil:
+		for j, s := range src.Projected.Sources {
+			field := fmt.Sprintf("%s.projected.sources[%d]", at, j)
+			switch {
+			case s.Secret != nil:
+				c.secret(field+".secret.name", s.Secret.Name)
+			case s.ConfigMap != nil:
+				c.configMap(field+".configMap.name", s.ConfigMap.Name)
+			case s.ServiceAccountToken != nil && !c.p.AllowServiceAccountToken:
+				c.refuse(field+".serviceAccountToken", "projects a Kubernetes API token: job pods get none", valueServiceAccountToken)
+			case s.PodCertificate != nil && !c.p.AllowServiceAccountToken:
+				c.refuse(field+".podCertificate", "projects a credential of the pod's identity: job pods get none", valueServiceAccountToken)
+			}
+		}
+	}
+}
+
+func (c *policyCheck) secret(field, name string) {
+	if !slices.Contains(c.secrets, name) && !slices.Contains(c.p.AllowedSecrets, name) {
+		c.refuse(field, fmt.Sprintf("reads Secret %q: job pods may only read the Secrets the cluster owner lists", name), valueSecrets)
+	}
+}
+
+func (c *policyCheck) configMap(field, name string) {
+	if name != publicConfigMap && !slices.Contains(c.p.AllowedConfigMaps, name) {
+		c.refuse(field, fmt.Sprintf("reads ConfigMap %q: job pods may only read the ConfigMaps the cluster owner lists", name), valueConfigMaps)
+	}
+}
+
+// volumeType is the JSON name of the volume's source (hostPath, emptyDir, ...).
+func volumeType(src *corev1.VolumeSource) string {
+	v := reflect.ValueOf(src).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Pointer && !f.IsNil() {
+			name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ",")
+			return name
+		}
+	}
+	// No source at all: Kubernetes defaults it to emptyDir.
+	return "emptyDir"
+}
+
+// capabilityName is a capability as Kubernetes names it: upper case, without CAP_.
+func capabilityName(c corev1.Capability) string {
+	return strings.TrimPrefix(strings.ToUpper(string(c)), "CAP_")
+}
+
+// ValidatePolicy checks the policy's lists, so a typo in a chart value fails the agent's start
+// instead of silently allowing nothing.
+func ValidatePolicy(p *Policy) error {
+	var errs []error
+	known := map[string]bool{}
+	t := reflect.TypeFor[corev1.VolumeSource]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		known[name] = true
+	}
+	for _, v := range p.AllowedVolumeTypes {
+		if !known[v] {
+			errs = append(errs, fmt.Errorf("allowedVolumeTypes: %q is not a Kubernetes volume type (hostPath, nfs, iscsi, ...)", v))
+		}
+	}
+	for _, c := range p.AllowedCapabilities {
+		if c != capabilityName(corev1.Capability(c)) || c == "" {
+			errs = append(errs, fmt.Errorf("allowedCapabilities: write %q as %q (upper case, without CAP_)", c, capabilityName(corev1.Capability(c))))
+		}
+	}
+	return errors.Join(errs...)
+}

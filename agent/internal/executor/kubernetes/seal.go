@@ -1,0 +1,91 @@
+package kubernetes
+
+import (
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+
+	batchv1 "k8s.io/api/batch/v1"
+)
+
+// The jobs namespace is shared with what the job pods (and whoever else may write there) can
+// write, so nothing the agent reads back from a Job is trusted unless the agent wrote it. Every
+// Job it creates carries a seal: an HMAC-SHA256, keyed from the runner's private key, over the
+// Job's identity and everything the agent acts on after a restart (the attempt, its fencing
+// number, operation, state key and namespace, and the digest of its job token). A Job without a
+// valid seal is not the agent's: it is neither restated in polls nor adopted, its token is never
+// registered, and nothing of it is deleted. The pending event, written later, carries its own
+// seal.
+
+// SealKey derives the key of the seals from the runner's private key, so every replica of the
+// agent (and the next process) shares it, and nobody without the private key can forge a seal.
+func SealKey(priv ed25519.PrivateKey) []byte {
+	m := hmac.New(sha256.New, priv.Seed())
+	m.Write([]byte("outpost job seal v1"))
+	return m.Sum(nil)
+}
+
+// randomSealKey is the key of an executor given none (tests): its seals do not outlive it.
+func randomSealKey() []byte {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	return k
+}
+
+// tokenDigest is the hex SHA-256 of a job token: sealed on the Job, it lets the agent check the
+// token Secret it reads back.
+func tokenDigest(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// sealedFields are what a Job's seal covers, in a fixed order.
+func sealedFields(j *batchv1.Job) []string {
+	return []string{
+		"job", j.Namespace, j.Name,
+		j.Labels[LabelManagedBy], j.Labels[LabelOrgID], j.Labels[LabelRunnerID], j.Labels[LabelDeploymentID], j.Labels[LabelAttempt],
+		j.Annotations[AnnDeploymentID], j.Annotations[AnnFencing], j.Annotations[AnnOperation],
+		j.Annotations[AnnStateKey], j.Annotations[AnnStateNS], j.Annotations[AnnClaimedAt], j.Annotations[AnnTokenSHA256],
+	}
+}
+
+func (e *Executor) mac(fields []string) string {
+	// JSON keeps the fields apart whatever they contain.
+	msg, _ := json.Marshal(fields)
+	m := hmac.New(sha256.New, e.sealKey)
+	m.Write(msg)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// seal puts the seal on a Job the agent is about to create.
+func (e *Executor) seal(j *batchv1.Job) {
+	j.Annotations[AnnSeal] = e.mac(sealedFields(j))
+}
+
+// sealed reports whether the Job carries a valid seal of this agent.
+func (e *Executor) sealed(j *batchv1.Job) bool {
+	return equalMAC(j.Annotations[AnnSeal], e.mac(sealedFields(j)))
+}
+
+// eventSeal seals a pending event to its Job (by UID, so it cannot be copied to another Job).
+func (e *Executor) eventSeal(j *batchv1.Job, event string) string {
+	return e.mac([]string{"pending-event", string(j.UID), event})
+}
+
+// pendingEvent returns the Job's pending event if its seal holds.
+func (e *Executor) pendingEvent(j *batchv1.Job) (string, bool) {
+	ev := j.Annotations[AnnPendingEvent]
+	if ev == "" {
+		return "", false
+	}
+	return ev, equalMAC(j.Annotations[AnnPendingEventSeal], e.eventSeal(j, ev))
+}
+
+func equalMAC(got, want string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}

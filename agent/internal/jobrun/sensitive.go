@@ -1,0 +1,151 @@
+package jobrun
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// A root variable the configuration declares sensitive keeps its value out of the CLI's own
+// output, but nothing stops the configuration from printing it anyway: nonsensitive(), a
+// local-exec that echoes it, an error message that quotes it, often encoded on the way
+// (jsonencode, base64encode, urlencode). The job runner knows the values it was given, so it adds
+// each sensitive one to the log's redactor in every form those paths print it.
+
+// variableSchema and sensitiveSchema pick the variable blocks and their `sensitive` argument out
+// of a configuration file, whatever else it holds.
+var (
+	variableSchema  = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "variable", LabelNames: []string{"name"}}}}
+	sensitiveSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "sensitive"}}}
+)
+
+// declaredSensitive returns the root module's variables declared `sensitive = true`. all is true
+// when a file could not be read: then every variable counts as sensitive, since the CLI will say
+// what is wrong with the file, and a value must not leak in the meantime.
+func declaredSensitive(configDir string) (names map[string]bool, all bool) {
+	names = map[string]bool{}
+	entries, err := os.ReadDir(configDir)
+	if err != nil {
+		return names, true
+	}
+	p := hclparse.NewParser()
+	for _, e := range entries {
+		name := e.Name()
+		var f *hcl.File
+		var diags hcl.Diagnostics
+		switch {
+		case e.IsDir():
+			continue
+		case strings.HasSuffix(name, ".tf") || strings.HasSuffix(name, ".tofu"):
+			f, diags = p.ParseHCLFile(filepath.Join(configDir, name))
+		case strings.HasSuffix(name, ".tf.json") || strings.HasSuffix(name, ".tofu.json"):
+			f, diags = p.ParseJSONFile(filepath.Join(configDir, name))
+		default:
+			continue
+		}
+		if diags.HasErrors() || f == nil {
+			all = true
+			continue
+		}
+		content, _, _ := f.Body.PartialContent(variableSchema)
+		for _, b := range content.Blocks {
+			attrs, _, _ := b.Body.PartialContent(sensitiveSchema)
+			a, ok := attrs.Attributes["sensitive"]
+			if !ok {
+				continue
+			}
+			v, d := a.Expr.Value(nil)
+			if d.HasErrors() || (v.IsKnown() && !v.IsNull() && v.True()) {
+				names[b.Labels[0]] = true
+			}
+		}
+	}
+	return names, all
+}
+
+// sensitiveSecrets is every form of the sensitive variables' values to redact.
+func sensitiveSecrets(configDir string, vars map[string]json.RawMessage) []string {
+	if len(vars) == 0 {
+		return nil
+	}
+	names, all := declaredSensitive(configDir)
+	var out []string
+	for name, raw := range vars {
+		if !all && !names[name] {
+			continue
+		}
+		for _, v := range valueStrings(raw) {
+			out = append(out, secretForms(v)...)
+		}
+	}
+	return out
+}
+
+// valueStrings are the strings a variable's value can print as: a string as itself; any other
+// value as its JSON and every string inside it.
+func valueStrings(raw json.RawMessage) []string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return []string{s}
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, raw) != nil {
+		return nil
+	}
+	out := []string{compact.String()}
+	var walk func(any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case string:
+			out = append(out, t)
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range t {
+				walk(e)
+			}
+		}
+	}
+	var v any
+	if json.Unmarshal(raw, &v) == nil {
+		walk(v)
+	}
+	return out
+}
+
+// secretForms are the ways a value commonly reaches a log: as is; JSON-escaped with and without
+// HTML escaping (jsonencode, `output -json`); base64 with either alphabet, padded or not
+// (base64encode); URL-escaped (urlencode); hex; and, for a multi-line value, each of its lines
+// (plans print those one per line).
+func secretForms(v string) []string {
+	forms := []string{v, jsonEscaped(v, true), jsonEscaped(v, false),
+		base64.StdEncoding.EncodeToString([]byte(v)), base64.RawStdEncoding.EncodeToString([]byte(v)),
+		base64.URLEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v)),
+		url.QueryEscape(v), url.PathEscape(v), hex.EncodeToString([]byte(v)), strings.ToUpper(hex.EncodeToString([]byte(v)))}
+	if strings.Contains(v, "\n") {
+		for _, line := range strings.Split(v, "\n") {
+			forms = append(forms, strings.TrimSpace(line))
+		}
+	}
+	return forms
+}
+
+// jsonEscaped is v as a JSON string without its quotes.
+func jsonEscaped(v string, html bool) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(html)
+	_ = enc.Encode(v)
+	s := strings.TrimSuffix(b.String(), "\n")
+	return strings.TrimSuffix(strings.TrimPrefix(s, `"`), `"`)
+}

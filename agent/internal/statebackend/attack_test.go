@@ -1,0 +1,209 @@
+package statebackend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+)
+
+// These tests play a hostile job pod against the real state backend and the test bed's API
+// server: each attack is refused with the error the caller sees, and nothing stored changes.
+
+// storedBytes is the current state of key as the store holds it, with its generation.
+func storedBytes(t *testing.T, e *env, key string) ([]byte, int64) {
+	t.Helper()
+	data, gen, err := e.store.Read(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, gen.Generation
+}
+
+// TestPlanJobCannotWriteDeleteOrForceUnlock: a plan attempt's job token reads its state and
+// takes and releases its own lock, and nothing else.
+func TestPlanJobCannotWriteDeleteOrForceUnlock(t *testing.T) {
+	e := newEnv(t, statestore.Options{})
+	e.authz.add("apply", "pw-apply")
+	e.authz.addPlan("plan", "pw-plan")
+	key, u := "team/prod", e.url("team/prod")
+	v1 := stateDoc(1, "good")
+	if code, body, _ := doReq(t, "POST", u, "apply", "pw-apply", v1); code != 200 {
+		t.Fatalf("apply's write: %d %s", code, body)
+	}
+
+	if code, got, _ := doReq(t, "GET", u, "plan", "pw-plan", nil); code != 200 || !bytes.Equal(got, v1) {
+		t.Errorf("plan's read: %d", code)
+	}
+	for _, attack := range []struct {
+		method, url string
+		body        []byte
+	}{
+		{"POST", u, stateDoc(2, "overwritten by a plan")},
+		{"PUT", u, stateDoc(2, "overwritten by a plan")},
+		{"DELETE", u, nil},
+	} {
+		code, body, _ := doReq(t, attack.method, attack.url, "plan", "pw-plan", attack.body)
+		var eb errorBody
+		if code != 403 || json.Unmarshal(body, &eb) != nil || eb.Error.Code != "read_only" {
+			t.Errorf("plan %s: %d %s, want 403 read_only", attack.method, code, body)
+		}
+	}
+	// Its own lock: take, write under it (refused), release.
+	if code, body, _ := doReq(t, "LOCK", u, "plan", "pw-plan", lockBody("plan-lock")); code != 200 {
+		t.Fatalf("plan's LOCK: %d %s", code, body)
+	}
+	if code, _, _ := doReq(t, "POST", u+"?ID=plan-lock", "plan", "pw-plan", stateDoc(2, "under its own lock")); code != 403 {
+		t.Errorf("plan's write under its own lock: %d, want 403", code)
+	}
+	if code, _, _ := doReq(t, "UNLOCK", u, "plan", "pw-plan", lockBody("plan-lock")); code != 200 {
+		t.Errorf("plan's UNLOCK of its own lock: %d", code)
+	}
+	// Force-unlock of the apply's lock: refused for everyone over HTTP.
+	if code, body, _ := doReq(t, "LOCK", u, "apply", "pw-apply", lockBody("apply-lock")); code != 200 {
+		t.Fatalf("apply's LOCK: %d %s", code, body)
+	}
+	for _, who := range []string{"plan", "apply"} {
+		code, body, _ := doReq(t, "UNLOCK", u, who, "pw-"+who, nil)
+		if code != 403 || !strings.Contains(string(body), "outpost-agent state force-unlock") {
+			t.Errorf("%s's force-unlock: %d %s", who, code, body)
+		}
+	}
+	if l, _ := e.store.LockInfo(context.Background(), key); l == nil || l.Info.ID != "apply-lock" {
+		t.Errorf("the apply's lock changed: %+v", l)
+	}
+	if got, gen := storedBytes(t, e, key); !bytes.Equal(got, v1) || gen != 1 {
+		t.Errorf("the state changed: generation %d", gen)
+	}
+
+	// The same attacks with the real CLIs, as a plan job would run them.
+	doReq(t, "UNLOCK", u, "apply", "pw-apply", lockBody("apply-lock"))
+	forEachCLI(t, func(t *testing.T, c cli) {
+		w := newWorkdirWith(t, c, fmt.Sprintf(backendHTTP, u), lifecycleTF,
+			"TF_HTTP_USERNAME=plan", "TF_HTTP_PASSWORD=pw-plan")
+		out, err := w.run("apply", "-auto-approve", "-input=false", "-var", "v=plan-writes")
+		if err == nil || !strings.Contains(out, "403") {
+			t.Errorf("%s apply with a plan's token: %v\n%s", c.name, err, lastLines(out, 15))
+		}
+		t.Logf("%s apply with a plan's token fails with:\n%s", c.name, lastLines(out, 12))
+		pushed := w.dir + "/pushed.tfstate"
+		must(t, os.WriteFile(pushed, stateDoc(5, "pushed by a plan"), 0o600))
+		out, err = w.run("state", "push", "-force", pushed)
+		if err == nil {
+			t.Errorf("%s state push with a plan's token succeeded:\n%s", c.name, lastLines(out, 15))
+		}
+		t.Logf("%s state push with a plan's token fails with:\n%s", c.name, lastLines(out, 4))
+		doReq(t, "LOCK", u, "apply", "pw-apply", lockBody("apply-lock-2"))
+		out, err = w.run("force-unlock", "-force", "apply-lock-2")
+		if err == nil {
+			t.Errorf("%s force-unlock with a plan's token succeeded:\n%s", c.name, lastLines(out, 15))
+		}
+		t.Logf("%s force-unlock with a plan's token fails with:\n%s", c.name, lastLines(out, 4))
+		if l, _ := e.store.LockInfo(context.Background(), key); l == nil || l.Info.ID != "apply-lock-2" {
+			t.Errorf("%s: the apply's lock changed: %+v", c.name, l)
+		}
+		doReq(t, "UNLOCK", u, "apply", "pw-apply", lockBody("apply-lock-2"))
+		if got, gen := storedBytes(t, e, key); !bytes.Equal(got, v1) || gen != 1 {
+			t.Errorf("%s: the state changed: generation %d", c.name, gen)
+		}
+	})
+}
+
+// TestLockIDOfAnotherHolderOpensNothing: a job that meets another attempt's lock is not told its
+// ID, and a lock ID it learned anyway neither writes nor unlocks.
+func TestLockIDOfAnotherHolderOpensNothing(t *testing.T) {
+	e := newEnv(t, statestore.Options{})
+	e.authz.add("victim", "pw-v")
+	e.authz.add("thief", "pw-t")
+	key, u := "shared", e.url("shared")
+	v1 := stateDoc(1, "victim's")
+	if code, body, _ := doReq(t, "POST", u, "victim", "pw-v", v1); code != 200 {
+		t.Fatalf("write: %d %s", code, body)
+	}
+	const victimLock = "0b5c1d7e-victim-lock"
+	if code, body, _ := doReq(t, "LOCK", u, "victim", "pw-v", lockBody(victimLock)); code != 200 {
+		t.Fatalf("LOCK: %d %s", code, body)
+	}
+	for _, probe := range []struct {
+		method, url string
+		body        []byte
+		want        int
+	}{
+		{"LOCK", u, lockBody("thief-lock"), 423},
+		{"POST", u, stateDoc(2, "no lock"), 423},
+		{"POST", u + "?ID=guess", stateDoc(2, "guessed"), 409},
+		{"UNLOCK", u, lockBody("guess"), 409},
+	} {
+		code, body, _ := doReq(t, probe.method, probe.url, "thief", "pw-t", probe.body)
+		if code != probe.want || strings.Contains(string(body), victimLock) {
+			t.Errorf("%s %s: %d %s; want %d without the victim's lock ID", probe.method, probe.url, code, body, probe.want)
+		}
+	}
+	// Learned out of band: the ID alone is not the lock.
+	if code, body, _ := doReq(t, "POST", u+"?ID="+victimLock, "thief", "pw-t", stateDoc(2, "stolen lock")); code != 409 {
+		t.Errorf("write with the victim's lock ID: %d %s", code, body)
+	}
+	if code, body, _ := doReq(t, "UNLOCK", u, "thief", "pw-t", lockBody(victimLock)); code != 409 {
+		t.Errorf("UNLOCK with the victim's lock ID: %d %s", code, body)
+	}
+	if l, _ := e.store.LockInfo(context.Background(), key); l == nil || l.Info.ID != victimLock {
+		t.Errorf("the victim's lock changed: %+v", l)
+	}
+	if got, gen := storedBytes(t, e, key); !bytes.Equal(got, v1) || gen != 1 {
+		t.Errorf("the state changed: generation %d", gen)
+	}
+	// The victim still writes under its lock.
+	if code, body, _ := doReq(t, "POST", u+"?ID="+victimLock, "victim", "pw-v", stateDoc(2, "victim's next")); code != 200 {
+		t.Errorf("the victim's own write: %d %s", code, body)
+	}
+}
+
+// TestRequestsAreAdmittedWithinLimits: a job that opens more requests than its share gets 429
+// at once, and when every turn is taken other jobs wait, then get 503 with Retry-After (the
+// CLIs retry both); nothing a refused request carried is stored.
+func TestRequestsAreAdmittedWithinLimits(t *testing.T) {
+	e := newEnv(t, statestore.Options{}, WithLimits(Limits{MaxRequests: 1, MaxRequestsPerJob: 1, QueueWait: 300 * time.Millisecond}))
+	e.authz.add("greedy", "pw-g")
+	e.authz.add("other", "pw-o")
+	u := e.url("k")
+	// A slow upload holds greedy's only turn and the server's only turn.
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", u, pr)
+	req.SetBasicAuth("greedy", "pw-g")
+	slow := make(chan int, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			slow <- 0
+			return
+		}
+		_ = resp.Body.Close()
+		slow <- resp.StatusCode
+	}()
+	_, _ = pw.Write([]byte(`{"version":4,`))
+	time.Sleep(200 * time.Millisecond) // the slow upload is being read
+	code, body, h := doReq(t, "GET", u, "greedy", "pw-g", nil)
+	if code != 429 || h.Get("Retry-After") == "" {
+		t.Errorf("greedy's second request: %d %s", code, body)
+	}
+	code, body, h = doReq(t, "POST", u, "other", "pw-o", stateDoc(1, "other"))
+	if code != 503 || h.Get("Retry-After") == "" || !strings.Contains(string(body), `"busy"`) {
+		t.Errorf("another job while the server is busy: %d %s", code, body)
+	}
+	_, _ = pw.Write([]byte(`"serial":1,"lineage":"l"}`))
+	_ = pw.Close()
+	if got := <-slow; got != 200 {
+		t.Fatalf("the slow upload: %d", got)
+	}
+	if code, body, _ := doReq(t, "POST", u, "other", "pw-o", stateDoc(2, "other")); code != 200 {
+		t.Errorf("once the turn is free: %d %s", code, body)
+	}
+}

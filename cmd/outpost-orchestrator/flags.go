@@ -1,0 +1,179 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+)
+
+// envPrefix starts the environment variable of every flag: --log-cap reads
+// OUTPOST_ORCHESTRATOR_LOG_CAP. A flag given on the command line wins over its variable.
+const envPrefix = "OUTPOST_ORCHESTRATOR_"
+
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// options are the settings of `outpost-orchestrator` (serve).
+type options struct {
+	listen, dataDir, adminToken, externalURL, logFormat, logCap string
+	leaseDuration                                               time.Duration
+	limits                                                      orchestrator.HTTPLimits
+	retention                                                   orchestrator.Retention
+	printVersion                                                bool
+}
+
+const serveUsage = `Usage: outpost-orchestrator [flags]
+       outpost-orchestrator token create|list|revoke ...   (see: outpost-orchestrator token --help)
+
+Runs the reference Outpost orchestrator: the admin, agent and job API over a bbolt database in
+--data-dir.
+
+Tokens. The admin token (--admin-token) is the bootstrap token: a superuser that reaches every
+organisation and alone creates, lists and revokes organisation tokens. Give teams organisation
+tokens (outpost-orchestrator token create --org ORG --name NAME), which reach their own
+organisation only. Without --admin-token, one is generated on first start into
+<data-dir>/admin-token (mode 0600); its path, never its value, is logged.
+
+Every flag also reads an environment variable (shown with each flag); the command line wins.
+Pass the admin token through the environment rather than argv, so ps does not show it.
+
+Flags:
+`
+
+// parseFlags reads the serve flags, then the environment for the flags not given.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("outpost-orchestrator", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8700", "address to listen on")
+	fs.StringVar(&o.dataDir, "data-dir", "./orchestrator-data", "directory of the database")
+	fs.StringVar(&o.adminToken, "admin-token", "", "the bootstrap admin token: every organisation, and organisation tokens; prefer the environment variable; empty = generate one into <data-dir>/admin-token")
+	fs.StringVar(&o.externalURL, "external-url", "", "base URL agents use to reach this server, e.g. https://outpost.example.com; empty = taken from each request's Host")
+	fs.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
+	fs.StringVar(&o.logCap, "log-cap", "16MiB", "most log bytes kept per deployment, e.g. 16MiB, 512KiB or 1048576")
+	fs.DurationVar(&o.leaseDuration, "lease-duration", orchestrator.DefaultLeaseDuration, "how long a claim or a poll's renewal keeps a job lease")
+	fs.IntVar(&o.limits.MaxConnections, "max-connections", orchestrator.DefaultMaxConnections, "most connections open at once (every agent holds one for its long poll); more wait to be accepted")
+	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", orchestrator.DefaultReadHeaderTimeout, "time a request's headers may take to arrive")
+	fs.DurationVar(&o.limits.ReadTimeout, "read-timeout", orchestrator.DefaultReadTimeout, "time a whole request may take to arrive, body included (only requests with valid credentials get their body read)")
+	fs.DurationVar(&o.limits.WriteTimeout, "write-timeout", orchestrator.DefaultWriteTimeout, "time from a request's headers to the end of its answer; above the 30s a long poll is held")
+	fs.DurationVar(&o.limits.IdleTimeout, "idle-timeout", orchestrator.DefaultIdleTimeout, "time a kept-alive connection may sit idle between requests")
+	retention := func(name string, d *time.Duration, def time.Duration, usage string) {
+		*d = def
+		fs.Var(retentionValue{d}, name, usage+", counted from the deployment's end; e.g. 1h or 30d, or forever")
+	}
+	retention("source-retention", &o.retention.Sources, orchestrator.DefaultSourceRetention, "how long an ended deployment's source and variables are kept (they can hold secrets)")
+	retention("log-retention", &o.retention.Logs, orchestrator.DefaultLogRetention, "how long an ended deployment's log and events are kept")
+	retention("deployment-retention", &o.retention.Deployments, orchestrator.DefaultDeploymentRetention, "how long an ended deployment itself, with its outputs, is kept")
+	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), serveUsage)
+		fs.PrintDefaults()
+	}
+	if err := parseWithEnv(fs, args, getenv, "version"); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; see --help", fs.Arg(0))
+	}
+	if err := o.limits.Validate(); err != nil {
+		return nil, fmt.Errorf("--write-timeout: %w", err)
+	}
+	return o, nil
+}
+
+// parseWithEnv parses args, then sets every flag that was not given (except those named in
+// noEnv) from its environment variable; each flag's usage names its variable, so --help shows
+// them.
+func parseWithEnv(fs *flag.FlagSet, args []string, getenv func(string) string, noEnv ...string) error {
+	fs.VisitAll(func(f *flag.Flag) {
+		if !slices.Contains(noEnv, f.Name) {
+			f.Usage += " (env " + envName(f.Name) + ")"
+		}
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if given[f.Name] || v == "" || slices.Contains(noEnv, f.Name) {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// retentionValue is a retention flag: a positive duration with an optional day unit (30d), or
+// forever.
+type retentionValue struct{ d *time.Duration }
+
+func (v retentionValue) String() string {
+	switch {
+	case v.d == nil:
+		return ""
+	case *v.d < 0:
+		return "forever"
+	case *v.d > 0 && *v.d%(24*time.Hour) == 0:
+		return strconv.FormatInt(int64(*v.d/(24*time.Hour)), 10) + "d"
+	}
+	return v.d.String()
+}
+
+func (v retentionValue) Set(s string) error {
+	s = strings.TrimSpace(s)
+	if s == "forever" {
+		*v.d = orchestrator.KeepForever
+		return nil
+	}
+	var d time.Duration
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil {
+			return fmt.Errorf("%q is not a number of days like 30d", s)
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(s); err != nil {
+			return fmt.Errorf("%q is not a duration like 1h or 30d, or forever", s)
+		}
+	}
+	if d <= 0 {
+		return fmt.Errorf("%q must be positive; use forever to keep everything", s)
+	}
+	*v.d = d
+	return nil
+}
+
+// parseSize reads a byte count with an optional KiB/MiB/GiB suffix.
+func parseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("--log-cap %q is not a positive size like 16MiB, 512KiB or 1048576", s)
+	}
+	return n * mult, nil
+}

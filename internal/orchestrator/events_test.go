@@ -1,0 +1,125 @@
+package orchestrator
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+func eventPath(id string) string { return "/api/v1/agent/deployments/" + id + "/events" }
+
+// TestEventsOnEndedAttemptsAreRefused sends new events for attempts that ended three ways (the
+// deployment finished, was canceled, or moved on to a later attempt): each is refused with a
+// message that says why, and nothing stored changes. A resend of an event already stored is
+// still acknowledged, so an agent that lost an answer is not stuck.
+func TestEventsOnEndedAttemptsAreRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 3)
+
+	finished := h.deploy(api.OperationApply)
+	fc := a.claim(finished.ID, 1, "pod-a")
+	last := api.EventRequest{Fencing: fc.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}}
+	a.mustOK(eventPath(finished.ID), last, nil)
+
+	canceled := h.deploy(api.OperationApply)
+	cc := a.claim(canceled.ID, 1, "pod-a")
+	h.mustAdmin(http.MethodPost, orgPath("acme")+"/deployments/"+canceled.ID+"/cancel", nil, http.StatusOK, nil)
+	h.clock.Advance(DefaultLeaseDuration + time.Second) // the agent never answers the cancel
+	h.sweep()
+
+	requeued := h.deploy(api.OperationPlan)
+	rc := a.claim(requeued.ID, 1, "pod-a")
+	h.clock.Advance(DefaultLeaseDuration + time.Second)
+	h.sweep()
+	if d := h.deployment(requeued.ID); d.Attempt != 2 || d.Status != api.StatusQueued {
+		t.Fatalf("the plan whose job lease expired: %+v, want attempt 2 queued", d)
+	}
+	if d := h.deployment(canceled.ID); d.Status != api.StatusCanceled {
+		t.Fatalf("the canceled deployment: %+v", d)
+	}
+
+	// The agent was seen at this instant already, so the refused events below change not even
+	// the runner's last_seen_at (the clock does not move).
+	a.poll(api.PollRequest{Instance: "pod-a"})
+	before := everything(h)
+	cases := []struct {
+		name, id string
+		req      api.EventRequest
+		code     string
+		msg      string
+	}{
+		{"progress after the finished event", finished.ID, api.EventRequest{Fencing: fc.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventProgress, Message: "late"}}, api.CodeConflict, "already ended with status succeeded"},
+		{"a second finished event", finished.ID, api.EventRequest{Fencing: fc.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventFinished, Result: api.StatusFailed}}, api.CodeConflict, "already ended"},
+		{"started after the cancel ended it", canceled.ID, api.EventRequest{Fencing: cc.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 0, Type: api.EventStarted}}, api.CodeConflict, "already ended with status canceled"},
+		{"finished after the cancel ended it", canceled.ID, api.EventRequest{Fencing: cc.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, api.CodeConflict, "already ended"},
+		{"an older attempt", requeued.ID, api.EventRequest{Fencing: rc.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, api.CodeStaleFencing, "is at attempt 2"},
+	}
+	for _, tc := range cases {
+		r := a.event(tc.id, tc.req)
+		if r.code != http.StatusConflict {
+			t.Errorf("%s: HTTP %d %s, want 409", tc.name, r.code, r.body)
+			continue
+		}
+		e := r.err(t)
+		if e.Code != tc.code || !strings.Contains(e.Message, tc.msg) {
+			t.Errorf("%s: %+v, want code %s and a message with %q", tc.name, e, tc.code, tc.msg)
+		}
+		t.Logf("%s: HTTP %d %s: %s", tc.name, r.code, e.Code, e.Message)
+	}
+	if after := everything(h); after != before {
+		t.Fatalf("refused events changed stored state:\nbefore %s\nafter  %s", before, after)
+	}
+	var resp api.EventResponse
+	a.mustOK(eventPath(finished.ID), last, &resp)
+	if resp.Status != api.StatusSucceeded {
+		t.Fatalf("resend of the stored finished event: %+v", resp)
+	}
+}
+
+// TestEventCapPerAttempt fills an attempt up to MaxEventsPerAttempt: the next progress event is
+// refused with a message naming the cap, the finished event is still taken, and nothing beyond
+// the cap is stored.
+func TestEventCapPerAttempt(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 1)
+	d := h.deploy(api.OperationApply)
+	c := a.claim(d.ID, 1, "pod-a")
+	// All but the last event of the cap go straight into the store; the rest over HTTP.
+	if err := h.srv.store.db.Update(func(tx *bolt.Tx) error {
+		for seq := range int64(MaxEventsPerAttempt - 1) {
+			if err := putJSON(tx.Bucket(bEvents), eventKey("acme", d.ID, 1, seq), api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	progress := func(seq int64) api.EventRequest {
+		return api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}}
+	}
+	a.mustOK(eventPath(d.ID), progress(MaxEventsPerAttempt-1), nil) // the last one within the cap
+	r := a.event(d.ID, progress(MaxEventsPerAttempt))
+	if r.code != http.StatusConflict || !strings.Contains(r.err(t).Message, "1000 events, the most one attempt may record") {
+		t.Fatalf("an event beyond the cap: HTTP %d %s, want 409 naming the cap", r.code, r.body)
+	}
+	t.Logf("beyond the cap: HTTP %d %s", r.code, r.err(t).Message)
+	a.mustOK(eventPath(d.ID), progress(5), nil) // a resend of a stored one is still acknowledged
+	var resp api.EventResponse
+	a.mustOK(eventPath(d.ID), api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: MaxEventsPerAttempt + 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, &resp)
+	if resp.Status != api.StatusSucceeded {
+		t.Fatalf("the finished event at the cap: %+v", resp)
+	}
+	var events api.List[api.Event]
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
+	if n := len(events.Items); n != MaxEventsPerAttempt+1 || events.Items[n-1].Type != api.EventFinished {
+		t.Fatalf("%d events stored (last %+v), want the cap of %d plus the finished event", n, events.Items[n-1], MaxEventsPerAttempt)
+	}
+}

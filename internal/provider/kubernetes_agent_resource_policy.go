@@ -1,0 +1,184 @@
+package provider
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+)
+
+// The job pod policy of outpost_kubernetes_agent: what the cluster owner lets a runner's pod
+// template ask for (chart values jobs.policy.*, jobs.serviceAccount.automountToken and
+// jobs.podTemplate). The agent enforces it on every Job; the provider passes it on and labels the
+// namespaces it creates for the Pod Security level the policy needs.
+
+// jobPodPolicyModel maps the job_pod_policy block.
+type jobPodPolicyModel struct {
+	AllowHostNamespaces      types.Bool   `tfsdk:"allow_host_namespaces"`
+	AllowPrivileged          types.Bool   `tfsdk:"allow_privileged"`
+	AllowPrivilegeEscalation types.Bool   `tfsdk:"allow_privilege_escalation"`
+	AllowRunAsRoot           types.Bool   `tfsdk:"allow_run_as_root"`
+	AllowNodeName            types.Bool   `tfsdk:"allow_node_name"`
+	AllowServiceAccountToken types.Bool   `tfsdk:"allow_service_account_token"`
+	AllowedCapabilities      types.List   `tfsdk:"allowed_capabilities"` //< string
+	AllowedVolumeTypes       types.List   `tfsdk:"allowed_volume_types"` //< string
+	AllowedSecrets           types.List   `tfsdk:"allowed_secrets"`      //< string
+	AllowedConfigMaps        types.List   `tfsdk:"allowed_config_maps"`  //< string
+	PodTemplate              types.String `tfsdk:"pod_template"`
+}
+
+func jobPodPolicyBlock() schema.SingleNestedBlock {
+	flag := func(desc string) schema.BoolAttribute {
+		return schema.BoolAttribute{MarkdownDescription: desc + " Defaults to `false`.", Optional: true}
+	}
+	list := func(desc string) schema.ListAttribute {
+		return schema.ListAttribute{MarkdownDescription: desc, ElementType: types.StringType, Optional: true}
+	}
+	return schema.SingleNestedBlock{
+		MarkdownDescription: "The job pod policy the agent enforces on the final pod of every Job, init containers included, " +
+			"whatever pod template the orchestrator sends. By default it is Pod Security `restricted`: a claim whose pod asks for more " +
+			"fails its deployment (reason `pod_policy`) with a message naming the field and the setting that would allow it, and " +
+			"nothing is created. Namespaces this resource creates are labelled `pod-security.kubernetes.io/enforce` with the level " +
+			"the policy needs (`restricted` unless something here is allowed).",
+		Attributes: map[string]schema.Attribute{
+			"allow_host_namespaces":       flag("Allow `hostPID`, `hostNetwork`, `hostIPC` and host ports."),
+			"allow_privileged":            flag("Allow privileged containers, host processes, unmasked `/proc`, unconfined seccomp or AppArmor and custom SELinux options."),
+			"allow_privilege_escalation":  flag("Allow `allowPrivilegeEscalation: true`."),
+			"allow_run_as_root":           flag("Allow uid 0 and `runAsNonRoot: false`."),
+			"allow_node_name":             flag("Allow `spec.nodeName`, which bypasses the scheduler."),
+			"allow_service_account_token": flag("Mount a Kubernetes API token of the Jobs' service account into job pods (chart value `jobs.serviceAccount.automountToken`)."),
+			"allowed_capabilities":        list("Capabilities containers may add, e.g. `[\"NET_BIND_SERVICE\"]`."),
+			"allowed_volume_types":        list("Volume types allowed besides configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected and secret, e.g. `[\"hostPath\"]`."),
+			"allowed_secrets":             list("Secrets of `job_namespace` job pods may read (volumes, env, envFrom), besides the agent's own."),
+			"allowed_config_maps":         list("ConfigMaps of `job_namespace` job pods may read; `kube-root-ca.crt` is always allowed."),
+			"pod_template": schema.StringAttribute{
+				MarkdownDescription: "Pins the pod template of every Job (a JSON Kubernetes PodTemplateSpec with a container named `main`; " +
+					"use `jsonencode`): the runner's template from the orchestrator is then ignored.",
+				Optional:   true,
+				Validators: []validator.String{podTemplateValidator()},
+			},
+		},
+	}
+}
+
+// chartValues are the chart values of the block: jobs.policy, and the service account token and
+// pinned template beside it.
+func (p *jobPodPolicyModel) chartValues(r *valuesReader) (policy map[string]any, automount, template any) {
+	if p == nil {
+		return nil, nil, nil
+	}
+	policy = nonEmpty(map[string]any{
+		"allowHostNamespaces": r.boolean(p.AllowHostNamespaces), "allowPrivileged": r.boolean(p.AllowPrivileged),
+		"allowPrivilegeEscalation": r.boolean(p.AllowPrivilegeEscalation), "allowRunAsRoot": r.boolean(p.AllowRunAsRoot),
+		"allowNodeName": r.boolean(p.AllowNodeName), "allowedCapabilities": r.strList(p.AllowedCapabilities),
+		"allowedVolumeTypes": r.strList(p.AllowedVolumeTypes), "allowedSecrets": r.strList(p.AllowedSecrets),
+		"allowedConfigMaps": r.strList(p.AllowedConfigMaps),
+	})
+	if s, ok := r.str(p.PodTemplate).(string); ok {
+		var tpl map[string]any
+		if err := json.Unmarshal([]byte(s), &tpl); err != nil {
+			r.err = fmt.Errorf("job_pod_policy.pod_template: %w", err)
+		} else {
+			template = tpl
+		}
+	}
+	return policy, r.boolean(p.AllowServiceAccountToken), template
+}
+
+// strList turns a list of strings into chart values (nil when empty, so the chart's default
+// applies).
+func (r *valuesReader) strList(v types.List) any {
+	if v.IsUnknown() {
+		r.unknown = true
+		return nil
+	}
+	var out []any
+	for _, e := range v.Elements() {
+		s, ok := e.(types.String)
+		if !ok || s.IsUnknown() {
+			r.unknown = true
+			continue
+		}
+		out = append(out, s.ValueString())
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// Pod Security Standards levels, as the namespace label takes them.
+const (
+	podSecurityRestricted = "restricted"
+	podSecurityBaseline   = "baseline"
+	podSecurityPrivileged = "privileged"
+	labelPodSecurity      = "pod-security.kubernetes.io/enforce"
+)
+
+// jobsPodSecurityLevel is the Pod Security level the jobs namespace needs for what the final
+// chart values' policy allows: the API server must admit what the agent's policy lets through.
+func jobsPodSecurityLevel(vals map[string]any) string {
+	jobs, _ := vals["jobs"].(map[string]any)
+	p, _ := jobs["policy"].(map[string]any)
+	on := func(k string) bool { b, _ := p[k].(bool); return b }
+	listed := func(k string) []any { l, _ := p[k].([]any); return l }
+	switch {
+	case on("allowHostNamespaces"), on("allowPrivileged"), len(listed("allowedCapabilities")) > 0, slices.Contains(listed("allowedVolumeTypes"), any("hostPath")):
+		return podSecurityPrivileged
+	case on("allowRunAsRoot"), on("allowPrivilegeEscalation"), len(listed("allowedVolumeTypes")) > 0:
+		return podSecurityBaseline
+	}
+	return podSecurityRestricted
+}
+
+// policyFromValues is the block an imported release's values describe (nil when they set none).
+func policyFromValues(v valuesView, diags *diag.Diagnostics) *jobPodPolicyModel {
+	jobs := v.sub("jobs")
+	p := jobs.sub("policy")
+	automount, hasToken := jobs.sub("serviceAccount")["automountToken"].(bool)
+	tpl := jobs.sub("podTemplate")
+	if len(p) == 0 && !hasToken && len(tpl) == 0 {
+		return nil
+	}
+	flag := func(k string) types.Bool {
+		if b, ok := p[k].(bool); ok {
+			return types.BoolValue(b)
+		}
+		return types.BoolNull()
+	}
+	list := func(k string) types.List {
+		l, _ := p[k].([]any)
+		if len(l) == 0 {
+			return types.ListNull(types.StringType)
+		}
+		els := make([]attr.Value, 0, len(l))
+		for _, e := range l {
+			if s, ok := e.(string); ok {
+				els = append(els, types.StringValue(s))
+			}
+		}
+		out, d := types.ListValue(types.StringType, els)
+		diags.Append(d...)
+		return out
+	}
+	m := &jobPodPolicyModel{
+		AllowHostNamespaces: flag("allowHostNamespaces"), AllowPrivileged: flag("allowPrivileged"),
+		AllowPrivilegeEscalation: flag("allowPrivilegeEscalation"), AllowRunAsRoot: flag("allowRunAsRoot"), AllowNodeName: flag("allowNodeName"),
+		AllowServiceAccountToken: types.BoolNull(), AllowedCapabilities: list("allowedCapabilities"), AllowedVolumeTypes: list("allowedVolumeTypes"),
+		AllowedSecrets: list("allowedSecrets"), AllowedConfigMaps: list("allowedConfigMaps"), PodTemplate: types.StringNull(),
+	}
+	if hasToken {
+		m.AllowServiceAccountToken = types.BoolValue(automount)
+	}
+	if len(tpl) > 0 {
+		if b, err := json.Marshal(tpl); err == nil {
+			m.PodTemplate = types.StringValue(string(b))
+		}
+	}
+	return m
+}
