@@ -294,7 +294,6 @@ func manifestObjects(t *testing.T, manifest string) map[string]map[string]any {
 	return out
 }
 
-
 func createNamespace(t *testing.T, c *testbed.Cluster, name string) {
 	t.Helper()
 	cs := c.Client()
@@ -309,4 +308,3 @@ func createNamespace(t *testing.T, c *testbed.Cluster, name string) {
 		}
 	})
 }
-
