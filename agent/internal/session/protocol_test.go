@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -91,7 +92,12 @@ func TestAgentAndOrchestratorRefuseAnIncompatiblePair(t *testing.T) {
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- s.Run(runCtx) }()
-			defer func() { cancel(); <-done }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("session: %v", err)
+				}
+			}()
 
 			if c.wantConnected {
 				waitFor(t, "the attempt claimed", func() bool { l, _ := ex.List(ctx); return len(l) == 1 })
