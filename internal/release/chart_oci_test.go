@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -94,7 +96,7 @@ func TestChartFromOCIMatchesTheProviderInstall(t *testing.T) {
 	helm := newHelm(t, c)
 	ctx := t.Context()
 
-	reg := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(nil)))
+	reg := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(reg.Close)
 	host := strings.TrimPrefix(reg.URL, "http://")
 	var pushLog bytes.Buffer
@@ -249,6 +251,7 @@ output "versions" {
 			t.Errorf("%s differs:\n--- helm CLI from the OCI chart ---\n%s\n--- provider ---\n%s", k, a, b)
 		}
 	}
+	t.Logf("compared %d objects of each release: %s", len(fromProvider), strings.Join(sortedKeys(fromProvider), ", "))
 	// And the objects are really there: the agent Deployments run the snapshot's image.
 	for _, sd := range []side{viaHelm, viaProvider} {
 		d, err := c.Client().AppsV1().Deployments(sd.ns).Get(ctx, "outpost-agent", metav1.GetOptions{})
