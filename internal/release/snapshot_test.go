@@ -15,10 +15,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 )
 
 // snapshot is the build the tests install, from $DistEnv.
-type snapshot struct{ Dist }
+type snapshot struct{ releasetest.Dist }
 
 func (s snapshot) release(name string) string { return s.ReleaseFile(name) }
 
@@ -29,11 +31,11 @@ func (s snapshot) chart() string { return s.Chart() }
 
 func loadSnapshot(t *testing.T) snapshot {
 	t.Helper()
-	dir := os.Getenv(DistEnv)
+	dir := os.Getenv(releasetest.DistEnv)
 	if dir == "" {
-		t.Skipf("%s is not set: run `make snapshot` and set %s=$PWD/dist (make test does both)", DistEnv, DistEnv)
+		t.Skipf("%s is not set: run `make snapshot` and set %s=$PWD/dist (make test does both)", releasetest.DistEnv, releasetest.DistEnv)
 	}
-	d, err := OpenDist(dir)
+	d, err := releasetest.OpenDist(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/image"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/release"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -39,7 +40,7 @@ var (
 	agentImage    = registry + "/" + recipe.AgentName + ":" + agentchart.AppVersion
 	jobImage      = registry + "/" + recipe.JobName + ":" + agentchart.AppVersion
 	// dist is the release build the images and the chart come from; empty: built here, embedded.
-	dist release.Dist
+	dist releasetest.Dist
 )
 
 // loadChart is the chart the tests install: the release build's package, else the embedded one.
@@ -76,7 +77,7 @@ func images(t *testing.T, c *testbed.Cluster) {
 func buildAndImport(t *testing.T, c *testbed.Cluster) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	if dir := os.Getenv(release.DistEnv); dir != "" {
+	if dir := os.Getenv(releasetest.DistEnv); dir != "" {
 		return importRelease(ctx, t, c, dir)
 	}
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
@@ -137,7 +138,7 @@ func buildAndImport(t *testing.T, c *testbed.Cluster) error {
 // they are, with the terraform test image made from its job image, and makes the tests deploy
 // them through the chart the release packaged.
 func importRelease(ctx context.Context, t *testing.T, c *testbed.Cluster, dir string) error {
-	d, err := release.OpenDist(dir)
+	d, err := releasetest.OpenDist(dir)
 	if err != nil {
 		return err
 	}

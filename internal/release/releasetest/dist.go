@@ -1,4 +1,6 @@
-package release
+// Package releasetest reads what a build of .goreleaser.yml left in its dist directory, for the
+// tests that install those artifacts as users would (internal/release, agent/e2e/pods).
+package releasetest
 
 import (
 	"encoding/json"
