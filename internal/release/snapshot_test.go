@@ -256,6 +256,14 @@ output "fingerprint" {
 			if got := v.ProviderSelections[c.host+"/outpost-dev/outpost"]; got != s.Version {
 				t.Errorf("%s version -json selects outpost %q, want %q (%v)", c.name, got, s.Version, v.ProviderSelections)
 			}
+			// The provider's own log names its version (TF_LOG=info, see run).
+			log, err := os.ReadFile(filepath.Join(dir, "cli.log"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "provider_version=" + s.Version; !strings.Contains(string(log), want) {
+				t.Errorf("the provider's log has no %q", want)
+			}
 			c.run(t, dir, cliConfig, "destroy", "-input=false", "-no-color", "-auto-approve")
 		})
 	}
