@@ -215,4 +215,3 @@ func startOrchestrator(ctx context.Context, c *Config, s *stepper, addr string) 
 	s.info("admin token in %s; data in %s", tokenFile, filepath.Join(c.Dir, "orchestrator"))
 	return string(token), nil
 }
-
