@@ -26,7 +26,10 @@ const imageRegistry = "ghcr.io/outpost-dev"
 
 // builtImage is one image the demo imported into the node.
 type builtImage struct {
-	ref, digest string // digest of this platform's image manifest
+	ref        string
+	index      string    // digest of the image index
+	digest     string    // digest of this platform's image manifest
+	importedAt time.Time // when the node had it
 }
 
 // buildImages builds the outpost-agent and outpost-job images for this machine's platform, as
@@ -61,7 +64,7 @@ func buildImages(ctx context.Context, c *Config, s *stepper, tc *testbed.Cluster
 		}
 		p := b.Platforms[0]
 		s.info("%s (%s, %.1f MiB) imported into node %s", b.Ref, shortDigest(p.Digest), float64(p.Size)/(1<<20), testbed.RealNodeName)
-		imgs = append(imgs, builtImage{ref: b.Ref, digest: p.Digest})
+		imgs = append(imgs, builtImage{ref: b.Ref, index: b.Digest, digest: p.Digest, importedAt: time.Now()})
 	}
 	s.info("built and imported in %s; archives in %s", time.Since(start).Round(100*time.Millisecond), out)
 	return imgs, nil
@@ -77,9 +80,9 @@ func shortDigest(d string) string {
 // agentPodSelector selects the chart's agent pods.
 const agentPodSelector = "app.kubernetes.io/component=agent"
 
-// restartStaleAgentPods deletes the agent pods of an earlier run that run an older build of the
-// agent image (same tag, other digest), so their Deployment starts them again from the image
-// just imported.
+// restartStaleAgentPods deletes the agent pods of an earlier run (created before the import) that
+// may run an older build of the agent image (same tag), so their Deployment starts them again
+// from the image just imported.
 func restartStaleAgentPods(ctx context.Context, kc kubernetes.Interface, ns string, imgs []builtImage, s *stepper) error {
 	var agent builtImage
 	for _, i := range imgs {
@@ -92,8 +95,11 @@ func restartStaleAgentPods(ctx context.Context, kc kubernetes.Interface, ns stri
 		return fmt.Errorf("list the agent pods: %w", err)
 	}
 	for _, p := range pods.Items {
+		if !p.CreationTimestamp.Time.Before(agent.importedAt) {
+			continue // started from the image just imported (pull policy IfNotPresent)
+		}
 		for _, cs := range p.Status.ContainerStatuses {
-			if cs.ImageID != "" && !strings.HasSuffix(cs.ImageID, agent.digest) {
+			if !strings.HasSuffix(cs.ImageID, agent.digest) && !strings.HasSuffix(cs.ImageID, agent.index) {
 				s.info("restarting agent pod %s: it runs %s, an earlier build", p.Name, shortDigest(cs.ImageID[strings.LastIndexByte(cs.ImageID, '@')+1:]))
 				if err := kc.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
 					return fmt.Errorf("delete agent pod %s: %w", p.Name, err)
