@@ -26,7 +26,7 @@ const failedPrefix = "failed-"
 func keepLogs(c *Config, cause error) error {
 	dir := filepath.Join(c.Dir, failedPrefix+time.Now().UTC().Format("20060102T150405Z"))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("%w\n(keeping the logs failed too: %v)", cause, err)
+		return fmt.Errorf("%w\n(keeping the logs failed too: %w)", cause, err)
 	}
 	var problems []string
 	for _, src := range []struct{ from, to string }{
