@@ -13,6 +13,10 @@ import (
 	"strings"
 )
 
+// insecureHTTPEnv is the opt-in of the provider and the agent to a plain-http orchestrator URL
+// whose host is not loopback.
+const insecureHTTPEnv = "OUTPOST_INSECURE_ALLOW_HTTP"
+
 // quickstartOutputs are the outputs of examples/quickstart the demo uses.
 type quickstartOutputs struct {
 	AgentNamespace   string
@@ -39,6 +43,13 @@ func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig
 		"KUBE_CONFIG_PATH="+kubeconfig,
 		"TF_VAR_runner_id="+c.RunnerID,
 	)
+	if c.Executor == ExecutorKubernetes {
+		// The agent pods reach the orchestrator at the test bed's host address, on a veth that
+		// leads only into the node's network namespace: plain http that never leaves this
+		// machine, which the provider, the agent and its job runner each refuse unless told.
+		env = append(env, insecureHTTPEnv+"=true",
+			"TF_VAR_agent_values=extraEnv: [{name: "+insecureHTTPEnv+", value: \"true\"}]")
+	}
 	if c.Executor == ExecutorProcess {
 		// The chart is installed for real, but its pods are simulated (no real node); the demo
 		// runs the agent as a local process instead and waits for it after the apply.

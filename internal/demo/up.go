@@ -80,7 +80,11 @@ func Up(ctx context.Context, c Config) (err error) {
 		return err
 	}
 	apiURL := "http://" + orchAddr
-	admin, err := client.NewAdminClient(apiURL, c.Org, token)
+	var opts []client.Option
+	if pods {
+		opts = append(opts, client.AllowInsecureHTTP()) // the test bed's host-only address; see applyQuickstart
+	}
+	admin, err := client.NewAdminClient(apiURL, c.Org, token, opts...)
 	if err != nil {
 		return err
 	}
