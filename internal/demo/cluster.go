@@ -74,7 +74,7 @@ func startTestbed(ctx context.Context, c *Config, s *stepper) (*testbed.Cluster,
 		s.info("%v", err)
 		s.info("falling back to EXECUTOR=process: the agent and the deployments run as local processes (the chart is installed all the same, its pods simulated)")
 		c.Executor = ExecutorProcess
-		if err := buildBinaries(ctx, c, s); err != nil { // the local agent binary
+		if err := build(ctx, c, s, agentTarget); err != nil {
 			return nil, err
 		}
 		tc, err = testbed.Start(ctx, testbed.Options{Jobs: true, Dir: dir, Detach: true})

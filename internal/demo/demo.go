@@ -116,13 +116,26 @@ func buildBinaries(ctx context.Context, c *Config, s *stepper) error {
 	if err := os.MkdirAll(c.binDir(), 0o755); err != nil {
 		return err
 	}
-	targets := []struct{ out, pkg string }{
+	targets := []buildTarget{
 		{"terraform-provider-outpost", "."},
 		{"outpost-orchestrator", "./cmd/outpost-orchestrator"},
 	}
 	if c.Executor == ExecutorProcess {
 		// Otherwise the agent runs from its image, built with the images.
-		targets = append(targets, struct{ out, pkg string }{"outpost-agent", "./agent"})
+		targets = append(targets, agentTarget)
+	}
+	return build(ctx, c, s, targets...)
+}
+
+// buildTarget is a binary the demo builds into its bin directory.
+type buildTarget struct{ out, pkg string }
+
+// agentTarget is the agent, for the process executor.
+var agentTarget = buildTarget{"outpost-agent", "./agent"}
+
+func build(ctx context.Context, c *Config, s *stepper, targets ...buildTarget) error {
+	if err := os.MkdirAll(c.binDir(), 0o755); err != nil {
+		return err
 	}
 	for _, t := range targets {
 		start := time.Now()
