@@ -13,8 +13,8 @@ import (
 	"strings"
 )
 
-// insecureHTTPEnv is the opt-in of the provider and the agent to a plain-http orchestrator URL
-// whose host is not loopback.
+// insecureHTTPEnv is the provider's opt-in to a plain-http orchestrator URL whose host is not
+// loopback (the chart's is insecureAllowHttp).
 const insecureHTTPEnv = "OUTPOST_INSECURE_ALLOW_HTTP"
 
 // quickstartOutputs are the outputs of examples/quickstart the demo uses.
@@ -47,8 +47,7 @@ func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig
 		// The agent pods reach the orchestrator at the test bed's host address, on a veth that
 		// leads only into the node's network namespace: plain http that never leaves this
 		// machine, which the provider, the agent and its job runner each refuse unless told.
-		env = append(env, insecureHTTPEnv+"=true",
-			"TF_VAR_agent_values=extraEnv: [{name: "+insecureHTTPEnv+", value: \"true\"}]")
+		env = append(env, insecureHTTPEnv+"=true", "TF_VAR_agent_values=insecureAllowHttp: true")
 	}
 	if c.Executor == ExecutorProcess {
 		// The chart is installed for real, but its pods are simulated (no real node); the demo
