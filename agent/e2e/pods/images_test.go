@@ -84,7 +84,7 @@ func buildAndImport(t *testing.T, c *testbed.Cluster) error {
 	if err != nil {
 		return err
 	}
-	tofuVersion, err := versionsEnv(root, "TOFU_VERSION")
+	tofuVersion, err := recipe.VersionsEnv(root, "TOFU_VERSION")
 	if err != nil {
 		return err
 	}
@@ -310,20 +310,6 @@ func terraformVersion(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%s version -json: %q", hostTerraform, out)
 	}
 	return v.Version, nil
-}
-
-// versionsEnv reads one NAME=value of scripts/versions.env, the one place tool versions live.
-func versionsEnv(root, name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "scripts", "versions.env"))
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+"="); ok {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", fmt.Errorf("scripts/versions.env has no %s", name)
 }
 
 // testLog sends the image build's progress to the test log.
