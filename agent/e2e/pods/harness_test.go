@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
@@ -131,7 +130,7 @@ state: {namespace: %s}
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	chrt, err := agentchart.Load()
+	chrt, err := loadChart()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -154,8 +153,8 @@ func (e *env) waitConnected() {
 		}
 		return r.Status.Connected && r.Status.AgentVersion != "", fmt.Sprintf("runner status %+v", r.Status)
 	})
-	if r.Status.AgentVersion != agentchart.AppVersion {
-		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, agentchart.AppVersion)
+	if r.Status.AgentVersion != imagesVersion {
+		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, imagesVersion)
 	}
 }
 
