@@ -137,7 +137,7 @@ func buildAndImport(t testing.TB, c *testbed.Cluster) error {
 // importRelease imports the images of the release build in dir (make snapshot) into the node, as
 // they are, with the terraform test image made from its job image, and makes the tests deploy
 // them through the chart the release packaged.
-func importRelease(ctx context.Context, t *testing.T, c *testbed.Cluster, dir string) error {
+func importRelease(ctx context.Context, t testing.TB, c *testbed.Cluster, dir string) error {
 	d, err := releasetest.OpenDist(dir)
 	if err != nil {
 		return err
