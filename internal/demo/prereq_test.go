@@ -2,7 +2,10 @@ package demo
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,3 +49,40 @@ func TestPrerequisiteMessages(t *testing.T) {
 
 // IsPrereq reports whether err is a missing prerequisite.
 func IsPrereq(err error) bool { return errors.Is(err, errPrereq) }
+
+// A demo running with one executor is not switched to the other over it: that takes a test bed
+// of another shape and the orchestrator on another address, so the message asks for demo-down.
+func TestExecutorSwitchRefused(t *testing.T) {
+	c := Config{Dir: t.TempDir(), Executor: ExecutorProcess}
+	c.Defaults()
+	if err := checkSameExecutor(&c); err != nil {
+		t.Fatalf("no demo ran before: %v", err)
+	}
+	if err := c.recordExecutor(); err != nil {
+		t.Fatal(err)
+	}
+	// A detached test bed whose one process is this test, as `outpost-testbed up` records it.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(c.testbedDir(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := fmt.Sprintf(`{"kubeconfig": "x", "processes": [{"name": "etcd", "pid": %d, "exe": %q}]}`, os.Getpid(), exe)
+	if err := os.WriteFile(filepath.Join(c.testbedDir(), "testbed.json"), []byte(state), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkSameExecutor(&c); err != nil {
+		t.Fatalf("same executor again: %v", err)
+	}
+	c.Executor = ExecutorKubernetes
+	err = checkSameExecutor(&c)
+	if !IsPrereq(err) || !strings.Contains(err.Error(), "EXECUTOR=process is running") || !strings.Contains(err.Error(), "make demo-down") {
+		t.Fatalf("got %v", err)
+	}
+	c.Executor = "docker"
+	if err := c.checkExecutor(); !IsPrereq(err) || !strings.Contains(err.Error(), "EXECUTOR=kubernetes") {
+		t.Fatalf("unknown executor: %v", err)
+	}
+}
