@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
@@ -33,6 +36,26 @@ func TestParsePrecedenceFlagEnvFile(t *testing.T) {
 	}
 	if strings.Join(c.JobImagePullSecrets, ",") != "a,b" || c.JobPodLabels["team"] != "infra" {
 		t.Errorf("pull secrets %v labels %v", c.JobImagePullSecrets, c.JobPodLabels)
+	}
+}
+
+func TestParseJobResourcesAndForwardEnv(t *testing.T) {
+	c, err := Parse(nil, env(map[string]string{"OUTPOST_JOB_FORWARD_ENV": "AWS_REGION, TF_LOG,", "AWS_REGION": "eu-west-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.JobResources.Limits[corev1.ResourceMemory]; got.String() != "2Gi" {
+		t.Errorf("default memory limit %s, want 2Gi (DefaultJobResources)", got.String())
+	}
+	if len(c.JobForwardEnv) != 2 || c.JobForwardEnv["AWS_REGION"] != "eu-west-1" || c.JobForwardEnv["TF_LOG"] != "" {
+		t.Errorf("forwarded env %v", c.JobForwardEnv)
+	}
+	c, err = Parse([]string{"--job-resources", "{}"}, env(nil))
+	if err != nil || len(c.JobResources.Requests)+len(c.JobResources.Limits) != 0 {
+		t.Errorf("--job-resources {} must mean none: %+v, %v", c.JobResources, err)
+	}
+	if _, err := Parse([]string{"--job-resources", `{"requests":{"memory":"lots"}}`}, env(nil)); err == nil || !strings.Contains(err.Error(), "--job-resources") {
+		t.Errorf("a bad quantity must be refused naming the flag: %v", err)
 	}
 }
 
@@ -104,6 +127,12 @@ func TestValidate(t *testing.T) {
 		"ca bundle":      {func(c *Config) { c.CABundleFile = "/does/not/exist.pem" }, []string{"--ca-bundle-file", "/does/not/exist.pem"}},
 		"startup":        {func(c *Config) { c.StartupTimeout = 0 }, []string{"--startup-timeout", "at least"}},
 		"max concurrent": {func(c *Config) { c.MaxConcurrency = -1 }, []string{"--max-concurrency"}},
+		"forward owned":  {func(c *Config) { c.JobForwardEnv = map[string]string{"OUTPOST_API_URL": "x"} }, []string{"--job-forward-env", "OUTPOST_API_URL"}},
+		"forward proxy":  {func(c *Config) { c.JobForwardEnv = map[string]string{"https_proxy": ""} }, []string{"--job-forward-env", "proxy.*"}},
+		"forward name":   {func(c *Config) { c.JobForwardEnv = map[string]string{"A=B": ""} }, []string{"--job-forward-env", "A=B"}},
+		"resources": {func(c *Config) {
+			c.JobResources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}
+		}, []string{"--job-resources", "above limits.memory"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +73,19 @@ func (c *Config) Validate() error {
 		}
 		if err := kubeexec.ValidatePolicy(&c.JobPodPolicy); err != nil {
 			bad("job-pod-policy", "%v", err)
+		}
+		for _, name := range slices.Sorted(maps.Keys(c.JobForwardEnv)) {
+			switch {
+			case len(validation.IsEnvVarName(name)) > 0:
+				bad("job-forward-env", "%q is not an environment variable name", name)
+			case strings.HasPrefix(strings.ToUpper(name), "OUTPOST_"):
+				bad("job-forward-env", "%q: variables under OUTPOST_ are the agent's own settings and never reach job pods; rename it", name)
+			case slices.Contains(ProxyVariables, strings.ToUpper(name)):
+				bad("job-forward-env", "%q: the proxy variables reach job pods already (chart values proxy.*); remove it", name)
+			}
+		}
+		if err := kubeexec.ValidateResources(c.JobResources); err != nil {
+			bad("job-resources", "%v", err)
 		}
 		if c.JobPodTemplate != "" {
 			if _, err := podtemplate.Parse(c.JobPodTemplate); err != nil {

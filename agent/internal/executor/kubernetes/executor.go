@@ -207,8 +207,13 @@ func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
 			e.log.Warn("ignoring the runner's pod template: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
 				"deployment_id", c.DeploymentID, "attempt", c.Attempt)
 		}
+		if c.Placement.Job.Pod != nil {
+			e.log.Warn("ignoring the runner's job pod settings: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
+				"deployment_id", c.DeploymentID, "attempt", c.Attempt)
+		}
 		pc := *c
 		pc.Placement.Job.PodTemplate = pinned
+		pc.Placement.Job.Pod = nil
 		c = &pc
 	}
 	job, secret, err := BuildJob(c, e.o.Pod, time.Now())

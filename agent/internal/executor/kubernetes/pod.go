@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -71,13 +72,19 @@ type PodOptions struct {
 	// ProxyEnv are the proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) for main; each is set
 	// in upper and lower case. A template whose main sets any proxy variable keeps its own.
 	ProxyEnv map[string]string
+	// Resources are main's resources when neither the runner's pod template nor its job pod
+	// settings set any (the chart's jobs.resources).
+	Resources corev1.ResourceRequirements
+	// ForwardEnv are variables of the agent's environment handed on to main (the chart's
+	// jobs.forwardEnv); a variable of the same name set by the runner wins, an empty one is left out.
+	ForwardEnv map[string]string
 	// CancelGrace is the time the CLI gets to stop on cancel; it sets the pod's termination
 	// grace (at least 120 s) and is added to the job timeout for activeDeadlineSeconds.
 	CancelGrace time.Duration
 }
 
 // BuildJob turns a claim into the Job and the token Secret that run its attempt. The user's pod
-// template is the base, the agent's overlay is merged over it with a strategic merge patch
+// template with the runner's job pod settings applied (podtemplate.Apply) is the base, the agent's overlay is merged over it with a strategic merge patch
 // (containers, env, mounts and volumes merge by name, so the user's sidecars, volumes and env
 // stay), and the fields the agent owns are re-asserted after the merge so no template can take them
 // over. A template that breaks the contract returns a *podtemplate.Error.
@@ -85,6 +92,9 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 	p := &c.Placement
 	base, err := podtemplate.Parse(p.Job.PodTemplate)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := podtemplate.Apply(base, p.Job.Pod); err != nil {
 		return nil, nil, err
 	}
 	name := JobName(c.DeploymentID, c.Attempt)
@@ -262,6 +272,10 @@ func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec, o Po
 		if c.Image == "" {
 			c.Image = o.Image
 		}
+		if len(c.Resources.Requests) == 0 && len(c.Resources.Limits) == 0 {
+			c.Resources = *o.Resources.DeepCopy()
+		}
+		c.Env = addAbsent(c.Env, forwardEnv(o.ForwardEnv))
 		c.Command = append([]string(nil), want.Command...)
 		c.Args = nil
 		c.TerminationMessagePath, c.TerminationMessagePolicy = want.TerminationMessagePath, want.TerminationMessagePolicy
@@ -269,10 +283,10 @@ func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec, o Po
 		if !setsProxy(c.Env) {
 			env = append(env, proxyEnv(o.ProxyEnv)...)
 		}
-		c.Env = replaceOwned(c.Env, env, func(e corev1.EnvVar) []string { return []string{e.Name} })
-		c.VolumeMounts = replaceOwned(c.VolumeMounts, want.VolumeMounts, func(m corev1.VolumeMount) []string { return []string{m.Name, m.MountPath} })
+		c.Env = podtemplate.ReplaceByKey(c.Env, env, func(e corev1.EnvVar) []string { return []string{e.Name} })
+		c.VolumeMounts = podtemplate.ReplaceByKey(c.VolumeMounts, want.VolumeMounts, func(m corev1.VolumeMount) []string { return []string{m.Name, m.MountPath} })
 	}
-	tpl.Spec.Volumes = replaceOwned(tpl.Spec.Volumes, overlay.Spec.Volumes, func(v corev1.Volume) []string { return []string{v.Name} })
+	tpl.Spec.Volumes = podtemplate.ReplaceByKey(tpl.Spec.Volumes, overlay.Spec.Volumes, func(v corev1.Volume) []string { return []string{v.Name} })
 }
 
 // injectContainer is the init container that copies the job runner into the pod. It passes the
@@ -324,6 +338,38 @@ func setsProxy(env []corev1.EnvVar) bool {
 	})
 }
 
+// forwardEnv turns the agent's forwarded variables into main's, in a fixed order, leaving out
+// those without a value.
+func forwardEnv(vars map[string]string) []corev1.EnvVar {
+	var out []corev1.EnvVar
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		if vars[k] != "" {
+			out = append(out, corev1.EnvVar{Name: k, Value: vars[k]})
+		}
+	}
+	return out
+}
+
+// addAbsent appends the variables of add whose names env does not set.
+func addAbsent(env, add []corev1.EnvVar) []corev1.EnvVar {
+	for _, a := range add {
+		if !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == a.Name }) {
+			env = append(env, a)
+		}
+	}
+	return env
+}
+
+// ValidateResources checks the default resources of main (the chart's jobs.resources).
+func ValidateResources(r corev1.ResourceRequirements) error {
+	for name, req := range r.Requests {
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			return fmt.Errorf("requests.%s %s is above limits.%s %s", name, req.String(), name, lim.String())
+		}
+	}
+	return nil
+}
+
 func mergeLabels(base, over map[string]string) map[string]string {
 	out := make(map[string]string, len(base)+len(over))
 	for k, v := range base {
@@ -333,23 +379,4 @@ func mergeLabels(base, over map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// replaceOwned drops from have every item that shares a key with an item of want, then appends
-// want: the agent's env vars, mounts and volumes replace the template's of the same name (or
-// mount path).
-func replaceOwned[T any](have, want []T, keys func(T) []string) []T {
-	owned := map[string]bool{}
-	for _, w := range want {
-		for _, k := range keys(w) {
-			owned[k] = true
-		}
-	}
-	out := make([]T, 0, len(have)+len(want))
-	for _, h := range have {
-		if !slices.ContainsFunc(keys(h), func(k string) bool { return owned[k] }) {
-			out = append(out, h)
-		}
-	}
-	return append(out, want...)
 }
