@@ -380,6 +380,7 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_STATE_MAX_BODY_BYTES":       "67108864",
 		"OUTPOST_STATE_MAX_REQUESTS":         "4",
 		"OUTPOST_STATE_MAX_REQUESTS_PER_JOB": "2",
+		"OUTPOST_JOB_RESOURCES":              `{"limits":{"memory":"2Gi"},"requests":{"cpu":"250m","memory":"512Mi"}}`,
 	})
 	e := env(c)
 	if v := e["GOMEMLIMIT"].ValueFrom; v == nil || v.ResourceFieldRef == nil || v.ResourceFieldRef.Resource != "limits.memory" {
@@ -391,7 +392,7 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 	wantNoEnv(t, c, "OUTPOST_CA_BUNDLE_FILE", "OUTPOST_JOB_CA_SECRET", "OUTPOST_JOB_POD_LABELS",
-		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE")
+		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE", "OUTPOST_JOB_FORWARD_ENV")
 	if len(e) != len(c.Env) {
 		t.Errorf("the agent container sets an env var twice: %v", c.Env)
 	}
@@ -613,6 +614,16 @@ podAnnotations:
 }
 
 // TestPodDisruptionBudget checks the default budget and its alternatives.
+func TestJobResourcesAndForwardEnv(t *testing.T) {
+	r := render(t, "jobs: {resources: null, forwardEnv: [AWS_REGION, TF_REGISTRY_CLIENT_TIMEOUT]}\nextraEnv: [{name: AWS_REGION, value: eu-west-1}]")
+	_, c := r.deployment(t)
+	wantEnv(t, c, map[string]string{
+		"OUTPOST_JOB_RESOURCES":   "{}",
+		"OUTPOST_JOB_FORWARD_ENV": "AWS_REGION,TF_REGISTRY_CLIENT_TIMEOUT",
+		"AWS_REGION":              "eu-west-1",
+	})
+}
+
 func TestPodDisruptionBudget(t *testing.T) {
 	tests := []struct {
 		name, values       string
