@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
-
-	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
 var _ planmodifier.String = keepStateWhenEquivalent{}
@@ -39,14 +37,9 @@ func (m keepStateWhenEquivalent) PlanModifyString(_ context.Context, req planmod
 
 // keepEquivalentPodTemplate ignores key order and whitespace in a pod template.
 func keepEquivalentPodTemplate() planmodifier.String {
-	return keepStateWhenEquivalent{
-		description: "A pod template that differs from the state only in key order or whitespace is no change.",
-		equivalent: func(a, b string) bool {
-			na, errA := podtemplate.Normalize(a)
-			nb, errB := podtemplate.Normalize(b)
-			return errA == nil && errB == nil && na == nb
-		},
-	}
+	m := keepEquivalentJSON().(keepStateWhenEquivalent)
+	m.description = "A pod template that differs from the state only in key order or whitespace is no change."
+	return m
 }
 
 // keepEquivalentDuration ignores how a duration is spelled.
