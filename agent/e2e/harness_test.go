@@ -101,6 +101,12 @@ const testOrg = "acme"
 // newEnv registers a runner whose Jobs use podTemplate (JSON; empty for the default).
 func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
 	t.Helper()
+	return newEnvWithPod(t, podTemplate, nil, maxConcurrency)
+}
+
+// newEnvWithPod is newEnv with job pod settings on the runner.
+func newEnvWithPod(t *testing.T, podTemplate string, pod *api.JobPod, maxConcurrency int) *env {
+	t.Helper()
 	c := testbed.Shared(t)
 	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
 	e.apiURL = e.orch.URL
@@ -134,7 +140,7 @@ func newEnv(t *testing.T, podTemplate string, maxConcurrency int) *env {
 	}
 	if _, err := e.admin.CreateRunner(ctx, api.RunnerInput{ID: e.runnerID, PublicKeys: []string{pubPEM}, StateStorageID: "k8s",
 		MaxConcurrency: maxConcurrency, JobTimeoutSeconds: 600,
-		Job: api.RunnerJob{Namespace: e.ns, ServiceAccount: "deployer", PodTemplate: podTemplate}}); err != nil {
+		Job: api.RunnerJob{Namespace: e.ns, ServiceAccount: "deployer", PodTemplate: podTemplate, Pod: pod}}); err != nil {
 		t.Fatal(err)
 	}
 	return e

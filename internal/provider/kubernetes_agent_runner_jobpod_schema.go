@@ -11,27 +11,6 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
-// jobPodPrecedence is how a runner's job pod settings combine with its pod template and the
-// cluster owner's chart values; the resource documentation shows it, and
-// TestJobPodPrecedence (agent) and TestApplyPrecedence (podtemplate) hold it.
-const jobPodPrecedence = "## How the job settings combine\n\n" +
-	"Each Job's pod is built in this order; a later step wins over an earlier one for the same key:\n\n" +
-	"1. `job.pod_template` (or the chart's `jobs.podTemplate`, which pins the template and makes the agent ignore the " +
-	"runner's template *and* the settings below).\n" +
-	"2. The job pod settings of this block: `env`, `volumes` and `volume_mounts` replace the template's of the same name " +
-	"(a mount also of the same path); `labels`, `annotations`, `node_selector` and `resources` replace the template's " +
-	"value of the same key; `tolerations` are added to the template's; `affinity` and `priority_class_name` replace the template's.\n" +
-	"3. The cluster owner's defaults, only where steps 1 and 2 say nothing: `jobs.resources` when `main` has no " +
-	"requests or limits at all; the variables named in `jobs.forwardEnv` when `main` sets none of that name; the proxy " +
-	"variables of `proxy.*` when `main` sets no proxy variable; the security defaults of `jobs.podSecurityContext` and " +
-	"`jobs.securityContext` for every field left unset.\n" +
-	"4. The agent's own fields, re-asserted last: the restart policy, the service account, labels under `outpost.dev/`, " +
-	"`main`'s command and `OUTPOST_*` variables, and the volumes and mounts that bring in the job runner and its token. " +
-	"The settings refuse these names at plan time.\n" +
-	"5. The job pod policy (chart values `jobs.policy.*`) checks the final pod: a `hostPath` volume, or a Secret or " +
-	"ConfigMap the cluster owner has not allowed (`jobs.policy.allowedSecrets`, `allowedConfigMaps`), fails the " +
-	"deployment with a message naming the field and the value that would allow it, and no Job is created.\n"
-
 // jobPodAttributes are the job pod settings of the runner's job block.
 func jobPodAttributes() map[string]schema.Attribute {
 	nonEmptyString := []validator.String{stringvalidator.LengthAtLeast(1)}

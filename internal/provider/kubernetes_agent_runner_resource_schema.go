@@ -28,8 +28,7 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 		MarkdownDescription: "A runner of type `kubernetes-agent` registered with the Outpost orchestrator. The runner's agent " +
 			"(installed with `outpost_kubernetes_agent`) authenticates with the private half of one of `public_keys` and " +
 			"runs each deployment as a Kubernetes Job in `job.namespace`.\n\n" +
-			"Two public keys let a key rotate without downtime: add the new key, roll the agent onto it, then remove the old one.\n\n" +
-			jobPodPrecedence,
+			"Two public keys let a key rotate without downtime: add the new key, roll the agent onto it, then remove the old one.",
 		Attributes: map[string]schema.Attribute{
 			// Required attributes
 			"id": schema.StringAttribute{
