@@ -276,6 +276,7 @@ func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
 		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
+		History: kubeexec.History{Succeeded: cfg.JobHistorySucceeded, Failed: cfg.JobHistoryFailed},
 		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
 			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey,
 			ProxyEnv: cfg.JobProxyEnv, Resources: cfg.JobResources, ForwardEnv: cfg.JobForwardEnv, CancelGrace: cfg.CancelGrace}}), nil

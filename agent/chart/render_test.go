@@ -381,6 +381,8 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_STATE_MAX_REQUESTS":         "4",
 		"OUTPOST_STATE_MAX_REQUESTS_PER_JOB": "2",
 		"OUTPOST_JOB_RESOURCES":              `{"limits":{"memory":"2Gi"},"requests":{"cpu":"250m","memory":"512Mi"}}`,
+		"OUTPOST_JOB_HISTORY_SUCCEEDED":      "10",
+		"OUTPOST_JOB_HISTORY_FAILED":         "10",
 	})
 	e := env(c)
 	if v := e["GOMEMLIMIT"].ValueFrom; v == nil || v.ResourceFieldRef == nil || v.ResourceFieldRef.Resource != "limits.memory" {

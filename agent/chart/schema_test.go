@@ -75,6 +75,8 @@ func TestInvalidValuesRefused(t *testing.T) {
 			want: []string{"at '/jobs/forwardEnv/0'"}},
 		{name: "forwarded proxy variable", values: "jobs: {forwardEnv: [https_proxy]}",
 			want: []string{"at '/jobs/forwardEnv/0'"}},
+		{name: "negative job history", values: "jobs: {history: {failed: -1}}",
+			want: []string{"at '/jobs/history/failed'", "minimum"}},
 		// Combinations checked by the templates.
 		{name: "several replicas without leader election", values: "leaderElection: {enabled: false}",
 			want: []string{"leaderElection.enabled=false needs replicaCount=1"}},

@@ -268,9 +268,18 @@ func (e *env) waitTerminal(ids []string, timeout time.Duration) map[string]*api.
 	return out
 }
 
-// jobs lists the agent's Jobs in the env's namespace.
+// jobs lists the agent's live Jobs in the env's namespace: those not (yet) in the history.
 func (e *env) jobs() []batchv1.Job {
-	l, err := e.cluster.Client().BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue})
+	return e.listJobs("!" + kubeexec.LabelHistory)
+}
+
+// history lists the Jobs the agent keeps in its history with the given outcome.
+func (e *env) history(outcome string) []batchv1.Job {
+	return e.listJobs(kubeexec.LabelHistory + "=" + outcome)
+}
+
+func (e *env) listJobs(selector string) []batchv1.Job {
+	l, err := e.cluster.Client().BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue + "," + selector})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -107,6 +107,10 @@ type Config struct {
 	// JobForwardEnv are the agent's own environment variables named by --job-forward-env (chart
 	// value jobs.forwardEnv), by name, handed on to main unless the runner sets the same name.
 	JobForwardEnv map[string]string
+	// JobHistorySucceeded and JobHistoryFailed are how many finished Jobs of each outcome stay
+	// in the cluster after their finished event was acknowledged (chart values jobs.history.*).
+	JobHistorySucceeded int
+	JobHistoryFailed    int
 	// JobPodTemplate, when set, pins the pod template of every Job (chart value jobs.podTemplate):
 	// the runner's template from the orchestrator is ignored.
 	JobPodTemplate string
@@ -172,6 +176,8 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&containerSecurity, "job-security-context", "", "security defaults of every container of job pods, a SecurityContext as JSON (completed with Pod Security restricted)")
 	fs.StringVar(&resources, "job-resources", DefaultJobResources, "resources of the Job's main container when neither the runner's pod template nor its job.resources set any (ResourceRequirements as JSON; {} for none)")
 	fs.StringVar(&forwardEnv, "job-forward-env", "", "comma-separated names of the agent's environment variables handed on to job pods (the runner's own env of the same name wins)")
+	fs.IntVar(&c.JobHistorySucceeded, "job-history-succeeded", 10, "succeeded Jobs kept in the cluster after their result reached the orchestrator (0 deletes each at once)")
+	fs.IntVar(&c.JobHistoryFailed, "job-history-failed", 10, "failed or canceled Jobs kept in the cluster after their result reached the orchestrator (0 deletes each at once)")
 	fs.StringVar(&c.JobPodTemplate, "job-pod-template", "", "pins the pod template of every Job (JSON PodTemplateSpec); the runner's template is then ignored")
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, "cap below the runner's max_concurrency (0 = follow the orchestrator)")
 	fs.DurationVar(&c.CancelGrace, "cancel-grace", 120*time.Second, "time a canceled attempt gets to stop")

@@ -84,6 +84,11 @@ func (c *Config) Validate() error {
 				bad("job-forward-env", "%q: the proxy variables reach job pods already (chart values proxy.*); remove it", name)
 			}
 		}
+		for flag, n := range map[string]int{"job-history-succeeded": c.JobHistorySucceeded, "job-history-failed": c.JobHistoryFailed} {
+			if n < 0 || n > 1000 {
+				bad(flag, "%d is out of range; keep 0 to 1000 Jobs", n)
+			}
+		}
 		if err := kubeexec.ValidateResources(c.JobResources); err != nil {
 			bad("job-resources", "%v", err)
 		}

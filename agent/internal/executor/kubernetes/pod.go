@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -78,6 +79,9 @@ type PodOptions struct {
 	// ForwardEnv are variables of the agent's environment handed on to main (the chart's
 	// jobs.forwardEnv); a variable of the same name set by the runner wins, an empty one is left out.
 	ForwardEnv map[string]string
+	// TTLAfterFinished is how long the Job controller keeps a finished Job the agent has not
+	// deleted; zero is a day. New sets a week when the executor keeps a history.
+	TTLAfterFinished int32
 	// CancelGrace is the time the CLI gets to stop on cancel; it sets the pod's termination
 	// grace (at least 120 s) and is added to the job timeout for activeDeadlineSeconds.
 	CancelGrace time.Duration
@@ -168,7 +172,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 			BackoffLimit:            ptr.To[int32](0),
 			PodReplacementPolicy:    ptr.To(batchv1.Failed),
 			ActiveDeadlineSeconds:   ptr.To(int64(timeout) + int64(o.CancelGrace.Seconds())),
-			TTLSecondsAfterFinished: ptr.To[int32](ttlAfterFinished),
+			TTLSecondsAfterFinished: ptr.To(cmp.Or(o.TTLAfterFinished, ttlAfterFinished)),
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
 				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
 					ContainerName: ptr.To(podtemplate.MainContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0},
