@@ -382,6 +382,7 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_STATE_MAX_REQUESTS_PER_JOB": "2",
 		"OUTPOST_JOB_RESOURCES":              `{"limits":{"memory":"2Gi"},"requests":{"cpu":"250m","memory":"512Mi"}}`,
 		"OUTPOST_JOB_HISTORY_SUCCEEDED":      "10",
+		"OUTPOST_LOG_FORMAT":                 "json",
 		"OUTPOST_JOB_HISTORY_FAILED":         "10",
 	})
 	e := env(c)
@@ -624,6 +625,23 @@ func TestJobResourcesAndForwardEnv(t *testing.T) {
 		"OUTPOST_JOB_FORWARD_ENV": "AWS_REGION,TF_REGISTRY_CLIENT_TIMEOUT",
 		"AWS_REGION":              "eu-west-1",
 	})
+}
+
+func TestLogFormatAndExtraVolumes(t *testing.T) {
+	r := render(t, `logFormat: text
+extraVolumes: [{name: corp-files, configMap: {name: corp}}]
+extraVolumeMounts: [{name: corp-files, mountPath: /etc/corp, readOnly: true}]`)
+	d, c := r.deployment(t)
+	wantEnv(t, c, map[string]string{"OUTPOST_LOG_FORMAT": "text"})
+	if v := volume(t, d, "corp-files"); v.ConfigMap == nil || v.ConfigMap.Name != "corp" {
+		t.Errorf("extra volume %+v", v)
+	}
+	if m := mount(t, c, "corp-files"); m.MountPath != "/etc/corp" || !m.ReadOnly {
+		t.Errorf("extra mount %+v", m)
+	}
+	// The chart's own volumes stay.
+	volume(t, d, "private-key")
+	mount(t, c, "tmp")
 }
 
 func TestPodDisruptionBudget(t *testing.T) {

@@ -55,9 +55,11 @@ type Config struct {
 	KubeQPS        float64
 	KubeBurst      int
 	LogLevel       string
-	Kubeconfig     string
-	WorkDir        string
-	AgentBinary    string
+	// LogFormat is json (one object a line, for log pipelines) or text (key=value, for people).
+	LogFormat   string
+	Kubeconfig  string
+	WorkDir     string
+	AgentBinary string
 
 	// InsecureAllowHTTP allows an http:// APIURL that is not loopback: the agent's signed
 	// requests and the job tokens would cross the network unencrypted. Named so that nobody
@@ -157,6 +159,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.Float64Var(&c.KubeQPS, "kube-qps", 50, "Kubernetes client QPS")
 	fs.IntVar(&c.KubeBurst, "kube-burst", 100, "Kubernetes client burst")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&c.LogFormat, "log-format", LogFormatJSON, "json | text")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path, or a list like $KUBECONFIG (empty = in-cluster)")
 	fs.StringVar(&c.WorkDir, "work-dir", "", "process executor: directory of the attempts' folders")
 	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs the job runners (default: this one)")
@@ -255,6 +258,12 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	}
 	return c, nil
 }
+
+// Log formats of --log-format.
+const (
+	LogFormatJSON = "json"
+	LogFormatText = "text"
+)
 
 // DefaultJobResources are the resources of a Terraform/OpenTofu run when nobody says otherwise: a
 // request a plan of a few hundred resources fits in, and a memory limit that stops a runaway

@@ -127,6 +127,7 @@ func TestValidate(t *testing.T) {
 		"ca bundle":      {func(c *Config) { c.CABundleFile = "/does/not/exist.pem" }, []string{"--ca-bundle-file", "/does/not/exist.pem"}},
 		"startup":        {func(c *Config) { c.StartupTimeout = 0 }, []string{"--startup-timeout", "at least"}},
 		"max concurrent": {func(c *Config) { c.MaxConcurrency = -1 }, []string{"--max-concurrency"}},
+		"log format":     {func(c *Config) { c.LogFormat = "logfmt" }, []string{"--log-format", "logfmt"}},
 		"history":        {func(c *Config) { c.JobHistoryFailed = -1 }, []string{"--job-history-failed", "out of range"}},
 		"forward owned":  {func(c *Config) { c.JobForwardEnv = map[string]string{"OUTPOST_API_URL": "x"} }, []string{"--job-forward-env", "OUTPOST_API_URL"}},
 		"forward proxy":  {func(c *Config) { c.JobForwardEnv = map[string]string{"https_proxy": ""} }, []string{"--job-forward-env", "proxy.*"}},

@@ -168,6 +168,9 @@ func (c *Config) Validate() error {
 	if c.MaxConcurrency < 0 {
 		bad("max-concurrency", "%d must be 0 (follow the orchestrator) or positive", c.MaxConcurrency)
 	}
+	if c.LogFormat != LogFormatJSON && c.LogFormat != LogFormatText {
+		bad("log-format", "%q is not one of json, text", c.LogFormat)
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
