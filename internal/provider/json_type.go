@@ -33,10 +33,13 @@ func newJSONValue(s string) jsonValue {
 func keepEquivalentJSON() planmodifier.String {
 	return keepStateWhenEquivalent{
 		description: "JSON that differs from the state only in key order or whitespace is no change.",
-		equivalent: func(a, b string) bool {
-			na, errA := podtemplate.Normalize(a)
-			nb, errB := podtemplate.Normalize(b)
-			return errA == nil && errB == nil && na == nb
-		},
+		equivalent:  sameJSON,
 	}
+}
+
+// sameJSON reports whether two JSON texts have the same normal form.
+func sameJSON(a, b string) bool {
+	na, errA := podtemplate.Normalize(a)
+	nb, errB := podtemplate.Normalize(b)
+	return errA == nil && errB == nil && na == nb
 }

@@ -37,9 +37,10 @@ func (m keepStateWhenEquivalent) PlanModifyString(_ context.Context, req planmod
 
 // keepEquivalentPodTemplate ignores key order and whitespace in a pod template.
 func keepEquivalentPodTemplate() planmodifier.String {
-	m := keepEquivalentJSON().(keepStateWhenEquivalent)
-	m.description = "A pod template that differs from the state only in key order or whitespace is no change."
-	return m
+	return keepStateWhenEquivalent{
+		description: "A pod template that differs from the state only in key order or whitespace is no change.",
+		equivalent:  sameJSON,
+	}
 }
 
 // keepEquivalentDuration ignores how a duration is spelled.
