@@ -284,7 +284,8 @@ func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger
 		History: kubeexec.History{Succeeded: cfg.JobHistorySucceeded, Failed: cfg.JobHistoryFailed},
 		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
 			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey,
-			ProxyEnv: cfg.JobProxyEnv, Resources: cfg.JobResources, ForwardEnv: cfg.JobForwardEnv, CancelGrace: cfg.CancelGrace}}), nil
+			ProxyEnv: cfg.JobProxyEnv, Resources: cfg.JobResources, ForwardEnv: cfg.JobForwardEnv,
+			PluginCache: cfg.JobPluginCache, ProviderInstallation: cfg.JobProviderInstallation, CancelGrace: cfg.CancelGrace}}), nil
 }
 
 // serverLimits bound what clients can make one of the agent's HTTP servers hold: connections,

@@ -97,6 +97,8 @@ jobs:
   resources: {requests: {cpu: "1", memory: 1Gi}, limits: {memory: 4Gi}}
   forwardEnv: [AWS_REGION]
   history: {succeeded: 3, failed: 5}
+  pluginCache: {persistentVolumeClaim: {claimName: tf-plugins}}
+  providerInstallation: 'provider_installation { network_mirror { url = "https://mirror.corp/" } }'
 state: {namespace: outpost-state}
 proxy: {httpsProxy: "http://proxy.corp:3128", noProxy: [git.corp]}
 caBundle: {existingSecret: corp-ca}

@@ -395,7 +395,8 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 	wantNoEnv(t, c, "OUTPOST_CA_BUNDLE_FILE", "OUTPOST_JOB_CA_SECRET", "OUTPOST_JOB_POD_LABELS",
-		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE", "OUTPOST_JOB_FORWARD_ENV")
+		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE", "OUTPOST_JOB_FORWARD_ENV",
+		"OUTPOST_JOB_PLUGIN_CACHE", "OUTPOST_JOB_PROVIDER_INSTALLATION")
 	if len(e) != len(c.Env) {
 		t.Errorf("the agent container sets an env var twice: %v", c.Env)
 	}
@@ -624,6 +625,17 @@ func TestJobResourcesAndForwardEnv(t *testing.T) {
 		"OUTPOST_JOB_RESOURCES":   "{}",
 		"OUTPOST_JOB_FORWARD_ENV": "AWS_REGION,TF_REGISTRY_CLIENT_TIMEOUT",
 		"AWS_REGION":              "eu-west-1",
+	})
+}
+
+func TestPluginCacheAndProviderInstallation(t *testing.T) {
+	r := render(t, `jobs:
+  pluginCache: {persistentVolumeClaim: {claimName: tf-plugins}}
+  providerInstallation: 'provider_installation { network_mirror { url = "https://mirror.corp/" } }'`)
+	_, c := r.deployment(t)
+	wantEnv(t, c, map[string]string{
+		"OUTPOST_JOB_PLUGIN_CACHE":          `{"persistentVolumeClaim":{"claimName":"tf-plugins"}}`,
+		"OUTPOST_JOB_PROVIDER_INSTALLATION": `provider_installation { network_mirror { url = "https://mirror.corp/" } }`,
 	})
 }
 

@@ -85,6 +85,10 @@ func TestInvalidValuesRefused(t *testing.T) {
 			want: []string{"at '/extraVolumeMounts/0': missing property 'mountPath'"}},
 		{name: "extra mount with a relative path", values: "extraVolumeMounts: [{name: x, mountPath: etc/x}]",
 			want: []string{"at '/extraVolumeMounts/0/mountPath'"}},
+		{name: "plugin cache with two volume types", values: "jobs: {pluginCache: {emptyDir: {}, persistentVolumeClaim: {claimName: x}}}",
+			want: []string{"at '/jobs/pluginCache'"}},
+		{name: "provider installation without its block", values: `jobs: {providerInstallation: "network_mirror { url = \"https://m/\" }"}`,
+			want: []string{"at '/jobs/providerInstallation'"}},
 		// Combinations checked by the templates.
 		{name: "several replicas without leader election", values: "leaderElection: {enabled: false}",
 			want: []string{"leaderElection.enabled=false needs replicaCount=1"}},

@@ -41,7 +41,9 @@ func TestJobPodSettingsReachTheJob(t *testing.T) {
 	}
 	e.agentEnv = append(e.agentEnv, "AWS_REGION=eu-west-1", "TF_LOG=TRACE")
 	e.startAgent("agent-0", "--leader-elect=false", "--job-forward-env", "AWS_REGION,TF_LOG",
-		"--job-pod-policy", `{"allowedSecrets":["db"],"allowedConfigMaps":["settings"]}`)
+		"--job-pod-policy", `{"allowedSecrets":["db"],"allowedConfigMaps":["settings"]}`,
+		"--job-plugin-cache", `{"emptyDir":{"sizeLimit":"2Gi"}}`,
+		"--job-provider-installation", `provider_installation { network_mirror { url = "https://mirror.corp/providers/" } }`)
 	ids := e.deploy(1)
 
 	wait(t, 60*time.Second, "the agent to create the Job", func() (bool, string) { return len(e.jobs()) == 1, "" })
@@ -78,6 +80,9 @@ func TestJobPodSettingsReachTheJob(t *testing.T) {
 	if env["TF_LOG"].Value != "DEBUG" || env["KEEP"].Value != "1" || env["AWS_REGION"].Value != "eu-west-1" {
 		t.Errorf("env TF_LOG=%q KEEP=%q AWS_REGION=%q: settings over template over forwarded", env["TF_LOG"].Value, env["KEEP"].Value, env["AWS_REGION"].Value)
 	}
+	if env["OUTPOST_PLUGIN_CACHE_DIR"].Value != "/var/cache/outpost/plugins" || !strings.Contains(env["OUTPOST_PROVIDER_INSTALLATION"].Value, "network_mirror") {
+		t.Errorf("plugin cache %q, provider installation %q", env["OUTPOST_PLUGIN_CACHE_DIR"].Value, env["OUTPOST_PROVIDER_INSTALLATION"].Value)
+	}
 	if ref := env["DB_PASSWORD"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "db" {
 		t.Errorf("DB_PASSWORD %+v", env["DB_PASSWORD"])
 	}
@@ -94,6 +99,9 @@ func TestJobPodSettingsReachTheJob(t *testing.T) {
 	vols := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
 		vols[v.Name] = v
+	}
+	if vols["outpost-plugin-cache"].EmptyDir == nil || mounts["outpost-plugin-cache"].MountPath != "/var/cache/outpost/plugins" {
+		t.Errorf("plugin cache volume %+v mount %+v", vols["outpost-plugin-cache"], mounts["outpost-plugin-cache"])
 	}
 	if vols["plugin-cache"].EmptyDir == nil || vols["settings"].ConfigMap == nil || vols["outpost-runner"].EmptyDir == nil {
 		t.Errorf("volumes %+v", spec.Volumes)

@@ -109,6 +109,12 @@ type Config struct {
 	// JobForwardEnv are the agent's own environment variables named by --job-forward-env (chart
 	// value jobs.forwardEnv), by name, handed on to main unless the runner sets the same name.
 	JobForwardEnv map[string]string
+	// JobPluginCache is the volume of the job pods' provider plugin cache (chart value
+	// jobs.pluginCache); nil: none.
+	JobPluginCache *corev1.VolumeSource
+	// JobProviderInstallation is a provider_installation block for the job pods' CLI (chart value
+	// jobs.providerInstallation).
+	JobProviderInstallation string
 	// JobHistorySucceeded and JobHistoryFailed are how many finished Jobs of each outcome stay
 	// in the cluster after their finished event was acknowledged (chart values jobs.history.*).
 	JobHistorySucceeded int
@@ -136,7 +142,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("outpost-agent", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	var configFile, podLabels, pullSecrets, podPolicy, podSecurity, containerSecurity, resources, forwardEnv string
+	var configFile, podLabels, pullSecrets, podPolicy, podSecurity, containerSecurity, resources, forwardEnv, pluginCache string
 	fs.StringVar(&configFile, "config", "", "optional YAML file with the same keys as the flags (env OUTPOST_CONFIG)")
 	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL (https://, or http:// to loopback)")
 	fs.BoolVar(&c.InsecureAllowHTTP, "insecure-allow-http", false, "allow an http:// --api-url that is not loopback: signed requests and job tokens then cross the network unencrypted")
@@ -179,6 +185,8 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&containerSecurity, "job-security-context", "", "security defaults of every container of job pods, a SecurityContext as JSON (completed with Pod Security restricted)")
 	fs.StringVar(&resources, "job-resources", DefaultJobResources, "resources of the Job's main container when neither the runner's pod template nor its job.resources set any (ResourceRequirements as JSON; {} for none)")
 	fs.StringVar(&forwardEnv, "job-forward-env", "", "comma-separated names of the agent's environment variables handed on to job pods (the runner's own env of the same name wins)")
+	fs.StringVar(&pluginCache, "job-plugin-cache", "", "volume of the job pods' provider plugin cache, a Kubernetes VolumeSource as JSON (e.g. {\"persistentVolumeClaim\":{\"claimName\":\"tf-plugins\"}}); empty: none")
+	fs.StringVar(&c.JobProviderInstallation, "job-provider-installation", "", "provider_installation block of the job pods' CLI configuration (network or filesystem mirrors)")
 	fs.IntVar(&c.JobHistorySucceeded, "job-history-succeeded", 10, "succeeded Jobs kept in the cluster after their result reached the orchestrator (0 deletes each at once)")
 	fs.IntVar(&c.JobHistoryFailed, "job-history-failed", 10, "failed or canceled Jobs kept in the cluster after their result reached the orchestrator (0 deletes each at once)")
 	fs.StringVar(&c.JobPodTemplate, "job-pod-template", "", "pins the pod template of every Job (JSON PodTemplateSpec); the runner's template is then ignored")
@@ -245,6 +253,12 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	}
 	c.JobSecurity = c.JobSecurity.WithRestricted()
 	c.JobForwardEnv = forwardedEnv(forwardEnv, getenv)
+	if t := strings.TrimSpace(pluginCache); t != "" && t != "{}" {
+		c.JobPluginCache = &corev1.VolumeSource{}
+		if err := yaml.UnmarshalStrict([]byte(t), c.JobPluginCache); err != nil {
+			return nil, fmt.Errorf("--job-plugin-cache (%s) must be a Kubernetes VolumeSource as JSON: %w", EnvName("job-plugin-cache"), err)
+		}
+	}
 	if strings.HasPrefix(strings.TrimSpace(pullSecrets), "[") {
 		if err := yaml.Unmarshal([]byte(pullSecrets), &c.JobImagePullSecrets); err != nil {
 			return nil, fmt.Errorf("job-image-pull-secrets must be a list of Secret names: %w", err)

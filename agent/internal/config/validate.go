@@ -89,6 +89,9 @@ func (c *Config) Validate() error {
 				bad(flag, "%d is out of range; keep 0 to 1000 Jobs", n)
 			}
 		}
+		if c.JobProviderInstallation != "" && !strings.Contains(c.JobProviderInstallation, "provider_installation") {
+			bad("job-provider-installation", "must be a provider_installation { ... } block of the CLI configuration")
+		}
 		if err := kubeexec.ValidateResources(c.JobResources); err != nil {
 			bad("job-resources", "%v", err)
 		}

@@ -147,3 +147,45 @@ func TestInvalidJobPodSettingsFailTheClaim(t *testing.T) {
 		t.Fatalf("build = %v, want ErrInvalidJob", err)
 	}
 }
+
+// TestPluginCacheAndProviderInstallation: the cluster owner's plugin cache volume is mounted
+// into main and named to the job runner, with the provider_installation block; both are the
+// agent's own, so a template cannot replace them.
+func TestPluginCacheAndProviderInstallation(t *testing.T) {
+	o := opts
+	o.PluginCache = &corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "tf-plugins"}}
+	o.ProviderInstallation = `provider_installation { network_mirror { url = "https://mirror.corp/providers/" } }`
+	tpl := `{"spec":{"containers":[{"name":"main","env":[{"name":"OUTPOST_PLUGIN_CACHE_DIR","value":"/tmp/x"}]}],"volumes":[{"name":"outpost-plugin-cache","emptyDir":{}}]}}`
+	job, _, err := BuildJob(claim(tpl), o, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	main := mainOf(t, &job.Spec.Template.Spec)
+	if v, _ := envValue(main, jobenv.PluginCacheDir); v != pluginCacheMountPath {
+		t.Errorf("%s = %q, want %s", jobenv.PluginCacheDir, v, pluginCacheMountPath)
+	}
+	if v, _ := envValue(main, jobenv.ProviderInstallation); v != o.ProviderInstallation {
+		t.Errorf("%s = %q", jobenv.ProviderInstallation, v)
+	}
+	var vol *corev1.Volume
+	for i, v := range job.Spec.Template.Spec.Volumes {
+		if v.Name == pluginCacheVolume {
+			if vol != nil {
+				t.Fatal("two plugin cache volumes")
+			}
+			vol = &job.Spec.Template.Spec.Volumes[i]
+		}
+	}
+	if vol == nil || vol.PersistentVolumeClaim == nil || vol.PersistentVolumeClaim.ClaimName != "tf-plugins" {
+		t.Errorf("plugin cache volume %+v", vol)
+	}
+	// Without the options, neither appears.
+	job, _, err = BuildJob(claim(""), opts, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	main = mainOf(t, &job.Spec.Template.Spec)
+	if _, ok := envValue(main, jobenv.PluginCacheDir); ok {
+		t.Error("a plugin cache directory without a plugin cache volume")
+	}
+}

@@ -4,11 +4,9 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -79,6 +77,12 @@ type PodOptions struct {
 	// ForwardEnv are variables of the agent's environment handed on to main (the chart's
 	// jobs.forwardEnv); a variable of the same name set by the runner wins, an empty one is left out.
 	ForwardEnv map[string]string
+	// PluginCache, when set, is the cluster owner's volume for the CLI's provider plugin cache
+	// (chart value jobs.pluginCache), mounted into main at pluginCacheMountPath.
+	PluginCache *corev1.VolumeSource
+	// ProviderInstallation is a provider_installation block for the CLI (chart value
+	// jobs.providerInstallation): network or filesystem mirrors for clusters without registry access.
+	ProviderInstallation string
 	// TTLAfterFinished is how long the Job controller keeps a finished Job the agent has not
 	// deleted; zero is a day. New sets a week when the executor keeps a history.
 	TTLAfterFinished int32
@@ -120,6 +124,10 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		{Name: runnerVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			SizeLimit: ptr.To(resource.MustParse(runnerVolumeLimit)),
 		}}},
+	}
+	if o.PluginCache != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: pluginCacheVolume, MountPath: pluginCacheMountPath})
+		volumes = append(volumes, corev1.Volume{Name: pluginCacheVolume, VolumeSource: *o.PluginCache.DeepCopy()})
 	}
 	if o.CASecret != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: caVolume, MountPath: caMountPath, ReadOnly: true})
@@ -220,6 +228,12 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	}
 	// Always set, so the agent's value replaces any the pod template sets.
 	env = append(env, corev1.EnvVar{Name: jobenv.InsecureAllowHTTP, Value: strconv.FormatBool(o.InsecureAllowHTTP)})
+	if o.PluginCache != nil {
+		env = append(env, corev1.EnvVar{Name: jobenv.PluginCacheDir, Value: pluginCacheMountPath})
+	}
+	if o.ProviderInstallation != "" {
+		env = append(env, corev1.EnvVar{Name: jobenv.ProviderInstallation, Value: o.ProviderInstallation})
+	}
 	if o.CASecret != "" {
 		key := o.CASecretKey
 		if key == "" {
@@ -312,56 +326,6 @@ func injectContainer(image string) corev1.Container {
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
-}
-
-// proxyEnv turns the agent's proxy variables into main's: each in upper case (Go, most tools) and
-// lower case (curl, and so git, reads http_proxy only in lower case), in a fixed order.
-func proxyEnv(vars map[string]string) []corev1.EnvVar {
-	names := make([]string, 0, len(vars))
-	for k := range vars {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	var out []corev1.EnvVar
-	for _, k := range names {
-		out = append(out, corev1.EnvVar{Name: strings.ToUpper(k), Value: vars[k]}, corev1.EnvVar{Name: strings.ToLower(k), Value: vars[k]})
-	}
-	return out
-}
-
-// setsProxy reports whether a template's main sets a proxy variable itself; then the template
-// decides about proxies for this runner, and none of the agent's are added (a mix of the two
-// would be neither).
-func setsProxy(env []corev1.EnvVar) bool {
-	return slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
-		switch strings.ToUpper(e.Name) {
-		case "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY":
-			return true
-		}
-		return false
-	})
-}
-
-// forwardEnv turns the agent's forwarded variables into main's, in a fixed order, leaving out
-// those without a value.
-func forwardEnv(vars map[string]string) []corev1.EnvVar {
-	var out []corev1.EnvVar
-	for _, k := range slices.Sorted(maps.Keys(vars)) {
-		if vars[k] != "" {
-			out = append(out, corev1.EnvVar{Name: k, Value: vars[k]})
-		}
-	}
-	return out
-}
-
-// addAbsent appends the variables of add whose names env does not set.
-func addAbsent(env, add []corev1.EnvVar) []corev1.EnvVar {
-	for _, a := range add {
-		if !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == a.Name }) {
-			env = append(env, a)
-		}
-	}
-	return env
 }
 
 // ValidateResources checks the default resources of main (the chart's jobs.resources).
