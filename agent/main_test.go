@@ -47,6 +47,20 @@ func TestConfigErrorsExitTwoWithMessage(t *testing.T) {
 	}
 }
 
+// --log-format picks the handler of the agent's one log stream.
+func TestLogFormat(t *testing.T) {
+	for format, want := range map[string]string{"json": `"level":"ERROR","msg":"invalid configuration; fix it and restart"`,
+		"text": `level=ERROR msg="invalid configuration; fix it and restart"`} {
+		var stdout, stderr bytes.Buffer
+		if code := dispatch([]string{"--log-format", format, "--executor", "docker"}, &stdout, &stderr); code != exitConfigError {
+			t.Fatalf("exit code %d", code)
+		}
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("--log-format %s: stderr lacks %s:\n%s", format, want, stderr.String())
+		}
+	}
+}
+
 // An unreadable key file is not a crash: the agent says why on /readyz and in its log, and
 // starts as soon as the file holds a key (a Secret mounted late, or a rotation).
 func TestWaitsForAReadableKey(t *testing.T) {

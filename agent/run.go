@@ -64,7 +64,7 @@ func runAgent(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outpost-agent: %v\n", err)
 		return exitConfigError
 	}
-	log := newLogger(stderr, cfg.LogLevel)
+	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err := cfg.Validate(); err != nil {
 		log.Error("invalid configuration; fix it and restart", "err", err)
 		fmt.Fprintf(stderr, "outpost-agent: invalid configuration:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
@@ -80,12 +80,17 @@ func runAgent(args []string, stderr io.Writer) int {
 	return exitOK
 }
 
-// newLogger builds the JSON logger and routes client-go's klog into it, so one log stream with
-// one format comes out of the agent.
-func newLogger(w io.Writer, level string) *slog.Logger {
+// newLogger builds the logger (JSON, or text with format "text") and routes client-go's klog
+// into it, so one log stream with one format comes out of the agent.
+func newLogger(w io.Writer, level, format string) *slog.Logger {
 	var lv slog.Level
 	_ = lv.UnmarshalText([]byte(level))
-	log := slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lv}))
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
+	if format == config.LogFormatText {
+		h = slog.NewTextHandler(w, opts)
+	}
+	log := slog.New(h)
 	slog.SetDefault(log)
 	klog.SetSlogLogger(log.With("source", "client-go"))
 	return log
@@ -281,9 +286,11 @@ func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
 		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
+		History: kubeexec.History{Succeeded: cfg.JobHistorySucceeded, Failed: cfg.JobHistoryFailed},
 		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
 			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey,
-			ProxyEnv: cfg.JobProxyEnv, CancelGrace: cfg.CancelGrace}}), nil
+			ProxyEnv: cfg.JobProxyEnv, Resources: cfg.JobResources, ForwardEnv: cfg.JobForwardEnv,
+			PluginCache: cfg.JobPluginCache, ProviderInstallation: cfg.JobProviderInstallation, CancelGrace: cfg.CancelGrace}}), nil
 }
 
 // serverLimits bound what clients can make one of the agent's HTTP servers hold: connections,

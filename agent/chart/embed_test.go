@@ -94,6 +94,11 @@ jobs:
   serviceAccount: {annotations: {azure.workload.identity/client-id: "00000000-0000-0000-0000-000000000001"}}
   image: {repository: ghcr.io/acme/runner, tag: "1.0"}
   rbac: {rules: [{apiGroups: [""], resources: [configmaps], verbs: [get]}]}
+  resources: {requests: {cpu: "1", memory: 1Gi}, limits: {memory: 4Gi}}
+  forwardEnv: [AWS_REGION]
+  history: {succeeded: 3, failed: 5}
+  pluginCache: {persistentVolumeClaim: {claimName: tf-plugins}}
+  providerInstallation: 'provider_installation { network_mirror { url = "https://mirror.corp/" } }'
 state: {namespace: outpost-state}
 proxy: {httpsProxy: "http://proxy.corp:3128", noProxy: [git.corp]}
 caBundle: {existingSecret: corp-ca}
@@ -101,7 +106,10 @@ imagePullSecrets: [ghcr-pull]
 global: {imageRegistry: mirror.corp}
 networkPolicy: {enabled: true}
 podDisruptionBudget: {minAvailable: 1}
-extraEnv: [{name: FOO, value: bar}]
+extraEnv: [{name: FOO, value: bar}, {name: AWS_REGION, value: eu-west-1}]
+extraVolumes: [{name: corp-files, configMap: {name: corp}}]
+extraVolumeMounts: [{name: corp-files, mountPath: /etc/corp, readOnly: true}]
+logFormat: text
 `,
 	} {
 		t.Run(name, func(t *testing.T) {

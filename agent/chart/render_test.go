@@ -380,6 +380,10 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_STATE_MAX_BODY_BYTES":       "67108864",
 		"OUTPOST_STATE_MAX_REQUESTS":         "4",
 		"OUTPOST_STATE_MAX_REQUESTS_PER_JOB": "2",
+		"OUTPOST_JOB_RESOURCES":              `{"limits":{"memory":"2Gi"},"requests":{"cpu":"250m","memory":"512Mi"}}`,
+		"OUTPOST_JOB_HISTORY_SUCCEEDED":      "10",
+		"OUTPOST_LOG_FORMAT":                 "json",
+		"OUTPOST_JOB_HISTORY_FAILED":         "10",
 	})
 	e := env(c)
 	if v := e["GOMEMLIMIT"].ValueFrom; v == nil || v.ResourceFieldRef == nil || v.ResourceFieldRef.Resource != "limits.memory" {
@@ -391,7 +395,8 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 	wantNoEnv(t, c, "OUTPOST_CA_BUNDLE_FILE", "OUTPOST_JOB_CA_SECRET", "OUTPOST_JOB_POD_LABELS",
-		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE")
+		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE", "OUTPOST_JOB_FORWARD_ENV",
+		"OUTPOST_JOB_PLUGIN_CACHE", "OUTPOST_JOB_PROVIDER_INSTALLATION")
 	if len(e) != len(c.Env) {
 		t.Errorf("the agent container sets an env var twice: %v", c.Env)
 	}
@@ -613,6 +618,44 @@ podAnnotations:
 }
 
 // TestPodDisruptionBudget checks the default budget and its alternatives.
+func TestJobResourcesAndForwardEnv(t *testing.T) {
+	r := render(t, "jobs: {resources: null, forwardEnv: [AWS_REGION, TF_REGISTRY_CLIENT_TIMEOUT]}\nextraEnv: [{name: AWS_REGION, value: eu-west-1}]")
+	_, c := r.deployment(t)
+	wantEnv(t, c, map[string]string{
+		"OUTPOST_JOB_RESOURCES":   "{}",
+		"OUTPOST_JOB_FORWARD_ENV": "AWS_REGION,TF_REGISTRY_CLIENT_TIMEOUT",
+		"AWS_REGION":              "eu-west-1",
+	})
+}
+
+func TestPluginCacheAndProviderInstallation(t *testing.T) {
+	r := render(t, `jobs:
+  pluginCache: {persistentVolumeClaim: {claimName: tf-plugins}}
+  providerInstallation: 'provider_installation { network_mirror { url = "https://mirror.corp/" } }'`)
+	_, c := r.deployment(t)
+	wantEnv(t, c, map[string]string{
+		"OUTPOST_JOB_PLUGIN_CACHE":          `{"persistentVolumeClaim":{"claimName":"tf-plugins"}}`,
+		"OUTPOST_JOB_PROVIDER_INSTALLATION": `provider_installation { network_mirror { url = "https://mirror.corp/" } }`,
+	})
+}
+
+func TestLogFormatAndExtraVolumes(t *testing.T) {
+	r := render(t, `logFormat: text
+extraVolumes: [{name: corp-files, configMap: {name: corp}}]
+extraVolumeMounts: [{name: corp-files, mountPath: /etc/corp, readOnly: true}]`)
+	d, c := r.deployment(t)
+	wantEnv(t, c, map[string]string{"OUTPOST_LOG_FORMAT": "text"})
+	if v := volume(t, d, "corp-files"); v.ConfigMap == nil || v.ConfigMap.Name != "corp" {
+		t.Errorf("extra volume %+v", v)
+	}
+	if m := mount(t, c, "corp-files"); m.MountPath != "/etc/corp" || !m.ReadOnly {
+		t.Errorf("extra mount %+v", m)
+	}
+	// The chart's own volumes stay.
+	volume(t, d, "private-key")
+	mount(t, c, "tmp")
+}
+
 func TestPodDisruptionBudget(t *testing.T) {
 	tests := []struct {
 		name, values       string

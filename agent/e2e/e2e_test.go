@@ -54,7 +54,7 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	if job.Labels[kubeexec.LabelRunnerID] != "r1" || job.Annotations[kubeexec.AnnDeploymentID] != ids[0] || job.Labels[kubeexec.LabelAttempt] != "1" {
 		t.Errorf("Job labels %v annotations %v", job.Labels, job.Annotations)
 	}
-	if *job.Spec.BackoffLimit != 0 || job.Spec.PodFailurePolicy == nil || *job.Spec.TTLSecondsAfterFinished != 86400 || *job.Spec.ActiveDeadlineSeconds != 600+120 {
+	if *job.Spec.BackoffLimit != 0 || job.Spec.PodFailurePolicy == nil || *job.Spec.TTLSecondsAfterFinished != 7*86400 || *job.Spec.ActiveDeadlineSeconds != 600+120 {
 		t.Errorf("Job spec: backoffLimit %v podFailurePolicy %v ttl %v deadline %v", *job.Spec.BackoffLimit, job.Spec.PodFailurePolicy, *job.Spec.TTLSecondsAfterFinished, *job.Spec.ActiveDeadlineSeconds)
 	}
 	pod := job.Spec.Template
@@ -117,7 +117,13 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	if n != 1 || evs[0].Type != api.EventStarted || evs[0].Seq != 1 {
 		t.Errorf("events %+v", evs)
 	}
-	wait(t, 30*time.Second, "the Job to be deleted after its finished event", func() (bool, string) { return len(e.jobs()) == 0, "" })
+	// Acknowledged, the Job stays in the history (default 10 succeeded), without its token Secret.
+	wait(t, 30*time.Second, "the Job to be kept in the history after its finished event", func() (bool, string) {
+		return len(e.jobs()) == 0 && len(e.history(kubeexec.HistorySucceeded)) == 1, ""
+	})
+	if _, err := e.cluster.Client().CoreV1().Secrets(e.ns).Get(context.Background(), sec.Name, metav1.GetOptions{}); err == nil {
+		t.Errorf("the token Secret %s outlived the acknowledged finished event", sec.Name)
+	}
 	if a.logCount("finished event acknowledged") != 1 {
 		t.Errorf("finished event acknowledged %d times", a.logCount("finished event acknowledged"))
 	}
@@ -155,7 +161,9 @@ func TestStuckPendingFailsWithSchedulingReason(t *testing.T) {
 		t.Errorf("failed after %s, before the startup timeout", el)
 	}
 	t.Logf("failed after %s: %s", time.Since(began).Round(time.Millisecond), d.Message)
-	wait(t, 30*time.Second, "the Job to be deleted", func() (bool, string) { return len(e.jobs()) == 0, "" })
+	wait(t, 30*time.Second, "the Job to be kept as failed", func() (bool, string) {
+		return len(e.jobs()) == 0 && len(e.history(kubeexec.HistoryFailed)) == 1, ""
+	})
 }
 
 // TestCancelDirective: canceling a running deployment stops its pod, ends it canceled and

@@ -84,7 +84,7 @@ func (e *env) checkExactlyOnce(ids []string, c *creations) {
 			e.t.Errorf("deployment %s: %d finished events, want exactly 1: %+v", id, n, evs)
 		}
 	}
-	wait(e.t, 60*time.Second, "every Job deleted after its finished event", func() (bool, string) { return len(e.jobs()) == 0, "" })
+	wait(e.t, 60*time.Second, "every Job out of the live set (kept in the history) after its finished event", func() (bool, string) { return len(e.jobs()) == 0, "" })
 }
 
 // TestSIGKILLWhileJobsRun kills the agent with 20 Jobs running and starts it again: the new

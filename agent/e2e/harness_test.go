@@ -101,6 +101,12 @@ const testOrg = "acme"
 // newEnv registers a runner whose Jobs use podTemplate (JSON; empty for the default).
 func newEnv(t testing.TB, podTemplate string, maxConcurrency int) *env {
 	t.Helper()
+	return newEnvWithPod(t, podTemplate, nil, maxConcurrency)
+}
+
+// newEnvWithPod is newEnv with job pod settings on the runner.
+func newEnvWithPod(t *testing.T, podTemplate string, pod *api.JobPod, maxConcurrency int) *env {
+	t.Helper()
 	c := testbed.Shared(t)
 	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
 	e.apiURL = e.orch.URL
@@ -134,7 +140,7 @@ func newEnv(t testing.TB, podTemplate string, maxConcurrency int) *env {
 	}
 	if _, err := e.admin.CreateRunner(ctx, api.RunnerInput{ID: e.runnerID, PublicKeys: []string{pubPEM}, StateStorageID: "k8s",
 		MaxConcurrency: maxConcurrency, JobTimeoutSeconds: 600,
-		Job: api.RunnerJob{Namespace: e.ns, ServiceAccount: "deployer", PodTemplate: podTemplate}}); err != nil {
+		Job: api.RunnerJob{Namespace: e.ns, ServiceAccount: "deployer", PodTemplate: podTemplate, Pod: pod}}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -262,9 +268,18 @@ func (e *env) waitTerminal(ids []string, timeout time.Duration) map[string]*api.
 	return out
 }
 
-// jobs lists the agent's Jobs in the env's namespace.
+// jobs lists the agent's live Jobs in the env's namespace: those not (yet) in the history.
 func (e *env) jobs() []batchv1.Job {
-	l, err := e.cluster.Client().BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue})
+	return e.listJobs("!" + kubeexec.LabelHistory)
+}
+
+// history lists the Jobs the agent keeps in its history with the given outcome.
+func (e *env) history(outcome string) []batchv1.Job {
+	return e.listJobs(kubeexec.LabelHistory + "=" + outcome)
+}
+
+func (e *env) listJobs(selector string) []batchv1.Job {
+	l, err := e.cluster.Client().BatchV1().Jobs(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue + "," + selector})
 	if err != nil {
 		e.t.Fatal(err)
 	}

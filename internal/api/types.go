@@ -44,6 +44,9 @@ type RunnerJob struct {
 	// PodTemplate is a Kubernetes PodTemplateSpec as JSON; its container named "main" runs the
 	// CLI, and one is added when it names none. Empty means the agent's defaults.
 	PodTemplate string `json:"pod_template,omitempty"`
+	// Pod holds the runner's job pod settings, applied over PodTemplate (see JobPod); nil when
+	// none is set.
+	Pod *JobPod `json:"pod,omitempty"`
 }
 
 // RunnerStatus is what the orchestrator has observed of the runner's agent. Read-only.

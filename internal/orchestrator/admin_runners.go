@@ -8,13 +8,16 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
-// validateRunner checks a runner body, pod template included (package api leaves that check to
+// validateRunner checks a runner body, pod template and job pod settings included (package api leaves that check to
 // package podtemplate, which has the Kubernetes types).
 func validateRunner(in *api.RunnerInput) error {
 	if err := in.Validate(); err != nil {
 		return err
 	}
-	return podtemplate.Validate("job.pod_template", in.Job.PodTemplate)
+	if err := podtemplate.Validate("job.pod_template", in.Job.PodTemplate); err != nil {
+		return err
+	}
+	return podtemplate.ValidatePod("job.pod", in.Job.Pod, in.Job.PodTemplate)
 }
 
 // runnerView fills in what is computed, not stored: whether the agent is connected now.

@@ -235,6 +235,8 @@ var goSchemas = map[string]any{
 	"EventResponse": api.EventResponse{}, "LogAppendResponse": api.LogAppendResponse{},
 	"OrgToken": api.OrgToken{}, "OrgTokenInput": api.OrgTokenInput{}, "CreatedOrgToken": api.CreatedOrgToken{},
 	"OrgTokenList": api.List[api.OrgToken]{},
+	"JobPod":       api.JobPod{}, "JobResources": api.JobResources{}, "JobToleration": api.JobToleration{},
+	"JobEnvVar": api.JobEnvVar{}, "JobKeyRef": api.JobKeyRef{}, "JobVolumeMount": api.JobVolumeMount{},
 }
 
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.

@@ -15,17 +15,21 @@ import (
 
 // applyRunnerInput copies the mutable fields of in onto r, with the defaults of zero limits.
 // The pod template is stored normalized (compact, keys sorted) so that equal templates compare
-// equal whatever their formatting.
+// equal whatever their formatting; so are the JSON parts of the job pod settings.
 func applyRunnerInput(r *api.Runner, in api.RunnerInput) error {
 	tpl, err := podtemplate.Normalize(in.Job.PodTemplate)
 	if err != nil {
 		return invalid("job.pod_template", "%v", err)
 	}
+	pod, err := podtemplate.NormalizePod(in.Job.Pod)
+	if err != nil {
+		return invalid("job.pod", "%v", err)
+	}
 	r.ID = in.ID
 	r.Type = api.RunnerTypeKubernetesAgent
 	r.Description = in.Description
 	r.PublicKeys = append([]string(nil), in.PublicKeys...)
-	r.Job = api.RunnerJob{Namespace: in.Job.Namespace, ServiceAccount: in.Job.ServiceAccount, PodTemplate: tpl}
+	r.Job = api.RunnerJob{Namespace: in.Job.Namespace, ServiceAccount: in.Job.ServiceAccount, PodTemplate: tpl, Pod: pod}
 	r.StateStorageID = in.StateStorageID
 	r.MaxConcurrency = in.MaxConcurrency
 	if r.MaxConcurrency == 0 {

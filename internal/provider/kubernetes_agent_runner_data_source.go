@@ -52,9 +52,10 @@ func (d *kubernetesAgentRunnerDataSource) Schema(_ context.Context, _ datasource
 				Computed:            true,
 			},
 			"job": schema.SingleNestedAttribute{
-				MarkdownDescription: "Where and as whom the runner's deployments run.",
-				Computed:            true,
-				Attributes: map[string]schema.Attribute{
+				MarkdownDescription: "Where and as whom the runner's deployments run, and the settings of their pods (see the " +
+					"`outpost_kubernetes_agent_runner` resource).",
+				Computed: true,
+				Attributes: withComputedJobPodAttributes(map[string]schema.Attribute{
 					"namespace":       computed("Namespace of the deployment Jobs."),
 					"service_account": computed("Service account of the deployment Jobs."),
 					"pod_template": schema.StringAttribute{
@@ -62,7 +63,7 @@ func (d *kubernetesAgentRunnerDataSource) Schema(_ context.Context, _ datasource
 						CustomType:          podTemplateType{},
 						Computed:            true,
 					},
-				},
+				}),
 			},
 			"state_storage_id": computed("Id of the runner's state storage."),
 			"max_concurrency": schema.Int64Attribute{

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
 // Ensure provider defined types fully satisfy framework interfaces.
@@ -12,6 +13,8 @@ var (
 	_ resource.ResourceWithConfigure   = (*kubernetesAgentRunnerResource)(nil)
 	_ resource.ResourceWithImportState = (*kubernetesAgentRunnerResource)(nil)
 	_ resource.ResourceWithModifyPlan  = (*kubernetesAgentRunnerResource)(nil)
+
+	_ resource.ResourceWithValidateConfig = (*kubernetesAgentRunnerResource)(nil)
 )
 
 // NewKubernetesAgentRunnerResource returns the outpost_kubernetes_agent_runner resource.
@@ -39,6 +42,18 @@ func (r *kubernetesAgentRunnerResource) Configure(_ context.Context, req resourc
 // ImportState imports a runner by its id; Read fills in the rest.
 func (r *kubernetesAgentRunnerResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
 	resource.ImportStatePassthroughID(ctx, path.Root("id"), req, resp)
+}
+
+// ValidateConfig checks the job pod settings together (a mount names a volume of the settings or
+// of the pod template) with the orchestrator's own checks; the schema validators check each
+// attribute alone.
+func (r *kubernetesAgentRunnerResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var job types.Object
+	resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("job"), &job)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(validateJobPod(ctx, job)...)
 }
 
 // ModifyPlan keeps the state as the plan when no input changed (every attribute the schema lets a

@@ -34,11 +34,12 @@ type runnerModel struct {
 	AgentKeyFingerprint types.String    `tfsdk:"agent_key_fingerprint"`
 }
 
-// runnerJobModel maps the job block.
+// runnerJobModel maps the job block; its job pod settings are in jobPodModel.
 type runnerJobModel struct {
 	Namespace      types.String     `tfsdk:"namespace"`
 	ServiceAccount types.String     `tfsdk:"service_account"`
 	PodTemplate    podTemplateValue `tfsdk:"pod_template"`
+	jobPodModel
 }
 
 // toAPI builds the create/update body. The plan is fully known at apply time.
@@ -57,6 +58,7 @@ func (m runnerModel) toAPI(ctx context.Context) (api.RunnerInput, diag.Diagnosti
 			Namespace:      m.Job.Namespace.ValueString(),
 			ServiceAccount: m.Job.ServiceAccount.ValueString(),
 			PodTemplate:    m.Job.PodTemplate.ValueString(),
+			Pod:            m.Job.toAPI(),
 		}
 	}
 	if !m.JobTimeout.IsNull() && !m.JobTimeout.IsUnknown() {
@@ -102,6 +104,7 @@ func runnerModelFromAPI(r *api.Runner, org string, prior *runnerModel) (runnerMo
 			Namespace:      types.StringValue(r.Job.Namespace),
 			ServiceAccount: types.StringValue(r.Job.ServiceAccount),
 			PodTemplate:    newPodTemplateNull(),
+			jobPodModel:    jobPodModelFromAPI(r.Job.Pod),
 		},
 		Status:              types.StringValue(runnerDisconnected),
 		LastSeenAt:          types.StringNull(),

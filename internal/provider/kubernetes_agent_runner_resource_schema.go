@@ -107,9 +107,11 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 		},
 		Blocks: map[string]schema.Block{
 			"job": schema.SingleNestedBlock{
-				MarkdownDescription: "Where and as whom the runner's deployments run. Required.",
-				Validators:          []validator.Object{objectvalidator.IsRequired(), blockRequires("namespace")},
-				Attributes: map[string]schema.Attribute{
+				MarkdownDescription: "Where and as whom the runner's deployments run, and the settings of their pods. Required. " +
+					"The settings besides `pod_template` are the ones most runners need, without writing a pod template; " +
+					"see \"How the job settings combine\" for how they meet the template and the cluster owner's chart values.",
+				Validators: []validator.Object{objectvalidator.IsRequired(), blockRequires("namespace")},
+				Attributes: withJobPodAttributes(map[string]schema.Attribute{
 					"namespace": schema.StringAttribute{
 						MarkdownDescription: "Namespace of the deployment Jobs. The agent chart must be given the same namespace " +
 							"(`outpost_kubernetes_agent.job_namespace`) so it grants the agent access to it. Required in the block.",
@@ -135,8 +137,16 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 						Validators:    []validator.String{podTemplateValidator()},
 						PlanModifiers: []planmodifier.String{keepEquivalentPodTemplate()},
 					},
-				},
+				}),
 			},
 		},
 	}
+}
+
+// withJobPodAttributes adds the job pod settings to the job block's attributes.
+func withJobPodAttributes(attrs map[string]schema.Attribute) map[string]schema.Attribute {
+	for k, v := range jobPodAttributes() {
+		attrs[k] = v
+	}
+	return attrs
 }

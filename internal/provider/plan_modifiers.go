@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
-
-	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
 var _ planmodifier.String = keepStateWhenEquivalent{}
@@ -41,11 +39,7 @@ func (m keepStateWhenEquivalent) PlanModifyString(_ context.Context, req planmod
 func keepEquivalentPodTemplate() planmodifier.String {
 	return keepStateWhenEquivalent{
 		description: "A pod template that differs from the state only in key order or whitespace is no change.",
-		equivalent: func(a, b string) bool {
-			na, errA := podtemplate.Normalize(a)
-			nb, errB := podtemplate.Normalize(b)
-			return errA == nil && errB == nil && na == nb
-		},
+		equivalent:  sameJSON,
 	}
 }
 

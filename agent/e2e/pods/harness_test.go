@@ -266,28 +266,36 @@ func (e *env) outputs(id string) map[string]string {
 	return m
 }
 
-// noLeftovers waits until the jobs namespace holds no Job, Pod or Secret of the agent's: what
-// a finished deployment leaves once the agent cleaned up after it.
+// noLeftovers waits until the jobs namespace holds nothing of the agent's but its history:
+// finished Jobs labelled outpost.dev/history and their finished pods, and no token Secret. That
+// is what a finished deployment leaves once the agent cleaned up after it.
 func (e *env) noLeftovers() {
 	e.t.Helper()
 	sel := metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue}
 	cs := e.c.Client()
-	wait(e.t, 90*time.Second, "the agent to remove the Job, its pod and its token Secret", func() (bool, string) {
+	wait(e.t, 90*time.Second, "the agent to move the Job into the history and remove its token Secret", func() (bool, string) {
 		ctx := context.Background()
 		var left []string
 		jobs, err := cs.BatchV1().Jobs(e.jobsNS).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
+		kept := map[string]bool{}
 		for _, j := range jobs.Items {
-			left = append(left, "Job "+j.Name)
+			if j.Labels[kubeexec.LabelHistory] == "" {
+				left = append(left, "Job "+j.Name)
+			}
+			kept[j.Name] = j.Labels[kubeexec.LabelHistory] != ""
 		}
 		pods, err := cs.CoreV1().Pods(e.jobsNS).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
 		for _, p := range pods.Items {
-			left = append(left, fmt.Sprintf("Pod %s (%s)", p.Name, p.Status.Phase))
+			done := p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+			if !kept[p.Labels["job-name"]] || !done {
+				left = append(left, fmt.Sprintf("Pod %s (%s)", p.Name, p.Status.Phase))
+			}
 		}
 		secrets, err := cs.CoreV1().Secrets(e.jobsNS).List(ctx, sel)
 		if err != nil {

@@ -7,6 +7,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"os"
 	"strconv"
 	"strings"
@@ -54,9 +55,11 @@ type Config struct {
 	KubeQPS        float64
 	KubeBurst      int
 	LogLevel       string
-	Kubeconfig     string
-	WorkDir        string
-	AgentBinary    string
+	// LogFormat is json (one object a line, for log pipelines) or text (key=value, for people).
+	LogFormat   string
+	Kubeconfig  string
+	WorkDir     string
+	AgentBinary string
 
 	// InsecureAllowHTTP allows an http:// APIURL that is not loopback: the agent's signed
 	// requests and the job tokens would cross the network unencrypted. Named so that nobody
@@ -100,6 +103,22 @@ type Config struct {
 	// JobSecurity are the security defaults of job pods (chart values jobs.podSecurityContext and
 	// jobs.securityContext), completed with Pod Security "restricted".
 	JobSecurity kubeexec.SecurityDefaults
+	// JobResources are the resources of main when neither the runner's pod template nor its
+	// job.resources set any (chart value jobs.resources).
+	JobResources corev1.ResourceRequirements
+	// JobForwardEnv are the agent's own environment variables named by --job-forward-env (chart
+	// value jobs.forwardEnv), by name, handed on to main unless the runner sets the same name.
+	JobForwardEnv map[string]string
+	// JobPluginCache is the volume of the job pods' provider plugin cache (chart value
+	// jobs.pluginCache); nil: none.
+	JobPluginCache *corev1.VolumeSource
+	// JobProviderInstallation is a provider_installation block for the job pods' CLI (chart value
+	// jobs.providerInstallation).
+	JobProviderInstallation string
+	// JobHistorySucceeded and JobHistoryFailed are how many finished Jobs of each outcome stay
+	// in the cluster after their finished event was acknowledged (chart values jobs.history.*).
+	JobHistorySucceeded int
+	JobHistoryFailed    int
 	// JobPodTemplate, when set, pins the pod template of every Job (chart value jobs.podTemplate):
 	// the runner's template from the orchestrator is ignored.
 	JobPodTemplate string
@@ -123,7 +142,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("outpost-agent", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	var configFile, podLabels, pullSecrets, podPolicy, podSecurity, containerSecurity string
+	var configFile, podLabels, pullSecrets, podPolicy, podSecurity, containerSecurity, resources, forwardEnv, pluginCache string
 	fs.StringVar(&configFile, "config", "", "optional YAML file with the same keys as the flags (env OUTPOST_CONFIG)")
 	fs.StringVar(&c.APIURL, "api-url", "", "orchestrator base URL (https://, or http:// to loopback)")
 	fs.BoolVar(&c.InsecureAllowHTTP, "insecure-allow-http", false, "allow an http:// --api-url that is not loopback: signed requests and job tokens then cross the network unencrypted")
@@ -146,6 +165,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.Float64Var(&c.KubeQPS, "kube-qps", 50, "Kubernetes client QPS")
 	fs.IntVar(&c.KubeBurst, "kube-burst", 100, "Kubernetes client burst, at least; grown to 2 × the runner's max_concurrency")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug | info | warn | error")
+	fs.StringVar(&c.LogFormat, "log-format", LogFormatJSON, "json | text")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path, or a list like $KUBECONFIG (empty = in-cluster)")
 	fs.StringVar(&c.WorkDir, "work-dir", "", "process executor: directory of the attempts' folders")
 	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs the job runners (default: this one)")
@@ -163,6 +183,12 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&podPolicy, "job-pod-policy", "", "job pod policy as a JSON object (chart values jobs.policy.*); empty refuses everything beyond Pod Security restricted")
 	fs.StringVar(&podSecurity, "job-pod-security-context", "", "security defaults of job pods, a PodSecurityContext as JSON (completed with Pod Security restricted)")
 	fs.StringVar(&containerSecurity, "job-security-context", "", "security defaults of every container of job pods, a SecurityContext as JSON (completed with Pod Security restricted)")
+	fs.StringVar(&resources, "job-resources", DefaultJobResources, "resources of the Job's main container when neither the runner's pod template nor its job.resources set any (ResourceRequirements as JSON; {} for none)")
+	fs.StringVar(&forwardEnv, "job-forward-env", "", "comma-separated names of the agent's environment variables handed on to job pods (the runner's own env of the same name wins)")
+	fs.StringVar(&pluginCache, "job-plugin-cache", "", "volume of the job pods' provider plugin cache, a Kubernetes VolumeSource as JSON (e.g. {\"persistentVolumeClaim\":{\"claimName\":\"tf-plugins\"}}); empty: none")
+	fs.StringVar(&c.JobProviderInstallation, "job-provider-installation", "", "provider_installation block of the job pods' CLI configuration (network or filesystem mirrors)")
+	fs.IntVar(&c.JobHistorySucceeded, "job-history-succeeded", 10, "succeeded Jobs kept in the cluster after their result reached the orchestrator (0 deletes each at once)")
+	fs.IntVar(&c.JobHistoryFailed, "job-history-failed", 10, "failed or canceled Jobs kept in the cluster after their result reached the orchestrator (0 deletes each at once)")
 	fs.StringVar(&c.JobPodTemplate, "job-pod-template", "", "pins the pod template of every Job (JSON PodTemplateSpec); the runner's template is then ignored")
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", 0, "cap below the runner's max_concurrency (0 = follow the orchestrator)")
 	fs.DurationVar(&c.CancelGrace, "cancel-grace", 120*time.Second, "time a canceled attempt gets to stop")
@@ -217,7 +243,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		flag, raw string
 		into      any
 	}{{"job-pod-policy", podPolicy, &c.JobPodPolicy}, {"job-pod-security-context", podSecurity, &c.JobSecurity.Pod},
-		{"job-security-context", containerSecurity, &c.JobSecurity.Container}} {
+		{"job-security-context", containerSecurity, &c.JobSecurity.Container}, {"job-resources", resources, &c.JobResources}} {
 		if strings.TrimSpace(o.raw) == "" {
 			continue
 		}
@@ -226,6 +252,13 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		}
 	}
 	c.JobSecurity = c.JobSecurity.WithRestricted()
+	c.JobForwardEnv = forwardedEnv(forwardEnv, getenv)
+	if t := strings.TrimSpace(pluginCache); t != "" && t != "{}" {
+		c.JobPluginCache = &corev1.VolumeSource{}
+		if err := yaml.UnmarshalStrict([]byte(t), c.JobPluginCache); err != nil {
+			return nil, fmt.Errorf("--job-plugin-cache (%s) must be a Kubernetes VolumeSource as JSON: %w", EnvName("job-plugin-cache"), err)
+		}
+	}
 	if strings.HasPrefix(strings.TrimSpace(pullSecrets), "[") {
 		if err := yaml.Unmarshal([]byte(pullSecrets), &c.JobImagePullSecrets); err != nil {
 			return nil, fmt.Errorf("job-image-pull-secrets must be a list of Secret names: %w", err)
@@ -238,6 +271,30 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// Log formats of --log-format.
+const (
+	LogFormatJSON = "json"
+	LogFormatText = "text"
+)
+
+// DefaultJobResources are the resources of a Terraform/OpenTofu run when nobody says otherwise: a
+// request a plan of a few hundred resources fits in, and a memory limit that stops a runaway
+// provider before it takes the node's memory. No CPU limit: throttling only slows a run down.
+const DefaultJobResources = `{"requests":{"cpu":"250m","memory":"512Mi"},"limits":{"memory":"2Gi"}}`
+
+// forwardedEnv reads the agent's variables named in the comma-separated list. A name the agent's
+// environment does not hold stays with an empty value (so Validate sees every name); job pods
+// get only the variables that have a value.
+func forwardedEnv(list string, getenv func(string) string) map[string]string {
+	out := map[string]string{}
+	for _, name := range strings.Split(list, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			out[name] = getenv(name)
+		}
+	}
+	return out
 }
 
 // ProxyVariables are the proxy variables the agent hands on to job pods, upper case as the chart

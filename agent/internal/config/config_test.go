@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
@@ -33,6 +36,33 @@ func TestParsePrecedenceFlagEnvFile(t *testing.T) {
 	}
 	if strings.Join(c.JobImagePullSecrets, ",") != "a,b" || c.JobPodLabels["team"] != "infra" {
 		t.Errorf("pull secrets %v labels %v", c.JobImagePullSecrets, c.JobPodLabels)
+	}
+}
+
+func TestParseJobResourcesAndForwardEnv(t *testing.T) {
+	c, err := Parse(nil, env(map[string]string{"OUTPOST_JOB_FORWARD_ENV": "AWS_REGION, TF_LOG,", "AWS_REGION": "eu-west-1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.JobResources.Limits[corev1.ResourceMemory]; got.String() != "2Gi" {
+		t.Errorf("default memory limit %s, want 2Gi (DefaultJobResources)", got.String())
+	}
+	if len(c.JobForwardEnv) != 2 || c.JobForwardEnv["AWS_REGION"] != "eu-west-1" || c.JobForwardEnv["TF_LOG"] != "" {
+		t.Errorf("forwarded env %v", c.JobForwardEnv)
+	}
+	c, err = Parse([]string{"--job-plugin-cache", `{"persistentVolumeClaim":{"claimName":"tf-plugins"}}`}, env(nil))
+	if err != nil || c.JobPluginCache == nil || c.JobPluginCache.PersistentVolumeClaim.ClaimName != "tf-plugins" {
+		t.Errorf("--job-plugin-cache: %+v, %v", c.JobPluginCache, err)
+	}
+	if _, err := Parse([]string{"--job-plugin-cache", `{"persistentVolume":{}}`}, env(nil)); err == nil || !strings.Contains(err.Error(), "VolumeSource") {
+		t.Errorf("an unknown volume type must be refused naming the flag: %v", err)
+	}
+	c, err = Parse([]string{"--job-resources", "{}"}, env(nil))
+	if err != nil || len(c.JobResources.Requests)+len(c.JobResources.Limits) != 0 {
+		t.Errorf("--job-resources {} must mean none: %+v, %v", c.JobResources, err)
+	}
+	if _, err := Parse([]string{"--job-resources", `{"requests":{"memory":"lots"}}`}, env(nil)); err == nil || !strings.Contains(err.Error(), "--job-resources") {
+		t.Errorf("a bad quantity must be refused naming the flag: %v", err)
 	}
 }
 
@@ -87,23 +117,32 @@ func TestValidate(t *testing.T) {
 		mutate func(*Config)
 		want   []string
 	}{
-		"api url":        {func(c *Config) { c.APIURL = "orchestrator:8080" }, []string{"--api-url (OUTPOST_API_URL)", `"orchestrator:8080"`}},
-		"plain http":     {func(c *Config) { c.APIURL = "http://orchestrator.example.com" }, []string{"--api-url (OUTPOST_API_URL)", "tokens and signed requests unencrypted", "use https://", "--insecure-allow-http"}},
-		"org":            {func(c *Config) { c.OrgID = "Acme Inc" }, []string{"--org-id", "Acme Inc"}},
-		"executor":       {func(c *Config) { c.Executor = "docker" }, []string{"--executor", `"docker"`}},
-		"job image":      {func(c *Config) { c.JobImage = "" }, []string{"--job-image", "required"}},
-		"agent image":    {func(c *Config) { c.AgentImage = "" }, []string{"--agent-image (OUTPOST_AGENT_IMAGE)", "required"}},
-		"leader ns":      {func(c *Config) { c.Namespace = "" }, []string{"--namespace", "--leader-elect=false"}},
-		"process dir":    {func(c *Config) { c.Executor = ExecutorProcess; c.WorkDir = "rel/dir" }, []string{"--work-dir", "absolute"}},
-		"poll wait":      {func(c *Config) { c.PollWait = time.Minute }, []string{"--poll-wait", "30s"}},
-		"cli":            {func(c *Config) { c.CLI = "terragrunt" }, []string{"--cli", "terragrunt"}},
-		"labels":         {func(c *Config) { c.JobPodLabels = map[string]string{"outpost.dev/deployment-id": "x"} }, []string{"--job-pod-labels", "set by the agent"}},
-		"pull secret":    {func(c *Config) { c.JobImagePullSecrets = []string{"Bad_Name"} }, []string{"--job-image-pull-secrets", "Bad_Name"}},
-		"qps":            {func(c *Config) { c.KubeQPS = 0 }, []string{"--kube-qps"}},
-		"log level":      {func(c *Config) { c.LogLevel = "verbose" }, []string{"--log-level", "verbose"}},
-		"ca bundle":      {func(c *Config) { c.CABundleFile = "/does/not/exist.pem" }, []string{"--ca-bundle-file", "/does/not/exist.pem"}},
-		"startup":        {func(c *Config) { c.StartupTimeout = 0 }, []string{"--startup-timeout", "at least"}},
-		"max concurrent": {func(c *Config) { c.MaxConcurrency = -1 }, []string{"--max-concurrency"}},
+		"api url":               {func(c *Config) { c.APIURL = "orchestrator:8080" }, []string{"--api-url (OUTPOST_API_URL)", `"orchestrator:8080"`}},
+		"plain http":            {func(c *Config) { c.APIURL = "http://orchestrator.example.com" }, []string{"--api-url (OUTPOST_API_URL)", "tokens and signed requests unencrypted", "use https://", "--insecure-allow-http"}},
+		"org":                   {func(c *Config) { c.OrgID = "Acme Inc" }, []string{"--org-id", "Acme Inc"}},
+		"executor":              {func(c *Config) { c.Executor = "docker" }, []string{"--executor", `"docker"`}},
+		"job image":             {func(c *Config) { c.JobImage = "" }, []string{"--job-image", "required"}},
+		"agent image":           {func(c *Config) { c.AgentImage = "" }, []string{"--agent-image (OUTPOST_AGENT_IMAGE)", "required"}},
+		"leader ns":             {func(c *Config) { c.Namespace = "" }, []string{"--namespace", "--leader-elect=false"}},
+		"process dir":           {func(c *Config) { c.Executor = ExecutorProcess; c.WorkDir = "rel/dir" }, []string{"--work-dir", "absolute"}},
+		"poll wait":             {func(c *Config) { c.PollWait = time.Minute }, []string{"--poll-wait", "30s"}},
+		"cli":                   {func(c *Config) { c.CLI = "terragrunt" }, []string{"--cli", "terragrunt"}},
+		"labels":                {func(c *Config) { c.JobPodLabels = map[string]string{"outpost.dev/deployment-id": "x"} }, []string{"--job-pod-labels", "set by the agent"}},
+		"pull secret":           {func(c *Config) { c.JobImagePullSecrets = []string{"Bad_Name"} }, []string{"--job-image-pull-secrets", "Bad_Name"}},
+		"qps":                   {func(c *Config) { c.KubeQPS = 0 }, []string{"--kube-qps"}},
+		"log level":             {func(c *Config) { c.LogLevel = "verbose" }, []string{"--log-level", "verbose"}},
+		"ca bundle":             {func(c *Config) { c.CABundleFile = "/does/not/exist.pem" }, []string{"--ca-bundle-file", "/does/not/exist.pem"}},
+		"startup":               {func(c *Config) { c.StartupTimeout = 0 }, []string{"--startup-timeout", "at least"}},
+		"max concurrent":        {func(c *Config) { c.MaxConcurrency = -1 }, []string{"--max-concurrency"}},
+		"log format":            {func(c *Config) { c.LogFormat = "logfmt" }, []string{"--log-format", "logfmt"}},
+		"provider installation": {func(c *Config) { c.JobProviderInstallation = "direct {}" }, []string{"--job-provider-installation", "provider_installation"}},
+		"history":               {func(c *Config) { c.JobHistoryFailed = -1 }, []string{"--job-history-failed", "out of range"}},
+		"forward owned":         {func(c *Config) { c.JobForwardEnv = map[string]string{"OUTPOST_API_URL": "x"} }, []string{"--job-forward-env", "OUTPOST_API_URL"}},
+		"forward proxy":         {func(c *Config) { c.JobForwardEnv = map[string]string{"https_proxy": ""} }, []string{"--job-forward-env", "proxy.*"}},
+		"forward name":          {func(c *Config) { c.JobForwardEnv = map[string]string{"A=B": ""} }, []string{"--job-forward-env", "A=B"}},
+		"resources": {func(c *Config) {
+			c.JobResources.Requests = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}
+		}, []string{"--job-resources", "above limits.memory"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -71,6 +73,27 @@ func (c *Config) Validate() error {
 		}
 		if err := kubeexec.ValidatePolicy(&c.JobPodPolicy); err != nil {
 			bad("job-pod-policy", "%v", err)
+		}
+		for _, name := range slices.Sorted(maps.Keys(c.JobForwardEnv)) {
+			switch {
+			case len(validation.IsEnvVarName(name)) > 0:
+				bad("job-forward-env", "%q is not an environment variable name", name)
+			case strings.HasPrefix(strings.ToUpper(name), "OUTPOST_"):
+				bad("job-forward-env", "%q: variables under OUTPOST_ are the agent's own settings and never reach job pods; rename it", name)
+			case slices.Contains(ProxyVariables, strings.ToUpper(name)):
+				bad("job-forward-env", "%q: the proxy variables reach job pods already (chart values proxy.*); remove it", name)
+			}
+		}
+		for flag, n := range map[string]int{"job-history-succeeded": c.JobHistorySucceeded, "job-history-failed": c.JobHistoryFailed} {
+			if n < 0 || n > 1000 {
+				bad(flag, "%d is out of range; keep 0 to 1000 Jobs", n)
+			}
+		}
+		if c.JobProviderInstallation != "" && !strings.Contains(c.JobProviderInstallation, "provider_installation") {
+			bad("job-provider-installation", "must be a provider_installation { ... } block of the CLI configuration")
+		}
+		if err := kubeexec.ValidateResources(c.JobResources); err != nil {
+			bad("job-resources", "%v", err)
 		}
 		if c.JobPodTemplate != "" {
 			if _, err := podtemplate.Parse(c.JobPodTemplate); err != nil {
@@ -147,6 +170,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConcurrency < 0 {
 		bad("max-concurrency", "%d must be 0 (follow the orchestrator) or positive", c.MaxConcurrency)
+	}
+	if c.LogFormat != LogFormatJSON && c.LogFormat != LogFormatText {
+		bad("log-format", "%q is not one of json, text", c.LogFormat)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

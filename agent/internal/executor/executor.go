@@ -55,7 +55,8 @@ type Executor interface {
 	List(ctx context.Context) ([]AttemptStatus, error)
 	// Cancel stops an attempt, giving the CLI grace to release locks and push state.
 	Cancel(ctx context.Context, deploymentID string, attempt int, grace time.Duration) error
-	// Cleanup deletes everything of the attempt, after its finished event was acknowledged.
+	// Cleanup ends the attempt after its finished event was acknowledged: everything of it is
+	// deleted, or (kubernetes) its finished Job is kept in the history, no attempt any more.
 	Cleanup(ctx context.Context, deploymentID string, attempt int) error
 	// SavePendingEvent stores an undelivered finished event with the attempt (the outbox), so it
 	// survives an agent restart and is re-sent byte for byte.

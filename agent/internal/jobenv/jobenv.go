@@ -28,6 +28,15 @@ const (
 	// is not loopback (its --insecure-allow-http); the job runner refuses one otherwise.
 	InsecureAllowHTTP = "OUTPOST_INSECURE_ALLOW_HTTP"
 
+	// PluginCacheDir is a directory shared by the attempts (the cluster owner's plugin cache
+	// volume): the job runner creates it and hands it to the CLI as TF_PLUGIN_CACHE_DIR, so a
+	// provider downloaded once is linked, not downloaded, by the next init.
+	PluginCacheDir = "OUTPOST_PLUGIN_CACHE_DIR"
+	// ProviderInstallation is a provider_installation block of the CLI configuration (network
+	// or filesystem mirrors, for clusters without registry access). The job runner writes it
+	// to a CLI configuration file of the attempt and points TF_CLI_CONFIG_FILE at it.
+	ProviderInstallation = "OUTPOST_PROVIDER_INSTALLATION"
+
 	// Image is the image main runs in, for messages only (an image without terraform or tofu is
 	// named in the error). Set by the kubernetes executor.
 	Image = "OUTPOST_IMAGE"

@@ -41,6 +41,9 @@ type config struct {
 
 	Image string // OUTPOST_IMAGE: main's image, for messages
 
+	PluginCacheDir       string // OUTPOST_PLUGIN_CACHE_DIR: TF_PLUGIN_CACHE_DIR of the CLI
+	ProviderInstallation string // OUTPOST_PROVIDER_INSTALLATION: provider_installation block for the CLI
+
 	// TerminationMessageFile is where a job runner error is left for Kubernetes (main's
 	// terminationMessagePath, which the agent sets); written only when it exists.
 	TerminationMessageFile string
@@ -67,6 +70,8 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.StateURL, "state-url", env(jobenv.StateURL, ""), "base URL of the agent's state backend ("+jobenv.StateURL+")")
 	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, ""), "terraform, tofu or an absolute path; empty: the first of tofu and terraform on PATH ("+jobenv.CLI+")")
 	c.Image = getenv(jobenv.Image)
+	fs.StringVar(&c.PluginCacheDir, "plugin-cache-dir", env(jobenv.PluginCacheDir, ""), "provider plugin cache shared by attempts, the CLI's TF_PLUGIN_CACHE_DIR ("+jobenv.PluginCacheDir+")")
+	fs.StringVar(&c.ProviderInstallation, "provider-installation", env(jobenv.ProviderInstallation, ""), "provider_installation block of the CLI configuration, e.g. a network or filesystem mirror ("+jobenv.ProviderInstallation+")")
 	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<deployment id> ("+jobenv.WorkDir+")")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", env(jobenv.CABundleFile, ""), "extra PEM CA certificates ("+jobenv.CABundleFile+")")
 	insecure, err := strconv.ParseBool(env(jobenv.InsecureAllowHTTP, "false"))

@@ -260,6 +260,11 @@ func (j *attemptRun) run() int {
 
 	env := append(append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"}, toolEnv...),
 		backendEnv(spec.StateStorage, spec.DeploymentID, j.token, j.caPEM, j.cfg.StateURL)...)
+	providerEnv, err := providerSettings(workDir, j.cfg.PluginCacheDir, j.cfg.ProviderInstallation)
+	if err != nil {
+		return j.fail("%v", err)
+	}
+	env = append(env, providerEnv...)
 	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, operationArgs(spec.Operation)}
 	for _, args := range phases {
 		if j.st.isInterrupted() {

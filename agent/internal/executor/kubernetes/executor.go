@@ -55,7 +55,9 @@ type Options struct {
 	// (chart value jobs.podTemplate): the runner's template from the orchestrator is ignored.
 	PinnedTemplate string
 	StartupTimeout time.Duration
-	Logger         *slog.Logger
+	// History is how many finished Jobs are kept after their finished event was acknowledged.
+	History History
+	Logger  *slog.Logger
 }
 
 // Executor implements executor.Executor on Kubernetes Jobs.
@@ -86,6 +88,9 @@ func New(o Options) *Executor {
 	}
 	if len(o.SealKey) == 0 {
 		o.SealKey = randomSealKey()
+	}
+	if o.History.keeps() && o.Pod.TTLAfterFinished == 0 {
+		o.Pod.TTLAfterFinished = historyTTL
 	}
 	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelOrgID: o.OrgID, LabelRunnerID: o.Pod.RunnerID}).String()
 	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute,
@@ -133,6 +138,7 @@ func (e *Executor) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 			e.watchdog(ctx)
+			e.trimHistory(ctx)
 		}
 	}
 }
@@ -206,8 +212,13 @@ func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
 			e.log.Warn("ignoring the runner's pod template: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
 				"deployment_id", c.DeploymentID, "attempt", c.Attempt)
 		}
+		if c.Placement.Job.Pod != nil {
+			e.log.Warn("ignoring the runner's job pod settings: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
+				"deployment_id", c.DeploymentID, "attempt", c.Attempt)
+		}
 		pc := *c
 		pc.Placement.Job.PodTemplate = pinned
+		pc.Placement.Job.Pod = nil
 		c = &pc
 	}
 	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
@@ -267,7 +278,7 @@ func (e *Executor) find(ctx context.Context, deploymentID string, attempt int) (
 		return nil, err
 	}
 	for _, j := range jobs {
-		if j.Annotations[AnnDeploymentID] == deploymentID && j.DeletionTimestamp == nil && e.sealed(j) {
+		if j.Annotations[AnnDeploymentID] == deploymentID && j.DeletionTimestamp == nil && !kept(j) && e.sealed(j) {
 			return j, nil
 		}
 	}
@@ -302,17 +313,22 @@ func (e *Executor) stop(ctx context.Context, j *batchv1.Job, annotation, value s
 	return nil
 }
 
-// Cleanup implements executor.Executor: one delete. The Job's pods and its token Secret are its
-// dependents, which the garbage collector removes (background propagation).
+// Cleanup implements executor.Executor: a finished Job goes into the history (see history.go)
+// when it has room there; any other is deleted with one call, its pods and token Secret being
+// dependents the garbage collector removes (background propagation).
 func (e *Executor) Cleanup(ctx context.Context, deploymentID string, attempt int) error {
 	j, err := e.find(ctx, deploymentID, attempt)
 	if err != nil || j == nil {
 		return err
 	}
-	bg := metav1.DeletePropagationBackground
-	err = e.o.Client.BatchV1().Jobs(j.Namespace).Delete(ctx, j.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &j.UID}})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		return fmt.Errorf("delete Job %s/%s: %w", j.Namespace, j.Name, err)
+	if s, ok := e.status(j); ok && s.Terminal() {
+		if done, err := e.keep(ctx, j, s.Status); done || err != nil {
+			e.notify.Notify()
+			return err
+		}
+	}
+	if err := e.deleteJob(ctx, j); err != nil {
+		return err
 	}
 	e.notify.Notify()
 	return nil

@@ -35,6 +35,9 @@ const (
 	caVolume            = "outpost-ca"
 	caMountPath         = "/etc/outpost/ca"
 	caFileKey           = "ca.crt"
+	// The provider plugin cache, shared by the attempts (PodOptions.PluginCache).
+	pluginCacheVolume    = "outpost-plugin-cache"
+	pluginCacheMountPath = "/var/cache/outpost/plugins"
 )
 
 // JobName is the deterministic name of the Job of an attempt: the same claim always maps to the

@@ -1,12 +1,12 @@
 package kubernetes
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"path"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -71,13 +71,28 @@ type PodOptions struct {
 	// ProxyEnv are the proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) for main; each is set
 	// in upper and lower case. A template whose main sets any proxy variable keeps its own.
 	ProxyEnv map[string]string
+	// Resources are main's resources when neither the runner's pod template nor its job pod
+	// settings set any (the chart's jobs.resources).
+	Resources corev1.ResourceRequirements
+	// ForwardEnv are variables of the agent's environment handed on to main (the chart's
+	// jobs.forwardEnv); a variable of the same name set by the runner wins, an empty one is left out.
+	ForwardEnv map[string]string
+	// PluginCache, when set, is the cluster owner's volume for the CLI's provider plugin cache
+	// (chart value jobs.pluginCache), mounted into main at pluginCacheMountPath.
+	PluginCache *corev1.VolumeSource
+	// ProviderInstallation is a provider_installation block for the CLI (chart value
+	// jobs.providerInstallation): network or filesystem mirrors for clusters without registry access.
+	ProviderInstallation string
+	// TTLAfterFinished is how long the Job controller keeps a finished Job the agent has not
+	// deleted; zero is a day. New sets a week when the executor keeps a history.
+	TTLAfterFinished int32
 	// CancelGrace is the time the CLI gets to stop on cancel; it sets the pod's termination
 	// grace (at least 120 s) and is added to the job timeout for activeDeadlineSeconds.
 	CancelGrace time.Duration
 }
 
 // BuildJob turns a claim into the Job and the token Secret that run its attempt. The user's pod
-// template is the base, the agent's overlay is merged over it with a strategic merge patch
+// template with the runner's job pod settings applied (podtemplate.Apply) is the base, the agent's overlay is merged over it with a strategic merge patch
 // (containers, env, mounts and volumes merge by name, so the user's sidecars, volumes and env
 // stay), and the fields the agent owns are re-asserted after the merge so no template can take them
 // over. A template that breaks the contract returns a *podtemplate.Error.
@@ -85,6 +100,9 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 	p := &c.Placement
 	base, err := podtemplate.Parse(p.Job.PodTemplate)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := podtemplate.Apply(base, p.Job.Pod); err != nil {
 		return nil, nil, err
 	}
 	name := JobName(c.DeploymentID, c.Attempt)
@@ -106,6 +124,10 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		{Name: runnerVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 			SizeLimit: ptr.To(resource.MustParse(runnerVolumeLimit)),
 		}}},
+	}
+	if o.PluginCache != nil {
+		mounts = append(mounts, corev1.VolumeMount{Name: pluginCacheVolume, MountPath: pluginCacheMountPath})
+		volumes = append(volumes, corev1.Volume{Name: pluginCacheVolume, VolumeSource: *o.PluginCache.DeepCopy()})
 	}
 	if o.CASecret != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: caVolume, MountPath: caMountPath, ReadOnly: true})
@@ -158,7 +180,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 			BackoffLimit:            ptr.To[int32](0),
 			PodReplacementPolicy:    ptr.To(batchv1.Failed),
 			ActiveDeadlineSeconds:   ptr.To(int64(timeout) + int64(o.CancelGrace.Seconds())),
-			TTLSecondsAfterFinished: ptr.To[int32](ttlAfterFinished),
+			TTLSecondsAfterFinished: ptr.To(cmp.Or(o.TTLAfterFinished, ttlAfterFinished)),
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
 				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
 					ContainerName: ptr.To(podtemplate.MainContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0},
@@ -206,6 +228,12 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	}
 	// Always set, so the agent's value replaces any the pod template sets.
 	env = append(env, corev1.EnvVar{Name: jobenv.InsecureAllowHTTP, Value: strconv.FormatBool(o.InsecureAllowHTTP)})
+	if o.PluginCache != nil {
+		env = append(env, corev1.EnvVar{Name: jobenv.PluginCacheDir, Value: pluginCacheMountPath})
+	}
+	if o.ProviderInstallation != "" {
+		env = append(env, corev1.EnvVar{Name: jobenv.ProviderInstallation, Value: o.ProviderInstallation})
+	}
 	if o.CASecret != "" {
 		key := o.CASecretKey
 		if key == "" {
@@ -262,6 +290,10 @@ func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec, o Po
 		if c.Image == "" {
 			c.Image = o.Image
 		}
+		if len(c.Resources.Requests) == 0 && len(c.Resources.Limits) == 0 {
+			c.Resources = *o.Resources.DeepCopy()
+		}
+		c.Env = addAbsent(c.Env, forwardEnv(o.ForwardEnv))
 		c.Command = append([]string(nil), want.Command...)
 		c.Args = nil
 		c.TerminationMessagePath, c.TerminationMessagePolicy = want.TerminationMessagePath, want.TerminationMessagePolicy
@@ -269,10 +301,10 @@ func reassert(tpl *corev1.PodTemplateSpec, overlay *corev1.PodTemplateSpec, o Po
 		if !setsProxy(c.Env) {
 			env = append(env, proxyEnv(o.ProxyEnv)...)
 		}
-		c.Env = replaceOwned(c.Env, env, func(e corev1.EnvVar) []string { return []string{e.Name} })
-		c.VolumeMounts = replaceOwned(c.VolumeMounts, want.VolumeMounts, func(m corev1.VolumeMount) []string { return []string{m.Name, m.MountPath} })
+		c.Env = podtemplate.ReplaceByKey(c.Env, env, func(e corev1.EnvVar) []string { return []string{e.Name} })
+		c.VolumeMounts = podtemplate.ReplaceByKey(c.VolumeMounts, want.VolumeMounts, func(m corev1.VolumeMount) []string { return []string{m.Name, m.MountPath} })
 	}
-	tpl.Spec.Volumes = replaceOwned(tpl.Spec.Volumes, overlay.Spec.Volumes, func(v corev1.Volume) []string { return []string{v.Name} })
+	tpl.Spec.Volumes = podtemplate.ReplaceByKey(tpl.Spec.Volumes, overlay.Spec.Volumes, func(v corev1.Volume) []string { return []string{v.Name} })
 }
 
 // injectContainer is the init container that copies the job runner into the pod. It passes the
@@ -296,32 +328,14 @@ func injectContainer(image string) corev1.Container {
 	}
 }
 
-// proxyEnv turns the agent's proxy variables into main's: each in upper case (Go, most tools) and
-// lower case (curl, and so git, reads http_proxy only in lower case), in a fixed order.
-func proxyEnv(vars map[string]string) []corev1.EnvVar {
-	names := make([]string, 0, len(vars))
-	for k := range vars {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	var out []corev1.EnvVar
-	for _, k := range names {
-		out = append(out, corev1.EnvVar{Name: strings.ToUpper(k), Value: vars[k]}, corev1.EnvVar{Name: strings.ToLower(k), Value: vars[k]})
-	}
-	return out
-}
-
-// setsProxy reports whether a template's main sets a proxy variable itself; then the template
-// decides about proxies for this runner, and none of the agent's are added (a mix of the two
-// would be neither).
-func setsProxy(env []corev1.EnvVar) bool {
-	return slices.ContainsFunc(env, func(e corev1.EnvVar) bool {
-		switch strings.ToUpper(e.Name) {
-		case "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "ALL_PROXY":
-			return true
+// ValidateResources checks the default resources of main (the chart's jobs.resources).
+func ValidateResources(r corev1.ResourceRequirements) error {
+	for name, req := range r.Requests {
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			return fmt.Errorf("requests.%s %s is above limits.%s %s", name, req.String(), name, lim.String())
 		}
-		return false
-	})
+	}
+	return nil
 }
 
 func mergeLabels(base, over map[string]string) map[string]string {
@@ -333,23 +347,4 @@ func mergeLabels(base, over map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// replaceOwned drops from have every item that shares a key with an item of want, then appends
-// want: the agent's env vars, mounts and volumes replace the template's of the same name (or
-// mount path).
-func replaceOwned[T any](have, want []T, keys func(T) []string) []T {
-	owned := map[string]bool{}
-	for _, w := range want {
-		for _, k := range keys(w) {
-			owned[k] = true
-		}
-	}
-	out := make([]T, 0, len(have)+len(want))
-	for _, h := range have {
-		if !slices.ContainsFunc(keys(h), func(k string) bool { return owned[k] }) {
-			out = append(out, h)
-		}
-	}
-	return append(out, want...)
 }

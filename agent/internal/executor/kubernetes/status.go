@@ -27,9 +27,9 @@ type startupFailure struct {
 }
 
 // status derives an attempt's status from its Job and pods. ok is false for objects that are not
-// ours after all (no valid seal, see seal.go) or are being deleted.
+// ours after all (no valid seal, see seal.go), are being deleted, or are kept in the history.
 func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
-	if j.DeletionTimestamp != nil {
+	if j.DeletionTimestamp != nil || kept(j) {
 		return executor.AttemptStatus{}, false
 	}
 	if !e.sealed(j) {
