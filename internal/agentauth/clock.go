@@ -1,6 +1,7 @@
 package agentauth
 
 import (
+	"math"
 	"net/http"
 	"time"
 )
@@ -33,7 +34,7 @@ func (s *Signer) ObserveServerDate(date string, sent, received time.Time) time.D
 	case d.Abs() < minClockCorrection || d.Abs() > maxClockCorrection:
 		d = 0
 	default:
-		d = d.Round(time.Second)
+		d = time.Duration(math.Floor(d.Seconds())) * time.Second // whole seconds, as Date has
 	}
 	s.offset.Store(int64(d))
 	return d
