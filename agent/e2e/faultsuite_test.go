@@ -43,6 +43,8 @@ type faultRow struct {
 	// lost: not succeeded in the end; twice: more than one Job for a deployment; eventsLost:
 	// a deployment without exactly one started and one finished event.
 	lost, twice, eventsLost int
+	// retried counts deployments that needed a second attempt (allowed, but worth seeing).
+	retried int
 	// recover is the time from the end of the fault (for a standing fault, the agent's start)
 	// until every deployment enqueued was reported finished.
 	recover time.Duration
@@ -81,7 +83,7 @@ func TestFaults(t *testing.T) {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "fault\tdeployments\tlost\trun twice\tevents lost\trecovery\tnotes")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\n", r.fault, r.deployments, r.lost, r.twice, r.eventsLost, r.recover.Round(100*time.Millisecond), r.note)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d retried; %s\n", r.fault, r.deployments, r.lost, r.twice, r.eventsLost, r.recover.Round(100*time.Millisecond), r.retried, r.note)
 	}
 	_ = tw.Flush()
 	t.Logf("fault table (recovery: from the end of the fault, or the agent's start for a standing one, until every deployment was reported finished):\n%s", b.String())
@@ -123,6 +125,9 @@ func (e *env) outcome(ids []string, c *creations, since time.Time, timeout time.
 			} else {
 				e.t.Logf("deployment %s: not finished after %s", id, timeout)
 			}
+		}
+		if d != nil && d.Attempt > 1 {
+			r.retried++
 		}
 		if per[id] > 1 {
 			r.twice++
