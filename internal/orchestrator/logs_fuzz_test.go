@@ -24,6 +24,7 @@ func FuzzLogOffsets(f *testing.F) {
 	// a deployment of its own, finished at the end so the next may claim the state key.
 	h := newHarness(f, func(c *Config) { c.LogCapBytes = fuzzLogCap })
 	a := h.setupRunner("acme", "r1", 1)
+	f.Cleanup(func() { h.t = f }) // the server closes after the last input's test has ended
 	f.Fuzz(func(t *testing.T, ops []byte, readOff, readLimit uint16) {
 		h.t = t
 		if len(ops) > 3*40 {
