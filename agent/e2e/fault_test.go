@@ -109,12 +109,18 @@ func TestSIGKILLWhileJobsRun(t *testing.T) {
 
 // proxy is a TCP proxy in front of the orchestrator that can refuse connections, so the agent
 // sees the orchestrator vanish (connection refused, cut connections) and come back at the same
-// address.
+// address. With chaos set it also drops, delays and resets connections (faultsuite_test.go), and
+// with record set it keeps what clients sent, for a replay.
 type proxy struct {
 	addr, target string
 	mu           sync.Mutex
 	ln           net.Listener
 	conns        map[net.Conn]bool
+	// chaos, when set, decides the fate of each new connection.
+	chaos func() connFault
+	// record, when set, gives each new connection a writer that receives a copy of every byte
+	// the client sends on it.
+	record func() io.Writer
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -139,19 +145,54 @@ func (p *proxy) serve(ln net.Listener) {
 			if err != nil {
 				return
 			}
-			var d net.Dialer
-			out, err := d.DialContext(context.Background(), "tcp", p.target)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[in], p.conns[out] = true, true
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(out, in); out.Close() }()
-			go func() { _, _ = io.Copy(in, out); in.Close() }()
+			go p.pipe(in)
 		}
 	}()
+}
+
+// pipe connects one client to the orchestrator, through the chaos the proxy is set to.
+func (p *proxy) pipe(in net.Conn) {
+	p.mu.Lock()
+	chaos, record := p.chaos, p.record
+	p.mu.Unlock()
+	var f connFault
+	if chaos != nil {
+		f = chaos()
+	}
+	if f.drop {
+		resetConn(in)
+		return
+	}
+	time.Sleep(f.delay)
+	var d net.Dialer
+	out, err := d.DialContext(context.Background(), "tcp", p.target)
+	if err != nil {
+		in.Close()
+		return
+	}
+	p.mu.Lock()
+	p.conns[in], p.conns[out] = true, true
+	p.mu.Unlock()
+	var src io.Reader = in
+	if record != nil {
+		src = io.TeeReader(in, record())
+	}
+	if f.resetAfter > 0 {
+		// Cut both sides with a reset once the orchestrator has sent this many bytes: a request
+		// that was applied but whose answer never arrives.
+		go func() { _, _ = io.CopyN(in, out, f.resetAfter); resetConn(in); resetConn(out) }()
+	} else {
+		go func() { _, _ = io.Copy(in, out); in.Close() }()
+	}
+	go func() { _, _ = io.Copy(out, src); out.Close() }()
+}
+
+// resetConn closes c with a TCP reset instead of an orderly close.
+func resetConn(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	_ = c.Close()
 }
 
 // down closes the listener and cuts every open connection.

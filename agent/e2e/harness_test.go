@@ -98,17 +98,18 @@ type env struct {
 // testOrg is the organisation of every test's runner.
 const testOrg = "acme"
 
-// newEnv registers a runner whose Jobs use podTemplate (JSON; empty for the default).
-func newEnv(t testing.TB, podTemplate string, maxConcurrency int) *env {
+// newEnv registers a runner whose Jobs use podTemplate (JSON; empty for the default), with an
+// orchestrator started with orchOpts.
+func newEnv(t testing.TB, podTemplate string, maxConcurrency int, orchOpts ...orchestratortest.Option) *env {
 	t.Helper()
-	return newEnvWithPod(t, podTemplate, nil, maxConcurrency)
+	return newEnvWithPod(t, podTemplate, nil, maxConcurrency, orchOpts...)
 }
 
 // newEnvWithPod is newEnv with job pod settings on the runner.
-func newEnvWithPod(t *testing.T, podTemplate string, pod *api.JobPod, maxConcurrency int) *env {
+func newEnvWithPod(t testing.TB, podTemplate string, pod *api.JobPod, maxConcurrency int, orchOpts ...orchestratortest.Option) *env {
 	t.Helper()
 	c := testbed.Shared(t)
-	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
+	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t, orchOpts...), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
 	e.apiURL = e.orch.URL
 	var err error
 	if e.admin, err = client.NewAdminClient(e.orch.URL, testOrg, e.orch.AdminToken); err != nil {
@@ -205,6 +206,18 @@ func (a *agent) kill() {
 func (a *agent) logCount(s string) int {
 	b, _ := os.ReadFile(a.log)
 	return strings.Count(string(b), s)
+}
+
+// logValue returns the value of the last JSON log field key in the agent's log ("" if none).
+func (a *agent) logValue(key string) string {
+	b, _ := os.ReadFile(a.log)
+	s := string(b)
+	i := strings.LastIndex(s, `"`+key+`":"`)
+	if i < 0 {
+		return ""
+	}
+	v, _, _ := strings.Cut(s[i+len(key)+4:], `"`)
+	return v
 }
 
 // deploy enqueues n plan deployments and returns their ids.

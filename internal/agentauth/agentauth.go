@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -62,6 +63,9 @@ type Signer struct {
 	Now func() time.Time
 	// Lifetime is how long minted tokens live (at most MaxLifetime).
 	Lifetime time.Duration
+	// offset is how far the orchestrator's clock is ahead of Now (nanoseconds; see
+	// ObserveServerDate). Tokens are stamped with Now plus offset.
+	offset atomic.Int64
 }
 
 // NewSigner returns a Signer for the runner runnerID of organisation org.
@@ -87,7 +91,7 @@ func (s *Signer) Sign(method, rawURL string, body []byte) (string, error) {
 	if _, err := rand.Read(jti); err != nil {
 		return "", fmt.Errorf("token id: %w", err)
 	}
-	now := s.Now()
+	now := s.Now().Add(s.ClockOffset())
 	life := s.Lifetime
 	if life <= 0 || life > MaxLifetime {
 		life = MaxLifetime

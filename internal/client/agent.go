@@ -14,7 +14,8 @@ import (
 // AgentClient calls the agent side of the API. Every try is signed afresh, because agent
 // tokens are bound to one request and refused when replayed.
 type AgentClient struct {
-	t *transport
+	t      *transport
+	signer *agentauth.Signer
 }
 
 // NewAgentClient returns a client that signs requests with signer. The HTTP timeout must exceed
@@ -26,8 +27,18 @@ func NewAgentClient(baseURL string, signer *agentauth.Signer, opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
-	return &AgentClient{t: t}, nil
+	// A 401 for a token from a clock that is off carries the orchestrator's Date, so the retry
+	// of the same call is signed with the corrected time.
+	t.observeDate = func(date string, sent, received time.Time) bool {
+		before := signer.ClockOffset()
+		return signer.ObserveServerDate(date, sent, received) != before
+	}
+	return &AgentClient{t: t, signer: signer}, nil
 }
+
+// ClockOffset is how far the orchestrator's clock is ahead of this machine's, as learnt from its
+// answers; tokens are signed with the orchestrator's time.
+func (c *AgentClient) ClockOffset() time.Duration { return c.signer.ClockOffset() }
 
 // Poll long-polls for offers and directives, restating the agent's capacity and held attempts
 // (which renews their job leases). A request that states no protocol range states this build's

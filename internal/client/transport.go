@@ -92,7 +92,11 @@ type transport struct {
 	hook      func(context.Context, RequestInfo)
 	progress  func(sent, total int64)
 	auth      authorizer
-	sleep     func(context.Context, time.Duration) error
+	// observeDate, when set, is given the Date header of every answer with the times the try
+	// was sent and answered, and reports whether that changed how requests are signed (the
+	// agent client learns the orchestrator's clock from it).
+	observeDate func(date string, sent, received time.Time) (changed bool)
+	sleep       func(context.Context, time.Duration) error
 	// allowInsecureHTTP lets an http:// base URL leave the machine (AllowInsecureHTTP).
 	allowInsecureHTTP bool
 }
@@ -147,10 +151,16 @@ func (t *transport) do(ctx context.Context, c call) error {
 	}
 	full := u.String()
 	back := retry.Backoff{Base: t.retry.BaseDelay, Max: t.retry.MaxDelay}
+	resigned := false
 	for try := 1; ; try++ {
-		err := t.once(ctx, c, full, try)
+		clockChanged, err := t.once(ctx, c, full, try)
 		if err == nil {
 			return nil
+		}
+		// A 401 whose answer corrected the signing clock is cured by signing again: once, at once.
+		if clockChanged && !resigned && ctx.Err() == nil && errors.Is(err, api.ErrUnauthorized) {
+			resigned = true
+			continue
 		}
 		if ctx.Err() != nil || try >= t.retry.MaxTries || !c.retryable(err) {
 			return err
@@ -162,8 +172,9 @@ func (t *transport) do(ctx context.Context, c call) error {
 }
 
 // once makes one try. Failures to get an answer carry api.ErrUnavailable; error answers are
-// an *api.Error with the server's Retry-After.
-func (t *transport) once(ctx context.Context, c call, full string, try int) error {
+// an *api.Error with the server's Retry-After. clockChanged says the answer corrected the
+// signing clock (observeDate).
+func (t *transport) once(ctx context.Context, c call, full string, try int) (clockChanged bool, err error) {
 	start := time.Now()
 	var rdr io.Reader
 	if c.body != nil {
@@ -174,7 +185,7 @@ func (t *transport) once(ctx context.Context, c call, full string, try int) erro
 	}
 	req, err := http.NewRequestWithContext(ctx, c.method, full, rdr)
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+		return clockChanged, fmt.Errorf("build request: %w", err)
 	}
 	if c.body != nil {
 		// Only a bare bytes.Reader lets net/http learn the length and rewind the body by itself.
@@ -190,7 +201,7 @@ func (t *transport) once(ctx context.Context, c call, full string, try int) erro
 	req.Header.Set("User-Agent", t.userAgent)
 	if t.auth != nil {
 		if err := t.auth(req, c.body); err != nil {
-			return fmt.Errorf("authorize request: %w", err)
+			return clockChanged, fmt.Errorf("authorize request: %w", err)
 		}
 	}
 	resp, err := t.http.Do(req)
@@ -199,26 +210,29 @@ func (t *transport) once(ctx context.Context, c call, full string, try int) erro
 		info.Err = err
 		t.callHook(ctx, info)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return clockChanged, ctx.Err()
 		}
-		return fmt.Errorf("%s %s: %w", c.method, c.path, errors.Join(api.ErrUnavailable, err))
+		return clockChanged, fmt.Errorf("%s %s: %w", c.method, c.path, errors.Join(api.ErrUnavailable, err))
 	}
 	defer resp.Body.Close()
+	if t.observeDate != nil {
+		clockChanged = t.observeDate(resp.Header.Get("Date"), start, time.Now())
+	}
 	info.Status = resp.StatusCode
 	t.callHook(ctx, info)
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("read response of %s %s: %w", c.method, c.path, errors.Join(api.ErrUnavailable, err))
+		return clockChanged, fmt.Errorf("read response of %s %s: %w", c.method, c.path, errors.Join(api.ErrUnavailable, err))
 	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		if c.out != nil && len(data) > 0 {
 			if err := json.Unmarshal(data, c.out); err != nil {
-				return fmt.Errorf("decode response of %s %s: %w", c.method, c.path, err)
+				return clockChanged, fmt.Errorf("decode response of %s %s: %w", c.method, c.path, err)
 			}
 		}
-		return nil
+		return clockChanged, nil
 	}
-	return decodeError(resp, data)
+	return clockChanged, decodeError(resp, data)
 }
 
 // progressReader reports how much of a request body has been read (by the connection).

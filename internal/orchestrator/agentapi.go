@@ -90,12 +90,12 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	last := wait <= 0
 	for {
 		woken := s.notify.watch(runnerKey)
-		offers, cancels, maxConcurrency, err := s.store.offers(r.Context(), c.agent, req.CapacityFree)
+		offers, queued, cancels, maxConcurrency, err := s.store.offers(r.Context(), c.agent, &req)
 		if err != nil {
 			return err
 		}
 		directives := append(append([]api.Directive{}, forget...), cancels...)
-		if len(offers) > 0 || len(directives) > 0 || last {
+		if queued > 0 || len(directives) > 0 || last {
 			writeJSON(w, http.StatusOK, api.PollResponse{
 				Offers: offers, Directives: directives, MaxConcurrency: maxConcurrency, ServerTime: s.store.timeNow(),
 				Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,

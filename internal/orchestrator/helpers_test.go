@@ -44,7 +44,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // harness is a real server over real HTTP with a controllable clock and no background sweeper.
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	cfg   Config
 	clock *fakeClock
 	srv   *Server
@@ -52,7 +52,7 @@ type harness struct {
 	token string
 }
 
-func newHarness(t *testing.T, adjust ...func(*Config)) *harness {
+func newHarness(t testing.TB, adjust ...func(*Config)) *harness {
 	t.Helper()
 	clock := newClock()
 	cfg := Config{
@@ -113,7 +113,7 @@ type response struct {
 	hdr  http.Header
 }
 
-func (r response) err(t *testing.T) api.ErrorDetail {
+func (r response) err(t testing.TB) api.ErrorDetail {
 	t.Helper()
 	var eb api.ErrorBody
 	if err := json.Unmarshal(r.body, &eb); err != nil || eb.Error.Message == "" {
@@ -122,7 +122,7 @@ func (r response) err(t *testing.T) api.ErrorDetail {
 	return eb.Error
 }
 
-func (r response) decode(t *testing.T, v any) {
+func (r response) decode(t testing.TB, v any) {
 	t.Helper()
 	if err := json.Unmarshal(r.body, v); err != nil {
 		t.Fatalf("decode HTTP %d body %q: %v", r.code, r.body, err)
@@ -156,7 +156,7 @@ func (h *harness) send(method, path string, hdr map[string]string, body []byte) 
 	return response{code: resp.StatusCode, body: data, hdr: resp.Header}, err
 }
 
-func jsonBytes(t *testing.T, v any) []byte {
+func jsonBytes(t testing.TB, v any) []byte {
 	t.Helper()
 	if b, ok := v.([]byte); ok {
 		return b
@@ -290,7 +290,7 @@ func (h *harness) appendLog(token string, offset int64, data string) response {
 	return h.job(token, http.MethodPost, "/api/v1/job/logs?offset="+strconv.FormatInt(offset, 10), "application/octet-stream", []byte(data))
 }
 
-func newKey(t *testing.T) (pemStr string, priv ed25519.PrivateKey) {
+func newKey(t testing.TB) (pemStr string, priv ed25519.PrivateKey) {
 	t.Helper()
 	pub, p, err := keys.Generate()
 	if err != nil {

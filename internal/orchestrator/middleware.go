@@ -135,6 +135,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
 	sw := &statusWriter{ResponseWriter: w}
 	sw.Header().Set("X-Request-Id", info.id)
+	// The Date of every answer is the orchestrator's own clock, the one agent tokens are checked
+	// against: an agent whose clock is off learns the difference from it (agentauth.Signer).
+	sw.Header().Set("Date", s.cfg.Now().UTC().Format(http.TimeFormat))
 	if r.ContentLength != 0 && r.ProtoMajor == 1 {
 		// Until the body has been read to its end, the answer closes the connection: net/http
 		// would otherwise read what is left of the body before answering, to reuse the

@@ -303,3 +303,39 @@ func TestDeletingRunnerCancelsQueued(t *testing.T) {
 		t.Fatalf("jobs{status=queued} = %v, want 0", got)
 	}
 }
+
+// An agent killed between a claim and its Job forgets the claim. The same instance, restarted,
+// is offered the attempt again once reofferAfter has passed since the claim (not before, and not
+// another instance, and not when it restates it); its claim returns the same grant.
+func TestLostClaimIsOfferedAgainToItsInstance(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 2)
+	d := h.deploy(api.OperationApply)
+	c := a.claim(d.ID, 1, "agent-0")
+	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2}); len(resp.Offers) != 0 {
+		t.Fatalf("offered %v right after the claim; a claim answer may still be on its way", offerIDs(resp.Offers))
+	}
+	h.clock.Advance(reofferAfter)
+	if resp := a.poll(api.PollRequest{Instance: "agent-1", CapacityFree: 2}); len(resp.Offers) != 0 {
+		t.Fatalf("offered %v to another instance, which must wait for the job lease", offerIDs(resp.Offers))
+	}
+	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2, Held: []api.HeldAttempt{holding(c, false)}}); len(resp.Offers) != 0 {
+		t.Fatalf("offered %v although the instance restates it", offerIDs(resp.Offers))
+	}
+	resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2})
+	if !slices.Equal(offerIDs(resp.Offers), []string{d.ID}) || resp.Offers[0].Attempt != 1 {
+		t.Fatalf("restarted instance offered %+v, want attempt 1 of %s again", resp.Offers, d.ID)
+	}
+	again := a.claim(d.ID, 1, "agent-0")
+	if again.JobToken != c.JobToken || again.Lease.Fencing != c.Lease.Fencing {
+		t.Fatalf("the claim of the re-offer is another grant: fencing %d, want %d", again.Lease.Fencing, c.Lease.Fencing)
+	}
+	// Once started, it is not offered again even if the instance stops restating it (the Job
+	// exists; a lost Job is the job lease's business).
+	a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2, Held: []api.HeldAttempt{holding(c, true)}})
+	h.clock.Advance(reofferAfter)
+	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2}); len(resp.Offers) != 0 {
+		t.Fatalf("a started attempt was offered again: %v", offerIDs(resp.Offers))
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -108,11 +109,24 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 	return out, err
 }
 
-// offers returns what a poll may hand out now: queued attempts of this runner, oldest first, at
+// reofferAfter is how long after its claim an attempt leased to the polling instance, but neither
+// started nor restated in its poll, is offered to it again. An agent killed between a claim and
+// its Job lost the claim with its memory; the same instance (a container restarted in its pod)
+// claims it again (claims are idempotent for the holder) and creates the Job, instead of the
+// attempt waiting out the job lease. The delay keeps a claim whose answer is still on its way
+// from being offered twice; the agent would skip it anyway (it is starting it) and the Job name
+// is deterministic, so a second start adopts the first Job. A re-offer alone does not end a long
+// poll early (an agent still creating that Job would poll in a loop); it goes with the next answer,
+// and the first poll of a restarted agent does not wait.
+const reofferAfter = 5 * time.Second
+
+// offers returns what a poll may hand out now: attempts leased to the polling instance that it
+// seems to have lost (see reofferAfter), then queued attempts of this runner, oldest first, at
 // most capacityFree and never beyond max_concurrency counting the attempts the runner already
 // holds; and cancel directives for held attempts whose cancel was requested.
-func (s *store) offers(ctx context.Context, id agentauth.Identity, capacityFree int) (offers []api.Offer, cancels []api.Directive, maxConcurrency int, err error) {
+func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (offers []api.Offer, queued int, cancels []api.Directive, maxConcurrency int, err error) {
 	offers, cancels = []api.Offer{}, []api.Directive{}
+	now := s.timeNow()
 	err = s.view(ctx, func(tx *bolt.Tx) error {
 		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
 		if err != nil {
@@ -129,12 +143,14 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, capacityFree 
 			}
 			if rec.D.CancelRequested {
 				cancels = append(cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
+			} else if lostByPoller(rec, req, now) {
+				offers = append(offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			}
 			return true, nil
 		}); err != nil {
 			return err
 		}
-		n := min(capacityFree, r.MaxConcurrency-held)
+		n := min(req.CapacityFree-len(offers), r.MaxConcurrency-held)
 		if n <= 0 {
 			return nil
 		}
@@ -144,10 +160,21 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, capacityFree 
 				return false, err
 			}
 			offers = append(offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
-			return len(offers) < n, nil
+			queued++
+			return queued < n, nil
 		})
 	})
-	return offers, cancels, maxConcurrency, err
+	return offers, queued, cancels, maxConcurrency, err
+}
+
+// lostByPoller reports whether rec is an attempt leased to the polling instance that it has not
+// started and does not restate, reofferAfter after its claim.
+func lostByPoller(rec *deploymentRecord, req *api.PollRequest, now time.Time) bool {
+	if req.Instance == "" || rec.Lease == nil || rec.Lease.Instance != req.Instance || rec.D.Status != api.StatusClaimed ||
+		rec.D.ClaimedAt == nil || now.Sub(*rec.D.ClaimedAt) < reofferAfter {
+		return false
+	}
+	return !slices.ContainsFunc(req.Held, func(h api.HeldAttempt) bool { return h.DeploymentID == rec.D.ID && h.Attempt == rec.D.Attempt })
 }
 
 // claim grants the job lease on a queued attempt, or returns the same grant again to the

@@ -112,6 +112,11 @@ func (p *packer) visit(full string, d fs.DirEntry, walkErr error) error {
 		return err
 	}
 	name := filepath.ToSlash(rel)
+	// Tar names are slash separated; a backslash would mean a separator on Windows and a
+	// character here, so the job runner refuses such names, and so does Pack, before uploading.
+	if strings.ContainsRune(name, '\\') {
+		return fmt.Errorf("%s has a backslash in its name, which the job runner refuses; rename it", name)
+	}
 	switch typ := d.Type(); {
 	case d.IsDir():
 		if skippedDirs[d.Name()] {

@@ -154,6 +154,8 @@ func TestPackRefusesWhatTheJobRunnerWouldRefuse(t *testing.T) {
 			return os.Symlink(".terraform/modules/m", filepath.Join(dir, "m"))
 		}, "which is not packed"},
 		"fifo": {func(dir string) error { return syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600) }, "pipe is a named pipe"},
+		// Found by FuzzPackRoundTrip (agent/internal/jobrun): Pack took it, the job runner did not.
+		"backslash": {func(dir string) error { return os.Mkdir(filepath.Join(dir, `e\f`), 0o755) }, `e\f has a backslash`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -64,6 +64,7 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		}
 		back.Reset()
 		s.o.Health.PollOK()
+		s.logClockOffset()
 		s.mu.Lock()
 		s.orchMax, s.orchKnown = max(resp.MaxConcurrency, 0), true
 		limit, changed := s.limitLocked()
@@ -305,5 +306,19 @@ func (s *Session) directives(ctx context.Context, ds []api.Directive) {
 		default:
 			log.Warn("unknown directive ignored")
 		}
+	}
+}
+
+// logClockOffset says once per change that this machine's clock differs from the orchestrator's,
+// which the client corrects for when it signs (agentauth.Signer.ObserveServerDate).
+func (s *Session) logClockOffset() {
+	c, ok := s.o.Client.(interface{ ClockOffset() time.Duration })
+	if !ok {
+		return
+	}
+	if d := c.ClockOffset(); d != s.clockOffset {
+		s.clockOffset = d
+		s.log.Warn("this machine's clock differs from the orchestrator's; signing requests with the orchestrator's time (check NTP on the node)",
+			"orchestrator_ahead_by", d.String())
 	}
 }

@@ -70,6 +70,8 @@ type Session struct {
 	starting map[executor.AttemptKey]bool
 	skipped  map[executor.AttemptKey]bool
 	orchMax  int
+	// clockOffset is the orchestrator's clock offset last logged (pollLoop only).
+	clockOffset time.Duration
 	// orchKnown is false until the first poll told the runner's max_concurrency.
 	orchKnown bool
 	// limit is the last value given to LimitChanged.

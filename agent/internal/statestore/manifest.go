@@ -65,6 +65,18 @@ const (
 	annotationChunkHash = "outpost.dev/chunk-sha256" // of the stored bytes
 )
 
+// checkSizes refuses sizes a reader cannot act on: negative sizes, and chunk counts below one or
+// beyond the stored size (every chunk holds at least one stored byte).
+func (g Generation) checkSizes() error {
+	if g.Size < 0 || g.StoredSize < 0 {
+		return fmt.Errorf("generation %d: negative size %d or stored size %d", g.Generation, g.Size, g.StoredSize)
+	}
+	if g.Chunks < 1 || int64(g.Chunks) > max(1, g.StoredSize) {
+		return fmt.Errorf("generation %d: %d chunks for %d stored bytes", g.Generation, g.Chunks, g.StoredSize)
+	}
+	return nil
+}
+
 type manifest struct {
 	key string
 	// hash names the state's objects: the Store's scoped hash, or the unscoped one of a legacy
@@ -119,7 +131,7 @@ func parseManifest(key string, sec *corev1.Secret) (*manifest, error) {
 	if c.StoredSize, err = strconv.ParseInt(string(d[keyStoredSize]), 10, 64); err != nil {
 		return nil, bad(keyStoredSize, err)
 	}
-	if c.Chunks, err = strconv.Atoi(string(d[keyChunks])); err != nil || c.Chunks < 1 {
+	if c.Chunks, err = strconv.Atoi(string(d[keyChunks])); err != nil {
 		return nil, bad(keyChunks, fmt.Errorf("%q", d[keyChunks]))
 	}
 	if f := d[keyFormat]; len(f) > 0 {
@@ -146,6 +158,18 @@ func parseManifest(key string, sec *corev1.Secret) (*manifest, error) {
 	if len(d[keyHistory]) > 0 {
 		if err := json.Unmarshal(d[keyHistory], &m.history); err != nil {
 			return nil, bad(keyHistory, err)
+		}
+	}
+	// A reader sizes buffers and chunk lists from these numbers, so a manifest edited by hand
+	// (or by anyone with Secret write access in the state namespace) must not make it allocate
+	// without bound or panic: every generation, current and kept, is checked.
+	for i, g := range append([]Generation{*c}, m.history...) {
+		if err := g.checkSizes(); err != nil {
+			what := keyChunks
+			if i > 0 {
+				what = fmt.Sprintf("%s[%d]", keyHistory, i-1)
+			}
+			return nil, bad(what, err)
 		}
 	}
 	// The history entry of the current generation carries the audit fields; the individual
