@@ -106,12 +106,18 @@ type served struct {
 // the extra flags; it is stopped when the test ends, if the test did not stop it.
 func startServe(t *testing.T, dir string, flags ...string) *served {
 	t.Helper()
+	return startServeEnv(t, dir, noEnv, flags...)
+}
+
+// startServeEnv is startServe with the environment getenv.
+func startServeEnv(t *testing.T, dir string, getenv func(string) string, flags ...string) *served {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	s := &served{logs: &syncBuffer{}}
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, flags...), noEnv, s.logs, ready)
+		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, flags...), getenv, s.logs, ready)
 	}()
 	var once sync.Once
 	var runErr error
