@@ -123,7 +123,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 	}
 	srv, err := orchestrator.New(orchestrator.Config{
-		DataDir: o.dataDir, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
+		DataDir: o.dataDir, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
 		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention,
 	})
 	if err != nil {

@@ -196,3 +196,26 @@ func TestFlagsAndSizes(t *testing.T) {
 		t.Fatalf("bad log format: %v", err)
 	}
 }
+
+// TestSigningSecretFileFlag: the job-token secret goes where --signing-secret-file (or its
+// variable) says, never into the data directory.
+func TestSigningSecretFileFlag(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	secretFile := filepath.Join(t.TempDir(), "mounted", "signing-secret")
+	env := map[string]string{"OUTPOST_ORCHESTRATOR_SIGNING_SECRET_FILE": secretFile}
+	srv := startServeEnv(t, dir, func(k string) string { return env[k] }, "--admin-token", "a-long-enough-admin-token")
+	if err := srv.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(secretFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("signing secret %v (%v), want a 0600 file at %s", st, err, secretFile)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "signing-secret")); err == nil {
+		t.Fatal("a signing secret was written into the data directory too")
+	}
+	help := &syncBuffer{}
+	_, _ = parseFlags([]string{"--help"}, noEnv, help)
+	if !strings.Contains(help.String(), "OUTPOST_ORCHESTRATOR_SIGNING_SECRET_FILE") {
+		t.Fatal("--help does not show the signing secret's variable")
+	}
+}

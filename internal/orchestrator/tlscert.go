@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -34,11 +35,14 @@ type CertificateFiles struct {
 	checked time.Time
 }
 
-// fileStamp tells whether a file changed: a rewrite or a replacement changes its modification
-// time or size (a Kubernetes Secret volume swaps a symlink; Stat follows it).
+// fileStamp tells whether a file changed: a replacement (a rename over it, or a Kubernetes
+// Secret volume's symlink swap, which Stat follows) changes its inode, a rewrite its modification
+// time or size. The inode matters: modification times are coarse (a few milliseconds), and two
+// certificates can have the same size.
 type fileStamp struct {
-	mod  time.Time
-	size int64
+	mod   time.Time
+	size  int64
+	inode uint64
 }
 
 // LoadCertificateFiles loads the pair, or says why it cannot: the orchestrator must not start
@@ -117,6 +121,9 @@ func (c *CertificateFiles) stamps() ([2]fileStamp, error) {
 			return s, fmt.Errorf("TLS certificate file: %w", err)
 		}
 		s[i] = fileStamp{mod: st.ModTime(), size: st.Size()}
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			s[i].inode = sys.Ino
+		}
 	}
 	return s, nil
 }
