@@ -102,7 +102,7 @@ func New(o Options) *Session {
 		o.Logger = slog.Default()
 	}
 	if o.Tokens == nil {
-		o.Tokens = jobtoken.New()
+		o.Tokens = jobtoken.New(nil)
 	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(o.Version)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
@@ -75,19 +76,22 @@ type fakeExec struct {
 	attempts map[string]*executor.AttemptStatus
 	saved    map[string][]byte
 	cleaned  map[string]int
-	n        *executor.Notifier
+	// stateTokens are the state credentials Start was given, by deployment.
+	stateTokens map[string]string
+	n           *executor.Notifier
 }
 
 func newFakeExec() *fakeExec {
-	return &fakeExec{attempts: map[string]*executor.AttemptStatus{}, saved: map[string][]byte{}, cleaned: map[string]int{}, n: executor.NewNotifier()}
+	return &fakeExec{attempts: map[string]*executor.AttemptStatus{}, saved: map[string][]byte{}, cleaned: map[string]int{}, stateTokens: map[string]string{}, n: executor.NewNotifier()}
 }
 
-func (f *fakeExec) Start(_ context.Context, c *api.Claim) error {
+func (f *fakeExec) Start(_ context.Context, c *api.Claim, stateToken string) error {
 	if c.DeploymentID == "bad" {
 		return fmt.Errorf("%w: spec.containers[0].command: the command of \"main\" is set by the runner", executor.ErrInvalidJob)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.stateTokens[c.DeploymentID] = stateToken
 	f.attempts[c.DeploymentID] = &executor.AttemptStatus{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, Status: api.StatusClaimed}
 	return nil
 }
@@ -152,13 +156,21 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 
 	waitFor(t, "two attempts started", func() bool { l, _ := ex.List(ctx); return len(l) == 2 })
-	if h, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err != nil || h.Holder != "job/a/1" {
-		t.Errorf("claim of a not authorised: %v", err)
+	ex.mu.Lock()
+	stateA, stateB := ex.stateTokens["a"], ex.stateTokens["b"]
+	ex.mu.Unlock()
+	if !strings.HasPrefix(stateA, jobtoken.StateTokenPrefix) || stateA == stateB {
+		t.Fatalf("state credentials handed to the executor: %q and %q, want one per attempt", stateA, stateB)
 	}
-	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_b", "k/a"); err == nil {
-		t.Error("wrong token authorised")
+	if h, err := s.o.Tokens.Authorize(ctx, "a", stateA, "k/a"); err != nil || h.Holder != "job/a/1" {
+		t.Errorf("claim of a not authorised with the state credential its Job got: %v", err)
 	}
-	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/b"); err == nil {
+	for _, wrong := range []string{"opj_a", stateB} { // a's job token; b's state credential
+		if _, err := s.o.Tokens.Authorize(ctx, "a", wrong, "k/a"); err == nil {
+			t.Errorf("%q authorised for a's state", wrong)
+		}
+	}
+	if _, err := s.o.Tokens.Authorize(ctx, "a", stateA, "k/b"); err == nil {
 		t.Error("other state authorised")
 	}
 	// Capacity restated: min(orchestrator 5, configured 3) − 2 running.
@@ -208,7 +220,7 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 	if string(encodeEvent(evs[1])) != string(ex.saved["a"]) {
 		t.Errorf("delivered finished event differs from the saved one:\n%s\n%s", encodeEvent(evs[1]), ex.saved["a"])
 	}
-	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err == nil {
+	if _, err := s.o.Tokens.Authorize(ctx, "a", stateA, "k/a"); err == nil {
 		t.Error("finished attempt still authorised")
 	}
 
@@ -235,7 +247,7 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 func TestStartingAttemptCountsOnce(t *testing.T) {
 	ex := newFakeExec()
 	s := New(Options{Client: &fakeOrch{}, Executor: ex, Logger: slog.New(slog.DiscardHandler), MaxConcurrency: 3})
-	if err := ex.Start(t.Context(), &api.Claim{DeploymentID: "a", Attempt: 1}); err != nil {
+	if err := ex.Start(t.Context(), &api.Claim{DeploymentID: "a", Attempt: 1}, "opst_a"); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()

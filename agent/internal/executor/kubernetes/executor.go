@@ -152,7 +152,7 @@ func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
 // Start implements executor.Executor: token Secret first (so the pod can mount it at once), then
 // the Job, then the Secret is handed to the Job as owner so the garbage collector removes it with
 // the Job. Every step tolerates having been done before.
-func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
+func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) error {
 	runnerJob := c.Placement.Job
 	if sa := e.o.ServiceAccount; sa != "" && runnerJob.ServiceAccount != sa {
 		return fmt.Errorf("%w: the runner's job service account is %q but this agent was installed for %q; set the chart value jobs.serviceAccount.name (OUTPOST_JOB_SERVICE_ACCOUNT) to the runner's job.service_account",
@@ -162,7 +162,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 		return fmt.Errorf("%w: the runner's job namespace is %q but this agent manages %q; set the chart value jobs.namespace (OUTPOST_JOB_NAMESPACE) to the runner's job.namespace",
 			executor.ErrInvalidJob, runnerJob.Namespace, e.o.Namespace)
 	}
-	job, secret, err := e.build(c)
+	job, secret, err := e.build(c, stateToken)
 	if err != nil {
 		return err
 	}
@@ -201,7 +201,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 // build turns a claim into its Job and token Secret, under the cluster owner's pinned template,
 // security defaults and job pod policy: a pod the policy refuses is an error, and nothing exists
 // yet to clean up.
-func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
+func (e *Executor) build(c *api.Claim, stateToken string) (*batchv1.Job, *corev1.Secret, error) {
 	if pinned := e.o.PinnedTemplate; pinned != "" {
 		if c.Placement.Job.PodTemplate != "" && !sameTemplate(c.Placement.Job.PodTemplate, pinned) {
 			e.log.Warn("ignoring the runner's pod template: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
@@ -211,7 +211,7 @@ func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
 		pc.Placement.Job.PodTemplate = pinned
 		c = &pc
 	}
-	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
+	job, secret, err := BuildJob(c, stateToken, e.o.Pod, time.Now())
 	if err != nil {
 		if errors.Is(err, podtemplate.ErrInvalid) {
 			return nil, nil, fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)
