@@ -65,13 +65,6 @@ func (c *CertificateFiles) TLSConfig() *tls.Config {
 	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: c.GetCertificate}
 }
 
-// Certificate returns the pair in service.
-func (c *CertificateFiles) Certificate() *tls.Certificate {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cert
-}
-
 // GetCertificate is tls.Config.GetCertificate: the pair in service, loaded again first if the
 // files changed since the last look (at most one look per CheckInterval).
 func (c *CertificateFiles) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
