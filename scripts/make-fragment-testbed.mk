@@ -1,5 +1,5 @@
 # Tool and test bed targets, included from GNUmakefile, which defines OUTPOST_CACHE, the versions
-# (from scripts/versions.env) and the tool paths TOFU, GOLANGCI and TFPLUGINDOCS.
+# (from scripts/versions.env) and the tool paths TOFU, GOLANGCI, TFPLUGINDOCS, GORELEASER and HELM.
 
 # State directory of the background test bed of testbed-up/testbed-down.
 TESTBED_DIR          ?= $(OUTPOST_CACHE)/testbed-run
@@ -11,7 +11,7 @@ tools: ## Builds OpenTofu, golangci-lint, tfplugindocs and deadcode into the cac
 	scripts/tools.sh
 
 # Each tool is built on first use by the target that needs it, and only that tool.
-$(TOFU) $(GOLANGCI) $(TFPLUGINDOCS):
+$(TOFU) $(GOLANGCI) $(TFPLUGINDOCS) $(GORELEASER) $(HELM):
 	scripts/tools.sh $(notdir $@)
 	@test -x '$@' || { echo "scripts/tools.sh did not build $@: versions come from scripts/versions.env only" >&2; exit 1; }
 

@@ -11,6 +11,9 @@
 #   golangci-lint  about 3 min cold
 #   tfplugindocs   about 1 min cold
 #   deadcode       golang.org/x/tools/cmd/deadcode; about 1 min cold
+#   goreleaser     the release build (.goreleaser.yml); about 8 min cold
+#   helm           the helm CLI, for the test that installs the chart from its OCI artifact;
+#                  about 2 min cold
 #   terraform      not built: checked at $TERRAFORM or /usr/local/bin/terraform
 #
 # Usage: scripts/tools.sh                 provision everything, print "name: path" lines
@@ -117,6 +120,14 @@ deadcode() {
 	goinstall deadcode "$XTOOLS_VERSION" golang.org/x/tools/cmd/deadcode "1 min"
 }
 
+goreleaser() {
+	goinstall goreleaser "$GORELEASER_VERSION" github.com/goreleaser/goreleaser/v2 "8 min"
+}
+
+helm() {
+	goinstall helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "2 min"
+}
+
 terraform() {
 	local tf="${TERRAFORM:-}"
 	if [[ -z "$tf" ]]; then
@@ -147,8 +158,10 @@ run_tool() {
 	golangci-lint) golangci_lint ;;
 	tfplugindocs) tfplugindocs ;;
 	deadcode) deadcode ;;
+	goreleaser) goreleaser ;;
+	helm) helm ;;
 	terraform) terraform ;;
-	*) die "unknown tool $1 (known: tofu, golangci-lint, tfplugindocs, deadcode, terraform)" ;;
+	*) die "unknown tool $1 (known: tofu, golangci-lint, tfplugindocs, deadcode, goreleaser, helm, terraform)" ;;
 	esac
 }
 
@@ -160,7 +173,7 @@ if [[ "${1:-}" == "--path" ]]; then
 	exit 0
 fi
 if [[ $# == 0 ]]; then
-	set -- terraform tofu golangci-lint tfplugindocs deadcode
+	set -- terraform tofu golangci-lint tfplugindocs deadcode goreleaser helm
 fi
 for t in "$@"; do
 	run_tool "$t"

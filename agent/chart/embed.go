@@ -17,6 +17,8 @@ import (
 
 	helmchart "helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
 const (
@@ -36,8 +38,21 @@ const (
 //go:embed Chart.yaml values.yaml values.schema.json README.md .helmignore all:templates
 var files embed.FS
 
-// Load returns the embedded chart, parsed by Helm's loader. Every call returns a fresh copy, so a
-// caller may change it (e.g. its values) without affecting other callers.
+// InstallVersions are the chart version and appVersion (the default image tag) the embedded chart
+// is installed with. A release build (version.Release) installs its own release version as
+// both, so the provider of a release installs the chart and the agent image of that same release
+// (the release packages and tags them with it); any other build keeps the chart's own Version
+// and AppVersion.
+func InstallVersions() (chartVersion, appVersion string) {
+	if version.Release() {
+		return version.Version, version.Version
+	}
+	return Version, AppVersion
+}
+
+// Load returns the embedded chart, parsed by Helm's loader, with the InstallVersions. Every call
+// returns a fresh copy, so a caller may change it (e.g. its values) without affecting other
+// callers.
 func Load() (*helmchart.Chart, error) {
 	var buffered []*loader.BufferedFile
 	err := fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
@@ -58,5 +73,6 @@ func Load() (*helmchart.Chart, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading the embedded %s chart: %w", Name, err)
 	}
+	c.Metadata.Version, c.Metadata.AppVersion = InstallVersions()
 	return c, nil
 }

@@ -23,6 +23,7 @@ func main() {
 	fs.StringVar(&c.Repo, "repo", wd, "repository root")
 	fs.StringVar(&c.Dir, "dir", os.Getenv("OUTPOST_DEMO_DIR"), "where the demo keeps its files (default <repo>/.demo)")
 	fs.StringVar(&c.CLI, "cli", "terraform", "terraform or tofu")
+	fs.StringVar(&c.Executor, "executor", demo.ExecutorKubernetes, "kubernetes (the agent's pods run deployments in job pods on the test bed's real node) or process (local processes)")
 	fs.StringVar(&c.TofuPath, "tofu", "", "path of the OpenTofu binary (for --cli=tofu)")
 	fs.StringVar(&c.OrchestratorAddr, "orchestrator-addr", os.Getenv("OUTPOST_DEMO_ORCHESTRATOR_ADDR"), "orchestrator listen address")
 	fs.StringVar(&c.StateAddr, "state-addr", os.Getenv("OUTPOST_DEMO_STATE_ADDR"), "agent state backend listen address")

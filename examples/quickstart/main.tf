@@ -59,5 +59,6 @@ resource "outpost_kubernetes_agent" "quickstart" {
     name = outpost_key_pair.runner.kubernetes_secret.name
   }
 
+  values              = var.agent_values
   wait_for_connection = var.wait_for_connection
 }

@@ -24,6 +24,12 @@ variable "state_namespace" {
 
 variable "wait_for_connection" {
   type        = bool
-  description = "Wait until the installed agent has connected to the orchestrator. `make demo` turns it off because the local test bed has no container runtime; it runs the agent as a local process instead."
+  description = "Wait until the installed agent has connected to the orchestrator. `make demo EXECUTOR=process` turns it off: its test bed has no real node, so it runs the agent as a local process instead."
   default     = true
+}
+
+variable "agent_values" {
+  type        = string
+  description = "Further values of the agent chart (YAML), merged last. `make demo` sets it to let the agent reach the local orchestrator over plain http on the test bed's host-only network; a real installation reaches its orchestrator over https and needs none."
+  default     = null
 }

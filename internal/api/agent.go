@@ -9,6 +9,9 @@ import "time"
 // there is no other renewal.
 type PollRequest struct {
 	AgentVersion string `json:"agent_version"`
+	// Protocol is the range of agent protocol versions the agent speaks. The orchestrator refuses
+	// a poll whose range does not meet its own with CodeIncompatibleProtocol (HTTP 409).
+	Protocol ProtocolRange `json:"protocol"`
 	// Instance names the agent process (pod name); a claim by another instance is refused while
 	// a job lease is held.
 	Instance string `json:"instance"`
@@ -38,6 +41,12 @@ type PollResponse struct {
 	MaxConcurrency int `json:"max_concurrency"`
 	// ServerTime lets the agent notice clock skew.
 	ServerTime time.Time `json:"server_time"`
+	// Protocol is the agent protocol version the orchestrator chose: the highest both speak.
+	Protocol int `json:"protocol"`
+	// OrchestratorVersion is the orchestrator's release, for the agent's log.
+	OrchestratorVersion string `json:"orchestrator_version"`
+	// OrchestratorProtocol is the range of agent protocol versions the orchestrator speaks.
+	OrchestratorProtocol ProtocolRange `json:"orchestrator_protocol"`
 }
 
 // Offer is a queued attempt the agent may claim.

@@ -20,6 +20,9 @@ var (
 	ErrOffsetMismatch  = errors.New("log offset mismatch")
 	ErrStaleFencing    = errors.New("stale fencing number")
 	ErrUnsupportedType = errors.New("unsupported media type")
+	// ErrIncompatibleProtocol: the agent and the orchestrator speak no agent protocol version in
+	// common (the message names both releases and ranges).
+	ErrIncompatibleProtocol = errors.New("incompatible agent protocol")
 )
 
 // Error codes in the JSON error body.
@@ -36,6 +39,9 @@ const (
 	CodeOffsetMismatch = "offset_mismatch"
 	CodeStaleFencing   = "stale_fencing"
 	CodeMediaType      = "unsupported_media_type"
+	// CodeIncompatibleProtocol refuses a poll from an agent whose protocol range does not meet
+	// the orchestrator's (HTTP 409).
+	CodeIncompatibleProtocol = "incompatible_protocol"
 	// CodeRequestTimeout answers a request whose body did not arrive within the server's read
 	// timeout (HTTP 408, retried like any other "later").
 	CodeRequestTimeout = "request_timeout"
@@ -108,6 +114,8 @@ func (e *Error) Is(target error) bool {
 		return e.Code == CodeStaleFencing
 	case ErrUnsupportedType:
 		return e.StatusCode == http.StatusUnsupportedMediaType
+	case ErrIncompatibleProtocol:
+		return e.Code == CodeIncompatibleProtocol
 	}
 	return false
 }

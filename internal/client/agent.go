@@ -30,8 +30,13 @@ func NewAgentClient(baseURL string, signer *agentauth.Signer, opts ...Option) (*
 }
 
 // Poll long-polls for offers and directives, restating the agent's capacity and held attempts
-// (which renews their job leases).
+// (which renews their job leases). A request that states no protocol range states this build's
+// (api.AgentProtocols). An orchestrator that speaks none of the range answers with
+// api.ErrIncompatibleProtocol.
 func (c *AgentClient) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
+	if req.Protocol == (api.ProtocolRange{}) {
+		req.Protocol = api.AgentProtocols()
+	}
 	return roundTrip[api.PollResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/poll", retryable: retry.Idempotent}, req)
 }
 

@@ -1,8 +1,10 @@
-// Package demo runs the whole product end to end on one machine: the local Kubernetes test bed,
-// the reference orchestrator, `terraform apply` (or `tofu apply`) of examples/quickstart with the
-// locally built provider, the agent (as a local process with the process executor, because no
-// container runtime runs here; it still keeps state in the cluster's Secrets), and a small
-// deployment whose live log, outputs and state Secrets it prints. `make demo` and `make
+// Package demo runs the whole product end to end on one machine: the local Kubernetes test bed
+// with a real node, the Outpost images built and imported into that node, the reference
+// orchestrator, `terraform apply` (or `tofu apply`) of examples/quickstart with the locally built
+// provider, which installs the agent chart whose pods then run the agent, and two deployments that
+// run in real job pods, whose live log, job pod, outputs and state Secrets it prints. Where the
+// node cannot run (no root, no cgroups), or with the process executor asked for, the agent runs as
+// a local process and runs the deployments as local processes instead. `make demo` and `make
 // demo-down` call it, and a test runs the same flow so CI keeps it working.
 package demo
 
@@ -23,8 +25,13 @@ type Config struct {
 	Repo string
 	// Dir holds everything the demo creates: binaries, logs, pid files, data. Default <repo>/.demo.
 	Dir string
-	// CLI is "terraform" or "tofu".
+	// CLI is "terraform" or "tofu": the CLI that applies the quickstart (and, with the process
+	// executor, runs the deployments; job pods run the job image's OpenTofu).
 	CLI string
+	// Executor is how the agent runs deployments: ExecutorKubernetes (the default: the chart's
+	// agent pods run them in job pods on the test bed's real node) or ExecutorProcess (a local
+	// agent process runs them as local processes).
+	Executor string
 	// TofuPath is the OpenTofu binary used when CLI is "tofu".
 	TofuPath string
 	// OrchestratorAddr is the orchestrator's listen address.
@@ -37,10 +44,17 @@ type Config struct {
 	Out io.Writer
 }
 
+// The executors the demo can run the agent with (the agent's --executor values).
+const (
+	ExecutorKubernetes = "kubernetes"
+	ExecutorProcess    = "process"
+)
+
 // Defaults fills in unset fields.
 func (c *Config) Defaults() {
 	c.Dir = cmp.Or(c.Dir, filepath.Join(c.Repo, ".demo"))
 	c.CLI = cmp.Or(c.CLI, "terraform")
+	c.Executor = cmp.Or(c.Executor, ExecutorKubernetes)
 	c.OrchestratorAddr = cmp.Or(c.OrchestratorAddr, "127.0.0.1:8700")
 	c.StateAddr = cmp.Or(c.StateAddr, "127.0.0.1:8780")
 	c.HealthAddr = cmp.Or(c.HealthAddr, "127.0.0.1:8790")
@@ -74,6 +88,13 @@ func (c *Config) cliPath() (string, error) {
 	return "", fmt.Errorf("%w: TF=%q is not supported; use TF=terraform or TF=tofu", errPrereq, c.CLI)
 }
 
+func (c *Config) checkExecutor() error {
+	if c.Executor != ExecutorKubernetes && c.Executor != ExecutorProcess {
+		return fmt.Errorf("%w: EXECUTOR=%q is not supported; use EXECUTOR=kubernetes (job pods on a real node, the default) or EXECUTOR=process (local processes)", errPrereq, c.Executor)
+	}
+	return nil
+}
+
 // step prints a numbered progress line.
 type stepper struct {
 	out   io.Writer
@@ -95,11 +116,26 @@ func buildBinaries(ctx context.Context, c *Config, s *stepper) error {
 	if err := os.MkdirAll(c.binDir(), 0o755); err != nil {
 		return err
 	}
-	targets := []struct{ out, pkg string }{
+	targets := []buildTarget{
 		{"terraform-provider-outpost", "."},
 		{"outpost-orchestrator", "./cmd/outpost-orchestrator"},
-		{"outpost-agent", "./agent"},
-		{"outpost-testbed", "./internal/testbed/cmd/outpost-testbed"},
+	}
+	if c.Executor == ExecutorProcess {
+		// Otherwise the agent runs from its image, built with the images.
+		targets = append(targets, agentTarget)
+	}
+	return build(ctx, c, s, targets...)
+}
+
+// buildTarget is a binary the demo builds into its bin directory.
+type buildTarget struct{ out, pkg string }
+
+// agentTarget is the agent, for the process executor.
+var agentTarget = buildTarget{"outpost-agent", "./agent"}
+
+func build(ctx context.Context, c *Config, s *stepper, targets ...buildTarget) error {
+	if err := os.MkdirAll(c.binDir(), 0o755); err != nil {
+		return err
 	}
 	for _, t := range targets {
 		start := time.Now()

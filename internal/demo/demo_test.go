@@ -32,9 +32,12 @@ func repoRoot(t *testing.T) string {
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
-// TestDemoEndToEnd runs the flow of `make demo` and `make demo-down` non-interactively: test bed,
-// orchestrator, quickstart applied with the real CLI and the locally built provider, agent,
-// two deployments on one state key, and a teardown that leaves nothing running.
+// TestDemoEndToEnd runs the flow of `make demo` and `make demo-down` non-interactively, once per
+// executor: on real pods (the default; the quickstart applied with Terraform installs the chart,
+// whose agent pods, from the images the demo builds, run both deployments in job pods on the
+// test bed's real node), and with EXECUTOR=process (the quickstart applied with OpenTofu when
+// OUTPOST_TOFU names it, the agent and the deployments as local processes). Each ends with a
+// teardown that must leave nothing behind.
 func TestDemoEndToEnd(t *testing.T) {
 	if os.Getenv("TF_ACC") == "" {
 		t.Skip("set TF_ACC=1 to run the demo end to end (make test does)")
@@ -42,82 +45,196 @@ func TestDemoEndToEnd(t *testing.T) {
 	if _, err := testbed.BinDir(); err != nil {
 		t.Fatalf("test bed binaries: %v", err)
 	}
-	clis := []string{"terraform"}
-	if tofu := os.Getenv("OUTPOST_TOFU"); tofu != "" {
-		clis = append(clis, "tofu")
-	} else {
-		t.Log("OUTPOST_TOFU is not set: the OpenTofu run of the demo is skipped")
+	t.Run("kubernetes", func(t *testing.T) { testDemoOnPods(t) })
+	t.Run("process", func(t *testing.T) {
+		cli := "tofu"
+		if os.Getenv("OUTPOST_TOFU") == "" {
+			t.Log("OUTPOST_TOFU is not set: the quickstart of the process-executor run is applied with terraform")
+			cli = "terraform"
+		}
+		testDemoWithProcesses(t, cli)
+	})
+}
+
+// newDemoConfig is a demo of its own: a temporary directory and free ports.
+func newDemoConfig(t *testing.T, cli, executor string, out *bytes.Buffer) Config {
+	return Config{
+		Repo: repoRoot(t), Dir: t.TempDir(), CLI: cli, TofuPath: os.Getenv("OUTPOST_TOFU"), Executor: executor,
+		OrchestratorAddr: freeAddr(t), StateAddr: freeAddr(t), HealthAddr: freeAddr(t),
+		Out: out,
 	}
-	for _, cli := range clis {
-		t.Run(cli, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-			defer cancel()
-			var out bytes.Buffer
-			c := Config{
-				Repo: repoRoot(t), Dir: t.TempDir(), CLI: cli, TofuPath: os.Getenv("OUTPOST_TOFU"),
-				OrchestratorAddr: freeAddr(t), StateAddr: freeAddr(t), HealthAddr: freeAddr(t),
-				Out: &out,
-			}
-			t.Cleanup(func() { _ = Down(context.Background(), c) })
-			err := Up(ctx, c)
-			if IsPrereq(err) && strings.Contains(err.Error(), "in use") {
-				// Another test package took one of the free ports meanwhile; pick new ones once.
-				t.Logf("retrying with other ports: %v", err)
-				c.OrchestratorAddr, c.StateAddr, c.HealthAddr = freeAddr(t), freeAddr(t), freeAddr(t)
-				out.Reset()
-				err = Up(ctx, c)
-			}
-			if err != nil {
-				t.Fatalf("demo up: %v\n--- output ---\n%s", err, out.String())
-			}
-			text := out.String()
-			for _, want := range []string{
-				"the Terraform state holds no private key: checked",
-				`connected: agent`,
-				"==> " + cli + " apply",
-				`greeting = "hello from outpost"`,
-				"api_token = (sensitive)",
-				"state key quickstart/hello",
-				"no changes",
-			} {
-				if !strings.Contains(text, want) {
-					t.Errorf("demo output lacks %q", want)
-				}
-			}
-			if t.Failed() {
-				t.Logf("--- output ---\n%s", text)
-			}
+}
 
-			// A second run reuses what runs and converges: no error, the quickstart unchanged,
-			// and the same state key still shows no changes.
-			out.Reset()
-			if err := Up(ctx, c); err != nil {
-				t.Fatalf("second demo up: %v\n--- output ---\n%s", err, out.String())
-			}
-			for _, want := range []string{"already running", "Resources: 0 added, 0 changed, 0 destroyed", "no changes"} {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("second run output lacks %q", want)
-				}
-			}
+// up runs Up, retrying once with other ports if another test package took one meanwhile.
+func up(ctx context.Context, t *testing.T, c *Config, out *bytes.Buffer) error {
+	t.Helper()
+	err := Up(ctx, *c)
+	if IsPrereq(err) && strings.Contains(err.Error(), "in use") {
+		t.Logf("retrying with other ports: %v", err)
+		c.OrchestratorAddr, c.StateAddr, c.HealthAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+		out.Reset()
+		err = Up(ctx, *c)
+	}
+	return err
+}
 
-			// Down stops everything and frees the ports.
-			out.Reset()
-			if err := Down(ctx, c); err != nil {
-				t.Fatalf("demo down: %v\n%s", err, out.String())
-			}
-			for _, name := range []string{"agent", "orchestrator"} {
-				if pid, alive := (daemon{name: name, dir: c.Dir}).running(); alive {
-					t.Errorf("%s (pid %d) still runs after down", name, pid)
-				}
-			}
-			for _, addr := range []string{c.OrchestratorAddr, c.StateAddr, c.HealthAddr} {
-				if err := portFree(ctx, addr); err != nil {
-					t.Errorf("port %s still in use after down: %v", addr, err)
-				}
-			}
-			if ps, err := exec.CommandContext(ctx, "pgrep", "-f", filepath.Join(c.Dir, "testbed")).Output(); err == nil && len(bytes.TrimSpace(ps)) > 0 {
-				t.Errorf("test-bed processes still run after down: %s", ps)
-			}
-		})
+func wantOutput(t *testing.T, text string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(text, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+func testDemoOnPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	before, err := testbed.SnapshotHost(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	c := newDemoConfig(t, "terraform", ExecutorKubernetes, &out)
+	t.Cleanup(func() { _ = Down(context.Background(), c) })
+	if err := up(ctx, t, &c, &out); err != nil {
+		t.Fatalf("demo up: %v\n--- output ---\n%s", err, out.String())
+	}
+	text := out.String()
+	if strings.Contains(text, "falling back to EXECUTOR=process") {
+		if os.Getenv(testbed.CIEnv) == "true" {
+			t.Fatalf("the demo fell back to local processes under %s=true:\n%s", testbed.CIEnv, text)
+		}
+		t.Skipf("skipped: this machine cannot run the real node, so the demo fell back to local processes:\n%s", text)
+	}
+	wantOutput(t, text,
+		"the Terraform state holds no private key: checked",
+		"ghcr.io/outpost-dev/outpost-agent:", "imported into node "+testbed.RealNodeName,
+		"connected: agent",
+		"agent pod ", "on node "+testbed.RealNodeName+", image ghcr.io/outpost-dev/outpost-agent:",
+		"ran in job pod outpost-jobs/", "on node "+testbed.RealNodeName+" (main's image ghcr.io/outpost-dev/outpost-job:",
+		"==> tofu apply", // the job image's CLI, not the host's
+		`greeting = "hello from outpost"`,
+		"api_token = (sensitive)",
+		"state key quickstart/hello",
+		"no changes",
+	)
+	if strings.Count(text, "ran in job pod ") != 2 {
+		t.Errorf("want two deployments each in a job pod; the output says %d", strings.Count(text, "ran in job pod "))
+	}
+	if t.Failed() {
+		t.Logf("--- output ---\n%s", text)
+	}
+
+	// What demo-down must remove, recorded while it runs.
+	bed, err := testbed.TraceDir(filepath.Join(c.Dir, "testbed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if err := Down(ctx, c); err != nil {
+		t.Fatalf("demo down: %v\n%s", err, out.String())
+	}
+	checkDown(ctx, t, c)
+	left, err := bed.Left(ctx, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range left {
+		t.Errorf("after demo-down: %s", l)
+	}
+}
+
+func testDemoWithProcesses(t *testing.T, cli string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	c := newDemoConfig(t, cli, ExecutorProcess, &out)
+	t.Cleanup(func() { _ = Down(context.Background(), c) })
+	if err := up(ctx, t, &c, &out); err != nil {
+		t.Fatalf("demo up: %v\n--- output ---\n%s", err, out.String())
+	}
+	wantOutput(t, out.String(),
+		"No images needed: the agent runs as a local process (EXECUTOR=process)",
+		"the Terraform state holds no private key: checked",
+		`connected: agent`,
+		"==> "+cli+" apply",
+		`greeting = "hello from outpost"`,
+		"api_token = (sensitive)",
+		"state key quickstart/hello",
+		"no changes",
+	)
+	if t.Failed() {
+		t.Logf("--- output ---\n%s", out.String())
+	}
+
+	// A second run reuses what runs and converges: no error, the quickstart unchanged, and the
+	// same state key still shows no changes.
+	out.Reset()
+	if err := Up(ctx, c); err != nil {
+		t.Fatalf("second demo up: %v\n--- output ---\n%s", err, out.String())
+	}
+	wantOutput(t, out.String(), "already running", "Resources: 0 added, 0 changed, 0 destroyed", "no changes")
+
+	// A run that fails after its checks keeps its logs where the error says, and demo-down
+	// leaves them: here the quickstart refuses a runner id that is not a DNS-1123 label.
+	out.Reset()
+	broken := c
+	broken.RunnerID = "Not_A_Label"
+	err := Up(ctx, broken)
+	if err == nil {
+		t.Fatalf("a demo with an invalid runner id succeeded:\n%s", out.String())
+	}
+	kept := keptDir(t, err, c.Dir)
+	if !strings.Contains(err.Error(), "apply of examples/quickstart failed") {
+		t.Errorf("want the quickstart's failure, got: %v", err)
+	}
+
+	out.Reset()
+	if err := Down(ctx, c); err != nil {
+		t.Fatalf("demo down: %v\n%s", err, out.String())
+	}
+	checkDown(ctx, t, c)
+	if !strings.Contains(out.String(), "kept the logs of a failed run: "+kept) {
+		t.Errorf("demo-down does not say it kept %s:\n%s", kept, out.String())
+	}
+	for _, f := range []string{"demo/agent.log", "demo/orchestrator.log", "testbed/kube-apiserver.log", "cluster/pods-and-events.txt"} {
+		if _, err := os.Stat(filepath.Join(kept, f)); err != nil {
+			t.Errorf("the kept logs lack %s: %v", f, err)
+		}
+	}
+}
+
+// keptDir returns the directory a failed run's error says its logs are kept in.
+func keptDir(t *testing.T, err error, demoDir string) string {
+	t.Helper()
+	msg := err.Error()
+	i := strings.Index(msg, "The logs of this run are kept in ")
+	if i < 0 {
+		t.Fatalf("the error does not say where the logs are kept: %v", err)
+	}
+	rest := msg[i+len("The logs of this run are kept in "):]
+	dir := rest[:strings.IndexByte(rest, ':')]
+	if filepath.Dir(dir) != demoDir {
+		t.Fatalf("logs kept in %s, want a directory of %s", dir, demoDir)
+	}
+	return dir
+}
+
+// checkDown checks that no daemon of the demo runs and its ports are free.
+func checkDown(ctx context.Context, t *testing.T, c Config) {
+	t.Helper()
+	for _, name := range []string{"agent", "orchestrator"} {
+		if pid, alive := (daemon{name: name, dir: c.Dir}).running(); alive {
+			t.Errorf("%s (pid %d) still runs after down", name, pid)
+		}
+	}
+	for _, addr := range []string{c.OrchestratorAddr, c.StateAddr, c.HealthAddr} {
+		if err := portFree(ctx, addr); err != nil {
+			t.Errorf("port %s still in use after down: %v", addr, err)
+		}
+	}
+	if ps, err := exec.CommandContext(ctx, "pgrep", "-f", c.Dir).Output(); err == nil && len(bytes.TrimSpace(ps)) > 0 {
+		t.Errorf("processes of the demo still run after down: %s", ps)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/cli"
@@ -29,7 +30,8 @@ type deploymentResult struct {
 
 // runDeployment submits examples/quickstart/deployment as an apply and follows its log, the way
 // `outpost deploy --follow` does (package cli's Deployer).
-func runDeployment(ctx context.Context, c *Config, s *stepper, admin *client.AdminClient, greeting string) (*deploymentResult, error) {
+// With jobNS set (the kubernetes executor), it also reports the job pod the deployment ran in.
+func runDeployment(ctx context.Context, c *Config, s *stepper, admin *client.AdminClient, kc kubernetes.Interface, jobNS, greeting string) (*deploymentResult, error) {
 	g, _ := json.Marshal(greeting)
 	d := &cli.Deployer{Admin: admin}
 	dep, err := d.Queue(ctx, cli.DeployRequest{
@@ -43,12 +45,25 @@ func runDeployment(ctx context.Context, c *Config, s *stepper, admin *client.Adm
 		return nil, fmt.Errorf("submit deployment: %w", err)
 	}
 	s.info("deployment %s queued (state key %q); live log:", dep.ID, StateKey)
+	var watch *jobPodWatcher
+	if jobNS != "" {
+		watch = watchJobPods(ctx, kc, jobNS, dep.ID)
+	}
 	var log bytes.Buffer
 	w := &prefixWriter{out: c.Out, prefix: "    | "}
 	waitCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	_, final, err := d.Follow(waitCtx, dep.ID, 0, io.MultiWriter(w, &log))
 	w.Flush()
+	if watch != nil {
+		pods := watch.Stop()
+		for _, p := range pods {
+			s.info("ran in job pod %s/%s on node %s (main's image %s)", p.namespace, p.name, p.node, p.image)
+		}
+		if len(pods) == 0 && err == nil {
+			return nil, fmt.Errorf("deployment %s finished, but no job pod of it was seen in namespace %s", dep.ID, jobNS)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("follow deployment %s: %w", dep.ID, err)
 	}
@@ -86,11 +101,7 @@ func printOutputs(ctx context.Context, s *stepper, admin *client.AdminClient, r 
 	return nil
 }
 
-func printStateSecrets(ctx context.Context, s *stepper, kubeconfig, ns string) error {
-	kc, err := kubeClient(kubeconfig)
-	if err != nil {
-		return err
-	}
+func printStateSecrets(ctx context.Context, s *stepper, kc kubernetes.Interface, kubeconfig, ns string) error {
 	list, err := kc.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/managed-by=outpost-agent"})
 	if err != nil {
 		return fmt.Errorf("list state Secrets in %s: %w", ns, err)

@@ -53,7 +53,9 @@ func startModuleEnv(t *testing.T, cli string) *moduleEnv {
 	t.Cleanup(cancel)
 	var out bytes.Buffer
 	c := Config{Repo: repoRoot(t), Dir: t.TempDir(), CLI: cli, TofuPath: os.Getenv("OUTPOST_TOFU"), Org: "acme",
-		OrchestratorAddr: freeAddr(t), StateAddr: freeAddr(t), HealthAddr: freeAddr(t), Out: &out}
+		OrchestratorAddr: freeAddr(t), StateAddr: freeAddr(t), HealthAddr: freeAddr(t), Out: &out,
+		// The module's agent pods need not run: its tests check what is installed and registered.
+		Executor: ExecutorProcess}
 	c.Defaults()
 	t.Cleanup(func() { _ = Down(context.Background(), c) })
 	s := &stepper{out: &out, of: 3}
@@ -64,11 +66,12 @@ func startModuleEnv(t *testing.T, cli string) *moduleEnv {
 	if err := buildBinaries(ctx, &c, s); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := startTestbed(ctx, &c, s)
+	tc, err := startTestbed(ctx, &c, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, err := startOrchestrator(ctx, &c, s)
+	kubeconfig := tc.Kubeconfig
+	token, err := startOrchestrator(ctx, &c, s, c.OrchestratorAddr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,7 +48,44 @@ func (d daemon) start(cmd *exec.Cmd) error {
 	pid := cmd.Process.Pid
 	// Release so the child is not reaped with us; its exit is observed through the pid file.
 	_ = cmd.Process.Release()
-	return os.WriteFile(d.pidFile(), []byte(strconv.Itoa(pid)), 0o644)
+	// Not yet reaped, the child is in the process table even if it already exited.
+	st, err := readProcStat(procRoot, pid)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", d.name, err)
+	}
+	return os.WriteFile(d.pidFile(), fmt.Appendf(nil, "%d %d\n", pid, st.startTime), 0o644)
+}
+
+// procRoot is where the kernel's process table is mounted.
+const procRoot = "/proc"
+
+// procStat is what /proc/<pid>/stat says about a process.
+type procStat struct {
+	state     byte   // R, S, D, Z, X, ...
+	startTime uint64 // clock ticks after boot at which the process was created (field 22)
+}
+
+// readProcStat reads /proc/<pid>/stat under root.
+func readProcStat(root string, pid int) (procStat, error) {
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procStat{}, err
+	}
+	// The command name, in parentheses, may hold spaces and parentheses: fields start after the
+	// last ')'. Then come state (field 3) ... starttime (field 22).
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procStat{}, fmt.Errorf("malformed %s/%d/stat", root, pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, fmt.Errorf("malformed %s/%d/stat", root, pid)
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procStat{}, fmt.Errorf("malformed %s/%d/stat: %w", root, pid, err)
+	}
+	return procStat{state: f[0][0], startTime: start}, nil
 }
 
 // running returns the pid when the daemon's process is alive.
@@ -56,16 +94,31 @@ func (d daemon) running() (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return aliveAs(procRoot, string(b))
+}
+
+// aliveAs reports whether the process a pid file describes ("<pid> <start time>") is alive:
+// the pid exists, is not a zombie (nothing reaps the demo's daemons once `make demo` has exited,
+// so a dead one stays in the process table), and was created at the recorded time, so a pid
+// reused by another program does not count. The process's command line is deliberately not
+// looked at: right after exec the kernel shows an empty one for a moment (the new program's
+// arguments are not yet mapped), and treating that as "not ours" made `make demo` report a
+// daemon that had just started as "exited during start-up".
+func aliveAs(root, pidFile string) (int, bool) {
+	f := strings.Fields(pidFile)
+	if len(f) != 2 {
+		return 0, false // empty, or written by an older demo: treat as stale
+	}
+	pid, err := strconv.Atoi(f[0])
 	if err != nil || pid <= 0 {
 		return 0, false
 	}
-	if err := syscall.Kill(pid, 0); err != nil {
+	start, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
 		return 0, false
 	}
-	// A zombie or a recycled pid of another program must not count; check the command line.
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err == nil && !strings.Contains(string(cmdline), "outpost") {
+	st, err := readProcStat(root, pid)
+	if err != nil || st.state == 'Z' || st.state == 'X' || st.startTime != start {
 		return 0, false
 	}
 	return pid, true

@@ -31,6 +31,8 @@ func validatePoll(req *api.PollRequest) error {
 		return invalid("wait_seconds", "%d is negative; use 0 to %d (longer waits are cut to %d)", req.WaitSeconds, int(MaxPollWait.Seconds()), int(MaxPollWait.Seconds()))
 	case len(req.Instance) > maxInstanceLen:
 		return invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
+	case req.Protocol != (api.ProtocolRange{}) && !req.Protocol.Valid():
+		return invalid("protocol", "%+v names no version: min and max count from 1 and max is at least min", req.Protocol)
 	case len(req.AgentVersion) > maxAgentVersionLen:
 		return invalid("agent_version", "is %d characters; at most %d", len(req.AgentVersion), maxAgentVersionLen)
 	case len(req.Held) > maxHeldEntries:
@@ -63,6 +65,14 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	if err := validatePoll(&req); err != nil {
 		return err
 	}
+	stated := req.Protocol.Stated()
+	protocol, ok := api.Negotiate(stated, s.cfg.AgentProtocols)
+	if !ok {
+		msg := api.IncompatibleProtocolMessage(req.AgentVersion, stated, s.cfg.Version, s.cfg.AgentProtocols)
+		s.log.Warn("agent refused: incompatible agent protocol", "org", c.agent.Org, "runner_id", c.agent.RunnerID,
+			"agent_version", req.AgentVersion, "agent_protocol", stated.String(), "orchestrator_version", s.cfg.Version, "orchestrator_protocol", s.cfg.AgentProtocols.String())
+		return refuse(http.StatusConflict, api.CodeIncompatibleProtocol, "%s", msg)
+	}
 	runnerKey := c.agent.Org + "/" + c.agent.RunnerID
 	s.notify.enter(runnerKey)
 	s.metrics.polls.Inc()
@@ -88,6 +98,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 		if len(offers) > 0 || len(directives) > 0 || last {
 			writeJSON(w, http.StatusOK, api.PollResponse{
 				Offers: offers, Directives: directives, MaxConcurrency: maxConcurrency, ServerTime: s.store.timeNow(),
+				Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
 			})
 			return nil
 		}

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
 // Defaults of Config.
@@ -115,6 +117,12 @@ type Config struct {
 	// PurgeBatch is the most keys one purge transaction deletes (DefaultPurgeBatch when zero),
 	// so a large purge never holds the database's write lock for long.
 	PurgeBatch int
+	// Version is the orchestrator's release, told to agents and named when a poll is refused
+	// (version.Version when empty).
+	Version string
+	// AgentProtocols is the range of agent protocol versions served (api.AgentProtocols() when
+	// zero); tests narrow it to stand for another release.
+	AgentProtocols api.ProtocolRange
 }
 
 // Server is a running orchestrator. It is safe for concurrent use.
@@ -152,6 +160,15 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.LeaseDuration <= 0 {
 		cfg.LeaseDuration = DefaultLeaseDuration
+	}
+	if cfg.Version == "" {
+		cfg.Version = version.Version
+	}
+	if cfg.AgentProtocols == (api.ProtocolRange{}) {
+		cfg.AgentProtocols = api.AgentProtocols()
+	}
+	if !cfg.AgentProtocols.Valid() {
+		return nil, fmt.Errorf("agent protocol range %+v names no version", cfg.AgentProtocols)
 	}
 	if cfg.LogCapBytes <= 0 {
 		cfg.LogCapBytes = DefaultLogCapBytes

@@ -96,8 +96,9 @@ func (r *kubernetesAgentResource) ModifyPlan(ctx context.Context, req resource.M
 	if !plan.Namespace.IsUnknown() && !plan.ReleaseName.IsUnknown() {
 		plan.ID = types.StringValue(plan.Namespace.ValueString() + "/" + plan.ReleaseName.ValueString())
 	}
-	plan.ChartVersion = types.StringValue(agentchart.Version)
-	plan.AppVersion = types.StringValue(agentchart.AppVersion)
+	chartVersion, appVersion := agentchart.InstallVersions()
+	plan.ChartVersion = types.StringValue(chartVersion)
+	plan.AppVersion = types.StringValue(appVersion)
 
 	desired := types.StringUnknown()
 	vals, err := plan.chartValues()
@@ -111,7 +112,7 @@ func (r *kubernetesAgentResource) ModifyPlan(ctx context.Context, req resource.M
 		if err := validateChartValues(ctx, vals, plan.Namespace); err != nil {
 			resp.Diagnostics.AddAttributeError(path.Root("values"), "Invalid Chart Values",
 				fmt.Sprintf("The agent chart %s refuses these values. Check `values` and the attributes that set chart values "+
-					"against the chart's README.\n\nOriginal error: %s", agentchart.Version, err))
+					"against the chart's README.\n\nOriginal error: %s", chartVersion, err))
 			return
 		}
 		sum, err := helm.ValuesSHA256(vals)
@@ -144,10 +145,16 @@ func (r *kubernetesAgentResource) ModifyPlan(ctx context.Context, req resource.M
 // needsUpgrade reports whether the release in state differs from what the plan wants.
 func needsUpgrade(state kubernetesAgentModel, desiredValues types.String) bool {
 	return state.Status.ValueString() != release.StatusDeployed.String() ||
-		state.ChartVersion.ValueString() != agentchart.Version ||
+		state.ChartVersion.ValueString() != installedChartVersion() ||
 		desiredValues.IsUnknown() ||
 		desiredValues.ValueString() != state.ValuesSHA256.ValueString() ||
 		state.DriftDetected.ValueBool()
+}
+
+// installedChartVersion is the version of the chart this provider installs.
+func installedChartVersion() string {
+	v, _ := agentchart.InstallVersions()
+	return v
 }
 
 // providerSetting is the provider's value of an orchestrator setting, unknown while the

@@ -44,14 +44,15 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 		return schema.StringAttribute{MarkdownDescription: desc, Computed: true}
 	}
 	resp.Schema = schema.Schema{
-		MarkdownDescription: fmt.Sprintf("Installs or upgrades the Outpost agent (chart `%s` %s, embedded in the provider) into a "+
+		MarkdownDescription: fmt.Sprintf("Installs or upgrades the Outpost agent (chart `%s`, embedded in the provider; a provider "+
+			"release installs the chart and agent image of its own version) into a "+
 			"Kubernetes cluster through the Helm SDK, and waits until the agent has connected to the orchestrator.\n\n"+
 			"The release is checked on every refresh: a release changed outside Terraform (other values, another chart version, "+
 			"a failed or pending status, or a Deployment scaled or re-imaged with kubectl) shows up as a diff and the next apply "+
 			"upgrades it back. A release left `pending-install`, `pending-upgrade` or `pending-rollback` by an interrupted run is "+
 			"rolled back to its last deployed revision (or uninstalled if it has none) before the upgrade.\n\n"+
 			"Namespaces are never deleted, not even those created through `create_namespaces`: they may hold Terraform state.",
-			agentchart.Name, agentchart.Version),
+			agentchart.Name),
 		Attributes: map[string]schema.Attribute{
 			// Required attributes
 			"namespace": schema.StringAttribute{

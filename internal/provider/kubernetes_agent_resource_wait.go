@@ -17,6 +17,7 @@ import (
 	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
 // connectionPollInterval is how often the wait asks the orchestrator about the runner.
@@ -44,7 +45,10 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, admin *
 				fields["waited_ms"] = time.Since(start).Milliseconds()
 				fields["agent_version"] = runner.Status.AgentVersion
 				tflog.Info(ctx, "the agent connected", fields)
-				return nil
+				if summary, detail, differs := agentVersionMismatch(runner.Status.AgentVersion); differs {
+					diags.AddWarning(summary, detail)
+				}
+				return diags
 			}
 		case errors.Is(err, api.ErrNotFound):
 			diags.AddError("Runner Not Found",
@@ -61,6 +65,21 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, admin *
 		case <-ticker.C:
 		}
 	}
+}
+
+// agentVersionMismatch says, when the connected agent's version is not the one this provider
+// installs by default (its own, for a release), that they differ and what to do.
+func agentVersionMismatch(agentVersion string) (summary, detail string, differs bool) {
+	_, want := agentchart.InstallVersions()
+	if agentVersion == want {
+		return "", "", false
+	}
+	return "Agent Version Differs From Provider",
+		fmt.Sprintf("The agent that connected reports version %q, but this provider (version %s) installs agent %s by default. "+
+			"A provider and an agent of different releases work together only while they speak a common agent protocol, and only "+
+			"the pair of one release is tested together.\n\nUnless you pinned the agent image on purpose (image.tag or image.digest), "+
+			"remove the pin or upgrade the provider so the next apply installs the agent of the provider's release.",
+			agentVersion, version.Version, want), true
 }
 
 // seenSince reports whether the agent was last seen at or after since, allowing for a few

@@ -185,7 +185,7 @@ func (p *outpostProvider) Configure(ctx context.Context, req provider.ConfigureR
 
 	ctx = tflog.SetField(ctx, "outpost_api_url", data.apiURL)
 	ctx = tflog.SetField(ctx, "outpost_org_id", data.orgID)
-	tflog.Debug(ctx, "configured the outpost provider", map[string]any{"unknown_settings": len(data.unknown), "missing_settings": len(data.missing)})
+	tflog.Info(ctx, "configured the outpost provider", map[string]any{"provider_version": p.version, "unknown_settings": len(data.unknown), "missing_settings": len(data.missing)})
 
 	resp.ResourceData = data
 	resp.DataSourceData = data

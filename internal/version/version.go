@@ -22,7 +22,16 @@ var (
 	Commit = ""
 )
 
+// stamped is true when the release build set Version.
+var stamped bool
+
+// Release reports whether the release build stamped Version (-ldflags -X): only then is there a
+// released agent image and chart of exactly this version, which the provider installs by
+// default. A version the go command recorded (a pseudo-version of a git checkout, say) has none.
+func Release() bool { return stamped }
+
 func init() {
+	stamped = Version != ""
 	bi, ok := debug.ReadBuildInfo()
 	if Version == "" {
 		Version = "dev"

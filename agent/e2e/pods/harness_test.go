@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
@@ -42,6 +41,8 @@ type env struct {
 	orch    *orchestratortest.Instance
 	admin   *client.AdminClient
 	agentNS string
+	// stateNS holds the states, apart from the key and the jobs, as the chart's defaults want.
+	stateNS string
 	jobsNS  string
 }
 
@@ -69,7 +70,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if e.admin, err = client.NewAdminClient(e.orch.URL, org, e.orch.AdminToken, client.AllowInsecureHTTP()); err != nil {
 		t.Fatal(err)
 	}
-	e.agentNS, e.jobsNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
+	e.agentNS, e.jobsNS, e.stateNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
 	// Registered after the namespaces, so it runs before they are deleted.
 	t.Cleanup(e.dumpOnFailure)
 
@@ -81,7 +82,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	privPEM, _ := keys.EncodePrivatePEM(priv)
 	e.createSecret(e.agentNS, "runner-key", map[string]string{"private-key.pem": privPEM})
 	if _, err := e.admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes,
-		Kubernetes: &api.KubernetesStateSpec{Namespace: e.agentNS}}); err != nil {
+		Kubernetes: &api.KubernetesStateSpec{Namespace: e.stateNS}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.admin.CreateRunner(ctx, api.RunnerInput{ID: runnerID, PublicKeys: []string{pubPEM}, StateStorageID: "k8s",
@@ -113,7 +114,8 @@ logLevel: debug
 terminationGracePeriodSeconds: 30
 resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 256Mi}}
 jobs: {namespace: %s, startupTimeout: %s}
-`, e.orch.URL, org, runnerID, replicas, e.jobsNS, startupTimeout))
+state: {namespace: %s}
+`, e.orch.URL, org, runnerID, replicas, e.jobsNS, startupTimeout, e.stateNS))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -128,7 +130,7 @@ jobs: {namespace: %s, startupTimeout: %s}
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	chrt, err := agentchart.Load()
+	chrt, err := loadChart()
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -151,8 +153,8 @@ func (e *env) waitConnected() {
 		}
 		return r.Status.Connected && r.Status.AgentVersion != "", fmt.Sprintf("runner status %+v", r.Status)
 	})
-	if r.Status.AgentVersion != agentchart.AppVersion {
-		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, agentchart.AppVersion)
+	if r.Status.AgentVersion != imagesVersion {
+		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, imagesVersion)
 	}
 }
 
@@ -317,7 +319,7 @@ func (e *env) dumpOnFailure() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cs := e.c.Client()
-	for _, ns := range []string{e.agentNS, e.jobsNS} {
+	for _, ns := range []string{e.agentNS, e.jobsNS, e.stateNS} {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			e.t.Logf("listing pods of %s: %v", ns, err)

@@ -19,19 +19,37 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	helmchart "helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
 
 	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/image"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/release"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
+const registry = "ghcr.io/outpost-dev"
+
 // The images the chart deploys by default: the product's, tagged with the chart's appVersion.
-const (
-	registry   = "ghcr.io/outpost-dev"
-	agentImage = registry + "/" + recipe.AgentName + ":" + agentchart.AppVersion
-	jobImage   = registry + "/" + recipe.JobName + ":" + agentchart.AppVersion
+// With $OUTPOST_RELEASE_DIST (make test sets it) they are the release build's images, tagged
+// with its version, and the chart is the one the release packaged (loadChart).
+var (
+	imagesVersion = agentchart.AppVersion
+	agentImage    = registry + "/" + recipe.AgentName + ":" + agentchart.AppVersion
+	jobImage      = registry + "/" + recipe.JobName + ":" + agentchart.AppVersion
+	// dist is the release build the images and the chart come from; empty: built here, embedded.
+	dist releasetest.Dist
 )
+
+// loadChart is the chart the tests install: the release build's package, else the embedded one.
+func loadChart() (*helmchart.Chart, error) {
+	if dist.Dir != "" {
+		return loader.Load(dist.Chart())
+	}
+	return agentchart.Load()
+}
 
 // hostTerraform is the Terraform release binary the "terraform" test image is made with.
 const hostTerraform = "/usr/local/bin/terraform"
@@ -59,11 +77,14 @@ func images(t *testing.T, c *testbed.Cluster) {
 func buildAndImport(t *testing.T, c *testbed.Cluster) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
+	if dir := os.Getenv(releasetest.DistEnv); dir != "" {
+		return importRelease(ctx, t, c, dir)
+	}
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		return err
 	}
-	tofuVersion, err := versionsEnv(root, "TOFU_VERSION")
+	tofuVersion, err := recipe.VersionsEnv(root, "TOFU_VERSION")
 	if err != nil {
 		return err
 	}
@@ -96,7 +117,7 @@ func buildAndImport(t *testing.T, c *testbed.Cluster) error {
 		}
 	}
 	start = time.Now()
-	tfArchive, ref, err := writeTerraformImage(ctx, job, platform, out)
+	tfArchive, ref, err := writeTerraformImage(ctx, job.Index(), platform, out)
 	if err != nil {
 		return fmt.Errorf("building the terraform test image: %w", err)
 	}
@@ -113,19 +134,73 @@ func buildAndImport(t *testing.T, c *testbed.Cluster) error {
 	return nil
 }
 
+// importRelease imports the images of the release build in dir (make snapshot) into the node, as
+// they are, with the terraform test image made from its job image, and makes the tests deploy
+// them through the chart the release packaged.
+func importRelease(ctx context.Context, t *testing.T, c *testbed.Cluster, dir string) error {
+	d, err := releasetest.OpenDist(dir)
+	if err != nil {
+		return err
+	}
+	built, err := release.ReadSummary(d.ImagesDir())
+	if err != nil {
+		return err
+	}
+	platform, err := image.ParsePlatform("linux/" + runtime.GOARCH)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	var archives []string
+	var jobArchive string
+	for _, b := range built {
+		if want := registry + "/" + b.Name + ":" + d.Version; b.Ref != want {
+			return fmt.Errorf("%s names %s, want %s: the images are not the release build's", recipe.SummaryName, b.Ref, want)
+		}
+		archives = append(archives, b.Archive)
+		if b.Name == recipe.JobName {
+			jobArchive = b.Archive
+		}
+		t.Logf("images: %s %s from %s", b.Ref, b.Digest, b.Archive)
+	}
+	if len(archives) != 2 || jobArchive == "" {
+		return fmt.Errorf("%s lists %d images, want %s and %s", recipe.SummaryName, len(archives), recipe.AgentName, recipe.JobName)
+	}
+	job, err := release.OpenOCIArchive(jobArchive)
+	if err != nil {
+		return err
+	}
+	defer job.Close()
+	tfArchive, ref, err := writeTerraformImage(ctx, job.Index, platform, t.TempDir())
+	if err != nil {
+		return fmt.Errorf("building the terraform test image: %w", err)
+	}
+	for _, a := range append(archives, tfArchive) {
+		if err := c.ImportImage(ctx, a); err != nil {
+			return err
+		}
+	}
+	dist, terraformImage, imagesVersion = d, ref, d.Version
+	agentImage = registry + "/" + recipe.AgentName + ":" + d.Version
+	jobImage = registry + "/" + recipe.JobName + ":" + d.Version
+	t.Logf("images: the release build's outpost-agent and outpost-job %s and %s imported into the node in %s", d.Version, ref,
+		time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
 // writeTerraformImage writes the "terraform" test image: the job image's lower layers (Debian
 // base and packages, not OpenTofu) plus hostTerraform, run as the same user with the same
 // environment. It checks that no layer holds an Outpost binary: the job runner must come from
 // the agent image.
-func writeTerraformImage(ctx context.Context, job recipe.Built, platform image.Platform, dir string) (archive, ref string, err error) {
+func writeTerraformImage(ctx context.Context, job v1.ImageIndex, platform image.Platform, dir string) (archive, ref string, err error) {
 	var jobImg v1.Image
-	m, err := job.Index().IndexManifest()
+	m, err := job.IndexManifest()
 	if err != nil {
 		return "", "", err
 	}
 	for _, d := range m.Manifests {
 		if d.Platform != nil && d.Platform.Architecture == platform.Architecture {
-			if jobImg, err = job.Index().Image(d.Digest); err != nil {
+			if jobImg, err = job.Image(d.Digest); err != nil {
 				return "", "", err
 			}
 		}
@@ -235,20 +310,6 @@ func terraformVersion(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%s version -json: %q", hostTerraform, out)
 	}
 	return v.Version, nil
-}
-
-// versionsEnv reads one NAME=value of scripts/versions.env, the one place tool versions live.
-func versionsEnv(root, name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "scripts", "versions.env"))
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+"="); ok {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", fmt.Errorf("scripts/versions.env has no %s", name)
 }
 
 // testLog sends the image build's progress to the test log.

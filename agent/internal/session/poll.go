@@ -36,12 +36,22 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		}
 		resp, err := s.o.Client.Poll(ctx, req)
 		s.o.Metrics.PollDuration.Observe(time.Since(began).Seconds())
+		if err == nil {
+			err = s.checkProtocol(resp)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
 			wait := back.Next(api.RetryAfter(err))
-			s.log.Warn("poll failed; backing off", "err", err, "wait", wait.Round(time.Millisecond).String(), "failures", back.Failures())
+			if errors.Is(err, api.ErrIncompatibleProtocol) {
+				// Nothing heals this but an upgrade of one side; keep polling (slowly) so the agent
+				// starts working as soon as one is done.
+				s.log.Error("the orchestrator and this agent speak no agent protocol version in common; upgrade one of them", "err", err,
+					"agent_version", s.o.Version, "agent_protocol", s.o.Protocols.String(), "wait", wait.Round(time.Millisecond).String())
+			} else {
+				s.log.Warn("poll failed; backing off", "err", err, "wait", wait.Round(time.Millisecond).String(), "failures", back.Failures())
+			}
 			if retry.Sleep(ctx, wait) != nil {
 				break
 			}
@@ -64,6 +74,30 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// errProtocolAnswer is an answer from an orchestrator that chose a protocol version this agent
+// does not speak.
+type errProtocolAnswer struct{ msg string }
+
+func (e errProtocolAnswer) Error() string { return e.msg }
+
+// Is makes the error an api.ErrIncompatibleProtocol, like the orchestrator's refusal.
+func (e errProtocolAnswer) Is(target error) bool { return target == api.ErrIncompatibleProtocol }
+
+// checkProtocol refuses an answer in a protocol version this agent does not speak: offers and
+// directives of an unknown protocol are not acted on. An orchestrator from before negotiation
+// chooses none and speaks api.LegacyProtocol.
+func (s *Session) checkProtocol(resp *api.PollResponse) error {
+	chosen := resp.Protocol
+	if chosen == 0 {
+		chosen = api.LegacyProtocol
+	}
+	if chosen >= s.o.Protocols.Min && chosen <= s.o.Protocols.Max {
+		return nil
+	}
+	return errProtocolAnswer{fmt.Sprintf("the orchestrator answered in agent protocol %d: %s", chosen,
+		api.IncompatibleProtocolMessage(s.o.Version, s.o.Protocols, resp.OrchestratorVersion, resp.OrchestratorProtocol.Stated()))}
 }
 
 // orchestratorBack runs when a poll succeeds after failures: events waiting out a long backoff
@@ -89,7 +123,7 @@ func (s *Session) pollRequest(ctx context.Context) (api.PollRequest, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	req := api.PollRequest{AgentVersion: s.o.Version, Instance: s.o.Instance, Held: []api.HeldAttempt{}, WaitSeconds: int(s.o.PollWait.Seconds())}
+	req := api.PollRequest{AgentVersion: s.o.Version, Protocol: s.o.Protocols, Instance: s.o.Instance, Held: []api.HeldAttempt{}, WaitSeconds: int(s.o.PollWait.Seconds())}
 	// An attempt being started counts once: the executor may list it already while its claim
 	// goroutine has not yet left s.starting.
 	busy := 0

@@ -42,6 +42,9 @@ type Options struct {
 	// Instance names this agent (pod name) in claims.
 	Instance string
 	Version  string
+	// Protocols is the range of agent protocol versions stated on every poll
+	// (api.AgentProtocols() when zero); tests widen or move it to stand for another release.
+	Protocols api.ProtocolRange
 	// MaxConcurrency caps attempts below the orchestrator's limit; 0 follows the orchestrator.
 	MaxConcurrency int
 	PollWait       time.Duration
@@ -109,6 +112,9 @@ func New(o Options) *Session {
 	}
 	if o.Health == nil {
 		o.Health = health.NewState(o.PollWait, nil)
+	}
+	if o.Protocols == (api.ProtocolRange{}) {
+		o.Protocols = api.AgentProtocols()
 	}
 	if o.PollWait <= 0 || o.PollWait > 30*time.Second {
 		o.PollWait = 30 * time.Second

@@ -97,3 +97,18 @@ func detectLicense(root string) string {
 	}
 	return "NOASSERTION"
 }
+
+// VersionsEnv reads one NAME=value of the tree's scripts/versions.env, the one place tool
+// versions live (the GNUmakefile includes it), e.g. TOFU_VERSION for the job image.
+func VersionsEnv(root, name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "scripts", "versions.env"))
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+"="); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("scripts/versions.env has no %s", name)
+}

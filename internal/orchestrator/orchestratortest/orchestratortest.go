@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 )
 
@@ -31,6 +32,12 @@ type Option func(*orchestrator.Config)
 // at once.
 func WithClock(now func() time.Time) Option {
 	return func(c *orchestrator.Config) { c.Now = now }
+}
+
+// WithRelease makes the server stand for another release: its version and the agent protocol
+// versions it speaks.
+func WithRelease(version string, protocols api.ProtocolRange) Option {
+	return func(c *orchestrator.Config) { c.Version, c.AgentProtocols = version, protocols }
 }
 
 // Instance is a running orchestrator.

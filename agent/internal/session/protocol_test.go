@@ -1,0 +1,140 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
+)
+
+// syncBuffer is a log destination read while the session writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An agent and a real orchestrator (over HTTP, signed requests) of releases that speak no agent
+// protocol version in common: the orchestrator refuses every poll, the agent logs why with both
+// releases and what to upgrade, claims nothing, and the runner is never shown connected. With
+// a range that meets the orchestrator's, the same agent connects.
+func TestAgentAndOrchestratorRefuseAnIncompatiblePair(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		orchVersion     string
+		orch, agent     api.ProtocolRange
+		wantConnected   bool
+		wantLogContains []string
+	}{
+		{"agent too old", "2.0.0", api.ProtocolRange{Min: 2, Max: 3}, api.ProtocolRange{Min: 1, Max: 1}, false,
+			[]string{"agent 1.0.0 speaks agent protocol 1, orchestrator 2.0.0 speaks 2 to 3", "upgrade the agent"}},
+		{"agent too new", "0.9.0", api.ProtocolRange{Min: 1, Max: 1}, api.ProtocolRange{Min: 2, Max: 2}, false,
+			[]string{"agent 1.0.0 speaks agent protocol 2, orchestrator 0.9.0 speaks 1", "upgrade the orchestrator"}},
+		{"overlap", "2.0.0", api.ProtocolRange{Min: 2, Max: 3}, api.ProtocolRange{Min: 1, Max: 2}, true, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inst := orchestratortest.Start(t, orchestratortest.WithRelease(c.orchVersion, c.orch))
+			admin, err := client.NewAdminClient(inst.URL, "acme", inst.AdminToken)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			pub, priv, err := keys.Generate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			pubPEM, _ := keys.EncodePublicPEM(pub)
+			if _, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "s", Type: api.StateStorageKubernetes,
+				Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.CreateRunner(ctx, api.RunnerInput{ID: "r1", PublicKeys: []string{pubPEM}, StateStorageID: "s",
+				Job: api.RunnerJob{Namespace: "jobs", ServiceAccount: "outpost-job"}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationPlan,
+				Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: "k"}); err != nil {
+				t.Fatal(err)
+			}
+			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs syncBuffer
+			ex := newFakeExec()
+			s := New(Options{Client: ac, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
+				Logger: slog.New(slog.NewTextHandler(&logs, nil)), Instance: "agent-0", Version: "1.0.0", Protocols: c.agent,
+				PollWait: time.Second, PollBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(runCtx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("session: %v", err)
+				}
+			}()
+
+			if c.wantConnected {
+				waitFor(t, "the attempt claimed", func() bool { l, _ := ex.List(ctx); return len(l) == 1 })
+				r, err := admin.GetRunner(ctx, "r1")
+				if err != nil || !r.Status.Connected || r.Status.AgentVersion != "1.0.0" {
+					t.Fatalf("runner %+v (%v), want connected with agent 1.0.0", r, err)
+				}
+				return
+			}
+			waitFor(t, "the refusal logged twice (the agent keeps polling)", func() bool {
+				return strings.Count(logs.String(), "speak no agent protocol version in common") >= 2
+			})
+			for _, w := range c.wantLogContains {
+				if !strings.Contains(logs.String(), w) {
+					t.Errorf("agent log lacks %q:\n%s", w, logs.String())
+				}
+			}
+			if l, _ := ex.List(ctx); len(l) != 0 {
+				t.Errorf("the agent started %v although its polls were refused", l)
+			}
+			if r, err := admin.GetRunner(ctx, "r1"); err != nil || r.Status.Connected || r.Status.AgentVersion != "" {
+				t.Errorf("runner %+v (%v), want never connected", r, err)
+			}
+		})
+	}
+}
+
+// An answer in a protocol version outside the agent's range (an orchestrator that chose none is
+// one from before negotiation, speaking version 1) is not acted on.
+func TestAgentRefusesAnAnswerInAnotherProtocol(t *testing.T) {
+	s := New(Options{Version: "1.0.0", Protocols: api.ProtocolRange{Min: 2, Max: 2}})
+	err := s.checkProtocol(&api.PollResponse{OrchestratorVersion: ""})
+	if err == nil || !strings.Contains(err.Error(), "answered in agent protocol 1") ||
+		!strings.Contains(err.Error(), "orchestrator (version unknown) speaks 1") {
+		t.Fatalf("checkProtocol of an answer without a protocol: %v", err)
+	}
+	if err := s.checkProtocol(&api.PollResponse{Protocol: 2}); err != nil {
+		t.Fatalf("an answer in protocol 2 refused: %v", err)
+	}
+}

@@ -1,0 +1,79 @@
+package api
+
+import "fmt"
+
+// The agent protocol is versioned apart from the releases: a release may change anything else
+// and still speak the protocol of the one before, so an agent and an orchestrator of different
+// releases work together as long as their ranges overlap. Each side states the range it speaks;
+// the orchestrator picks the highest version both speak on every poll and refuses the poll with
+// CodeIncompatibleProtocol when there is none.
+const (
+	// AgentProtocol is the newest agent protocol this build speaks.
+	AgentProtocol = 1
+	// MinAgentProtocol is the oldest agent protocol this build still speaks.
+	MinAgentProtocol = 1
+)
+
+// ProtocolRange is the range of agent protocol versions one side speaks, both ends included.
+type ProtocolRange struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// LegacyProtocol is the protocol of releases from before negotiation, which state no range and
+// choose no version: the wire format of version 1 is theirs.
+const LegacyProtocol = 1
+
+// Stated is the range a peer stated, an empty one (a release from before negotiation) read as
+// LegacyProtocol alone.
+func (r ProtocolRange) Stated() ProtocolRange {
+	if r == (ProtocolRange{}) {
+		return ProtocolRange{Min: LegacyProtocol, Max: LegacyProtocol}
+	}
+	return r
+}
+
+// AgentProtocols is the range this build speaks.
+func AgentProtocols() ProtocolRange { return ProtocolRange{Min: MinAgentProtocol, Max: AgentProtocol} }
+
+// Valid reports whether the range names at least one version, counting from 1.
+func (r ProtocolRange) Valid() bool { return r.Min >= 1 && r.Max >= r.Min }
+
+// String is "1" or "1 to 3".
+func (r ProtocolRange) String() string {
+	if r.Min == r.Max {
+		return fmt.Sprint(r.Min)
+	}
+	return fmt.Sprintf("%d to %d", r.Min, r.Max)
+}
+
+// Negotiate returns the highest version both ranges hold; ok is false when they do not overlap.
+func Negotiate(a, b ProtocolRange) (version int, ok bool) {
+	v := min(a.Max, b.Max)
+	if !a.Valid() || !b.Valid() || v < max(a.Min, b.Min) {
+		return 0, false
+	}
+	return v, true
+}
+
+// IncompatibleProtocolMessage says why an agent and an orchestrator cannot work together,
+// naming both sides' releases and protocol ranges and which side to upgrade. Both sides use it,
+// so the agent's log and the orchestrator's refusal read the same.
+func IncompatibleProtocolMessage(agentVersion string, agent ProtocolRange, orchestratorVersion string, orch ProtocolRange) string {
+	fix := "install an agent and an orchestrator of releases whose protocols overlap"
+	switch {
+	case agent.Valid() && orch.Valid() && agent.Min > orch.Max:
+		fix = "upgrade the orchestrator, or install an agent of an older release (the chart of the provider that matches the orchestrator)"
+	case agent.Valid() && orch.Valid() && agent.Max < orch.Min:
+		fix = "upgrade the agent (outpost_kubernetes_agent installs the agent of the provider's release; upgrade the provider and apply)"
+	}
+	return fmt.Sprintf("agent %s speaks agent protocol %s, orchestrator %s speaks %s: no version in common; %s",
+		orDev(agentVersion), agent, orDev(orchestratorVersion), orch, fix)
+}
+
+func orDev(v string) string {
+	if v == "" {
+		return "(version unknown)"
+	}
+	return v
+}

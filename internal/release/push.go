@@ -1,0 +1,115 @@
+package release
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
+)
+
+// Credentials for a registry. Empty means: whatever the user's Docker configuration
+// (~/.docker/config.json, credential helpers) holds, which is also where `docker login` and
+// `helm registry login` write.
+type Credentials struct {
+	Username, Password string
+}
+
+func (c Credentials) keychain() remote.Option {
+	if c.Username != "" || c.Password != "" {
+		return remote.WithAuth(&authn.Basic{Username: c.Username, Password: c.Password})
+	}
+	return remote.WithAuthFromKeychain(authn.DefaultKeychain)
+}
+
+// Pushed is one image index in a registry.
+type Pushed struct {
+	Ref    string `json:"ref"`
+	Digest string `json:"digest"`
+}
+
+// ReadSummary reads the images.json cmd/outpost-images wrote into dir; archive names in it are
+// made absolute.
+func ReadSummary(dir string) ([]recipe.Built, error) {
+	b, err := os.ReadFile(filepath.Join(dir, recipe.SummaryName))
+	if err != nil {
+		return nil, fmt.Errorf("%w (build the images first: go run ./cmd/outpost-images --out %s)", err, dir)
+	}
+	var s struct {
+		Images []recipe.Built `json:"images"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, recipe.SummaryName), err)
+	}
+	if len(s.Images) == 0 {
+		return nil, fmt.Errorf("%s lists no image", filepath.Join(dir, recipe.SummaryName))
+	}
+	for i := range s.Images {
+		s.Images[i].Archive = filepath.Join(dir, s.Images[i].Archive)
+	}
+	return s.Images, nil
+}
+
+// PushImages pushes every image index of dir's images.json to a registry, under the name and tag
+// its archive holds; a non-empty registry ("registry.example.com/outpost") replaces the
+// registry and namespace of that name. Each index is read back and its digest compared with the
+// one built, so a registry that rewrote the manifests fails the push.
+func PushImages(ctx context.Context, dir, registry string, cred Credentials, log io.Writer) ([]Pushed, error) {
+	built, err := ReadSummary(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Pushed
+	for _, b := range built {
+		p, err := pushArchive(ctx, b, registry, cred, log)
+		if err != nil {
+			return out, fmt.Errorf("pushing %s: %w", b.Ref, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func pushArchive(ctx context.Context, b recipe.Built, registry string, cred Credentials, log io.Writer) (Pushed, error) {
+	a, err := OpenOCIArchive(b.Archive)
+	if err != nil {
+		return Pushed{}, err
+	}
+	defer a.Close()
+	digest, err := a.Index.Digest()
+	if err != nil {
+		return Pushed{}, err
+	}
+	if digest.String() != b.Digest {
+		return Pushed{}, fmt.Errorf("%s holds index %s, but %s says %s: rebuild the images", b.Archive, digest, recipe.SummaryName, b.Digest)
+	}
+	ref := a.Ref
+	if registry != "" {
+		repo := strings.TrimSuffix(registry, "/") + "/" + b.Name
+		if ref, err = name.NewTag(repo+":"+a.Ref.TagStr(), name.StrictValidation); err != nil {
+			return Pushed{}, fmt.Errorf("registry %q gives no valid image reference: %w", registry, err)
+		}
+	}
+	fmt.Fprintf(log, "release: pushing %s (%s)...\n", ref, digest)
+	opts := []remote.Option{remote.WithContext(ctx), cred.keychain()}
+	if err := remote.WriteIndex(ref, a.Index, opts...); err != nil {
+		return Pushed{}, err
+	}
+	desc, err := remote.Head(ref, opts...)
+	if err != nil {
+		return Pushed{}, fmt.Errorf("reading %s back: %w", ref, err)
+	}
+	if desc.Digest != digest {
+		return Pushed{}, fmt.Errorf("the registry has %s at %s, not the index pushed (%s)", desc.Digest, ref, digest)
+	}
+	fmt.Fprintf(log, "release: pushed %s@%s\n", ref, digest)
+	return Pushed{Ref: ref.String(), Digest: digest.String()}, nil
+}
