@@ -191,7 +191,7 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, l
 	if err != nil {
 		return nil, err
 	}
-	tokens := jobtoken.New()
+	tokens := jobtoken.New(jobtoken.StateCredentialKey(key))
 	p := &parts{exec: exec, tokens: tokens, session: session.New(session.Options{
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,

@@ -295,6 +295,7 @@ func TestDefaults(t *testing.T) {
 	wantKeys := []string{
 		"Deployment outpost-system/outpost-agent",
 		"NetworkPolicy outpost-system-jobs/outpost-system-outpost-agent-jobs",
+		"NetworkPolicy outpost-system/outpost-agent",
 		"PodDisruptionBudget outpost-system/outpost-agent",
 		"Role outpost-system-jobs/outpost-system-outpost-agent-jobs",
 		"Role outpost-system-state/outpost-system-outpost-agent-state",
@@ -799,8 +800,8 @@ func TestStateEncryption(t *testing.T) {
 // TestNetworkPolicy checks the optional egress policy of job pods: the metadata service is
 // blocked, DNS and the state backend stay reachable.
 func TestNetworkPolicy(t *testing.T) {
-	if n := len(all[networkingv1.NetworkPolicy](render(t, ""))); n != 1 {
-		t.Fatalf("%d NetworkPolicies rendered by default, want one", n)
+	if n := len(all[networkingv1.NetworkPolicy](render(t, ""))); n != 2 {
+		t.Fatalf("%d NetworkPolicies rendered by default, want two (job egress, agent ingress)", n)
 	}
 	if n := len(all[networkingv1.NetworkPolicy](render(t, "networkPolicy: {enabled: false}"))); n != 0 {
 		t.Fatalf("%d NetworkPolicies rendered with networkPolicy.enabled=false, want none", n)

@@ -31,6 +31,10 @@ func TestInvalidValuesRefused(t *testing.T) {
 			want: []string{"at '/serviceAccount/annotations'", "got array, want object"}},
 		{name: "networkPolicy.enabled is a string", values: `networkPolicy: {enabled: "yes"}`,
 			want: []string{"at '/networkPolicy/enabled'", "got string, want boolean"}},
+		{name: "networkPolicy.metricsFrom is not a list of peers", values: `networkPolicy: {metricsFrom: {namespaceSelector: {}}}`,
+			want: []string{"at '/networkPolicy/metricsFrom'", "got object, want array"}},
+		{name: "networkPolicy.metricsFrom holds an empty peer (everyone)", values: `networkPolicy: {metricsFrom: [{}]}`,
+			want: []string{"at '/networkPolicy/metricsFrom/0'", "minProperties"}},
 		// Unknown keys.
 		{name: "unknown top-level key", values: "replicas: 3",
 			want: []string{"at '': additional properties 'replicas' not allowed"}},

@@ -132,7 +132,7 @@ func TestStateUploadsStayWithinTheMemoryLimit(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			tokens[id] = string(s.Data["token"])
+			tokens[id] = string(s.Data["state-token"])
 		}
 		return true, ""
 	})

@@ -206,14 +206,14 @@ func TestForgedAndTamperedJobsAreNotTrusted(t *testing.T) {
 			t.Errorf("write with the token of forged Job %q: %d, want 401", try.user, code)
 		}
 	}
-	// The tampered Job's own token does not open the victim's state either: the agent did not
-	// adopt the Job, so it holds no grant for it.
+	// The tampered Job's own state credential does not open the victim's state either: the agent
+	// did not adopt the Job, so it holds no grant for it.
 	token, err := e.cluster.Client().CoreV1().Secrets(e.ns).Get(ctx, kubeexec.TokenSecretName(own.Name, own.Annotations[kubeexec.AnnTokenSHA256]), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := stateRequest(t, stateAddr, "GET", "victim", ids[0], string(token.Data["token"]), nil); code != http.StatusUnauthorized {
-		t.Errorf("read with the tampered Job's token: %d, want 401", code)
+	if code := stateRequest(t, stateAddr, "GET", "victim", ids[0], string(token.Data["state-token"]), nil); code != http.StatusUnauthorized {
+		t.Errorf("read with the tampered Job's state credential: %d, want 401", code)
 	}
 	if got, g, err := victim.Read(ctx, "victim"); err != nil || !bytes.Equal(got, victimState) || g.Generation != 1 {
 		t.Errorf("the victim's state changed: generation %d, %v", g.Generation, err)

@@ -24,6 +24,7 @@ func envName(flagName string) string {
 // options are the settings of `outpost-orchestrator` (serve).
 type options struct {
 	listen, dataDir, adminToken, externalURL, logFormat, logCap string
+	tlsCertFile, tlsKeyFile, signingSecretFile                  string
 	leaseDuration                                               time.Duration
 	limits                                                      orchestrator.HTTPLimits
 	retention                                                   orchestrator.Retention
@@ -42,6 +43,15 @@ tokens (outpost-orchestrator token create --org ORG --name NAME), which reach th
 organisation only. Without --admin-token, one is generated on first start into
 <data-dir>/admin-token (mode 0600); its path, never its value, is logged.
 
+TLS. With --tls-cert-file and --tls-key-file (PEM; the certificate file may hold the chain) the
+server speaks HTTPS only, TLS 1.2 or later. The files are watched: a renewed pair is served within
+seconds without a restart; a new pair that does not load keeps the old one in service and is
+logged. Without them it speaks plain HTTP; put a TLS-terminating proxy in front, since agents and
+the provider refuse a plain http:// URL that is not loopback.
+
+Job tokens are signed with a secret kept apart from the database, in <data-dir>/signing-secret
+(mode 0600, generated on first start) or --signing-secret-file.
+
 Every flag also reads an environment variable (shown with each flag); the command line wins.
 Pass the admin token through the environment rather than argv, so ps does not show it.
 
@@ -57,6 +67,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.dataDir, "data-dir", "./orchestrator-data", "directory of the database")
 	fs.StringVar(&o.adminToken, "admin-token", "", "the bootstrap admin token: every organisation, and organisation tokens; prefer the environment variable; empty = generate one into <data-dir>/admin-token")
 	fs.StringVar(&o.externalURL, "external-url", "", "base URL agents use to reach this server, e.g. https://outpost.example.com; empty = taken from each request's Host")
+	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate (and chain) to serve HTTPS with; reloaded when it changes; needs --tls-key-file")
+	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file; reloaded when it changes")
+	fs.StringVar(&o.signingSecretFile, "signing-secret-file", "", "file of the secret that signs job tokens (hex, at least 32 bytes; e.g. a mounted Secret); empty = <data-dir>/signing-secret, generated on first start")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
 	fs.StringVar(&o.logCap, "log-cap", "16MiB", "most log bytes kept per deployment, e.g. 16MiB, 512KiB or 1048576")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", orchestrator.DefaultLeaseDuration, "how long a claim or a poll's renewal keeps a job lease")
@@ -82,6 +95,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; see --help", fs.Arg(0))
+	}
+	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
+		return nil, errors.New("--tls-cert-file and --tls-key-file go together: give both to serve HTTPS, or neither for plain HTTP")
 	}
 	if err := o.limits.Validate(); err != nil {
 		return nil, fmt.Errorf("--write-timeout: %w", err)

@@ -116,8 +116,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
+	var certs *orchestrator.CertificateFiles
+	if o.tlsCertFile != "" {
+		if certs, err = orchestrator.LoadCertificateFiles(o.tlsCertFile, o.tlsKeyFile, log); err != nil {
+			return fmt.Errorf("%w (check --tls-cert-file and --tls-key-file)", err)
+		}
+	}
 	srv, err := orchestrator.New(orchestrator.Config{
-		DataDir: o.dataDir, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
+		DataDir: o.dataDir, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
 		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention,
 	})
 	if err != nil {
@@ -129,14 +135,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		return listenError(o.listen, err)
 	}
 	hs := srv.HTTPServer(o.limits, slog.NewLogLogger(h, slog.LevelWarn))
-	log.Info("orchestrator listening", "version", version.Version, "address", ln.Addr().String(), "data_dir", o.dataDir, "external_url", o.externalURL,
+	if certs != nil {
+		hs.TLSConfig = certs.TLSConfig()
+	}
+	log.Info("orchestrator listening", "version", version.Version, "address", ln.Addr().String(), "tls", hs.TLSConfig != nil, "data_dir", o.dataDir, "external_url", o.externalURL,
 		"max_connections", o.limits.MaxConnections, "source_retention", retentionValue{&o.retention.Sources}.String(),
 		"log_retention", retentionValue{&o.retention.Logs}.String(), "deployment_retention", retentionValue{&o.retention.Deployments}.String())
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- hs.Serve(orchestrator.Listener(ln, o.limits)) }()
+	go func() {
+		if hs.TLSConfig != nil {
+			// The certificate comes from TLSConfig.GetCertificate, so it is reloaded on change.
+			serveErr <- hs.ServeTLS(orchestrator.Listener(ln, o.limits), "", "")
+			return
+		}
+		serveErr <- hs.Serve(orchestrator.Listener(ln, o.limits))
+	}()
 	select {
 	case err := <-serveErr:
 		_ = srv.Close()

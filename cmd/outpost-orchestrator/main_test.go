@@ -106,12 +106,18 @@ type served struct {
 // the extra flags; it is stopped when the test ends, if the test did not stop it.
 func startServe(t *testing.T, dir string, flags ...string) *served {
 	t.Helper()
+	return startServeEnv(t, dir, noEnv, flags...)
+}
+
+// startServeEnv is startServe with the environment getenv.
+func startServeEnv(t *testing.T, dir string, getenv func(string) string, flags ...string) *served {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	s := &served{logs: &syncBuffer{}}
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, flags...), noEnv, s.logs, ready)
+		done <- run(ctx, append([]string{"--listen", "127.0.0.1:0", "--data-dir", dir}, flags...), getenv, s.logs, ready)
 	}()
 	var once sync.Once
 	var runErr error
@@ -188,5 +194,28 @@ func TestFlagsAndSizes(t *testing.T) {
 	}
 	if err := run(t.Context(), []string{"--log-format", "xml"}, noEnv, &syncBuffer{}, nil); err == nil || !strings.Contains(err.Error(), "json or text") {
 		t.Fatalf("bad log format: %v", err)
+	}
+}
+
+// TestSigningSecretFileFlag: the job-token secret goes where --signing-secret-file (or its
+// variable) says, never into the data directory.
+func TestSigningSecretFileFlag(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	secretFile := filepath.Join(t.TempDir(), "mounted", "signing-secret")
+	env := map[string]string{"OUTPOST_ORCHESTRATOR_SIGNING_SECRET_FILE": secretFile}
+	srv := startServeEnv(t, dir, func(k string) string { return env[k] }, "--admin-token", "a-long-enough-admin-token")
+	if err := srv.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(secretFile); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("signing secret %v (%v), want a 0600 file at %s", st, err, secretFile)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "signing-secret")); err == nil {
+		t.Fatal("a signing secret was written into the data directory too")
+	}
+	help := &syncBuffer{}
+	_, _ = parseFlags([]string{"--help"}, noEnv, help)
+	if !strings.Contains(help.String(), "OUTPOST_ORCHESTRATOR_SIGNING_SECRET_FILE") {
+		t.Fatal("--help does not show the signing secret's variable")
 	}
 }

@@ -202,6 +202,9 @@ module "runner" {
   agent_image  = { registry = "mirror.example.com", tag = "1.2.3" }
   job_image    = { repository = "mirror.example.com/outpost/job", tag = "1.2.3" }
   agent_values = yamlencode({ serviceAccount = { annotations = { "example.com/owner" = "platform" } } })
+  network_policy = {
+    metrics_from = [{ namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = "monitoring" } } }]
+  }
 }
 
 output "fingerprint" {
@@ -226,6 +229,15 @@ output "fingerprint" {
 		sa, err := e.kube.CoreV1().ServiceAccounts("mod-system").Get(e.ctx, "mod-agent", metav1.GetOptions{})
 		if err != nil || sa.Annotations["example.com/owner"] != "platform" {
 			t.Errorf("agent service account mod-agent (with agent_values' annotation merged): %v %v", sa, err)
+		}
+		// network_policy reaches the chart: the agent's metrics port is open to monitoring only.
+		np, err := e.kube.NetworkingV1().NetworkPolicies("mod-system").Get(e.ctx, "outpost-agent", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the agent's ingress NetworkPolicy: %v", err)
+		}
+		if in := np.Spec.Ingress; len(in) != 2 || len(in[1].From) != 1 || in[1].From[0].NamespaceSelector == nil ||
+			in[1].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" || in[1].Ports[0].Port.IntValue() != 9090 {
+			t.Errorf("agent NetworkPolicy ingress %+v, want the state rule and metrics from monitoring", in)
 		}
 		d := e.deploymentJSON("mod-system")
 		for _, want := range []string{`"serviceAccountName":"mod-agent"`, `"image":"mirror.example.com/outpost-dev/outpost-agent:1.2.3"`,

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -87,6 +88,10 @@ func (r Retention) withDefaults() Retention {
 type Config struct {
 	// DataDir holds orchestrator.db; it is created when missing.
 	DataDir string
+	// SigningSecretFile holds the secret that signs job tokens, apart from the database; empty
+	// means SigningSecretFile in DataDir. It is created on first start unless it exists (a
+	// mounted Secret, say).
+	SigningSecretFile string
 	// AdminToken is the bearer token of the admin API (at least MinAdminTokenLength characters).
 	AdminToken string
 	// ExternalURL is the base URL agents address (scheme://host[:port]); agent tokens are bound
@@ -191,6 +196,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	st, err := openStore(cfg.DataDir, cfg.Now, cfg.LogCapBytes)
 	if err != nil {
+		return nil, err
+	}
+	if cfg.SigningSecretFile == "" {
+		cfg.SigningSecretFile = filepath.Join(cfg.DataDir, SigningSecretFile)
+	}
+	if st.secret, err = openSigningSecret(cfg.SigningSecretFile, st, cfg.Logger); err != nil {
+		_ = st.close()
 		return nil, err
 	}
 	s := &Server{

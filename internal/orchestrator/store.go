@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -22,7 +21,7 @@ const DBFile = "orchestrator.db"
 // Bucket names. Keys are "org/id" (ids are DNS-1123 labels, so '/' never occurs inside one);
 // ordered indexes append big-endian numbers so that bbolt's byte order is the wanted order.
 var (
-	bMeta           = []byte("meta")             // "secret" → server HMAC secret, "schema" → version
+	bMeta           = []byte("meta")             // "schema" → version ("secret" of older versions: signing_secret.go)
 	bOrgs           = []byte("orgs")             // org → orgRecord
 	bRunners        = []byte("runners")          // org/runner → api.Runner (status fields persisted, Connected computed)
 	bStorages       = []byte("storages")         // org/storage → api.StateStorage
@@ -54,7 +53,8 @@ const schemaVersion = 2
 // in the queue index exactly when it is queued, a job lease exists exactly when it is in the
 // leased index, the per-status counters match the deployments) holds across crashes.
 type store struct {
-	db     *bolt.DB
+	db *bolt.DB
+	// secret signs job tokens; it is kept apart from the database (signing_secret.go).
 	secret []byte
 	now    func() time.Time
 	// logCap is the most log bytes kept per deployment.
@@ -115,15 +115,7 @@ func openStore(dir string, now func() time.Time, logCap int64) (*store, error) {
 		if err := backfillEndedIndex(tx); err != nil {
 			return fmt.Errorf("index ended deployments for retention: %w", err)
 		}
-		if sec := meta.Get([]byte("secret")); sec != nil {
-			s.secret = bytes.Clone(sec)
-			return nil
-		}
-		s.secret = make([]byte, 32)
-		if _, err := rand.Read(s.secret); err != nil {
-			return fmt.Errorf("generate server secret: %w", err)
-		}
-		return meta.Put([]byte("secret"), s.secret)
+		return nil
 	})
 	if err != nil {
 		_ = db.Close()

@@ -37,6 +37,7 @@ func (m *kubernetesAgentModel) setInputsFromValues(vals map[string]any) diag.Dia
 	jobs := v.sub("jobs")
 	m.JobNamespace = jobs.str("namespace", ns+"-jobs")
 	m.JobPodPolicy = policyFromValues(v, &diags)
+	m.NetworkPolicy = networkPolicyFromValues(v, &diags)
 	sa := jobs.sub("serviceAccount")
 	m.JobServiceAccount = sa.str("name", defaultJobServiceAccount)
 	m.JobServiceAccountAnnotations = sa.strMap("annotations", &diags)

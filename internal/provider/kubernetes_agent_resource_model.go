@@ -42,6 +42,7 @@ type kubernetesAgentModel struct {
 	WaitForConnection            types.Bool             `tfsdk:"wait_for_connection"`
 	PrivateKeySecret             *privateKeySecretModel `tfsdk:"private_key_secret"`
 	JobPodPolicy                 *jobPodPolicyModel     `tfsdk:"job_pod_policy"`
+	NetworkPolicy                *networkPolicyModel    `tfsdk:"network_policy"`
 	Image                        *agentImageModel       `tfsdk:"image"`
 	JobImage                     *jobImageModel         `tfsdk:"job_image"`
 	Resources                    *resourcesModel        `tfsdk:"resources"`
@@ -122,7 +123,8 @@ func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 		"global":         nonEmpty(map[string]any{"imageRegistry": r.str(m.ImageRegistry)}),
 		"nodeSelector":   r.strMap(m.NodeSelector),
 		"extraEnv":       r.envList(m.ExtraEnv),
-		"tolerations":    r.jsonList(m.Tolerations),
+		"tolerations":    r.namedJSONList("tolerations", m.Tolerations),
+		"networkPolicy":  m.NetworkPolicy.chartValues(r),
 	}
 	if s := m.PrivateKeySecret; s != nil {
 		v["privateKey"] = nonEmpty(map[string]any{"existingSecret": r.str(s.Name), "secretKey": r.str(s.Key)})
@@ -239,22 +241,6 @@ func (r *valuesReader) envList(v types.Map) any {
 		out = append(out, map[string]any{"name": n, "value": els[n]})
 	}
 	return out
-}
-
-func (r *valuesReader) jsonList(v types.String) any {
-	s, ok := r.str(v).(string)
-	if !ok {
-		return nil
-	}
-	var list []any
-	if err := json.Unmarshal([]byte(s), &list); err != nil {
-		r.err = fmt.Errorf("tolerations: %w", err)
-		return nil
-	}
-	if len(list) == 0 {
-		return nil
-	}
-	return list
 }
 
 // nonEmpty drops nil values and empty maps, so unset attributes leave the chart's defaults alone.

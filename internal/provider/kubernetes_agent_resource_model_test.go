@@ -90,6 +90,9 @@ func fullAgentModel(t *testing.T) kubernetesAgentModel {
 	m.Image = &agentImageModel{Registry: types.StringNull(), Repository: types.StringValue("repo/agent"), Tag: types.StringValue("1.2"), Digest: types.StringNull(), PullPolicy: types.StringValue("Always")}
 	m.JobImage = &jobImageModel{Registry: types.StringNull(), Repository: types.StringValue("repo/job"), Tag: types.StringNull(), Digest: types.StringNull()}
 	m.Resources = &resourcesModel{Requests: stringMap(t, map[string]string{"cpu": "100m"}), Limits: types.MapNull(types.StringType)}
+	cidrs, _ := types.ListValue(types.StringType, []attr.Value{types.StringValue("169.254.169.254/32")})
+	m.NetworkPolicy = &networkPolicyModel{Enabled: types.BoolValue(true), BlockedCIDRs: cidrs,
+		MetricsFrom: types.StringValue(`[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`), ExtraEgress: types.StringNull()}
 	return m
 }
 
@@ -121,6 +124,11 @@ func TestChartValuesFull(t *testing.T) {
 		t.Errorf("extraEnv must be sorted by name: %v", env)
 	case global["imageRegistry"] != "mirror.example.com":
 		t.Errorf("global %v", global)
+	}
+	np, _ := got["networkPolicy"].(map[string]any)
+	from, _ := np["metricsFrom"].([]any)
+	if cidrs, _ := np["blockedCIDRs"].([]any); np["enabled"] != true || len(cidrs) != 1 || len(from) != 1 || np["extraEgress"] != nil {
+		t.Errorf("network_policy became networkPolicy %v", np)
 	}
 }
 

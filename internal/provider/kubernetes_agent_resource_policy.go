@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
@@ -151,21 +150,7 @@ func policyFromValues(v valuesView, diags *diag.Diagnostics) *jobPodPolicyModel 
 		}
 		return types.BoolNull()
 	}
-	list := func(k string) types.List {
-		l, _ := p[k].([]any)
-		if len(l) == 0 {
-			return types.ListNull(types.StringType)
-		}
-		els := make([]attr.Value, 0, len(l))
-		for _, e := range l {
-			if s, ok := e.(string); ok {
-				els = append(els, types.StringValue(s))
-			}
-		}
-		out, d := types.ListValue(types.StringType, els)
-		diags.Append(d...)
-		return out
-	}
+	list := func(k string) types.List { return stringListFromValues(p[k], diags) }
 	m := &jobPodPolicyModel{
 		AllowHostNamespaces: flag("allowHostNamespaces"), AllowPrivileged: flag("allowPrivileged"),
 		AllowPrivilegeEscalation: flag("allowPrivilegeEscalation"), AllowRunAsRoot: flag("allowRunAsRoot"), AllowNodeName: flag("allowNodeName"),

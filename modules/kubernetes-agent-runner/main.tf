@@ -130,6 +130,16 @@ resource "outpost_kubernetes_agent" "this" {
     }
   }
 
+  dynamic "network_policy" {
+    for_each = var.network_policy == null ? [] : [var.network_policy]
+    content {
+      enabled       = network_policy.value.enabled
+      blocked_cidrs = network_policy.value.blocked_cidrs
+      metrics_from  = network_policy.value.metrics_from == null ? null : (can(tostring(network_policy.value.metrics_from)) ? tostring(network_policy.value.metrics_from) : jsonencode(network_policy.value.metrics_from))
+      extra_egress  = network_policy.value.extra_egress == null ? null : (can(tostring(network_policy.value.extra_egress)) ? tostring(network_policy.value.extra_egress) : jsonencode(network_policy.value.extra_egress))
+    }
+  }
+
   dynamic "job_pod_policy" {
     for_each = var.job_pod_policy == null ? [] : [var.job_pod_policy]
     content {

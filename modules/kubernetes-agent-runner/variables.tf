@@ -202,3 +202,14 @@ variable "job_pod_policy" {
   description = "What the runner's pod template may ask for beyond Pod Security `restricted` (the agent refuses the rest), and optionally a pinned pod template (a PodTemplateSpec object, or the JSON string jsonencode() gives) that replaces the runner's. Null keeps everything refused. See `outpost_kubernetes_agent`'s `job_pod_policy`."
   default     = null
 }
+
+variable "network_policy" {
+  type = object({
+    enabled       = optional(bool)
+    blocked_cidrs = optional(list(string))
+    metrics_from  = optional(any)
+    extra_egress  = optional(any)
+  })
+  description = "The chart's NetworkPolicies (on by default): job pods may not reach `blocked_cidrs` (the cloud metadata service); only job pods reach the agent's state port, and only `metrics_from` (a list of Kubernetes NetworkPolicyPeer objects, or the JSON string jsonencode() gives) its metrics port. `extra_egress` adds egress rules for the job pods. Null keeps the chart's defaults. See `outpost_kubernetes_agent`'s `network_policy`."
+  default     = null
+}

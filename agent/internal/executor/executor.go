@@ -50,7 +50,9 @@ var ErrPolicy = errors.New("refused by the job pod policy")
 // errors and after restarts.
 type Executor interface {
 	// Start runs the claimed attempt; an existing Job or process of the attempt is adopted.
-	Start(ctx context.Context, c *api.Claim) error
+	// stateToken is the attempt's credential at the agent's state backend (jobtoken.Registry),
+	// handed to the job runner beside the job token.
+	Start(ctx context.Context, c *api.Claim, stateToken string) error
 	// List returns every attempt this executor holds, including finished ones not yet cleaned up.
 	List(ctx context.Context) ([]AttemptStatus, error)
 	// Cancel stops an attempt, giving the CLI grace to release locks and push state.

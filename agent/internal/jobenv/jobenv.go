@@ -12,6 +12,10 @@ const (
 	// TokenFile is the path of the file holding the attempt's job token: a Secret volume in a
 	// Job's pod, a 0600 file in the attempt's folder for the process executor.
 	TokenFile = "OUTPOST_JOB_TOKEN_FILE"
+	// StateTokenFile is the path of the file holding the attempt's state credential, the job
+	// runner's password at the state backend (the job token is refused there): the same Secret
+	// volume or folder as the job token.
+	StateTokenFile = "OUTPOST_STATE_TOKEN_FILE"
 	// StateURL is the base URL of the agent's state backend. Set only for attempts whose state
 	// storage is of type kubernetes; the job runner points the CLI's http backend at it.
 	StateURL = "OUTPOST_STATE_URL"

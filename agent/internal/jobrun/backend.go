@@ -53,9 +53,9 @@ func stateURL(base, stateKey string) string {
 // backendConfig renders the backend override file for the spec's state storage.
 //
 //   - kubernetes: the agent's http backend at $OUTPOST_STATE_URL/v1/states/<key>, locked with
-//     LOCK/UNLOCK. The credentials (deployment id and job token) are not in the file; they travel in
-//     TF_HTTP_USERNAME / TF_HTTP_PASSWORD (see backendEnv), so the token never lands on disk in
-//     the work dir nor in a plan file.
+//     LOCK/UNLOCK. The credentials (deployment id and state credential) are not in the file; they travel
+//     in TF_HTTP_USERNAME / TF_HTTP_PASSWORD (see backendEnv), so the credential never lands on
+//     disk in the work dir nor in a plan file.
 //   - s3: bucket and region from the storage, key from stateObjectKey, locking with an S3 lock
 //     file (use_lockfile, Terraform/OpenTofu 1.10 or later). Credentials are ambient (IRSA,
 //     EKS Pod Identity, AWS_* variables in the pod template).
@@ -135,13 +135,13 @@ func backendConfig(st api.StateStorage, stateKey, stateBaseURL string) (string, 
 }
 
 // backendEnv is the environment the CLI needs for the backend: for the agent's http backend
-// the job runner's credentials, which the agent checks against the claim (deployment id and job
-// token, and the state key of the placement).
-func backendEnv(st api.StateStorage, deploymentID, token, caPEM, stateBaseURL string) []string {
+// the job runner's state credentials, which the agent checks against the claim (deployment id
+// and the attempt's state credential, never the job token, and the state key of the placement).
+func backendEnv(st api.StateStorage, deploymentID, stateToken, caPEM, stateBaseURL string) []string {
 	if st.Type != api.StateStorageKubernetes {
 		return nil
 	}
-	env := []string{"TF_HTTP_USERNAME=" + deploymentID, "TF_HTTP_PASSWORD=" + token}
+	env := []string{"TF_HTTP_USERNAME=" + deploymentID, "TF_HTTP_PASSWORD=" + stateToken}
 	if caPEM != "" && strings.HasPrefix(strings.ToLower(stateBaseURL), "https://") {
 		// The http backend trusts this PEM for the state URL (an in-cluster service whose
 		// certificate comes from a private CA).

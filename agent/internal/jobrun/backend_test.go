@@ -1,6 +1,7 @@
 package jobrun
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -143,8 +145,8 @@ func TestBackendConfigErrors(t *testing.T) {
 
 func TestBackendEnvCarriesCredentials(t *testing.T) {
 	k := api.StateStorage{StateStorageInput: api.StateStorageInput{Type: api.StateStorageKubernetes}}
-	got := backendEnv(k, "dep-1", "opj_secret", "", "http://agent:8080")
-	want := []string{"TF_HTTP_USERNAME=dep-1", "TF_HTTP_PASSWORD=opj_secret"}
+	got := backendEnv(k, "dep-1", "opst_secret", "", "http://agent:8080")
+	want := []string{"TF_HTTP_USERNAME=dep-1", "TF_HTTP_PASSWORD=opst_secret"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("env = %v, want %v", got, want)
 	}
@@ -199,5 +201,31 @@ func TestWriteConfigFilesReplacesPlantedLinks(t *testing.T) {
 	}
 	if fi, _ := os.Stat(filepath.Join(dir, variablesFileName)); fi.Mode().Perm() != 0o600 {
 		t.Fatalf("variables file mode %v, want 0600", fi.Mode().Perm())
+	}
+}
+
+// TestStateCredentialIsRequiredWithAStateURL: with the agent's state backend to use, the job
+// runner needs the attempt's state credential (it never offers the job token there) and stops
+// before any request when the file is missing, naming it.
+func TestStateCredentialIsRequiredWithAStateURL(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("opj_secret.mac"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{jobenv.APIURL: "http://127.0.0.1:1", jobenv.TokenFile: tokenFile, jobenv.StateURL: "http://127.0.0.1:2",
+		jobenv.StateTokenFile: filepath.Join(dir, "state-token")}
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), nil, func(k string) string { return env[k] }, nil, &stdout, &stderr)
+	if code != ExitRunnerError || !strings.Contains(stderr.String(), "state credential") || !strings.Contains(stderr.String(), jobenv.StateTokenFile) {
+		t.Fatalf("exit %d, stderr %q; want 2 naming the state credential's file", code, stderr.String())
+	}
+	cfg, err := loadConfig(nil, func(k string) string { return env[k] }, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.StateURL = ""
+	if st, err := readStateToken(cfg); err != nil || st != "" {
+		t.Fatalf("without a state URL no state credential is read: %q, %v", st, err)
 	}
 }

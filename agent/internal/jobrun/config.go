@@ -16,8 +16,12 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
-// defaultTokenFile is where the agent mounts the job token in a Job's pod.
-const defaultTokenFile = "/var/run/outpost/job/token"
+// defaultTokenFile and defaultStateTokenFile are where the agent mounts the job token and the
+// state credential in a Job's pod.
+const (
+	defaultTokenFile      = "/var/run/outpost/job/token"
+	defaultStateTokenFile = "/var/run/outpost/job/state-token"
+)
 
 // terminationMessageFile is Kubernetes' default terminationMessagePath, which the agent sets on
 // main. A variable so tests can point it elsewhere.
@@ -29,12 +33,15 @@ var terminationMessageFile = "/dev/termination-log"
 // The token itself is never taken from the environment or the command line (both are visible
 // in /proc and in the pod spec), only from a file.
 type config struct {
-	APIURL       string // OUTPOST_API_URL, required
-	TokenFile    string // OUTPOST_JOB_TOKEN_FILE
-	StateURL     string // OUTPOST_STATE_URL, required for kubernetes state storage
-	CLI          string // OUTPOST_CLI: terraform, tofu, an absolute path, or empty to detect
-	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
-	CABundleFile string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
+	APIURL    string // OUTPOST_API_URL, required
+	TokenFile string // OUTPOST_JOB_TOKEN_FILE
+	// StateTokenFile (OUTPOST_STATE_TOKEN_FILE) holds the state credential, read only when
+	// StateURL is set.
+	StateTokenFile string
+	StateURL       string // OUTPOST_STATE_URL, required for kubernetes state storage
+	CLI            string // OUTPOST_CLI: terraform, tofu, an absolute path, or empty to detect
+	WorkDir        string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
+	CABundleFile   string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
 	// InsecureAllowHTTP (OUTPOST_INSECURE_ALLOW_HTTP) allows an http:// APIURL that is not
 	// loopback; the agent sets it when it was allowed one itself.
 	InsecureAllowHTTP bool
@@ -67,6 +74,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	fs.StringVar(&c.APIURL, "api-url", env(jobenv.APIURL, ""), "orchestrator base URL ("+jobenv.APIURL+")")
 	fs.StringVar(&c.TokenFile, "token-file", env(jobenv.TokenFile, defaultTokenFile), "file holding the job token ("+jobenv.TokenFile+")")
+	fs.StringVar(&c.StateTokenFile, "state-token-file", env(jobenv.StateTokenFile, defaultStateTokenFile), "file holding the state credential, the password at --state-url ("+jobenv.StateTokenFile+")")
 	fs.StringVar(&c.StateURL, "state-url", env(jobenv.StateURL, ""), "base URL of the agent's state backend ("+jobenv.StateURL+")")
 	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, ""), "terraform, tofu or an absolute path; empty: the first of tofu and terraform on PATH ("+jobenv.CLI+")")
 	c.Image = getenv(jobenv.Image)
@@ -99,13 +107,25 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 
 // readToken reads the job token file.
 func readToken(path string) (string, error) {
+	return readCredential(path, "job token", jobenv.TokenFile)
+}
+
+// readStateToken reads the state credential file; without a state URL there is none to read.
+func readStateToken(c config) (string, error) {
+	if c.StateURL == "" {
+		return "", nil
+	}
+	return readCredential(c.StateTokenFile, "state credential", jobenv.StateTokenFile)
+}
+
+func readCredential(path, what, envName string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("read the job token (%s): %w", jobenv.TokenFile, err)
+		return "", fmt.Errorf("read the %s (%s): %w", what, envName, err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if tok == "" {
-		return "", fmt.Errorf("the job token file %s is empty", path)
+		return "", fmt.Errorf("the %s file %s is empty", what, path)
 	}
 	return tok, nil
 }

@@ -51,14 +51,14 @@ func TestExitCodePassesThroughAndTokenIsRedacted(t *testing.T) {
 		t.Fatalf("exit %d (status %s), want the CLI's 7:\n%s", r.Code, r.Status, r.Stdout)
 	}
 	checkLogDelivery(t, r)
-	// The fake init echoes TF_HTTP_PASSWORD, i.e. the token: the redactor must catch it.
+	// The fake init echoes TF_HTTP_PASSWORD, i.e. the state credential: the redactor must catch it.
 	if !strings.Contains(r.Log, "user="+r.DeploymentID+" password=[redacted]") {
 		t.Fatalf("backend credentials not passed through the environment, or not redacted:\n%s", r.Log)
 	}
 	if !containsAll(r.Log, "TF_IN_AUTOMATION=1", "applying\n", "oops\n", "failed with exit code 7") {
 		t.Fatalf("log lacks the CLI's output:\n%s", r.Log)
 	}
-	if strings.Contains(r.Log, "password =") || strings.Contains(r.Log, "opj_") {
+	if strings.Contains(r.Log, "password =") || strings.Contains(r.Log, "opj_") || strings.Contains(r.Log, "opst_") {
 		t.Fatalf("credentials in the backend file:\n%s", r.Log)
 	}
 }
@@ -246,7 +246,7 @@ func TestLogSurvivesOrchestratorRestart(t *testing.T) {
 	if len(kept) == len(notices) {
 		t.Fatalf("the outage was not noticed; the test proves nothing:\n%s", r.Stdout)
 	}
-	checkLogDelivery(t, jobResult{Log: r.Log, Stdout: strings.Join(kept, "\n") + "\n", Token: r.Token})
+	checkLogDelivery(t, jobResult{Log: r.Log, Stdout: strings.Join(kept, "\n") + "\n", Token: r.Token, StateToken: r.StateToken})
 	t.Logf("%d log bytes delivered exactly across a 2.5 s outage and a restart (%s)", len(r.Log), r.Duration.Round(time.Millisecond))
 }
 

@@ -3,6 +3,7 @@ package jobrun
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -120,6 +121,7 @@ type jobResult struct {
 	Log          string // the orchestrator's stored log
 	Outputs      api.Outputs
 	Token        string
+	StateToken   string
 	Duration     time.Duration
 	Status       api.Status // the deployment's status after the finished event
 }
@@ -146,17 +148,22 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 	if err != nil {
 		h.t.Fatalf("claim %s: %v", d.ID, err)
 	}
-	h.state.allow(claim.DeploymentID, claim.JobToken)
+	// The agent's state credential for the attempt: the state backend takes it, never the job token.
+	stateToken := "opst_" + rand.Text()
+	h.state.allow(claim.DeploymentID, stateToken)
 	if _, err := h.agent.Event(ctx, d.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: claim.Attempt, Seq: 0, Type: api.EventStarted}}); err != nil {
 		h.t.Fatal(err)
 	}
 	dir := h.t.TempDir()
-	tokenFile := filepath.Join(dir, "token")
+	tokenFile, stateTokenFile := filepath.Join(dir, "token"), filepath.Join(dir, "state-token")
 	if err := os.WriteFile(tokenFile, []byte(claim.JobToken+"\n"), 0o600); err != nil {
 		h.t.Fatal(err)
 	}
+	if err := os.WriteFile(stateTokenFile, []byte(stateToken+"\n"), 0o600); err != nil {
+		h.t.Fatal(err)
+	}
 	env := map[string]string{
-		"OUTPOST_API_URL": h.apiURL, "OUTPOST_JOB_TOKEN_FILE": tokenFile, "OUTPOST_STATE_URL": h.stateURL,
+		"OUTPOST_API_URL": h.apiURL, "OUTPOST_JOB_TOKEN_FILE": tokenFile, "OUTPOST_STATE_URL": h.stateURL, "OUTPOST_STATE_TOKEN_FILE": stateTokenFile,
 		"OUTPOST_CLI": h.cli, "OUTPOST_WORK_DIR": filepath.Join(dir, "work"),
 	}
 	for k, v := range o.env {
@@ -179,7 +186,7 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 	} else {
 		code = run(runCtx, nil, func(k string) string { return env[k] }, o.sigs, &stdout, &stderr)
 	}
-	res := jobResult{DeploymentID: d.ID, Code: code, Stdout: stdout.String(), Stderr: stderr.String(), Token: claim.JobToken, Duration: time.Since(start)}
+	res := jobResult{DeploymentID: d.ID, Code: code, Stdout: stdout.String(), Stderr: stderr.String(), Token: claim.JobToken, StateToken: stateToken, Duration: time.Since(start)}
 	wg.Wait()
 
 	result := api.StatusSucceeded
@@ -248,8 +255,8 @@ func checkLogDelivery(t *testing.T, r jobResult) {
 		t.Fatalf("summary line reports a loss: %q", rest)
 	}
 	for _, s := range []string{r.Log, r.Stdout, r.Stderr} {
-		if strings.Contains(s, r.Token) {
-			t.Fatal("the job token appears in the output")
+		if strings.Contains(s, r.Token) || (r.StateToken != "" && strings.Contains(s, r.StateToken)) {
+			t.Fatal("the job token or the state credential appears in the output")
 		}
 	}
 }

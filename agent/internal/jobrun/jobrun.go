@@ -85,6 +85,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 		return ExitRunnerError
 	}
 	token, err := readToken(cfg.TokenFile)
+	var stateToken string
+	if err == nil {
+		stateToken, err = readStateToken(cfg)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "outpost-agent job: %v\n", err)
 		writeTerminationMessage(cfg.TerminationMessageFile, err.Error())
@@ -113,8 +117,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 	console := &lockedWriter{w: stdout}
 	stream := newLogStreamer(logClient, console, streamerOptions{OnStop: func(reason string) { st.request(nil, reason) }})
 	out := newRedactor(teeWriter{console, stream}, token)
+	if stateToken != "" {
+		out.add(stateToken)
+	}
 
-	j := &attemptRun{cfg: cfg, token: token, caPEM: string(caPEM), client: orch, out: out, st: st}
+	j := &attemptRun{cfg: cfg, token: token, stateToken: stateToken, caPEM: string(caPEM), client: orch, out: out, st: st}
 	code := j.run()
 
 	_ = out.Flush()
@@ -168,12 +175,14 @@ func boundedContext(timeout time.Duration, st *stopper) (context.Context, contex
 
 // attemptRun is one run of the job runner: one attempt.
 type attemptRun struct {
-	cfg    config
-	token  string
-	caPEM  string
-	client *client.JobClient
-	out    *redactor // the log: redacted, to stdout and the orchestrator
-	st     *stopper
+	cfg   config
+	token string // the job token: the orchestrator's credential
+	// stateToken is the state backend's credential ("" without a state URL).
+	stateToken string
+	caPEM      string
+	client     *client.JobClient
+	out        *redactor // the log: redacted, to stdout and the orchestrator
+	st         *stopper
 }
 
 // fail logs a job runner error, leaves it as the container's termination message, and returns
@@ -207,7 +216,9 @@ func (j *attemptRun) run() int {
 		return j.fail("the job spec cannot be used: %v", err)
 	}
 	// TF_LOG=trace would print the backend's Basic credentials in this form.
-	j.out.add(base64.StdEncoding.EncodeToString([]byte(spec.DeploymentID + ":" + j.token)))
+	if j.stateToken != "" {
+		j.out.add(base64.StdEncoding.EncodeToString([]byte(spec.DeploymentID + ":" + j.stateToken)))
+	}
 
 	cliPath, err := resolveCLI(j.cfg.CLI, j.cfg.Image)
 	if err != nil {
@@ -259,7 +270,7 @@ func (j *attemptRun) run() int {
 	j.out.add(sensitiveSecrets(configDir, spec.Variables)...)
 
 	env := append(append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"}, toolEnv...),
-		backendEnv(spec.StateStorage, spec.DeploymentID, j.token, j.caPEM, j.cfg.StateURL)...)
+		backendEnv(spec.StateStorage, spec.DeploymentID, j.stateToken, j.caPEM, j.cfg.StateURL)...)
 	providerEnv, err := providerSettings(workDir, j.cfg.PluginCacheDir, j.cfg.ProviderInstallation)
 	if err != nil {
 		return j.fail("%v", err)

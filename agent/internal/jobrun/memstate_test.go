@@ -17,7 +17,7 @@ import (
 // own package; here it only has to be faithful enough that both CLIs store, lock and read state.
 type memStateBackend struct {
 	t *testing.T
-	// creds maps a user name (deployment id) to the password (job token) it must present.
+	// creds maps a user name (deployment id) to the password (state credential) it must present.
 	mu      sync.Mutex
 	creds   map[string]string
 	states  map[string][]byte

@@ -1,6 +1,7 @@
 // Package jobtoken is the agent's registry of the job tokens of the attempts it holds: for each
-// attempt, the job token its claim granted, the state its job runner may use and the operation,
-// which decides how: a plan reads its state, an apply or destroy writes it. The session fills it
+// attempt, the job token its claim granted, the state credential the agent gives its job runner
+// for the state backend, the state it may use and the operation, which decides how: a plan reads
+// its state, an apply or destroy writes it. The session fills it
 // (on claim, and after a restart from what the executor kept with each attempt) and empties it
 // when an attempt ends; the state backend authorises every request against it and is told when
 // attempts come and go (Watcher), so it can renew and release their state locks. Keeping it apart
@@ -9,9 +10,16 @@ package jobtoken
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -25,10 +33,17 @@ var (
 	ErrForbidden = errors.New("not allowed to access this state")
 )
 
+// StateTokenPrefix starts every state credential, so one is recognisable in a leak report.
+const StateTokenPrefix = "opst_"
+
 // Grant is what one claim lets the attempt's job runner do with state.
 type Grant struct {
-	// Token is the job token of the claim.
+	// Token is the job token of the claim: the job runner's credential at the orchestrator. The
+	// state backend does not take it.
 	Token string
+	// StateToken is the job runner's credential at the state backend, set by Put. The
+	// orchestrator never sees it, so it calls nothing there.
+	StateToken string
 	// StateKey is the only state the job runner may use.
 	StateKey string
 	// StateNamespace is the namespace of the claim's kubernetes state storage ("" for others).
@@ -62,6 +77,7 @@ type Watcher interface {
 // granted. It is keyed by deployment id, since the agent holds at most one attempt of a
 // deployment. It is safe for concurrent use.
 type Registry struct {
+	key     []byte // derives the state credentials
 	mu      sync.RWMutex
 	m       map[string]entry
 	watcher Watcher
@@ -72,8 +88,35 @@ type entry struct {
 	Grant
 }
 
-// New returns an empty registry.
-func New() *Registry { return &Registry{m: map[string]entry{}} }
+// New returns an empty registry whose state credentials are derived with key
+// (StateCredentialKey of the runner's private key, so every replica and the next agent process
+// derive the same for an attempt whose Job is still running). A nil key is a random one: its
+// credentials do not outlive the registry (tests, and agents without Jobs to adopt).
+func New(key []byte) *Registry {
+	if key == nil {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key)
+	}
+	return &Registry{key: key, m: map[string]entry{}}
+}
+
+// StateCredentialKey derives the key of the state credentials from the runner's private key:
+// nobody without it can make one, and a job token does not lead to one.
+func StateCredentialKey(priv ed25519.PrivateKey) []byte {
+	m := hmac.New(sha256.New, priv.Seed())
+	m.Write([]byte("outpost state credential v1"))
+	return m.Sum(nil)
+}
+
+// StateToken is the state credential of an attempt holding jobToken: a MAC under the registry's
+// key, so it is as unguessable as a random one, the same whenever the agent derives it again
+// (a repeated claim, an adoption after a restart) and different for every grant.
+func (r *Registry) StateToken(deploymentID string, attempt int, jobToken string) string {
+	msg, _ := json.Marshal([]string{"state", deploymentID, strconv.Itoa(attempt), jobToken})
+	m := hmac.New(sha256.New, r.key)
+	m.Write(msg)
+	return StateTokenPrefix + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
 
 // Watch sets the one watcher of the registry.
 func (r *Registry) Watch(w Watcher) {
@@ -91,12 +134,15 @@ func (r *Registry) notify(f func(Watcher)) {
 	}
 }
 
-// Put records (or replaces) the grant of an attempt.
-func (r *Registry) Put(deploymentID string, attempt int, g Grant) {
+// Put records (or replaces) the grant of an attempt and returns the state credential its job
+// runner is to use.
+func (r *Registry) Put(deploymentID string, attempt int, g Grant) string {
+	g.StateToken = r.StateToken(deploymentID, attempt, g.Token)
 	r.mu.Lock()
 	r.m[deploymentID] = entry{attempt: attempt, Grant: g}
 	r.mu.Unlock()
 	r.notify(func(w Watcher) { w.Added(g.StateNamespace) })
+	return g.StateToken
 }
 
 // Has reports whether a job token is known for the attempt.
@@ -138,14 +184,15 @@ func (r *Registry) Clear() {
 }
 
 // Authorize implements the state backend's Authorizer: username is the deployment id, password
-// the job token; the job runner may only use the state its claim names, and a plan only reads it.
+// the attempt's state credential (never its job token, which is the orchestrator's); the job
+// runner may only use the state its claim names, and a plan only reads it.
 // The holder identity names the attempt, so a lock left by an earlier attempt is recognisably
 // someone else's. A wrong id or token never says which of the two was wrong.
 func (r *Registry) Authorize(_ context.Context, username, password, stateKey string) (Access, error) {
 	r.mu.RLock()
 	h, ok := r.m[username]
 	r.mu.RUnlock()
-	if !ok || h.Token == "" || subtle.ConstantTimeCompare([]byte(h.Token), []byte(password)) != 1 {
+	if !ok || h.StateToken == "" || subtle.ConstantTimeCompare([]byte(h.StateToken), []byte(password)) != 1 {
 		return Access{}, ErrUnauthenticated
 	}
 	if h.StateKey != stateKey {

@@ -248,7 +248,7 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 		return
 	}
 	s.o.Metrics.Claims.WithLabelValues("claimed").Inc()
-	s.o.Tokens.Put(c.DeploymentID, c.Attempt, grantOf(c))
+	stateToken := s.o.Tokens.Put(c.DeploymentID, c.Attempt, grantOf(c))
 	s.mu.Lock()
 	s.state(executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}).fencing = c.Lease.Fencing
 	s.mu.Unlock()
@@ -258,7 +258,7 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	defer cancel()
 	back := retry.Backoff{Base: time.Second, Max: 8 * time.Second}
 	for try := 1; ; try++ {
-		err = s.o.Executor.Start(sctx, c)
+		err = s.o.Executor.Start(sctx, c, stateToken)
 		if err == nil {
 			log.Info("attempt started")
 			return

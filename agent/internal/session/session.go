@@ -112,7 +112,7 @@ func New(o Options) *Session {
 		o.Logger = slog.Default()
 	}
 	if o.Tokens == nil {
-		o.Tokens = jobtoken.New()
+		o.Tokens = jobtoken.New(nil)
 	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.New(o.Version)
@@ -209,7 +209,7 @@ func (s *Session) adopt(ctx context.Context) error {
 			// The token was not stored with the attempt (the agent stopped between creating the
 			// Job and its token Secret): starting again adopts the Job and stores the token, so
 			// the job pod waiting for it goes on.
-			if err := s.o.Executor.Start(ctx, c); err != nil {
+			if err := s.o.Executor.Start(ctx, c, s.o.Tokens.StateToken(c.DeploymentID, c.Attempt, c.JobToken)); err != nil {
 				s.log.Warn("cannot store the recovered job token with an adopted attempt", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", err)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
@@ -76,20 +77,23 @@ type fakeExec struct {
 	attempts map[string]*executor.AttemptStatus
 	saved    map[string][]byte
 	cleaned  map[string]int
-	n        *executor.Notifier
+	// stateTokens are the state credentials Start was given, by deployment.
+	stateTokens map[string]string
+	n           *executor.Notifier
 }
 
 func newFakeExec() *fakeExec {
-	return &fakeExec{attempts: map[string]*executor.AttemptStatus{}, saved: map[string][]byte{}, cleaned: map[string]int{}, n: executor.NewNotifier()}
+	return &fakeExec{attempts: map[string]*executor.AttemptStatus{}, saved: map[string][]byte{}, cleaned: map[string]int{}, stateTokens: map[string]string{}, n: executor.NewNotifier()}
 }
 
-func (f *fakeExec) Start(_ context.Context, c *api.Claim) error {
+func (f *fakeExec) Start(_ context.Context, c *api.Claim, stateToken string) error {
 	if c.DeploymentID == "bad" {
 		return fmt.Errorf("%w: spec.containers[0].command: the command of \"main\" is set by the runner", executor.ErrInvalidJob)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.starts = append(f.starts, c.DeploymentID+" "+c.JobToken)
+	f.stateTokens[c.DeploymentID] = stateToken
 	if _, ok := f.attempts[c.DeploymentID]; ok {
 		return nil // adopted, as the executors do
 	}
@@ -157,13 +161,21 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 	go func() { done <- s.Run(ctx) }()
 
 	waitFor(t, "two attempts started", func() bool { l, _ := ex.List(ctx); return len(l) == 2 })
-	if h, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err != nil || h.Holder != "job/a/1" {
-		t.Errorf("claim of a not authorised: %v", err)
+	ex.mu.Lock()
+	stateA, stateB := ex.stateTokens["a"], ex.stateTokens["b"]
+	ex.mu.Unlock()
+	if !strings.HasPrefix(stateA, jobtoken.StateTokenPrefix) || stateA == stateB {
+		t.Fatalf("state credentials handed to the executor: %q and %q, want one per attempt", stateA, stateB)
 	}
-	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_b", "k/a"); err == nil {
-		t.Error("wrong token authorised")
+	if h, err := s.o.Tokens.Authorize(ctx, "a", stateA, "k/a"); err != nil || h.Holder != "job/a/1" {
+		t.Errorf("claim of a not authorised with the state credential its Job got: %v", err)
 	}
-	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/b"); err == nil {
+	for _, wrong := range []string{"opj_a", stateB} { // a's job token; b's state credential
+		if _, err := s.o.Tokens.Authorize(ctx, "a", wrong, "k/a"); err == nil {
+			t.Errorf("%q authorised for a's state", wrong)
+		}
+	}
+	if _, err := s.o.Tokens.Authorize(ctx, "a", stateA, "k/b"); err == nil {
 		t.Error("other state authorised")
 	}
 	// Capacity restated: min(orchestrator 5, configured 3) − 2 running.
@@ -213,7 +225,7 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 	if string(encodeEvent(evs[1])) != string(ex.saved["a"]) {
 		t.Errorf("delivered finished event differs from the saved one:\n%s\n%s", encodeEvent(evs[1]), ex.saved["a"])
 	}
-	if _, err := s.o.Tokens.Authorize(ctx, "a", "opj_a", "k/a"); err == nil {
+	if _, err := s.o.Tokens.Authorize(ctx, "a", stateA, "k/a"); err == nil {
 		t.Error("finished attempt still authorised")
 	}
 
@@ -240,7 +252,7 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 func TestStartingAttemptCountsOnce(t *testing.T) {
 	ex := newFakeExec()
 	s := New(Options{Client: &fakeOrch{}, Executor: ex, Logger: slog.New(slog.DiscardHandler), MaxConcurrency: 3})
-	if err := ex.Start(t.Context(), &api.Claim{DeploymentID: "a", Attempt: 1}); err != nil {
+	if err := ex.Start(t.Context(), &api.Claim{DeploymentID: "a", Attempt: 1}, "opst_a"); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
@@ -362,7 +374,14 @@ func TestAdoptStoresARecoveredToken(t *testing.T) {
 	if ex.attempts["held"].Status != api.StatusClaimed || ex.attempts["held"].Fencing != 3 {
 		t.Errorf("the adopted attempt changed: %+v", ex.attempts["held"])
 	}
-	if _, err := s.o.Tokens.Authorize(context.Background(), "held", "opj_held", "k/held"); err != nil {
-		t.Errorf("the recovered token is not registered: %v", err)
+	stateToken := s.o.Tokens.StateToken("held", 1, "opj_held")
+	if ex.stateTokens["held"] != stateToken {
+		t.Errorf("Start got state credential %q, want the one derived from the re-claimed token", ex.stateTokens["held"])
+	}
+	if _, err := s.o.Tokens.Authorize(context.Background(), "held", stateToken, "k/held"); err != nil {
+		t.Errorf("the recovered attempt's state credential is not registered: %v", err)
+	}
+	if _, err := s.o.Tokens.Authorize(context.Background(), "held", "opj_held", "k/held"); err == nil {
+		t.Error("the state backend accepts the job token of the recovered attempt; only its state credential may reach the state")
 	}
 }

@@ -16,7 +16,7 @@ import (
 
 // Forwarder sends state-backend requests that reach a standby replica on to the leader. Both
 // replicas are ready (so rollouts and drains are not blocked), the Service spreads job pods'
-// requests over both, and only the leader holds the job tokens that authorise a request (see
+// requests over both, and only the leader holds the grants that authorise a request (see
 // package jobtoken) and renews the locks it granted. The leader is found from the election (its
 // identity is its pod name) and reached at its pod IP.
 type Forwarder struct {

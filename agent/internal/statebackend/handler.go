@@ -1,6 +1,6 @@
 // Package statebackend serves Terraform/OpenTofu state over the CLIs' built-in `http` backend
 // protocol, on top of package statestore (Secrets + Leases). The agent runs it in the cluster so
-// that job pods of either CLI reach their state over HTTP with a job token and need no
+// that job pods of either CLI reach their state over HTTP with a state credential and need no
 // Kubernetes permissions at all (the stock `kubernetes` backend needs list/get/update on every
 // Secret of the namespace).
 //
@@ -71,10 +71,10 @@ const (
 )
 
 // Authorizer authenticates a request and authorises it for one state key. The agent implements it
-// with job tokens (jobtoken.Registry): username = deployment id, password = job token, and a job
-// runner may only touch the state key of its own claim. The returned access names the lock holder
-// and the writer in the state history ("job/<id>/<attempt>") and says whether the caller may only
-// read. Its errors select the HTTP status:
+// with state credentials (jobtoken.Registry): username = deployment id, password = the attempt's
+// state credential (never its job token), and a job runner may only touch the state key of its own
+// claim. The returned access names the lock holder and the writer in the state history
+// ("job/<id>/<attempt>") and says whether the caller may only read. Its errors select the HTTP status:
 // jobtoken.ErrUnauthenticated → 401 (CLI: "requires auth"), jobtoken.ErrForbidden → 403 (CLI:
 // "invalid auth"); any other error → 503, because the authorizer could not decide, so the CLI
 // retries.

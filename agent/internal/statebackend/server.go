@@ -16,7 +16,7 @@ import (
 type ServerOptions struct {
 	// Kube is the cluster the states are kept in.
 	Kube kubernetes.Interface
-	// Tokens authorise every request: deployment id + job token, and only the state key of the
+	// Tokens authorise every request: deployment id + state credential, and only the state key of the
 	// claim.
 	Tokens *jobtoken.Registry
 	// FallbackNamespace holds the states of attempts whose claim named no namespace (attempts

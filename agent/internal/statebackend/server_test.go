@@ -21,9 +21,9 @@ import (
 func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	c := testbed.Shared(t)
 	nsA, nsB := testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
-	tokens := jobtoken.New()
-	tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_a", StateKey: "team/app", StateNamespace: nsA, Operation: api.OperationApply})
-	tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_b", StateKey: "team/app", StateNamespace: nsB, Operation: api.OperationApply})
+	tokens := jobtoken.New(nil)
+	stA := tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_a", StateKey: "team/app", StateNamespace: nsA, Operation: api.OperationApply})
+	stB := tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_b", StateKey: "team/app", StateNamespace: nsB, Operation: api.OperationApply})
 	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Org: testOrg, Logger: testLogger()})
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() {
@@ -44,21 +44,25 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 	}
 
 	state := `{"version":4,"serial":1,"lineage":"l-a","resources":[]}`
-	if code, body := do(http.MethodPost, "dep-a", "opj_a", state); code != http.StatusOK {
+	if code, body := do(http.MethodPost, "dep-a", stA, state); code != http.StatusOK {
 		t.Fatalf("write as dep-a: %d %s", code, body)
 	}
-	if code, body := do(http.MethodGet, "dep-a", "opj_a", ""); code != http.StatusOK || body != state {
+	if code, body := do(http.MethodGet, "dep-a", stA, ""); code != http.StatusOK || body != state {
 		t.Fatalf("read as dep-a: %d %q", code, body)
 	}
 	// The same key for dep-b lives in its own namespace: nothing there yet.
-	if code, _ := do(http.MethodGet, "dep-b", "opj_b", ""); code != http.StatusNoContent {
+	if code, _ := do(http.MethodGet, "dep-b", stB, ""); code != http.StatusNoContent {
 		t.Fatalf("read as dep-b: %d, want 204 (its namespace holds no state)", code)
 	}
 	if _, err := mustStore(statestore.New(c.Client(), nsA, statestore.Options{Logger: testLogger(), Scope: testOrg})).History(t.Context(), "team/app"); err != nil {
 		t.Fatalf("the state is not in dep-a's namespace: %v", err)
 	}
-	if code, _ := do(http.MethodGet, "dep-a", "opj_b", ""); code != http.StatusUnauthorized {
-		t.Fatalf("wrong token: %d, want 401", code)
+	if code, _ := do(http.MethodGet, "dep-a", stB, ""); code != http.StatusUnauthorized {
+		t.Fatalf("another job's state credential: %d, want 401", code)
+	}
+	// A job token is the orchestrator's credential, never the state backend's.
+	if code, _ := do(http.MethodGet, "dep-a", "opj_a", ""); code != http.StatusUnauthorized {
+		t.Fatalf("dep-a's job token: %d, want 401", code)
 	}
 	if code, _ := do(http.MethodGet, "dep-x", "opj_x", ""); code != http.StatusUnauthorized {
 		t.Fatalf("unknown job: %d, want 401", code)
@@ -71,7 +75,7 @@ func TestServerPicksTheNamespaceOfTheJob(t *testing.T) {
 func TestServerFollowsTheRegistry(t *testing.T) {
 	c := testbed.Shared(t)
 	ns := testbed.NewNamespace(t, c)
-	tokens := jobtoken.New()
+	tokens := jobtoken.New(nil)
 	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Org: testOrg, Logger: testLogger()})
 	srv := httptest.NewServer(s)
 	t.Cleanup(func() {
@@ -79,11 +83,12 @@ func TestServerFollowsTheRegistry(t *testing.T) {
 		s.Close()
 	})
 	store := mustStore(statestore.New(c.Client(), ns, statestore.Options{Logger: testLogger(), Scope: testOrg}))
+	creds := map[string]string{}
 	lock := func(user, key, id string) int {
-		code, _, _ := doReq(t, "LOCK", srv.URL+PathPrefix+url.PathEscape(key), user, "opj_"+user, lockBody(id))
+		code, _, _ := doReq(t, "LOCK", srv.URL+PathPrefix+url.PathEscape(key), user, creds[user], lockBody(id))
 		return code
 	}
-	tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_dep-a", StateKey: "a", StateNamespace: ns, Operation: api.OperationApply})
+	creds["dep-a"] = tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_dep-a", StateKey: "a", StateNamespace: ns, Operation: api.OperationApply})
 	if code := lock("dep-a", "a", "lock-a"); code != http.StatusOK {
 		t.Fatalf("LOCK: %d", code)
 	}
@@ -100,12 +105,12 @@ func TestServerFollowsTheRegistry(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_dep-b", StateKey: "b", StateNamespace: ns, Operation: api.OperationPlan})
+	creds["dep-b"] = tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_dep-b", StateKey: "b", StateNamespace: ns, Operation: api.OperationPlan})
 	if code := lock("dep-b", "b", "lock-b"); code != http.StatusOK {
 		t.Fatalf("LOCK: %d", code)
 	}
 	tokens.Clear() // leadership lost
-	if code, _, _ := doReq(t, "GET", srv.URL+PathPrefix+"b", "dep-b", "opj_dep-b", nil); code != http.StatusUnauthorized {
+	if code, _, _ := doReq(t, "GET", srv.URL+PathPrefix+"b", "dep-b", creds["dep-b"], nil); code != http.StatusUnauthorized {
 		t.Errorf("a replica that lost leadership authorised a request: %d", code)
 	}
 	if l, err := store.LockInfo(t.Context(), "b"); err != nil || l == nil || l.Info.ID != "lock-b" {

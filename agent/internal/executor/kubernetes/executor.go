@@ -160,7 +160,7 @@ func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
 // without one (two API writes per attempt; the pod waits for the Secret's volume, which exists
 // long before the kubelet mounts it). The token Secret's name carries the token's digest, so it
 // cannot be prepared before the claim. Every step tolerates having been done before.
-func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
+func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) error {
 	runnerJob := c.Placement.Job
 	if sa := e.o.ServiceAccount; sa != "" && runnerJob.ServiceAccount != sa {
 		return fmt.Errorf("%w: the runner's job service account is %q but this agent was installed for %q; set the chart value jobs.serviceAccount.name (OUTPOST_JOB_SERVICE_ACCOUNT) to the runner's job.service_account",
@@ -170,7 +170,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 		return fmt.Errorf("%w: the runner's job namespace is %q but this agent manages %q; set the chart value jobs.namespace (OUTPOST_JOB_NAMESPACE) to the runner's job.namespace",
 			executor.ErrInvalidJob, runnerJob.Namespace, e.o.Namespace)
 	}
-	job, secret, err := e.build(c)
+	job, secret, err := e.build(c, stateToken)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 // build turns a claim into its Job and token Secret, under the cluster owner's pinned template,
 // security defaults and job pod policy: a pod the policy refuses is an error, and nothing exists
 // yet to clean up.
-func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
+func (e *Executor) build(c *api.Claim, stateToken string) (*batchv1.Job, *corev1.Secret, error) {
 	if pinned := e.o.PinnedTemplate; pinned != "" {
 		if c.Placement.Job.PodTemplate != "" && !sameTemplate(c.Placement.Job.PodTemplate, pinned) {
 			e.log.Warn("ignoring the runner's pod template: the cluster owner pinned the template of job pods (chart value jobs.podTemplate)",
@@ -221,7 +221,7 @@ func (e *Executor) build(c *api.Claim) (*batchv1.Job, *corev1.Secret, error) {
 		pc.Placement.Job.Pod = nil
 		c = &pc
 	}
-	job, secret, err := BuildJob(c, e.o.Pod, time.Now())
+	job, secret, err := BuildJob(c, stateToken, e.o.Pod, time.Now())
 	if err != nil {
 		if errors.Is(err, podtemplate.ErrInvalid) {
 			return nil, nil, fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)

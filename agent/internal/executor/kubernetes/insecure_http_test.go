@@ -15,7 +15,7 @@ func TestInsecureHTTPReachesTheJobRunnerOnlyWhenAllowed(t *testing.T) {
 	for _, allowed := range []bool{false, true} {
 		o := opts
 		o.APIURL, o.InsecureAllowHTTP = "http://orchestrator.example.com", allowed
-		job, _, err := BuildJob(claim(tpl), o, time.Now())
+		job, _, err := BuildJob(claim(tpl), "opst_test", o, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

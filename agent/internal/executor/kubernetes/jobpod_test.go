@@ -53,7 +53,7 @@ func TestJobPodPrecedence(t *testing.T) {
 	tpl := `{"spec":{"containers":[{"name":"main","env":[{"name":"TF_LOG","value":"INFO"}]}]}}`
 
 	// Nothing sets resources: the chart's default; TF_LOG is the template's, AWS_REGION forwarded.
-	job, _, err := BuildJob(claimWithPod(tpl, nil), o, time.Unix(0, 0))
+	job, _, err := BuildJob(claimWithPod(tpl, nil), "opst_test", o, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestJobPodPrecedence(t *testing.T) {
 		Env:       []api.JobEnvVar{{Name: "TF_LOG", Value: "TRACE"}, {Name: "AWS_REGION", Value: "us-east-1"}},
 		Labels:    map[string]string{"team": "payments"},
 	}
-	job, _, err = BuildJob(claimWithPod(tpl, pod), o, time.Unix(0, 0))
+	job, _, err = BuildJob(claimWithPod(tpl, pod), "opst_test", o, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestJobPodSettingsMeetThePolicy(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := New(Options{Pod: opts})
-			_, _, err := e.build(claimWithPod("", tc.pod))
+			_, _, err := e.build(claimWithPod("", tc.pod), "opst_test")
 			var pe *PolicyError
 			if !errors.As(err, &pe) || !errors.Is(err, executor.ErrPolicy) {
 				t.Fatalf("build = %v, want a policy refusal", err)
@@ -124,14 +124,14 @@ func TestJobPodSettingsMeetThePolicy(t *testing.T) {
 		})
 	}
 	e := New(Options{Pod: opts, Policy: Policy{AllowedSecrets: []string{"db"}}})
-	if _, _, err := e.build(claimWithPod("", cases[1].pod)); err != nil {
+	if _, _, err := e.build(claimWithPod("", cases[1].pod), "opst_test"); err != nil {
 		t.Fatalf("with jobs.policy.allowedSecrets naming db the env must pass: %v", err)
 	}
 }
 
 func TestPinnedTemplateIgnoresJobPodSettings(t *testing.T) {
 	e := New(Options{Pod: opts, PinnedTemplate: `{"spec":{"containers":[{"name":"main"}]}}`})
-	job, _, err := e.build(claimWithPod("", &api.JobPod{Labels: map[string]string{"team": "x"}}))
+	job, _, err := e.build(claimWithPod("", &api.JobPod{Labels: map[string]string{"team": "x"}}), "opst_test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestPinnedTemplateIgnoresJobPodSettings(t *testing.T) {
 
 func TestInvalidJobPodSettingsFailTheClaim(t *testing.T) {
 	e := New(Options{Pod: opts})
-	_, _, err := e.build(claimWithPod("", &api.JobPod{Env: []api.JobEnvVar{{Name: "OUTPOST_API_URL", Value: "http://evil"}}}))
+	_, _, err := e.build(claimWithPod("", &api.JobPod{Env: []api.JobEnvVar{{Name: "OUTPOST_API_URL", Value: "http://evil"}}}), "opst_test")
 	if !errors.Is(err, executor.ErrInvalidJob) {
 		t.Fatalf("build = %v, want ErrInvalidJob", err)
 	}
@@ -156,7 +156,7 @@ func TestPluginCacheAndProviderInstallation(t *testing.T) {
 	o.PluginCache = &corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "tf-plugins"}}
 	o.ProviderInstallation = `provider_installation { network_mirror { url = "https://mirror.corp/providers/" } }`
 	tpl := `{"spec":{"containers":[{"name":"main","env":[{"name":"OUTPOST_PLUGIN_CACHE_DIR","value":"/tmp/x"}]}],"volumes":[{"name":"outpost-plugin-cache","emptyDir":{}}]}}`
-	job, _, err := BuildJob(claim(tpl), o, time.Unix(0, 0))
+	job, _, err := BuildJob(claim(tpl), "opst_test", o, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestPluginCacheAndProviderInstallation(t *testing.T) {
 		t.Errorf("plugin cache volume %+v", vol)
 	}
 	// Without the options, neither appears.
-	job, _, err = BuildJob(claim(""), opts, time.Unix(0, 0))
+	job, _, err = BuildJob(claim(""), "opst_test", opts, time.Unix(0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,11 +27,11 @@ func TestBuildJobMinimalTemplates(t *testing.T) {
 	now := time.Unix(1000, 0)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, gotSecret, err := BuildJob(claim(tc.minimal), opts, now)
+			got, gotSecret, err := BuildJob(claim(tc.minimal), "opst_test", opts, now)
 			if err != nil {
 				t.Fatalf("minimal template refused: %v", err)
 			}
-			want, wantSecret, err := BuildJob(claim(tc.explicit), opts, now)
+			want, wantSecret, err := BuildJob(claim(tc.explicit), "opst_test", opts, now)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,6 +30,7 @@ const (
 	AnnSeal             = "outpost.dev/seal"
 	AnnPendingEventSeal = "outpost.dev/pending-event-seal"
 	tokenKey            = "token"
+	stateTokenKey       = "state-token"
 	tokenVolume         = "outpost-job-token"
 	tokenMountPath      = "/var/run/outpost/job"
 	caVolume            = "outpost-ca"

@@ -96,7 +96,7 @@ type PodOptions struct {
 // (containers, env, mounts and volumes merge by name, so the user's sidecars, volumes and env
 // stay), and the fields the agent owns are re-asserted after the merge so no template can take them
 // over. A template that breaks the contract returns a *podtemplate.Error.
-func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.Secret, error) {
+func BuildJob(c *api.Claim, stateToken string, o PodOptions, now time.Time) (*batchv1.Job, *corev1.Secret, error) {
 	p := &c.Placement
 	base, err := podtemplate.Parse(p.Job.PodTemplate)
 	if err != nil {
@@ -199,7 +199,7 @@ func BuildJob(c *api.Claim, o PodOptions, now time.Time) (*batchv1.Job, *corev1.
 		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name, tokenDigest(c.JobToken)), Namespace: p.Job.Namespace, Labels: labels,
 			Annotations: map[string]string{AnnDeploymentID: c.DeploymentID}},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{tokenKey: []byte(c.JobToken)},
+		Data: map[string][]byte{tokenKey: []byte(c.JobToken), stateTokenKey: []byte(stateToken)},
 	}
 	return job, secret, nil
 }
@@ -221,6 +221,7 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		{Name: jobenv.APIURL, Value: o.APIURL},
 		{Name: jobenv.TokenFile, Value: tokenMountPath + "/" + tokenKey},
+		{Name: jobenv.StateTokenFile, Value: tokenMountPath + "/" + stateTokenKey},
 		{Name: jobenv.CLI, Value: o.CLI},
 	}
 	if c.Placement.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {

@@ -28,7 +28,7 @@ func FuzzBuildJob(f *testing.F) {
 			return // refused before the merge; FuzzParse covers the contract itself
 		}
 		c := claim(tpl)
-		job, secret, err := BuildJob(c, opts, time.Unix(1000, 0))
+		job, secret, err := BuildJob(c, "opst_fuzz", opts, time.Unix(1000, 0))
 		if err != nil {
 			var pe *podtemplate.Error
 			if !errors.As(err, &pe) {
@@ -45,8 +45,8 @@ func FuzzBuildJob(f *testing.F) {
 		if job.Name != JobName(c.DeploymentID, c.Attempt) || *job.Spec.BackoffLimit != 0 {
 			t.Fatalf("Job %s backoffLimit %d", job.Name, *job.Spec.BackoffLimit)
 		}
-		if string(secret.Data[tokenKey]) != c.JobToken {
-			t.Fatalf("token Secret holds %q", secret.Data[tokenKey])
+		if string(secret.Data[tokenKey]) != c.JobToken || string(secret.Data[stateTokenKey]) != "opst_fuzz" {
+			t.Fatalf("token Secret holds %q", secret.Data)
 		}
 	})
 }

@@ -47,7 +47,7 @@ var opts = PodOptions{RunnerID: "r1", Image: "outpost/job:1", AgentImage: "outpo
 	ProxyEnv: map[string]string{"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": ".svc,10.0.0.0/8"}}
 
 func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
-	job, secret, err := BuildJob(claim(userTemplate), opts, time.Unix(1000, 0))
+	job, secret, err := BuildJob(claim(userTemplate), "opst_test", opts, time.Unix(1000, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 		env[e.Name] = e.Value
 	}
 	wantEnv := map[string]string{"TF_LOG": "INFO", "OUTPOST_API_URL": "https://orch", "OUTPOST_STATE_URL": "http://agent:8080", "OUTPOST_CLI": "tofu",
-		"OUTPOST_JOB_TOKEN_FILE": "/var/run/outpost/job/token", "OUTPOST_CA_BUNDLE_FILE": "/etc/outpost/ca/ca.crt", "OUTPOST_IMAGE": "user/image:1",
+		"OUTPOST_JOB_TOKEN_FILE": "/var/run/outpost/job/token", "OUTPOST_STATE_TOKEN_FILE": "/var/run/outpost/job/state-token", "OUTPOST_CA_BUNDLE_FILE": "/etc/outpost/ca/ca.crt", "OUTPOST_IMAGE": "user/image:1",
 		"HTTPS_PROXY": "http://proxy:3128", "https_proxy": "http://proxy:3128", "NO_PROXY": ".svc,10.0.0.0/8", "no_proxy": ".svc,10.0.0.0/8"}
 	for k, v := range wantEnv {
 		if env[k] != v {
@@ -134,8 +134,8 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 		}
 	}
 	for k, v := range env {
-		if v == "opj_secret" {
-			t.Errorf("the job token is in env %s", k)
+		if v == "opj_secret" || v == "opst_test" {
+			t.Errorf("a credential is in env %s", k)
 		}
 	}
 	mounts := map[string]string{}
@@ -156,7 +156,8 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 	if tv := vols[tokenVolume]; tv.Secret == nil || tv.Secret.SecretName != "outpost-dep-123-2-token-"+tokenDigest("opj_secret")[:16] || tv.EmptyDir != nil {
 		t.Errorf("token volume = %+v", tv)
 	}
-	if secret.Name != vols[tokenVolume].Secret.SecretName || string(secret.Data["token"]) != "opj_secret" || secret.Namespace != "jobs" {
+	if secret.Name != vols[tokenVolume].Secret.SecretName || string(secret.Data["token"]) != "opj_secret" || string(secret.Data["state-token"]) != "opst_test" ||
+		len(secret.Data) != 2 || secret.Namespace != "jobs" {
 		t.Errorf("secret = %s/%s %v", secret.Namespace, secret.Name, secret.Data)
 	}
 }
@@ -165,7 +166,7 @@ func TestBuildJobEmptyTemplate(t *testing.T) {
 	c := claim("")
 	c.Placement.StateStorage.Type = api.StateStorageS3
 	c.Placement.Operation = api.OperationPlan
-	job, _, err := BuildJob(c, PodOptions{RunnerID: "r1", Image: "img", AgentImage: "agent-img", APIURL: "https://o", CLI: "terraform", CancelGrace: 10 * time.Second}, time.Now())
+	job, _, err := BuildJob(c, "opst_test", PodOptions{RunnerID: "r1", Image: "img", AgentImage: "agent-img", APIURL: "https://o", CLI: "terraform", CancelGrace: 10 * time.Second}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func checkInjection(t *testing.T, ps corev1.PodSpec, agentImage string) {
 // two would be neither.
 func TestBuildJobKeepsTheTemplatesProxy(t *testing.T) {
 	tpl := `{"spec": {"containers": [{"name": "main", "env": [{"name": "https_proxy", "value": "http://team-proxy:8080"}]}]}}`
-	job, _, err := BuildJob(claim(tpl), opts, time.Now())
+	job, _, err := BuildJob(claim(tpl), "opst_test", opts, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestBuildJobRefusesBrokenTemplates(t *testing.T) {
 		"unknown field":   `{"spec": {"containerz": []}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, _, err := BuildJob(claim(tpl), opts, time.Now())
+			_, _, err := BuildJob(claim(tpl), "opst_test", opts, time.Now())
 			if !errors.Is(err, podtemplate.ErrInvalid) {
 				t.Fatalf("err = %v, want a podtemplate error", err)
 			}

@@ -50,7 +50,7 @@ var hostileTemplates = []struct {
 func buildWith(t *testing.T, p Policy, tpl string) error {
 	t.Helper()
 	e := New(Options{Policy: p, Pod: opts})
-	_, _, err := e.build(claim(tpl))
+	_, _, err := e.build(claim(tpl), "opst_test")
 	return err
 }
 
@@ -104,7 +104,7 @@ func TestRestrictedDefaultsFillTheUnsetFields(t *testing.T) {
 	tpl := `{"spec":{"securityContext":{"runAsUser":1000},"initContainers":[{"name":"setup","image":"x"}],
 	  "containers":[{"name":"main","securityContext":{"capabilities":{"add":["NET_BIND_SERVICE"],"drop":["NET_RAW"]}}},{"name":"side","image":"x"}]}}`
 	e.o.Policy.AllowedCapabilities = []string{"NET_BIND_SERVICE"}
-	job, _, err := e.build(claim(tpl))
+	job, _, err := e.build(claim(tpl), "opst_test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestConfiguredDefaultsCannotDropRestricted(t *testing.T) {
 func TestPinnedTemplateReplacesTheRunners(t *testing.T) {
 	pinned := `{"metadata":{"labels":{"pinned":"yes"}},"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"2Gi"}}}]}}`
 	e := New(Options{Pod: opts, PinnedTemplate: pinned})
-	job, _, err := e.build(claim(`{"spec":{"hostPID":true,"containers":[{"name":"main"}]}}`))
+	job, _, err := e.build(claim(`{"spec":{"hostPID":true,"containers":[{"name":"main"}]}}`), "opst_test")
 	if err != nil {
 		t.Fatalf("the runner's hostile template must be ignored under a pinned one: %v", err)
 	}

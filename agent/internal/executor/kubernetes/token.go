@@ -29,12 +29,12 @@ func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) error {
 	if err != nil {
 		return fmt.Errorf("read token Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	if string(have.Data[tokenKey]) == string(s.Data[tokenKey]) {
+	if string(have.Data[tokenKey]) == string(s.Data[tokenKey]) && string(have.Data[stateTokenKey]) == string(s.Data[stateTokenKey]) {
 		return nil
 	}
-	// A different token for the same attempt (the claim was granted again), or a Secret someone
-	// else put under the name once the Job showed it: replace it. Delete and create need no update
-	// permission on Secrets.
+	// Different credentials for the same attempt (the claim was granted again), or a Secret
+	// someone else put under the name once the Job showed it: replace it. Delete and create need
+	// no update permission on Secrets.
 	if err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}

@@ -37,7 +37,7 @@ func TestStartCreatesTheJobThenItsOwnedTokenSecret(t *testing.T) {
 	})
 	e := New(Options{Client: cs, Pod: opts})
 	c := claim("")
-	if err := e.Start(t.Context(), c); err != nil {
+	if err := e.Start(t.Context(), c, "opst_test"); err != nil {
 		t.Fatal(err)
 	}
 	var verbs []string

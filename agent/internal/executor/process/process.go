@@ -31,6 +31,7 @@ import (
 const (
 	claimFile        = "claim.json"
 	tokenFile        = "token"
+	stateTokenFile   = "state-token"
 	pidFile          = "pid"
 	cancelFile       = "cancel-requested"
 	failureFile      = "failure.json"
@@ -122,7 +123,7 @@ func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
 
 // Start implements executor.Executor. A folder that already exists is adopted: its process is
 // running or finished, and starting it again would run the attempt twice.
-func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
+func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	dir := e.dir(c.DeploymentID, c.Attempt)
@@ -135,6 +136,9 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim) error {
 	}
 	if err := writeAtomic(filepath.Join(dir, tokenFile), []byte(c.JobToken)); err != nil {
 		return fmt.Errorf("write job token file: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(dir, stateTokenFile), []byte(stateToken)); err != nil {
+		return fmt.Errorf("write state credential file: %w", err)
 	}
 	p := &c.Placement
 	rec := claimRecord{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, StateKey: p.StateKey,
@@ -191,6 +195,7 @@ func (e *Executor) env(dir string, rec claimRecord) []string {
 	env = append(env,
 		jobenv.APIURL+"="+e.o.APIURL,
 		jobenv.TokenFile+"="+filepath.Join(dir, tokenFile),
+		jobenv.StateTokenFile+"="+filepath.Join(dir, stateTokenFile),
 		jobenv.CLI+"="+e.o.CLI,
 		jobenv.WorkDir+"="+filepath.Join(dir, "work"),
 	)
