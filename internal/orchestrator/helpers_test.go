@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
@@ -369,4 +371,15 @@ func (h *harness) metric(series string) float64 {
 
 func authFailures(h *harness, reason string) float64 {
 	return h.metric(`outpost_orchestrator_auth_failures_total{reason="` + reason + `"}`)
+}
+
+// boltDB is the bbolt database of a harness; tests that look at bbolt's own layout are skipped
+// when the suite runs against PostgreSQL.
+func boltDB(h *harness) *bolt.DB {
+	h.t.Helper()
+	e, ok := h.srv.store.eng.(*boltEngine)
+	if !ok {
+		h.t.Skip("looks at bbolt's own layout; the suite runs against PostgreSQL")
+	}
+	return e.db
 }

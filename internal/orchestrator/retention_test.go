@@ -46,7 +46,7 @@ func runToEnd(h *harness, a *agent, logLines int) api.Deployment {
 func keysOf(h *harness, org, id string) []string {
 	h.t.Helper()
 	var out []string
-	err := h.srv.store.db.View(func(tx *bolt.Tx) error {
+	err := boltDB(h).View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 			return b.ForEach(func(k, v []byte) error {
 				if bytes.Contains(k, []byte(org+"/"+id)) || (bytes.HasPrefix(k, []byte(org+"/")) && string(v) == id) {
@@ -165,7 +165,7 @@ func TestRetentionBackfillsOldDatabases(t *testing.T) {
 	a := h.setupRunner("acme", "r1", 1)
 	d := runToEnd(h, a, 1)
 	// Make it look like a database written before retention: no index entries, no marker.
-	if err := h.srv.store.db.Update(func(tx *bolt.Tx) error {
+	if err := boltDB(h).Update(func(tx *bolt.Tx) error {
 		for _, b := range purgeBuckets {
 			if err := tx.DeleteBucket(b); err != nil {
 				return err
@@ -199,7 +199,7 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	h.clock.Advance(2 * time.Hour)
 	countKeys := func() int {
 		n := 0
-		_ = h.srv.store.db.View(func(tx *bolt.Tx) error {
+		_ = boltDB(h).View(func(tx *bolt.Tx) error {
 			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
 				n += b.Stats().KeyN
 				return nil
