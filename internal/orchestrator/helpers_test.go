@@ -59,6 +59,7 @@ func newHarness(t *testing.T, adjust ...func(*Config)) *harness {
 	clock := newClock()
 	cfg := Config{
 		DataDir:       t.TempDir(),
+		DatabaseURL:   testDatabaseURL(t),
 		AdminToken:    "admin-token-for-tests-0123456789",
 		ExternalURL:   externalURL,
 		Now:           clock.Now,
@@ -373,13 +374,15 @@ func authFailures(h *harness, reason string) float64 {
 	return h.metric(`outpost_orchestrator_auth_failures_total{reason="` + reason + `"}`)
 }
 
-// boltDB is the bbolt database of a harness; tests that look at bbolt's own layout are skipped
-// when the suite runs against PostgreSQL.
+// boltDB is the bbolt database of a harness.
 func boltDB(h *harness) *bolt.DB {
 	h.t.Helper()
 	e, ok := h.srv.store.eng.(*boltEngine)
 	if !ok {
-		h.t.Skip("looks at bbolt's own layout; the suite runs against PostgreSQL")
+		h.t.Fatal("the test looks at bbolt's own layout; give it a harness on bbolt (onBolt)")
 	}
 	return e.db
 }
+
+// onBolt keeps a harness on bbolt in the PostgreSQL run too, for tests of bbolt's own layout.
+func onBolt(c *Config) { c.DatabaseURL = "" }

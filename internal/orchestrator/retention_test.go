@@ -45,6 +45,9 @@ func runToEnd(h *harness, a *agent, logLines int) api.Deployment {
 // keysOf lists every key of the database that names the deployment, bucket by bucket.
 func keysOf(h *harness, org, id string) []string {
 	h.t.Helper()
+	if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+		return pgRowsOf(h, pg, org, id)
+	}
 	var out []string
 	err := boltDB(h).View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
@@ -161,7 +164,7 @@ func TestRetentionKeepForeverAndValidation(t *testing.T) {
 // are indexed once when the database is opened, and then purged like any other.
 func TestRetentionBackfillsOldDatabases(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.Retention = Retention{Sources: time.Hour} })
+	h := newHarness(t, onBolt, func(c *Config) { c.Retention = Retention{Sources: time.Hour} })
 	a := h.setupRunner("acme", "r1", 1)
 	d := runToEnd(h, a, 1)
 	// Make it look like a database written before retention: no index entries, no marker.
@@ -198,6 +201,9 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	}
 	h.clock.Advance(2 * time.Hour)
 	countKeys := func() int {
+		if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+			return pgRowCount(h, pg)
+		}
 		n := 0
 		_ = boltDB(h).View(func(tx *bolt.Tx) error {
 			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {

@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -28,16 +27,19 @@ type orgRecord struct {
 // openStore opens the database cfg names: PostgreSQL when DatabaseURL is set, else bbolt in
 // DataDir.
 func openStore(ctx context.Context, cfg Config) (*store, error) {
-	var (
-		eng engine
-		err error
-	)
+	var eng engine
 	if cfg.DatabaseURL != "" {
-		return nil, errors.New("PostgreSQL storage is not part of this build yet; leave the database URL empty")
-	}
-	eng, err = openBolt(cfg.DataDir)
-	if err != nil {
-		return nil, err
+		pg, err := openPG(ctx, cfg.DatabaseURL, cfg.Logger)
+		if err != nil {
+			return nil, err
+		}
+		eng = pg
+	} else {
+		b, err := openBolt(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		eng = b
 	}
 	return &store{eng: eng, secret: eng.secret(), now: cfg.Now, logCap: cfg.LogCapBytes}, nil
 }
