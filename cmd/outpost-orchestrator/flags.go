@@ -23,7 +23,7 @@ func envName(flagName string) string {
 
 // options are the settings of `outpost-orchestrator` (serve).
 type options struct {
-	listen, dataDir, adminToken, externalURL, logFormat, logCap string
+	listen, dataDir, databaseURL, adminToken, externalURL, logFormat, logCap string
 	leaseDuration                                               time.Duration
 	limits                                                      orchestrator.HTTPLimits
 	retention                                                   orchestrator.Retention
@@ -34,7 +34,12 @@ const serveUsage = `Usage: outpost-orchestrator [flags]
        outpost-orchestrator token create|list|revoke ...   (see: outpost-orchestrator token --help)
 
 Runs the reference Outpost orchestrator: the admin, agent and job API over a bbolt database in
---data-dir.
+--data-dir (one server), or over PostgreSQL with --database-url, where any number of replicas
+serve the same organisations behind a load balancer. Give every replica the same --admin-token
+and --external-url.
+
+Copy a bbolt data directory into an empty PostgreSQL database with
+       outpost-orchestrator migrate-store --from DIR --to DATABASE_URL
 
 Tokens. The admin token (--admin-token) is the bootstrap token: a superuser that reaches every
 organisation and alone creates, lists and revokes organisation tokens. Give teams organisation
@@ -55,6 +60,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.SetOutput(out)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8700", "address to listen on")
 	fs.StringVar(&o.dataDir, "data-dir", "./orchestrator-data", "directory of the database")
+	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL (postgres://user:password@host:5432/db?sslmode=verify-full) instead of --data-dir, for several replicas; prefer the environment variable, the URL can hold a password")
 	fs.StringVar(&o.adminToken, "admin-token", "", "the bootstrap admin token: every organisation, and organisation tokens; prefer the environment variable; empty = generate one into <data-dir>/admin-token")
 	fs.StringVar(&o.externalURL, "external-url", "", "base URL agents use to reach this server, e.g. https://outpost.example.com; empty = taken from each request's Host")
 	fs.StringVar(&o.logFormat, "log-format", "text", "log format: json or text")
@@ -82,6 +88,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; see --help", fs.Arg(0))
+	}
+	if o.databaseURL != "" && o.adminToken == "" {
+		return nil, errors.New("with --database-url, set --admin-token (or OUTPOST_ORCHESTRATOR_ADMIN_TOKEN) to the same long random value on every replica")
 	}
 	if err := o.limits.Validate(); err != nil {
 		return nil, fmt.Errorf("--write-timeout: %w", err)

@@ -12,9 +12,12 @@ import (
 
 // testPG is the PostgreSQL server of the suite's second run; nil while it runs on bbolt.
 // testPGErr says why there is no second run.
+// testPGServer is that server in both runs, for the tests of PostgreSQL alone (replicas, the
+// copy from bbolt).
 var (
-	testPG    *pgtest.Server
-	testPGErr error
+	testPG       *pgtest.Server
+	testPGServer *pgtest.Server
+	testPGErr    error
 )
 
 // TestMain runs every test of the package twice: on bbolt, then on a throwaway PostgreSQL
@@ -30,6 +33,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	testPGServer = srv
 	code := m.Run()
 	if srv != nil {
 		if code == 0 {
@@ -72,5 +76,19 @@ func testDatabaseURL(t testing.TB) string {
 		t.Fatalf("create a schema for the test: %v", err)
 	}
 	t.Logf("store: PostgreSQL, %s", u)
+	return u + "&pool_max_conns=4"
+}
+
+// pgSchema is a fresh schema of the suite's PostgreSQL server in either run, for the tests of
+// PostgreSQL alone; without the server they are skipped (TestMain fails the run under CI=true).
+func pgSchema(t *testing.T) string {
+	t.Helper()
+	if testPGServer == nil {
+		t.Skipf("needs PostgreSQL: %v", testPGErr)
+	}
+	u, err := testPGServer.Schema(t.Context())
+	if err != nil {
+		t.Fatalf("create a schema for the test: %v", err)
+	}
 	return u + "&pool_max_conns=4"
 }
