@@ -24,10 +24,10 @@ func envName(flagName string) string {
 // options are the settings of `outpost-orchestrator` (serve).
 type options struct {
 	listen, dataDir, databaseURL, adminToken, externalURL, logFormat, logCap string
-	leaseDuration                                               time.Duration
-	limits                                                      orchestrator.HTTPLimits
-	retention                                                   orchestrator.Retention
-	printVersion                                                bool
+	leaseDuration                                                            time.Duration
+	limits                                                                   orchestrator.HTTPLimits
+	retention                                                                orchestrator.Retention
+	printVersion                                                             bool
 }
 
 const serveUsage = `Usage: outpost-orchestrator [flags]
