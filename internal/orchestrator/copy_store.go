@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +39,10 @@ func CopyStore(ctx context.Context, dir, databaseURL string, progress io.Writer)
 	var n CopyCounts
 	err = src.db.View(func(btx *bolt.Tx) error {
 		return dst.update(ctx, func(t storeTx) error {
-			tx := t.(*pgTx)
+			tx, ok := t.(*pgTx)
+			if !ok {
+				return errors.New("internal error: not a PostgreSQL transaction")
+			}
 			n = CopyCounts{}
 			if err := requireEmpty(tx); err != nil {
 				return err

@@ -123,8 +123,6 @@ type storeTx interface {
 	nextDue(stage purgeStageKind, cutoff time.Time) (dueEntry, bool, error)
 	// dropDue marks a deployment as dealt with by a purge stage.
 	dropDue(stage purgeStageKind, e dueEntry) error
-	// replayCount is the number of remembered agent token ids.
-	replayCount() (int, error)
 }
 
 // wakeListener is an engine that hears wakes published by other replicas.

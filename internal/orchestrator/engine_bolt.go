@@ -329,5 +329,3 @@ func (s *boltEngine) purgeReplay(_ context.Context, now time.Time) (int, error) 
 	})
 	return n, err
 }
-
-func (t boltTx) replayCount() (int, error) { return t.tx.Bucket(bReplay).Stats().KeyN, nil }

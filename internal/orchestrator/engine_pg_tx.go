@@ -118,12 +118,6 @@ func (t *pgTx) orgTokenByHash(h []byte) (*orgTokenRecord, error) {
 	return &rec, unmarshal(data, &rec)
 }
 
-func (t *pgTx) replayCount() (int, error) {
-	var n int
-	_, err := t.one("SELECT count(*) FROM replay", nil, &n)
-	return n, err
-}
-
 // ids collects the first column of a query's rows.
 func (t *pgTx) ids(sql string, args ...any) ([]string, error) {
 	rows, err := t.tx.Query(t.ctx, sql, args...)

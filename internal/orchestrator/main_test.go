@@ -26,7 +26,9 @@ var (
 // CI=true, where it fails.
 func TestMain(m *testing.M) {
 	var srv *pgtest.Server
-	if !isShort() {
+	if isShort() {
+		testPGErr = errors.New("-short starts no PostgreSQL server")
+	} else {
 		srv, testPGErr = pgtest.Start(context.Background())
 		if testPGErr != nil && (os.Getenv("CI") == "true" || !errors.Is(testPGErr, pgtest.ErrMissing)) {
 			fmt.Fprintf(os.Stderr, "orchestrator: cannot run the tests on PostgreSQL: %v\n", testPGErr)

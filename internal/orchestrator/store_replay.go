@@ -26,14 +26,3 @@ func (s *store) purgeReplay(ctx context.Context) (int, error) {
 	}
 	return s.eng.purgeReplay(ctx, s.now())
 }
-
-// replayCount is the number of remembered token ids.
-func (s *store) replayCount(ctx context.Context) (int, error) {
-	n := 0
-	err := s.view(ctx, func(tx storeTx) error {
-		var err error
-		n, err = tx.replayCount()
-		return err
-	})
-	return n, err
-}

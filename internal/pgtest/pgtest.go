@@ -96,7 +96,7 @@ func Start(ctx context.Context) (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	port, err := freePort()
+	port, err := freePort(ctx)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -127,13 +127,17 @@ func Start(ctx context.Context) (*Server, error) {
 	return s, nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, fmt.Errorf("unexpected listener address %v", l.Addr())
+	}
+	return addr.Port, nil
 }
 
 func (s *Server) waitReady(ctx context.Context) error {

@@ -1,11 +1,14 @@
 package orchestrator
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	bolt "go.etcd.io/bbolt"
 )
 
 // What tests read of the database itself, on either engine.
@@ -83,4 +86,23 @@ func storedBytes(h *harness) []byte {
 	}
 	h.close()
 	return []byte(b.String())
+}
+
+// replayCount is the number of remembered agent token ids.
+func (s *store) replayCount(ctx context.Context) (int, error) {
+	if pg, ok := s.eng.(*pgEngine); ok {
+		var n int
+		err := pg.pool.QueryRow(ctx, "SELECT count(*) FROM replay").Scan(&n)
+		return n, err
+	}
+	b, ok := s.eng.(*boltEngine)
+	if !ok {
+		return 0, errors.New("unknown engine")
+	}
+	n := 0
+	err := b.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bReplay).Stats().KeyN
+		return nil
+	})
+	return n, err
 }
