@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +34,8 @@ type pgEngine struct {
 
 	stop     context.CancelFunc
 	listenWG sync.WaitGroup
+	// retries counts transactions run again after a serialization failure.
+	retries atomic.Int64
 }
 
 //go:embed migrations/*.sql
@@ -165,12 +168,13 @@ func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn f
 		if err == nil || !retryable(err) || attempt == 30 {
 			return err
 		}
+		e.retries.Add(1)
 		select {
 		case <-ctx.Done():
 			return err
 		case <-time.After(pause/2 + mrand.N(pause)):
 		}
-		pause = min(pause*2, 200*time.Millisecond)
+		pause = min(pause*2, 50*time.Millisecond)
 	}
 }
 

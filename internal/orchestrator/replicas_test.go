@@ -18,7 +18,12 @@ import (
 // a load balancer: agent tokens name the same external URL whichever replica they reach.
 func replicas(t *testing.T, n int) []*harness {
 	t.Helper()
-	pgURL := pgSchema(t)
+	return replicasAt(t, pgSchema(t), n)
+}
+
+// replicasAt is replicas over the database pgURL names.
+func replicasAt(t *testing.T, pgURL string, n int) []*harness {
+	t.Helper()
 	var hs []*harness
 	for i := range n {
 		h := newHarness(t, func(c *Config) {
@@ -99,19 +104,13 @@ func TestReplicasRunEachDeploymentOnce(t *testing.T) {
 	for i := range total / 2 {
 		queue(i)
 	}
-	ctx, stop := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	for _, a := range agents {
-		wg.Go(func() {
-			a.run(ctx, func(dep string) {
-				mu.Lock()
-				if !slices.Contains(claims[dep], a.instance) {
-					claims[dep] = append(claims[dep], a.instance)
-				}
-				mu.Unlock()
-			})
-		})
-	}
+	stop := runAgents(t, agents, func(a *replicaAgent, dep string) {
+		mu.Lock()
+		if !slices.Contains(claims[dep], a.instance) {
+			claims[dep] = append(claims[dep], a.instance)
+		}
+		mu.Unlock()
+	})
 	finished := func() int {
 		n := 0
 		for _, id := range ids {
@@ -148,7 +147,6 @@ func TestReplicasRunEachDeploymentOnce(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	stop()
-	wg.Wait()
 	if len(ids) != total {
 		t.Fatalf("queued %d deployments, want %d", len(ids), total)
 	}
@@ -166,6 +164,17 @@ func TestReplicasRunEachDeploymentOnce(t *testing.T) {
 		moved += int(a.moves.Load())
 	}
 	t.Logf("%d deployments through 3 replicas (one dropped mid-run); %d agent requests moved to another replica", total, moved)
+}
+
+// runAgents runs the agents until the returned stop is called (stop waits for them); granted is
+// called from their goroutines for every grant.
+func runAgents(t *testing.T, agents []*replicaAgent, granted func(a *replicaAgent, deployment string)) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Go(func() { a.run(ctx, func(dep string) { granted(a, dep) }) })
+	}
+	return func() { cancel(); wg.Wait() }
 }
 
 // replicaAgent is a simulated agent instance that talks to one replica and moves to the next

@@ -58,9 +58,15 @@ func version(binDir string) int {
 }
 
 // Start initialises a cluster in a new temporary directory and starts it on a free loopback
-// port. PostgreSQL refuses to run as root, so as root it runs as the user "postgres" that
-// Debian's package creates.
-func Start(ctx context.Context) (*Server, error) {
+// port, without durability (no fsync): it is thrown away after the tests. PostgreSQL refuses to
+// run as root, so as root it runs as the user "postgres" that Debian's package creates.
+func Start(ctx context.Context) (*Server, error) { return start(ctx, false) }
+
+// StartDurable is Start with PostgreSQL's durability settings left on (fsync at commit), for
+// measurements that compare it with a store that syncs.
+func StartDurable(ctx context.Context) (*Server, error) { return start(ctx, true) }
+
+func start(ctx context.Context, durable bool) (*Server, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -106,10 +112,12 @@ func Start(ctx context.Context) (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	// Durability settings are off: the cluster is thrown away after the tests.
-	s.cmd = run("postgres", "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off",
-		"-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "shared_buffers=64MB")
+	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "shared_buffers=64MB"}
+	if !durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	s.cmd = run("postgres", args...)
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	// Stop with SIGINT (fast shutdown), not the context's SIGKILL.
 	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGINT) }
