@@ -207,6 +207,10 @@ func (e *pgEngine) purgeReplay(ctx context.Context, now time.Time) (int, error) 
 }
 
 func (e *pgEngine) wake(ctx context.Context, runner string) {
+	// Bounded: the request that queued the work waits for this, and other replicas' polls see
+	// the work at their next look anyway.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	payload := e.schema + " " + e.replica + " " + runner
 	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", wakeChannel, payload); err != nil {
 		e.log.Warn("could not tell other replicas to wake a runner's polls; they see its work at their next poll", "runner", runner, "error", err.Error())
