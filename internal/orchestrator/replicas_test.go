@@ -235,3 +235,19 @@ func (a *replicaAgent) run(ctx context.Context, granted func(deployment string))
 		}
 	}
 }
+
+// TestAgentTokenSpentOnOneReplicaIsRefusedByAnother: the replay cache is the database's, so a
+// captured agent token cannot be used again through another replica.
+func TestAgentTokenSpentOnOneReplicaIsRefusedByAnother(t *testing.T) {
+	t.Parallel()
+	rs := replicas(t, 2)
+	a := rs[0].setupRunner("acme", "r1", 1)
+	body := jsonBytes(t, api.PollRequest{})
+	hdr := map[string]string{"Authorization": a.token(pollPath, body), "Content-Type": "application/json"}
+	if r := rs[0].raw(http.MethodPost, pollPath, hdr, body); r.code != http.StatusOK {
+		t.Fatalf("first use: HTTP %d %s", r.code, r.body)
+	}
+	if r := rs[1].raw(http.MethodPost, pollPath, hdr, body); r.code != http.StatusUnauthorized {
+		t.Fatalf("the same token on the other replica: HTTP %d %s, want 401", r.code, r.body)
+	}
+}
