@@ -919,6 +919,15 @@ func TestCLIPath(t *testing.T) {
 	wantEnv(t, c, map[string]string{"OUTPOST_CLI": "/opt/tofu/bin/tofu"})
 }
 
+// TestInsecureAllowHTTP: the plain-http opt-in reaches the agent only when the value says so.
+func TestInsecureAllowHTTP(t *testing.T) {
+	if _, c := render(t, ``).deployment(t); env(c)["OUTPOST_INSECURE_ALLOW_HTTP"].Name != "" {
+		t.Errorf("OUTPOST_INSECURE_ALLOW_HTTP set by default: %+v", env(c)["OUTPOST_INSECURE_ALLOW_HTTP"])
+	}
+	_, c := render(t, `insecureAllowHttp: true`).deployment(t)
+	wantEnv(t, c, map[string]string{"OUTPOST_INSECURE_ALLOW_HTTP": "true"})
+}
+
 func TestExtraEnvAndSettings(t *testing.T) {
 	r := render(t, `
 cli: tofu

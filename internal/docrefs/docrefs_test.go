@@ -156,3 +156,53 @@ func readLines(t *testing.T, path string) []string {
 	}
 	return lines
 }
+
+// testName is a Go test named in prose: `TestSensitiveVariablesNeverReachTheLog`.
+var testName = regexp.MustCompile(`\b(Test[A-Z][A-Za-z0-9_]*)\b`)
+
+// TestNamedTestsExist checks that every test a document names as the proof of a claim (SECURITY.md
+// names one per boundary) is a test function of the repository: a renamed or deleted test would
+// otherwise leave the claim standing with nothing behind it.
+func TestNamedTestsExist(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(t.Context(), "git", "-C", root, "ls-files").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v (the test reads the tracked files; run it in a git checkout)", err)
+	}
+	files := strings.Fields(string(out))
+	defined := map[string]bool{}
+	testFunc := regexp.MustCompile(`(?m)^func (Test[A-Za-z0-9_]*)\(`)
+	for _, file := range files {
+		if !strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range testFunc.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = true
+		}
+	}
+	named := 0
+	for _, file := range files {
+		if ext := filepath.Ext(file); (ext != ".md" && ext != ".tmpl") || strings.Contains(file, "/testdata/") {
+			continue
+		}
+		for n, line := range readLines(t, filepath.Join(root, file)) {
+			for _, m := range testName.FindAllStringSubmatch(line, -1) {
+				named++
+				if !defined[m[1]] {
+					t.Errorf("%s:%d names %s as a test, and no test function has that name", file, n+1, m[1])
+				}
+			}
+		}
+	}
+	t.Logf("%d test names in documents, %d test functions", named, len(defined))
+	if named < 20 {
+		t.Errorf("found only %d test names in the documents; the pattern no longer matches them", named)
+	}
+}

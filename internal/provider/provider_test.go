@@ -177,12 +177,12 @@ func TestAccProvider_noOrchestrator(t *testing.T) {
 	}
 	pub, _ := testKeyPEMs(t)
 	if _, err := e.admin.CreateStateStorage(t.Context(), api.StateStorageInput{
-		ID: "no-token-states", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: ns},
+		ID: "no-token-states", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: ns + "-state"},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.admin.CreateRunner(t.Context(), api.RunnerInput{
-		ID: "no-token", PublicKeys: []string{pub}, Job: api.RunnerJob{Namespace: ns, ServiceAccount: defaultJobServiceAccount}, StateStorageID: "no-token-states",
+		ID: "no-token", PublicKeys: []string{pub}, Job: api.RunnerJob{Namespace: ns + "-jobs", ServiceAccount: defaultJobServiceAccount}, StateStorageID: "no-token-states",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -210,6 +210,7 @@ resource "outpost_kubernetes_agent" "test" {
   api_url             = %q
   org_id              = %q
   wait_for_connection = %t
+  create_namespaces   = true # the jobs' and the states' namespaces, <namespace>-jobs and -state
   private_key_secret {
     name = outpost_key_pair.test.kubernetes_secret.name
   }

@@ -42,6 +42,8 @@ type env struct {
 	orch    *orchestratortest.Instance
 	admin   *client.AdminClient
 	agentNS string
+	// stateNS holds the states, apart from the key and the jobs, as the chart's defaults want.
+	stateNS string
 	jobsNS  string
 }
 
@@ -64,10 +66,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 	ctx := t.Context()
 	e := &env{t: t, c: c, orch: orchestratortest.StartOn(t, net.JoinHostPort(c.HostIP, "0"))}
 	var err error
-	if e.admin, err = client.NewAdminClient(e.orch.URL, org, e.orch.AdminToken); err != nil {
+	// The orchestrator listens on the host's address on the node's network (plain HTTP, as in
+	// tests): the client, the agent and its job runners must each be allowed that by name.
+	if e.admin, err = client.NewAdminClient(e.orch.URL, org, e.orch.AdminToken, client.AllowInsecureHTTP()); err != nil {
 		t.Fatal(err)
 	}
-	e.agentNS, e.jobsNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
+	e.agentNS, e.jobsNS, e.stateNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
 	// Registered after the namespaces, so it runs before they are deleted.
 	t.Cleanup(e.dumpOnFailure)
 
@@ -79,7 +83,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	privPEM, _ := keys.EncodePrivatePEM(priv)
 	e.createSecret(e.agentNS, "runner-key", map[string]string{"private-key.pem": privPEM})
 	if _, err := e.admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes,
-		Kubernetes: &api.KubernetesStateSpec{Namespace: e.agentNS}}); err != nil {
+		Kubernetes: &api.KubernetesStateSpec{Namespace: e.stateNS}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.admin.CreateRunner(ctx, api.RunnerInput{ID: runnerID, PublicKeys: []string{pubPEM}, StateStorageID: "k8s",
@@ -102,6 +106,7 @@ func (e *env) install(o envOptions) {
 	replicas := max(o.replicas, 1)
 	vals, err := helm.ParseValues(fmt.Sprintf(`
 apiUrl: %q
+insecureAllowHttp: true
 orgId: %s
 runnerId: %s
 privateKey: {existingSecret: runner-key}
@@ -110,7 +115,8 @@ logLevel: debug
 terminationGracePeriodSeconds: 30
 resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 256Mi}}
 jobs: {namespace: %s, startupTimeout: %s}
-`, e.orch.URL, org, runnerID, replicas, e.jobsNS, startupTimeout))
+state: {namespace: %s}
+`, e.orch.URL, org, runnerID, replicas, e.jobsNS, startupTimeout, e.stateNS))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -314,7 +320,7 @@ func (e *env) dumpOnFailure() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cs := e.c.Client()
-	for _, ns := range []string{e.agentNS, e.jobsNS} {
+	for _, ns := range []string{e.agentNS, e.jobsNS, e.stateNS} {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			e.t.Logf("listing pods of %s: %v", ns, err)

@@ -213,3 +213,11 @@ func TestExtractArchiveCapsSize(t *testing.T) {
 		t.Fatalf("not gzip: err = %v", err)
 	}
 }
+
+func TestCountNamesTheNumber(t *testing.T) {
+	for n, want := range map[int]string{0: "0 files", 1: "1 file", 2: "2 files"} {
+		if got := count(n, "file", "files"); got != want {
+			t.Errorf("count(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -24,7 +24,8 @@ func layoutSource(ctx context.Context, src api.Source, srcDir string, env []stri
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(log, "==> source: inline archive, %d files, %d directories, %d symlinks, %s\n", st.Files, st.Dirs, st.Symlinks, humanBytes(st.Bytes))
+		fmt.Fprintf(log, "==> source: inline archive, %s, %s, %s, %s\n",
+			count(st.Files, "file", "files"), count(st.Dirs, "directory", "directories"), count(st.Symlinks, "symlink", "symlinks"), humanBytes(st.Bytes))
 	case src.Git != nil:
 		g := src.Git
 		fmt.Fprintf(log, "==> source: git %s, ref %s, path %s\n", displayGitURL(g.URL), orDefault(g.Ref, "(default branch)"), orDefault(g.Path, "/"))
@@ -98,4 +99,12 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// count says n things with the noun in the number n takes: "1 file", "0 files", "2 files".
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }

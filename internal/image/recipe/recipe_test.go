@@ -44,6 +44,9 @@ func TestMain(m *testing.M) {
 // fetched here.
 func requireBuildTools(t *testing.T) {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the images (about 2 minutes warm): skipped under -short (make check); make test runs it")
+	}
 	var missing []string
 	for _, tool := range []string{"apt-get", "apt-cache", "dpkg-deb", "git", "go"} {
 		if _, err := exec.LookPath(tool); err != nil {
