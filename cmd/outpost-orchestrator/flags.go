@@ -23,19 +23,24 @@ func envName(flagName string) string {
 
 // options are the settings of `outpost-orchestrator` (serve).
 type options struct {
-	listen, dataDir, adminToken, externalURL, logFormat, logCap string
-	tlsCertFile, tlsKeyFile, signingSecretFile                  string
-	leaseDuration                                               time.Duration
-	limits                                                      orchestrator.HTTPLimits
-	retention                                                   orchestrator.Retention
-	printVersion                                                bool
+	listen, dataDir, databaseURL, adminToken, externalURL, logFormat, logCap string
+	tlsCertFile, tlsKeyFile, signingSecretFile                               string
+	leaseDuration                                                            time.Duration
+	limits                                                                   orchestrator.HTTPLimits
+	retention                                                                orchestrator.Retention
+	printVersion                                                             bool
 }
 
 const serveUsage = `Usage: outpost-orchestrator [flags]
        outpost-orchestrator token create|list|revoke ...   (see: outpost-orchestrator token --help)
 
 Runs the reference Outpost orchestrator: the admin, agent and job API over a bbolt database in
---data-dir.
+--data-dir (one server), or over PostgreSQL with --database-url, where any number of replicas
+serve the same organisations behind a load balancer. Give every replica the same --admin-token
+and --external-url.
+
+Copy a bbolt data directory into an empty PostgreSQL database with
+       outpost-orchestrator migrate-store --from DIR --to DATABASE_URL
 
 Tokens. The admin token (--admin-token) is the bootstrap token: a superuser that reaches every
 organisation and alone creates, lists and revokes organisation tokens. Give teams organisation
@@ -65,6 +70,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.SetOutput(out)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8700", "address to listen on")
 	fs.StringVar(&o.dataDir, "data-dir", "./orchestrator-data", "directory of the database")
+	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL (postgres://user:password@host:5432/db?sslmode=verify-full) instead of --data-dir, for several replicas; prefer the environment variable, the URL can hold a password")
 	fs.StringVar(&o.adminToken, "admin-token", "", "the bootstrap admin token: every organisation, and organisation tokens; prefer the environment variable; empty = generate one into <data-dir>/admin-token")
 	fs.StringVar(&o.externalURL, "external-url", "", "base URL agents use to reach this server, e.g. https://outpost.example.com; empty = taken from each request's Host")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate (and chain) to serve HTTPS with; reloaded when it changes; needs --tls-key-file")
@@ -98,6 +104,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	}
 	if (o.tlsCertFile == "") != (o.tlsKeyFile == "") {
 		return nil, errors.New("--tls-cert-file and --tls-key-file go together: give both to serve HTTPS, or neither for plain HTTP")
+	}
+	if o.databaseURL != "" && o.adminToken == "" {
+		return nil, errors.New("with --database-url, set --admin-token (or OUTPOST_ORCHESTRATOR_ADMIN_TOKEN) to the same long random value on every replica")
 	}
 	if err := o.limits.Validate(); err != nil {
 		return nil, fmt.Errorf("--write-timeout: %w", err)

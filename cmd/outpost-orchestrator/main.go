@@ -1,6 +1,8 @@
 // Command outpost-orchestrator runs the reference Outpost orchestrator: the admin, agent and job
-// API over a bbolt database in a data directory. `outpost-orchestrator token` manages the
-// organisation tokens of a running one (token.go).
+// API over a bbolt database in a data directory, or over PostgreSQL (--database-url) for several
+// replicas. `outpost-orchestrator token` manages the organisation tokens of a running one
+// (token.go); `outpost-orchestrator migrate-store` copies a data directory into PostgreSQL
+// (migrate.go).
 //
 // Every flag also reads an environment variable (OUTPOST_ORCHESTRATOR_*); a flag given on the
 // command line wins. The admin token is the bootstrap token: it reaches every organisation and
@@ -84,6 +86,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if len(args) > 0 && args[0] == "token" {
 		return runToken(ctx, args[1:], getenv, os.Stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "migrate-store" {
+		return runMigrateStore(ctx, args[1:], getenv, stderr)
+	}
 	return serve(ctx, args, getenv, stderr, ready)
 }
 
@@ -123,7 +128,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 	}
 	srv, err := orchestrator.New(orchestrator.Config{
-		DataDir: o.dataDir, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
+		DataDir: o.dataDir, DatabaseURL: o.databaseURL, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
 		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention,
 	})
 	if err != nil {
@@ -138,9 +143,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if certs != nil {
 		hs.TLSConfig = certs.TLSConfig()
 	}
-	log.Info("orchestrator listening", "version", version.Version, "address", ln.Addr().String(), "tls", hs.TLSConfig != nil, "data_dir", o.dataDir, "external_url", o.externalURL,
+	store := []any{"data_dir", o.dataDir}
+	if o.databaseURL != "" {
+		store = []any{"store", "postgresql"} // never the URL: it can hold a password
+	}
+	log.Info("orchestrator listening", append(store, "version", version.Version, "address", ln.Addr().String(), "tls", hs.TLSConfig != nil, "external_url", o.externalURL,
 		"max_connections", o.limits.MaxConnections, "source_retention", retentionValue{&o.retention.Sources}.String(),
-		"log_retention", retentionValue{&o.retention.Logs}.String(), "deployment_retention", retentionValue{&o.retention.Deployments}.String())
+		"log_retention", retentionValue{&o.retention.Logs}.String(), "deployment_retention", retentionValue{&o.retention.Deployments}.String())...)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -92,9 +90,9 @@ func TestEventCapPerAttempt(t *testing.T) {
 	d := h.deploy(api.OperationApply)
 	c := a.claim(d.ID, 1, "pod-a")
 	// All but the last event of the cap go straight into the store; the rest over HTTP.
-	if err := h.srv.store.db.Update(func(tx *bolt.Tx) error {
+	if err := h.srv.store.update(t.Context(), func(tx storeTx) error {
 		for seq := range int64(MaxEventsPerAttempt - 1) {
-			if err := putJSON(tx.Bucket(bEvents), eventKey("acme", d.ID, 1, seq), api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}); err != nil {
+			if err := tx.putEvent("acme", d.ID, 1, seq, api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}); err != nil {
 				return err
 			}
 		}

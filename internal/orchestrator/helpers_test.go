@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
@@ -57,6 +59,7 @@ func newHarness(t testing.TB, adjust ...func(*Config)) *harness {
 	clock := newClock()
 	cfg := Config{
 		DataDir:       t.TempDir(),
+		DatabaseURL:   testDatabaseURL(t),
 		AdminToken:    "admin-token-for-tests-0123456789",
 		ExternalURL:   externalURL,
 		Now:           clock.Now,
@@ -370,3 +373,16 @@ func (h *harness) metric(series string) float64 {
 func authFailures(h *harness, reason string) float64 {
 	return h.metric(`outpost_orchestrator_auth_failures_total{reason="` + reason + `"}`)
 }
+
+// boltDB is the bbolt database of a harness.
+func boltDB(h *harness) *bolt.DB {
+	h.t.Helper()
+	e, ok := h.srv.store.eng.(*boltEngine)
+	if !ok {
+		h.t.Fatal("the test looks at bbolt's own layout; give it a harness on bbolt (onBolt)")
+	}
+	return e.db
+}
+
+// onBolt keeps a harness on bbolt in the PostgreSQL run too, for tests of bbolt's own layout.
+func onBolt(c *Config) { c.DatabaseURL = "" }

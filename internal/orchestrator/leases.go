@@ -1,12 +1,9 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
@@ -20,12 +17,15 @@ import (
 //
 // Every transaction that acts on a deployment settles it first, so the outcome never depends on
 // when the sweeper last ran. It reports whether rec changed (and was saved).
-func settleLease(tx *bolt.Tx, rec *deploymentRecord, now time.Time) (bool, error) {
+func settleLease(tx storeTx, rec *deploymentRecord, now time.Time) (bool, error) {
 	if rec.Lease == nil || now.Before(rec.Lease.ExpiresAt) {
 		return false, nil
 	}
 	l := rec.Lease
-	runnerGone := tx.Bucket(bRunners).Get(key(rec.Org, rec.D.RunnerID)) == nil
+	runnerExists, err := tx.hasDoc(kindRunner, rec.Org, rec.D.RunnerID)
+	if err != nil {
+		return false, err
+	}
 	switch {
 	case rec.D.Status == api.StatusRunning && rec.D.Operation != api.OperationPlan:
 		return true, finishDeployment(tx, rec, api.StatusLost, "lease_expired", fmt.Sprintf(
@@ -36,7 +36,7 @@ func settleLease(tx *bolt.Tx, rec *deploymentRecord, now time.Time) (bool, error
 	case rec.D.CancelRequested:
 		return true, finishDeployment(tx, rec, api.StatusCanceled, "canceled",
 			fmt.Sprintf("cancel was requested and the agent's job lease expired at %s", l.ExpiresAt.Format(time.RFC3339)), now)
-	case runnerGone:
+	case !runnerExists:
 		return true, finishDeployment(tx, rec, api.StatusCanceled, "runner_deleted",
 			fmt.Sprintf("runner %q was deleted and its agent's job lease expired", rec.D.RunnerID), now)
 	}
@@ -48,56 +48,44 @@ func settleLease(tx *bolt.Tx, rec *deploymentRecord, now time.Time) (bool, error
 	rec.D.Message = fmt.Sprintf("the agent's job lease on attempt %d (instance %q) expired at %s before it finished; queued again as attempt %d",
 		prev, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Attempt)
 	rec.Lease = nil
-	return true, saveDeployment(tx, rec)
+	return true, tx.saveDeployment(rec)
 }
 
 // expireLeases settles every lease that has run out and returns the runners ("org/runner")
 // whose deployments changed, so their long polls can be woken.
 func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 	now := s.timeNow()
-	var due [][]byte
+	var due []leaseRef
 	// A read pass first: most sweeps find nothing and then cost no write transaction.
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bLeased).ForEach(func(k, _ []byte) error {
-			org, runner, depID, ok := splitLeaseKey(k)
-			if !ok {
-				return nil
-			}
-			var rec deploymentRecord
-			found, err := getJSON(tx.Bucket(bDeployments), key(org, depID), &rec)
-			if err != nil {
-				return err
-			}
-			if !found || rec.Lease == nil || !now.Before(rec.Lease.ExpiresAt) {
-				due = append(due, key(org, runner, depID))
-			}
-			return nil
-		})
+	err := s.view(ctx, func(tx storeTx) error {
+		var err error
+		due, err = tx.expiredLeases(now)
+		return err
 	})
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
 	touched := map[string]bool{}
-	err = s.update(ctx, func(tx *bolt.Tx) error {
-		for _, k := range due {
-			org, runner, depID, _ := splitLeaseKey(k)
-			rec, err := loadDeployment(tx, org, depID)
+	err = s.update(ctx, func(tx storeTx) error {
+		// Read again under the write lock: another replica may have settled some meanwhile.
+		due, err := tx.expiredLeases(now)
+		if err != nil {
+			return err
+		}
+		for _, ref := range due {
+			rec, found, err := tx.loadDeployment(ref.org, ref.deployment)
 			if err != nil {
-				if _, ok := asRefusal(err); ok {
-					// An index entry without its deployment cannot be settled; drop it.
-					if err := tx.Bucket(bLeased).Delete(k); err != nil {
-						return err
-					}
-					continue
-				}
 				return err
+			}
+			if !found {
+				continue
 			}
 			changed, err := settleLease(tx, rec, now)
 			if err != nil {
 				return err
 			}
 			if changed {
-				touched[org+"/"+runner] = true
+				touched[ref.org+"/"+ref.runner] = true
 			}
 		}
 		return nil
@@ -107,14 +95,6 @@ func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 		out = append(out, k)
 	}
 	return out, err
-}
-
-func splitLeaseKey(k []byte) (org, runner, deploymentID string, ok bool) {
-	parts := bytes.Split(k, []byte("/"))
-	if len(parts) != 3 {
-		return "", "", "", false
-	}
-	return string(parts[0]), string(parts[1]), string(parts[2]), true
 }
 
 // Sweep runs one pass of the background sweeper now: it settles expired leases, purges expired

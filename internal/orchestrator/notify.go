@@ -6,7 +6,12 @@ import "sync"
 // (a deployment queued, a cancel, a lease settled, the runner's limits). Each runner has a
 // channel that is closed on wake and replaced; a poll takes the channel before it looks at the
 // store, so a wake between the look and the wait is never lost.
+//
+// With several replicas, publish carries a wake to the others (PostgreSQL's NOTIFY), whose
+// listeners call wakeLocal.
 type notifier struct {
+	publish func(runner string)
+
 	mu       sync.Mutex
 	channels map[string]chan struct{}
 	inFlight map[string]int
@@ -28,11 +33,30 @@ func (n *notifier) watch(runner string) <-chan struct{} {
 	return ch
 }
 
-// wake wakes every poll of the runner that is waiting now.
+// wake wakes every poll of the runner that is waiting now, on every replica.
 func (n *notifier) wake(runner string) {
+	n.wakeLocal(runner)
+	if n.publish != nil {
+		n.publish(runner)
+	}
+}
+
+// wakeLocal wakes the polls of the runner waiting on this replica.
+func (n *notifier) wakeLocal(runner string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ch, ok := n.channels[runner]; ok {
+		close(ch)
+		delete(n.channels, runner)
+	}
+}
+
+// wakeAll wakes every poll waiting on this replica, after wakes from other replicas may have
+// been missed.
+func (n *notifier) wakeAll() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for runner, ch := range n.channels {
 		close(ch)
 		delete(n.channels, runner)
 	}

@@ -3,8 +3,6 @@ package orchestrator
 import (
 	"bytes"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -194,11 +192,7 @@ func TestOrgTokenLifecycle(t *testing.T) {
 		t.Fatalf("second revoke: HTTP %d", r.code)
 	}
 
-	h.close()
-	db, err := os.ReadFile(filepath.Join(h.cfg.DataDir, DBFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	db := storedBytes(h)
 	for _, tok := range []string{ci.Token, prod.Token} {
 		if bytes.Contains(db, []byte(tok)) {
 			t.Fatalf("token %.8s… is in the database", tok)

@@ -1,14 +1,12 @@
 package orchestrator
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	bolt "go.etcd.io/bbolt"
 )
 
 // everything is what an admin can read about organisation acme, deployments in full.
@@ -141,14 +139,4 @@ func TestReplayIDsArePurgedAfterExpiry(t *testing.T) {
 	if n, _ := h.srv.store.replayCount(t.Context()); n != 0 {
 		t.Fatalf("%d ids left after their tokens expired", n)
 	}
-}
-
-// replayCount is the number of remembered token ids (the purge test checks it).
-func (s *store) replayCount(ctx context.Context) (int, error) {
-	n := 0
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		n = tx.Bucket(bReplay).Stats().KeyN
-		return nil
-	})
-	return n, err
 }

@@ -45,8 +45,11 @@ func runToEnd(h *harness, a *agent, logLines int) api.Deployment {
 // keysOf lists every key of the database that names the deployment, bucket by bucket.
 func keysOf(h *harness, org, id string) []string {
 	h.t.Helper()
+	if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+		return pgRowsOf(h, pg, org, id)
+	}
 	var out []string
-	err := h.srv.store.db.View(func(tx *bolt.Tx) error {
+	err := boltDB(h).View(func(tx *bolt.Tx) error {
 		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
 			return b.ForEach(func(k, v []byte) error {
 				if bytes.Contains(k, []byte(org+"/"+id)) || (bytes.HasPrefix(k, []byte(org+"/")) && string(v) == id) {
@@ -161,11 +164,11 @@ func TestRetentionKeepForeverAndValidation(t *testing.T) {
 // are indexed once when the database is opened, and then purged like any other.
 func TestRetentionBackfillsOldDatabases(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.Retention = Retention{Sources: time.Hour} })
+	h := newHarness(t, onBolt, func(c *Config) { c.Retention = Retention{Sources: time.Hour} })
 	a := h.setupRunner("acme", "r1", 1)
 	d := runToEnd(h, a, 1)
 	// Make it look like a database written before retention: no index entries, no marker.
-	if err := h.srv.store.db.Update(func(tx *bolt.Tx) error {
+	if err := boltDB(h).Update(func(tx *bolt.Tx) error {
 		for _, b := range purgeBuckets {
 			if err := tx.DeleteBucket(b); err != nil {
 				return err
@@ -198,8 +201,11 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	}
 	h.clock.Advance(2 * time.Hour)
 	countKeys := func() int {
+		if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+			return pgRowCount(h, pg)
+		}
 		n := 0
-		_ = h.srv.store.db.View(func(tx *bolt.Tx) error {
+		_ = boltDB(h).View(func(tx *bolt.Tx) error {
 			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
 				n += b.Stats().KeyN
 				return nil

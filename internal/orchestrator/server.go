@@ -1,6 +1,7 @@
 // Package orchestrator is the reference Outpost orchestrator: the whole HTTP API (admin, agent
-// and job sides) over a bbolt database in a data directory, so a restart loses nothing — not
-// the queue, not the leases and fencing numbers, not the agent token ids already seen.
+// and job sides) over a bbolt database in a data directory, or over PostgreSQL for several
+// replicas, so a restart loses nothing — not the queue, not the leases and fencing numbers, not
+// the agent token ids already seen.
 //
 // It exists so that the provider, the agent and the end-to-end tests run against a real server
 // rather than a mock, and so a small team can self-host it. Start one with New and serve
@@ -8,6 +9,7 @@
 package orchestrator
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"io"
@@ -86,8 +88,11 @@ func (r Retention) withDefaults() Retention {
 
 // Config configures a Server. Zero values take the defaults above.
 type Config struct {
-	// DataDir holds orchestrator.db; it is created when missing.
+	// DataDir holds orchestrator.db; it is created when missing. Unused with DatabaseURL.
 	DataDir string
+	// DatabaseURL, when set, keeps everything in PostgreSQL instead of DataDir (a libpq URL or
+	// keyword/value string), so that several replicas can serve the same organisations.
+	DatabaseURL string
 	// SigningSecretFile holds the secret that signs job tokens, apart from the database; empty
 	// means SigningSecretFile in DataDir. It is created on first start unless it exists (a
 	// mounted Secret, say).
@@ -194,20 +199,36 @@ func New(cfg Config) (*Server, error) {
 		}
 		external = u
 	}
-	st, err := openStore(cfg.DataDir, cfg.Now, cfg.LogCapBytes)
+	st, err := openStore(context.Background(), cfg)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.SigningSecretFile == "" {
-		cfg.SigningSecretFile = filepath.Join(cfg.DataDir, SigningSecretFile)
+	// The secret signing job tokens lives apart from the database in a file, except on
+	// PostgreSQL without --signing-secret-file: every replica must share it, and the database
+	// is what they share (it is then as sensitive as a data directory; see SECURITY.md).
+	switch {
+	case cfg.SigningSecretFile != "":
+		var legacy legacySecrets
+		if b, ok := st.eng.(*boltEngine); ok {
+			legacy = b
+		}
+		st.secret, err = openSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
+	case cfg.DatabaseURL != "":
+		st.secret = st.eng.secret()
+	default:
+		st.secret, err = openSigningSecret(filepath.Join(cfg.DataDir, SigningSecretFile), st.eng.(*boltEngine), cfg.Logger)
 	}
-	if st.secret, err = openSigningSecret(cfg.SigningSecretFile, st, cfg.Logger); err != nil {
+	if err != nil {
 		_ = st.close()
 		return nil, err
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, notify: newNotifier(), external: external,
 		admin: sha256.Sum256([]byte(cfg.AdminToken)), closing: make(chan struct{}),
+	}
+	s.notify.publish = func(runner string) { st.eng.wake(context.Background(), runner) }
+	if l, ok := st.eng.(wakeListener); ok {
+		l.listen(s.notify)
 	}
 	s.metrics = newMetrics(st)
 	s.verifier = &agentauth.Verifier{Keys: st.runnerKeys, Replay: replayCache{st}, Now: cfg.Now}

@@ -135,7 +135,8 @@ func createSigningSecret(path string, secret []byte, log *slog.Logger) ([]byte, 
 	return secret, nil
 }
 
-func (s *store) legacySecret() ([]byte, error) {
+// legacySecret implements legacySecrets: the secret an older orchestrator kept in meta.
+func (s *boltEngine) legacySecret() ([]byte, error) {
 	var secret []byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		secret = bytes.Clone(tx.Bucket(bMeta).Get(legacySecretKey))
@@ -144,6 +145,7 @@ func (s *store) legacySecret() ([]byte, error) {
 	return secret, err
 }
 
-func (s *store) dropLegacySecret() error {
+// dropLegacySecret implements legacySecrets.
+func (s *boltEngine) dropLegacySecret() error {
 	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Delete(legacySecretKey) })
 }

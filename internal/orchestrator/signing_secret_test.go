@@ -41,7 +41,7 @@ func jobSpecCode(h *harness, token string) int {
 
 func TestSigningSecretIsKeptOutsideTheDatabase(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newHarness(t, onBolt)
 	a := h.setupRunner("acme", "r1", 1)
 	c := a.claim(h.deploy(api.OperationApply).ID, 1, "pod-a")
 	file := filepath.Join(h.cfg.DataDir, SigningSecretFile)
@@ -116,7 +116,7 @@ func TestSigningSecretFileElsewhere(t *testing.T) {
 func TestSigningSecretMovesOutOfAnOlderDatabase(t *testing.T) {
 	t.Parallel()
 	logs := &bytes.Buffer{} // read only while the server is closed
-	h := newHarness(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	h := newHarness(t, onBolt, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	a := h.setupRunner("acme", "r1", 1)
 	c := a.claim(h.deploy(api.OperationApply).ID, 1, "pod-a")
 	h.close()

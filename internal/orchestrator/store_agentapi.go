@@ -2,12 +2,9 @@ package orchestrator
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -24,7 +21,7 @@ const (
 // touchRunner records that the runner's agent made an authenticated request. The write is
 // skipped when nothing visible would change, so a busy agent does not rewrite the record on
 // every request.
-func touchRunner(tx *bolt.Tx, id agentauth.Identity, agentVersion string, now time.Time) (*api.Runner, error) {
+func touchRunner(tx storeTx, id agentauth.Identity, agentVersion string, now time.Time) (*api.Runner, error) {
 	r, err := getRunnerTx(tx, id.Org, id.RunnerID)
 	if err != nil {
 		return nil, runnerGone(id)
@@ -39,7 +36,7 @@ func touchRunner(tx *bolt.Tx, id agentauth.Identity, agentVersion string, now ti
 	}
 	st.LastSeenAt = &now
 	st.KeyFingerprint = id.Fingerprint
-	return r, putJSON(tx.Bucket(bRunners), key(id.Org, id.RunnerID), r)
+	return r, tx.putDoc(kindRunner, id.Org, id.RunnerID, r)
 }
 
 func runnerGone(id agentauth.Identity) *refusal {
@@ -50,7 +47,7 @@ func runnerGone(id agentauth.Identity) *refusal {
 
 // loadRunnerDeployment loads a deployment the runner may act on; one of another runner is reported
 // as not found, so an agent learns nothing about deployments that are not its own.
-func loadRunnerDeployment(tx *bolt.Tx, id agentauth.Identity, deploymentID string) (*deploymentRecord, error) {
+func loadRunnerDeployment(tx storeTx, id agentauth.Identity, deploymentID string) (*deploymentRecord, error) {
 	rec, err := loadDeployment(tx, id.Org, deploymentID)
 	if err == nil && rec.D.RunnerID != id.RunnerID {
 		err = notFound("deployment %q does not exist for runner %q", deploymentID, id.RunnerID)
@@ -63,7 +60,7 @@ func loadRunnerDeployment(tx *bolt.Tx, id agentauth.Identity, deploymentID strin
 // leader re-adopting the attempts) and returns forget directives for everything else.
 func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api.PollRequest, leaseFor time.Duration) ([]api.Directive, error) {
 	var out []api.Directive
-	err := s.batch(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx storeTx) error {
 		out = nil
 		now := s.timeNow()
 		if _, err := touchRunner(tx, id, req.AgentVersion, now); err != nil {
@@ -100,7 +97,7 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 				rec.D.Status = api.StatusRunning
 				rec.D.StartedAt = &now
 			}
-			if err := saveDeployment(tx, rec); err != nil {
+			if err := tx.saveDeployment(rec); err != nil {
 				return err
 			}
 		}
@@ -123,46 +120,50 @@ const reofferAfter = 5 * time.Second
 // offers returns what a poll may hand out now: attempts leased to the polling instance that it
 // seems to have lost (see reofferAfter), then queued attempts of this runner, oldest first, at
 // most capacityFree and never beyond max_concurrency counting the attempts the runner already
-// holds; and cancel directives for held attempts whose cancel was requested.
+// holds; and cancel directives for held attempts whose cancel was requested. queued counts the
+// offers taken from the queue.
 func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (offers []api.Offer, queued int, cancels []api.Directive, maxConcurrency int, err error) {
 	offers, cancels = []api.Offer{}, []api.Directive{}
 	now := s.timeNow()
-	err = s.view(ctx, func(tx *bolt.Tx) error {
+	err = s.view(ctx, func(tx storeTx) error {
 		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
 		if err != nil {
 			return runnerGone(id)
 		}
 		maxConcurrency = r.MaxConcurrency
-		held := 0
-		p := prefix(id.Org, id.RunnerID)
-		if err := scanPrefix(tx.Bucket(bLeased), p, func(k, _ []byte) (bool, error) {
-			held++
-			rec, err := loadIndexedDeployment(tx, id.Org, string(k[len(p):]))
+		offers, cancels, queued = []api.Offer{}, []api.Directive{}, 0
+		leased, err := tx.leased(id.Org, id.RunnerID)
+		if err != nil {
+			return err
+		}
+		for _, d := range leased {
+			rec, err := loadIndexedDeployment(tx, id.Org, d)
 			if err != nil {
-				return false, err
+				return err
 			}
 			if rec.D.CancelRequested {
 				cancels = append(cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
 			} else if lostByPoller(rec, req, now) {
 				offers = append(offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			}
-			return true, nil
-		}); err != nil {
-			return err
 		}
-		n := min(req.CapacityFree-len(offers), r.MaxConcurrency-held)
+		n := min(req.CapacityFree-len(offers), r.MaxConcurrency-len(leased))
 		if n <= 0 {
 			return nil
 		}
-		return scanPrefix(tx.Bucket(bQueue), p, func(_, v []byte) (bool, error) {
-			rec, err := loadIndexedDeployment(tx, id.Org, string(v))
+		ids, err := tx.queued(id.Org, id.RunnerID, n)
+		if err != nil {
+			return err
+		}
+		for _, d := range ids {
+			rec, err := loadIndexedDeployment(tx, id.Org, d)
 			if err != nil {
-				return false, err
+				return err
 			}
 			offers = append(offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			queued++
-			return queued < n, nil
-		})
+		}
+		return nil
 	})
 	return offers, queued, cancels, maxConcurrency, err
 }
@@ -181,7 +182,7 @@ func lostByPoller(rec *deploymentRecord, req *api.PollRequest, now time.Time) bo
 // instance that holds it (idempotent retries).
 func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
 	var out *api.Claim
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx storeTx) error {
 		now := s.timeNow()
 		runner, err := touchRunner(tx, id, "", now)
 		if err != nil {
@@ -200,13 +201,11 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 		case req.Attempt != rec.D.Attempt:
 			return conflict("attempt %d is not the current attempt of deployment %q (it is %d, status %s); claim the attempt the latest poll offers", req.Attempt, deploymentID, rec.D.Attempt, st)
 		case st == api.StatusQueued:
-			held := 0
-			if err := scanPrefix(tx.Bucket(bLeased), prefix(id.Org, id.RunnerID), func(_, _ []byte) (bool, error) {
-				held++
-				return true, nil
-			}); err != nil {
+			leased, err := tx.leased(id.Org, id.RunnerID)
+			if err != nil {
 				return err
 			}
+			held := len(leased)
 			if held >= runner.MaxConcurrency {
 				return conflict("runner %q already holds %d attempt(s), its max_concurrency; finish one first", id.RunnerID, held)
 			}
@@ -228,7 +227,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 			return conflict("deployment %q attempt %d is held by agent instance %q until %s", deploymentID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
 		}
 		rec.Lease.ExpiresAt = now.Add(leaseFor)
-		if err := saveDeployment(tx, rec); err != nil {
+		if err := tx.saveDeployment(rec); err != nil {
 			return err
 		}
 		placement, err := placementOf(tx, rec)
@@ -247,7 +246,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 }
 
 // runnerAndStorage loads the runner of a deployment and its state storage as they are now.
-func runnerAndStorage(tx *bolt.Tx, rec *deploymentRecord) (*api.Runner, *api.StateStorage, error) {
+func runnerAndStorage(tx storeTx, rec *deploymentRecord) (*api.Runner, *api.StateStorage, error) {
 	runner, err := getRunnerTx(tx, rec.Org, rec.D.RunnerID)
 	if err != nil {
 		return nil, nil, notFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
@@ -261,7 +260,7 @@ func runnerAndStorage(tx *bolt.Tx, rec *deploymentRecord) (*api.Runner, *api.Sta
 
 // placementOf is what the agent needs to run the deployment's current attempt: the runner's job
 // settings and state storage as they are now. The source stays out (only the job runner reads it).
-func placementOf(tx *bolt.Tx, rec *deploymentRecord) (*api.Placement, error) {
+func placementOf(tx storeTx, rec *deploymentRecord) (*api.Placement, error) {
 	runner, st, err := runnerAndStorage(tx, rec)
 	if err != nil {
 		return nil, err
@@ -272,23 +271,6 @@ func placementOf(tx *bolt.Tx, rec *deploymentRecord) (*api.Placement, error) {
 	}, nil
 }
 
-// attemptEvents counts the recorded events of one attempt, up to MaxEventsPerAttempt.
-func attemptEvents(tx *bolt.Tx, org, deploymentID string, attempt int) int {
-	n := 0
-	p := binary.BigEndian.AppendUint32(prefix(org, deploymentID), uint32(attempt))
-	_ = scanPrefix(tx.Bucket(bEvents), p, func(_, _ []byte) (bool, error) {
-		n++
-		return n < MaxEventsPerAttempt, nil
-	})
-	return n
-}
-
-func eventKey(org, deploymentID string, attempt int, seq int64) []byte {
-	k := prefix(org, deploymentID)
-	k = binary.BigEndian.AppendUint32(k, uint32(attempt))
-	return binary.BigEndian.AppendUint64(k, uint64(seq))
-}
-
 // recordEvent stores an event once per (deployment, attempt, seq) and applies it: started makes
 // the deployment running, finished ends it and releases the job lease. A resend of a stored event
 // is acknowledged without change, before any other check, so an agent that lost the answer to
@@ -297,7 +279,7 @@ func eventKey(org, deploymentID string, attempt int, seq int64) []byte {
 // finished event always.
 func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
 	var out api.EventResponse
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx storeTx) error {
 		now := s.timeNow()
 		if _, err := touchRunner(tx, id, "", now); err != nil {
 			return err
@@ -306,8 +288,11 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		if err != nil {
 			return err
 		}
-		ek := eventKey(id.Org, deploymentID, req.Attempt, req.Seq)
-		if tx.Bucket(bEvents).Get(ek) != nil {
+		seen, err := tx.hasEvent(id.Org, deploymentID, req.Attempt, req.Seq)
+		if err != nil {
+			return err
+		}
+		if seen {
 			out = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
 			return nil
 		}
@@ -325,7 +310,11 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 			return conflict("deployment %q already ended with status %s at %s; events of its attempts are no longer taken",
 				deploymentID, rec.D.Status, rec.D.FinishedAt.Format(time.RFC3339))
 		}
-		if req.Type != api.EventFinished && attemptEvents(tx, id.Org, deploymentID, req.Attempt) >= MaxEventsPerAttempt {
+		n, err := tx.countEvents(id.Org, deploymentID, req.Attempt, MaxEventsPerAttempt)
+		if err != nil {
+			return err
+		}
+		if req.Type != api.EventFinished && n >= MaxEventsPerAttempt {
 			return conflict("attempt %d of deployment %q already has %d events, the most one attempt may record; only its finished event is still taken",
 				req.Attempt, deploymentID, MaxEventsPerAttempt)
 		}
@@ -335,7 +324,7 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		}
 		ev := req.Event
 		ev.Time = when
-		if err := putJSON(tx.Bucket(bEvents), ek, ev); err != nil {
+		if err := tx.putEvent(id.Org, deploymentID, req.Attempt, req.Seq, ev); err != nil {
 			return err
 		}
 		// The current attempt of a deployment that has not ended holds the job lease.
@@ -353,7 +342,7 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 					return err
 				}
 			}
-			if err := saveDeployment(tx, rec); err != nil {
+			if err := tx.saveDeployment(rec); err != nil {
 				return err
 			}
 		}

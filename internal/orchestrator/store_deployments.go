@@ -1,14 +1,12 @@
 package orchestrator
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base32"
-	"encoding/binary"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
@@ -53,23 +51,20 @@ func newDeploymentID() (string, error) {
 	return "dep-" + idEncoding.EncodeToString(b), nil
 }
 
-func loadDeployment(tx *bolt.Tx, org, id string) (*deploymentRecord, error) {
-	var rec deploymentRecord
-	ok, err := getJSON(tx.Bucket(bDeployments), key(org, id), &rec)
+func loadDeployment(tx storeTx, org, id string) (*deploymentRecord, error) {
+	rec, ok, err := tx.loadDeployment(org, id)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, notFound("deployment %q does not exist in organisation %q", id, org)
 	}
-	rec.savedStatus = rec.D.Status
-	rec.savedLeased = rec.Lease != nil
-	return &rec, nil
+	return rec, nil
 }
 
 // loadIndexedDeployment loads a deployment an index points at. A missing one there is corruption,
 // not the caller's fault, so it is an internal error (and never a refusal that would commit).
-func loadIndexedDeployment(tx *bolt.Tx, org, id string) (*deploymentRecord, error) {
+func loadIndexedDeployment(tx storeTx, org, id string) (*deploymentRecord, error) {
 	rec, err := loadDeployment(tx, org, id)
 	if _, refused := asRefusal(err); refused {
 		return nil, fmt.Errorf("index entry for missing deployment %s/%s", org, id)
@@ -77,124 +72,52 @@ func loadIndexedDeployment(tx *bolt.Tx, org, id string) (*deploymentRecord, erro
 	return rec, err
 }
 
-func queueKey(rec *deploymentRecord) []byte {
-	return append(prefix(rec.Org, rec.D.RunnerID), u64(rec.Seq)...)
-}
-
-// saveDeployment writes rec and brings the queue and lease indexes and the status counters in line
-// with it. Every change of a deployment goes through here, which is what keeps them consistent.
-func saveDeployment(tx *bolt.Tx, rec *deploymentRecord) error {
-	if err := putJSON(tx.Bucket(bDeployments), key(rec.Org, rec.D.ID), rec); err != nil {
-		return err
-	}
-	queue, leased := tx.Bucket(bQueue), tx.Bucket(bLeased)
-	wasQueued, isQueued := rec.savedStatus == api.StatusQueued, rec.D.Status == api.StatusQueued
-	switch {
-	case isQueued && !wasQueued:
-		if err := queue.Put(queueKey(rec), []byte(rec.D.ID)); err != nil {
-			return err
-		}
-	case wasQueued && !isQueued:
-		if err := queue.Delete(queueKey(rec)); err != nil {
-			return err
-		}
-	}
-	leaseKey := key(rec.Org, rec.D.RunnerID, rec.D.ID)
-	switch isLeased := rec.Lease != nil; {
-	case isLeased && !rec.savedLeased:
-		if err := leased.Put(leaseKey, nil); err != nil {
-			return err
-		}
-	case rec.savedLeased && !isLeased:
-		if err := leased.Delete(leaseKey); err != nil {
-			return err
-		}
-	}
-	if rec.savedStatus != rec.D.Status {
-		if err := addStat(tx, rec.savedStatus, -1); err != nil {
-			return err
-		}
-		if err := addStat(tx, rec.D.Status, 1); err != nil {
-			return err
-		}
-	}
-	rec.savedStatus, rec.savedLeased = rec.D.Status, rec.Lease != nil
-	return nil
-}
-
-func addStat(tx *bolt.Tx, status api.Status, delta int64) error {
-	if status == "" {
-		return nil
-	}
-	b := tx.Bucket(bStats)
-	var n int64
-	if v := b.Get([]byte(status)); len(v) == 8 {
-		n = int64(binary.BigEndian.Uint64(v))
-	}
-	n += delta
-	if n < 0 {
-		n = 0
-	}
-	return b.Put([]byte(status), u64(uint64(n)))
-}
-
-// finishDeployment ends a deployment in a terminal status, releases its job lease and puts it
-// into the purge indexes of retention.
-func finishDeployment(tx *bolt.Tx, rec *deploymentRecord, status api.Status, reason, message string, now time.Time) error {
+// finishDeployment ends a deployment in a terminal status and releases its job lease; from its
+// end on, retention counts.
+func finishDeployment(tx storeTx, rec *deploymentRecord, status api.Status, reason, message string, now time.Time) error {
 	rec.D.Status = status
 	rec.D.Reason, rec.D.Message = reason, message
 	rec.D.FinishedAt = &now
 	rec.Lease = nil
-	if err := indexEnded(tx, rec); err != nil {
-		return err
-	}
-	return saveDeployment(tx, rec)
+	return tx.saveDeployment(rec)
 }
 
 // createDeployment queues a deployment on a runner of the organisation.
 func (s *store) createDeployment(ctx context.Context, org string, in api.DeploymentInput) (*api.Deployment, error) {
 	var out api.Deployment
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx storeTx) error {
 		var runner api.Runner
-		ok, err := getJSON(tx.Bucket(bRunners), key(org, in.RunnerID), &runner)
+		ok, err := tx.getDoc(kindRunner, org, in.RunnerID, &runner)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
 		}
-		deployments := tx.Bucket(bDeployments)
-		seq, err := deployments.NextSequence()
-		if err != nil {
-			return err
-		}
 		id, err := newDeploymentID()
 		if err != nil {
 			return err
 		}
-		if deployments.Get(key(org, id)) != nil {
-			return fmt.Errorf("deployment id %s collided; retry", id)
+		if _, taken, err := tx.loadDeployment(org, id); err != nil || taken {
+			return cmp.Or(err, fmt.Errorf("deployment id %s collided; retry", id))
 		}
 		now := s.timeNow()
 		timeout := in.TimeoutSeconds
 		if timeout == 0 {
 			timeout = runner.JobTimeoutSeconds
 		}
-		rec := &deploymentRecord{Org: org, Seq: seq, D: api.Deployment{
+		rec := &deploymentRecord{Org: org, D: api.Deployment{
 			ID: id, RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
 			StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
 			CreatedAt: now,
 		}}
-		if err := ensureOrg(tx, org, now); err != nil {
+		if err := tx.ensureOrg(org, now); err != nil {
 			return err
 		}
-		if err := putJSON(tx.Bucket(bSources), key(org, id), in.Source); err != nil {
+		if err := tx.putDoc(kindSource, org, id, in.Source); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bDeploymentSeq).Put(append(prefix(org), u64(seq)...), []byte(id)); err != nil {
-			return err
-		}
-		if err := saveDeployment(tx, rec); err != nil {
+		if err := tx.insertDeployment(rec); err != nil {
 			return err
 		}
 		out = rec.D
@@ -207,14 +130,14 @@ func (s *store) createDeployment(ctx context.Context, org string, in api.Deploym
 	return &out, nil
 }
 
-func loadSource(tx *bolt.Tx, org, id string) (api.Source, error) {
+func loadSource(tx storeTx, org, id string) (api.Source, error) {
 	var src api.Source
-	_, err := getJSON(tx.Bucket(bSources), key(org, id), &src)
+	_, err := tx.getDoc(kindSource, org, id, &src)
 	return src, err
 }
 
 // deploymentView is the API's view of a stored deployment: its record with the source.
-func deploymentView(tx *bolt.Tx, rec *deploymentRecord) (*api.Deployment, error) {
+func deploymentView(tx storeTx, rec *deploymentRecord) (*api.Deployment, error) {
 	out := rec.D
 	var err error
 	out.Source, err = loadSource(tx, rec.Org, rec.D.ID)
@@ -222,7 +145,7 @@ func deploymentView(tx *bolt.Tx, rec *deploymentRecord) (*api.Deployment, error)
 }
 
 func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
-	return viewOne(ctx, s, func(tx *bolt.Tx) (*api.Deployment, error) {
+	return viewOne(ctx, s, func(tx storeTx) (*api.Deployment, error) {
 		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return nil, err
@@ -234,15 +157,10 @@ func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deploym
 // listDeployments lists newest first, without sources (they can be megabytes each).
 func (s *store) listDeployments(ctx context.Context, org, runnerID string, status api.Status) ([]api.Deployment, error) {
 	out := []api.Deployment{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return scanPrefixReverse(tx.Bucket(bDeploymentSeq), prefix(org), func(_, v []byte) (bool, error) {
-			rec, err := loadIndexedDeployment(tx, org, string(v))
-			if err != nil {
-				return false, err
-			}
-			if (runnerID == "" || rec.D.RunnerID == runnerID) && (status == "" || rec.D.Status == status) {
-				out = append(out, rec.D)
-			}
+	err := s.view(ctx, func(tx storeTx) error {
+		out = out[:0]
+		return tx.listDeployments(org, runnerID, status, func(rec *deploymentRecord) (bool, error) {
+			out = append(out, rec.D)
 			return true, nil
 		})
 	})
@@ -253,7 +171,7 @@ func (s *store) listDeployments(ctx context.Context, org, runnerID string, statu
 // running one (the agent sees a cancel directive in its next poll).
 func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
 	var out *api.Deployment
-	err := s.update(ctx, func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx storeTx) error {
 		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return err
@@ -273,7 +191,7 @@ func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Depl
 		default:
 			rec.D.CancelRequested = true
 		}
-		if err := saveDeployment(tx, rec); err != nil {
+		if err := tx.saveDeployment(rec); err != nil {
 			return err
 		}
 		out, err = deploymentView(tx, rec)
@@ -284,30 +202,25 @@ func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Depl
 
 // listEvents returns the deployment's events by attempt, then sequence number.
 func (s *store) listEvents(ctx context.Context, org, id string) ([]api.Event, error) {
-	out := []api.Event{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	var out []api.Event
+	err := s.view(ctx, func(tx storeTx) error {
 		if _, err := loadDeployment(tx, org, id); err != nil {
 			return err
 		}
-		return scanPrefix(tx.Bucket(bEvents), prefix(org, id), func(_, v []byte) (bool, error) {
-			var ev api.Event
-			if err := unmarshal(v, &ev); err != nil {
-				return false, err
-			}
-			out = append(out, ev)
-			return true, nil
-		})
+		var err error
+		out, err = tx.listEvents(org, id)
+		return err
 	})
 	return out, err
 }
 
 func (s *store) getOutputs(ctx context.Context, org, id string) (api.Outputs, error) {
 	out := api.Outputs{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx storeTx) error {
 		if _, err := loadDeployment(tx, org, id); err != nil {
 			return err
 		}
-		_, err := getJSON(tx.Bucket(bOutputs), key(org, id), &out)
+		_, err := tx.getDoc(kindOutputs, org, id, &out)
 		return err
 	})
 	return out, err
@@ -315,14 +228,11 @@ func (s *store) getOutputs(ctx context.Context, org, id string) (api.Outputs, er
 
 // statusCounts returns the number of deployments per status, for the metrics gauge.
 func (s *store) statusCounts(ctx context.Context) (map[api.Status]int64, error) {
-	out := map[api.Status]int64{}
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		return tx.Bucket(bStats).ForEach(func(k, v []byte) error {
-			if len(v) == 8 {
-				out[api.Status(k)] = int64(binary.BigEndian.Uint64(v))
-			}
-			return nil
-		})
+	var out map[api.Status]int64
+	err := s.view(ctx, func(tx storeTx) error {
+		var err error
+		out, err = tx.statusCounts()
+		return err
 	})
 	return out, err
 }

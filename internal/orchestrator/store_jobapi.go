@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -14,14 +12,14 @@ import (
 
 // grantedDeployment loads the deployment a job token speaks for and checks the token is for its
 // current grant (settling an expired job lease first, so a superseded attempt learns it at once).
-func (s *store) grantedDeployment(tx *bolt.Tx, c jobTokenPayload, grace time.Duration) (*deploymentRecord, error) {
+func (s *store) grantedDeployment(tx storeTx, c jobTokenPayload, grace time.Duration) (*deploymentRecord, error) {
 	rec, err := loadDeployment(tx, c.Org, c.Deployment)
 	if err != nil {
 		return nil, &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobToken,
 			message: "job token refused: its deployment no longer exists"}
 	}
 	now := s.timeNow()
-	if tx.Writable() {
+	if tx.writable() {
 		if _, err := settleLease(tx, rec, now); err != nil {
 			return nil, err
 		}
@@ -32,7 +30,7 @@ func (s *store) grantedDeployment(tx *bolt.Tx, c jobTokenPayload, grace time.Dur
 // checkJobGrant tells, in a read transaction and before the body is read, whether a genuine
 // token still speaks for its deployment; the write that follows checks again.
 func (s *store) checkJobGrant(ctx context.Context, c jobTokenPayload, grace time.Duration) error {
-	return s.view(ctx, func(tx *bolt.Tx) error {
+	return s.view(ctx, func(tx storeTx) error {
 		_, err := s.grantedDeployment(tx, c, grace)
 		return err
 	})
@@ -40,18 +38,18 @@ func (s *store) checkJobGrant(ctx context.Context, c jobTokenPayload, grace time
 
 // putOutputs replaces a deployment's outputs.
 func (s *store) putOutputs(ctx context.Context, c jobTokenPayload, outputs api.Outputs, grace time.Duration) error {
-	return s.update(ctx, func(tx *bolt.Tx) error {
+	return s.update(ctx, func(tx storeTx) error {
 		if _, err := s.grantedDeployment(tx, c, grace); err != nil {
 			return err
 		}
-		return putJSON(tx.Bucket(bOutputs), key(c.Org, c.Deployment), outputs)
+		return tx.putDoc(kindOutputs, c.Org, c.Deployment, outputs)
 	})
 }
 
 // jobSpec returns the job spec of the attempt a job token speaks for.
 func (s *store) jobSpec(ctx context.Context, c jobTokenPayload, grace time.Duration) (*api.JobSpec, error) {
 	var out *api.JobSpec
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx storeTx) error {
 		rec, err := s.grantedDeployment(tx, c, grace)
 		if err != nil {
 			return err
@@ -64,7 +62,7 @@ func (s *store) jobSpec(ctx context.Context, c jobTokenPayload, grace time.Durat
 
 // jobSpecOf is what the job runner of the current attempt needs: the deployment with its source,
 // and the state storage as it is now.
-func jobSpecOf(tx *bolt.Tx, rec *deploymentRecord) (*api.JobSpec, error) {
+func jobSpecOf(tx storeTx, rec *deploymentRecord) (*api.JobSpec, error) {
 	_, st, err := runnerAndStorage(tx, rec)
 	if err != nil {
 		return nil, err

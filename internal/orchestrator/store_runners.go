@@ -4,9 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"math"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
@@ -42,15 +41,19 @@ func applyRunnerInput(r *api.Runner, in api.RunnerInput) error {
 	return nil
 }
 
-func requireStorage(tx *bolt.Tx, org, id string) error {
-	if tx.Bucket(bStorages).Get(key(org, id)) == nil {
+func requireStorage(tx storeTx, org, id string) error {
+	ok, err := tx.hasDoc(kindStorage, org, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
 		return invalid("state_storage_id", "state storage %q does not exist in organisation %q; create it first", id, org)
 	}
 	return nil
 }
 
 func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
-	return createOrgObject(ctx, s, bRunners, org, in.ID, "runner", func(tx *bolt.Tx, now time.Time) (api.Runner, error) {
+	return createOrgObject(ctx, s, kindRunner, org, in.ID, "runner", func(tx storeTx, now time.Time) (api.Runner, error) {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
 			return api.Runner{}, err
 		}
@@ -59,20 +62,20 @@ func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput
 	})
 }
 
-func getRunnerTx(tx *bolt.Tx, org, id string) (*api.Runner, error) {
-	return getOrgObject[api.Runner](tx, bRunners, org, id, "runner")
+func getRunnerTx(tx storeTx, org, id string) (*api.Runner, error) {
+	return getOrgObject[api.Runner](tx, kindRunner, org, id, "runner")
 }
 
 func (s *store) getRunner(ctx context.Context, org, id string) (*api.Runner, error) {
-	return viewOrgObject[api.Runner](ctx, s, bRunners, org, id, "runner")
+	return viewOrgObject[api.Runner](ctx, s, kindRunner, org, id, "runner")
 }
 
 func (s *store) listRunners(ctx context.Context, org string) ([]api.Runner, error) {
-	return listOrgObjects[api.Runner](ctx, s, bRunners, org)
+	return listOrgObjects[api.Runner](ctx, s, kindRunner, org)
 }
 
 func (s *store) updateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
-	return updateOrgObject(ctx, s, bRunners, org, in.ID, "runner", func(tx *bolt.Tx, r *api.Runner, now time.Time) error {
+	return updateOrgObject(ctx, s, kindRunner, org, in.ID, "runner", func(tx storeTx, r *api.Runner, now time.Time) error {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
 			return err
 		}
@@ -85,22 +88,17 @@ func (s *store) updateRunner(ctx context.Context, org string, in api.RunnerInput
 // and the ones it holds are asked to cancel: the agent can no longer authenticate, so their
 // leases run out and the lease rules end them (see settleLease).
 func (s *store) deleteRunner(ctx context.Context, org, id string) error {
-	return s.update(ctx, func(tx *bolt.Tx) error {
+	return s.update(ctx, func(tx storeTx) error {
 		if _, err := getRunnerTx(tx, org, id); err != nil {
 			return err
 		}
 		now := s.timeNow()
-		var queued, leased []string
-		if err := scanPrefix(tx.Bucket(bQueue), prefix(org, id), func(_, v []byte) (bool, error) {
-			queued = append(queued, string(v))
-			return true, nil
-		}); err != nil {
+		queued, err := tx.queued(org, id, math.MaxInt)
+		if err != nil {
 			return err
 		}
-		if err := scanPrefix(tx.Bucket(bLeased), prefix(org, id), func(k, _ []byte) (bool, error) {
-			leased = append(leased, string(k[len(prefix(org, id)):]))
-			return true, nil
-		}); err != nil {
+		leased, err := tx.leased(org, id)
+		if err != nil {
 			return err
 		}
 		for _, deploymentID := range queued {
@@ -118,11 +116,11 @@ func (s *store) deleteRunner(ctx context.Context, org, id string) error {
 				return err
 			}
 			rec.D.CancelRequested = true
-			if err := saveDeployment(tx, rec); err != nil {
+			if err := tx.saveDeployment(rec); err != nil {
 				return err
 			}
 		}
-		return tx.Bucket(bRunners).Delete(key(org, id))
+		return tx.deleteDoc(kindRunner, org, id)
 	})
 }
 
@@ -130,9 +128,9 @@ func (s *store) deleteRunner(ctx context.Context, org, id string) error {
 // as agentauth.KeyLookup wants.
 func (s *store) runnerKeys(ctx context.Context, org, id string) ([]ed25519.PublicKey, error) {
 	var pems []string
-	err := s.view(ctx, func(tx *bolt.Tx) error {
+	err := s.view(ctx, func(tx storeTx) error {
 		var r api.Runner
-		ok, err := getJSON(tx.Bucket(bRunners), key(org, id), &r)
+		ok, err := tx.getDoc(kindRunner, org, id, &r)
 		if ok {
 			pems = r.PublicKeys
 		}

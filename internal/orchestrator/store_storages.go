@@ -7,31 +7,29 @@ import (
 	"strings"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 func (s *store) createStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
-	return createOrgObject(ctx, s, bStorages, org, in.ID, "state storage", func(_ *bolt.Tx, now time.Time) (api.StateStorage, error) {
+	return createOrgObject(ctx, s, kindStorage, org, in.ID, "state storage", func(_ storeTx, now time.Time) (api.StateStorage, error) {
 		return api.StateStorage{StateStorageInput: in, CreatedAt: now, UpdatedAt: now}, nil
 	})
 }
 
-func getStorageTx(tx *bolt.Tx, org, id string) (*api.StateStorage, error) {
-	return getOrgObject[api.StateStorage](tx, bStorages, org, id, "state storage")
+func getStorageTx(tx storeTx, org, id string) (*api.StateStorage, error) {
+	return getOrgObject[api.StateStorage](tx, kindStorage, org, id, "state storage")
 }
 
 func (s *store) getStorage(ctx context.Context, org, id string) (*api.StateStorage, error) {
-	return viewOrgObject[api.StateStorage](ctx, s, bStorages, org, id, "state storage")
+	return viewOrgObject[api.StateStorage](ctx, s, kindStorage, org, id, "state storage")
 }
 
 func (s *store) listStorages(ctx context.Context, org string) ([]api.StateStorage, error) {
-	return listOrgObjects[api.StateStorage](ctx, s, bStorages, org)
+	return listOrgObjects[api.StateStorage](ctx, s, kindStorage, org)
 }
 
 func (s *store) updateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
-	return updateOrgObject(ctx, s, bStorages, org, in.ID, "state storage", func(_ *bolt.Tx, st *api.StateStorage, now time.Time) error {
+	return updateOrgObject(ctx, s, kindStorage, org, in.ID, "state storage", func(_ storeTx, st *api.StateStorage, now time.Time) error {
 		st.StateStorageInput, st.UpdatedAt = in, now
 		return nil
 	})
@@ -40,12 +38,12 @@ func (s *store) updateStorage(ctx context.Context, org string, in api.StateStora
 // deleteStorage refuses while runners use the storage and names them, so the caller knows what
 // to change first.
 func (s *store) deleteStorage(ctx context.Context, org, id string) error {
-	return s.update(ctx, func(tx *bolt.Tx) error {
+	return s.update(ctx, func(tx storeTx) error {
 		if _, err := getStorageTx(tx, org, id); err != nil {
 			return err
 		}
 		var users []string
-		if err := scanPrefix(tx.Bucket(bRunners), prefix(org), func(_, v []byte) (bool, error) {
+		if err := tx.listDocs(kindRunner, org, func(v []byte) (bool, error) {
 			var r api.Runner
 			if err := unmarshal(v, &r); err != nil {
 				return false, err
@@ -61,6 +59,6 @@ func (s *store) deleteStorage(ctx context.Context, org, id string) error {
 			sort.Strings(users)
 			return conflict("state storage %q is used by runner(s) %s; point them at another state storage or delete them first", id, strings.Join(users, ", "))
 		}
-		return tx.Bucket(bStorages).Delete(key(org, id))
+		return tx.deleteDoc(kindStorage, org, id)
 	})
 }

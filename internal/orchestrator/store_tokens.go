@@ -8,14 +8,11 @@ import (
 	"fmt"
 	"sort"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// Organisation tokens as stored: the record in bOrgTokens ("org/id") and the SHA-256 of the
-// token in bOrgTokenHashes (hash → "org/id"), so a request's token is found with one lookup and
-// the token itself is never kept. A plain hash suffices (no slow password hash): the tokens are
+// Organisation tokens as stored: the record and the SHA-256 of the token, indexed by hash, so a
+// request's token is found with one lookup and the token itself is never kept. A plain hash suffices (no slow password hash): the tokens are
 // 256 random bits, which no dictionary or brute force reaches.
 
 // orgTokenRecord is an organisation token as stored.
@@ -50,9 +47,8 @@ func (s *store) createOrgToken(ctx context.Context, org string, in api.OrgTokenI
 		return nil, err
 	}
 	var out *api.CreatedOrgToken
-	err = s.update(ctx, func(tx *bolt.Tx) error {
-		b := tx.Bucket(bOrgTokens)
-		if err := scanPrefix(b, prefix(org), func(_, v []byte) (bool, error) {
+	err = s.update(ctx, func(tx storeTx) error {
+		if err := tx.listDocs(kindOrgToken, org, func(v []byte) (bool, error) {
 			var rec orgTokenRecord
 			if err := unmarshal(v, &rec); err != nil {
 				return false, err
@@ -66,14 +62,11 @@ func (s *store) createOrgToken(ctx context.Context, org string, in api.OrgTokenI
 		}
 		now := s.timeNow()
 		rec := orgTokenRecord{OrgToken: api.OrgToken{ID: id, Name: in.Name, CreatedAt: now}, Org: org, Hash: tokenHash(token)}
-		if err := ensureOrg(tx, org, now); err != nil {
-			return err
-		}
-		if err := tx.Bucket(bOrgTokenHashes).Put(rec.Hash, key(org, id)); err != nil {
+		if err := tx.ensureOrg(org, now); err != nil {
 			return err
 		}
 		out = &api.CreatedOrgToken{OrgToken: rec.OrgToken, Token: token}
-		return putJSON(b, key(org, id), rec)
+		return tx.putOrgToken(&rec)
 	})
 	if err != nil {
 		return nil, err
@@ -83,7 +76,7 @@ func (s *store) createOrgToken(ctx context.Context, org string, in api.OrgTokenI
 
 // listOrgTokens lists org's tokens, oldest first.
 func (s *store) listOrgTokens(ctx context.Context, org string) ([]api.OrgToken, error) {
-	recs, err := listOrgObjects[orgTokenRecord](ctx, s, bOrgTokens, org)
+	recs, err := listOrgObjects[orgTokenRecord](ctx, s, kindOrgToken, org)
 	if err != nil {
 		return nil, err
 	}
@@ -97,33 +90,22 @@ func (s *store) listOrgTokens(ctx context.Context, org string) ([]api.OrgToken, 
 
 // revokeOrgToken deletes a token; requests carrying it are refused from then on.
 func (s *store) revokeOrgToken(ctx context.Context, org, id string) error {
-	return s.update(ctx, func(tx *bolt.Tx) error {
-		rec, err := getOrgObject[orgTokenRecord](tx, bOrgTokens, org, id, "organisation token")
+	return s.update(ctx, func(tx storeTx) error {
+		rec, err := getOrgObject[orgTokenRecord](tx, kindOrgToken, org, id, "organisation token")
 		if err != nil {
 			return err
 		}
-		if err := tx.Bucket(bOrgTokenHashes).Delete(rec.Hash); err != nil {
-			return err
-		}
-		return tx.Bucket(bOrgTokens).Delete(key(org, id))
+		return tx.deleteOrgToken(rec)
 	})
 }
 
 // orgTokenByHash finds the token whose hash is h; nil when there is none.
 func (s *store) orgTokenByHash(ctx context.Context, h []byte) (*orgTokenRecord, error) {
 	var out *orgTokenRecord
-	err := s.view(ctx, func(tx *bolt.Tx) error {
-		ref := tx.Bucket(bOrgTokenHashes).Get(h)
-		if ref == nil {
-			return nil
-		}
-		var rec orgTokenRecord
-		ok, err := getJSON(tx.Bucket(bOrgTokens), ref, &rec)
-		if err != nil || !ok {
-			return err
-		}
-		out = &rec
-		return nil
+	err := s.view(ctx, func(tx storeTx) error {
+		var err error
+		out, err = tx.orgTokenByHash(h)
+		return err
 	})
 	return out, err
 }

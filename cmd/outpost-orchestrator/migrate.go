@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+)
+
+const migrateUsage = `Usage: outpost-orchestrator migrate-store --from DATA_DIR --to DATABASE_URL
+
+Copies everything of a bbolt data directory (runners, state storages, organisation tokens,
+deployments with their sources, outputs, logs and events, the agent token ids already seen and
+the server secret) into an empty PostgreSQL database, in one transaction. Stop the orchestrator
+that uses the data directory first. Then start the replicas with --database-url and the same
+--admin-token as before; the data directory is left as it was.
+
+Flags:
+`
+
+// runMigrateStore runs `outpost-orchestrator migrate-store`.
+func runMigrateStore(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("outpost-orchestrator migrate-store", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	from := fs.String("from", "", "the bbolt data directory to copy (env "+envName("data-dir")+")")
+	to := fs.String("to", "", "the PostgreSQL connection URL to copy into (env "+envName("database-url")+"); prefer the environment variable, the URL can hold a password")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), migrateUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *from == "" {
+		*from = getenv(envName("data-dir"))
+	}
+	if *to == "" {
+		*to = getenv(envName("database-url"))
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("migrate-store: unexpected argument %q; see --help", fs.Arg(0))
+	case *from == "" || *to == "":
+		return errors.New("migrate-store: set both --from (the data directory) and --to (the PostgreSQL URL); see --help")
+	}
+	fmt.Fprintf(stderr, "copying %s into PostgreSQL...\n", *from)
+	n, err := orchestrator.CopyStore(ctx, *from, *to, stderr)
+	if err != nil {
+		return fmt.Errorf("migrate-store: %w; nothing was written to PostgreSQL", err)
+	}
+	fmt.Fprintf(stderr, "done: %d organisations, %d runners, %d state storages, %d organisation tokens, %d deployments (%d log chunks, %d events) are in PostgreSQL\n",
+		n.Orgs, n.Runners, n.StateStorages, n.OrgTokens, n.Deployments, n.LogChunks, n.Events)
+	return nil
+}

@@ -1,0 +1,173 @@
+package orchestrator
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// CopyCounts is what CopyStore copied.
+type CopyCounts struct {
+	Orgs, Runners, StateStorages, OrgTokens, Deployments, Sources, Outputs, Events, LogChunks, ReplayIDs int
+}
+
+// CopyStore copies the bbolt database of a data directory into an empty PostgreSQL database, in
+// one transaction, so a failed copy leaves the target empty. Everything is copied, the server
+// secret included, so job tokens already handed out stay valid, and so do the agent token ids
+// already seen (a captured token cannot be replayed against the new store). The orchestrator
+// using dir must be stopped first: bbolt's file lock refuses the copy otherwise. progress gets a
+// line per kind of record.
+func CopyStore(ctx context.Context, dir, databaseURL string, progress io.Writer) (*CopyCounts, error) {
+	src, err := openBolt(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	// The secret that signs the job tokens already handed out: the data directory's file, or,
+	// from an orchestrator before the file, the database's meta bucket.
+	secret, err := readSigningSecret(filepath.Join(dir, SigningSecretFile), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if errors.Is(err, fs.ErrNotExist) {
+		secret, err = src.legacySecret()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the signing secret of %s: %w", dir, err)
+	}
+	if len(secret) == 0 {
+		return nil, fmt.Errorf("data directory %s has no signing secret (%s); copy it from where --signing-secret-file pointed into that file first", dir, SigningSecretFile)
+	}
+	dst, err := openPG(ctx, databaseURL, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, err
+	}
+	defer dst.close()
+	var n CopyCounts
+	err = src.db.View(func(btx *bolt.Tx) error {
+		return dst.update(ctx, func(t storeTx) error {
+			tx, ok := t.(*pgTx)
+			if !ok {
+				return errors.New("internal error: not a PostgreSQL transaction")
+			}
+			n = CopyCounts{}
+			if err := requireEmpty(tx); err != nil {
+				return err
+			}
+			return copyAll(btx, tx, secret, &n, progress)
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
+func requireEmpty(tx *pgTx) error {
+	var n int
+	if _, err := tx.one(`SELECT (SELECT count(*) FROM orgs) + (SELECT count(*) FROM runners) + (SELECT count(*) FROM deployments)`, nil, &n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("the PostgreSQL database already holds %d organisations, runners and deployments; copy into an empty database (a new one, or drop its tables)", n)
+	}
+	return nil
+}
+
+// copyAll copies every bucket's records through the PostgreSQL engine's own writes, so the
+// derived columns come out as the engine writes them.
+func copyAll(b *bolt.Tx, tx *pgTx, secret []byte, n *CopyCounts, progress io.Writer) error {
+	step := func(what string, count *int, bucket []byte, each func(k, v []byte) error) error {
+		start := time.Now()
+		err := b.Bucket(bucket).ForEach(func(k, v []byte) error {
+			*count++
+			return each(k, v)
+		})
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", what, err)
+		}
+		fmt.Fprintf(progress, "copied %d %s in %s\n", *count, what, time.Since(start).Round(time.Millisecond))
+		return nil
+	}
+	doc := func(kind docKind) func(k, v []byte) error {
+		return func(k, v []byte) error {
+			org, id, _ := bytes.Cut(k, []byte("/"))
+			return tx.putDoc(kind, string(org), string(id), json.RawMessage(v))
+		}
+	}
+	steps := []error{
+		step("organisations", &n.Orgs, bOrgs, func(k, v []byte) error {
+			var rec orgRecord
+			if err := unmarshal(v, &rec); err != nil {
+				return err
+			}
+			return tx.ensureOrg(string(k), rec.CreatedAt)
+		}),
+		step("state storages", &n.StateStorages, bStorages, doc(kindStorage)),
+		step("runners", &n.Runners, bRunners, doc(kindRunner)),
+		step("organisation tokens", &n.OrgTokens, bOrgTokens, func(_, v []byte) error {
+			var rec orgTokenRecord
+			if err := unmarshal(v, &rec); err != nil {
+				return err
+			}
+			return tx.putOrgToken(&rec)
+		}),
+		step("deployments", &n.Deployments, bDeployments, func(_, v []byte) error {
+			rec, _, err := decodeDeployment(v)
+			if err != nil {
+				return err
+			}
+			return tx.saveDeployment(rec)
+		}),
+		step("sources", &n.Sources, bSources, doc(kindSource)),
+		step("outputs", &n.Outputs, bOutputs, doc(kindOutputs)),
+		step("events", &n.Events, bEvents, func(k, v []byte) error {
+			org, dep, rest, err := splitChildKey(k, 12)
+			if err != nil {
+				return err
+			}
+			return tx.exec("INSERT INTO events (org, deployment_id, attempt, seq, doc) VALUES ($1, $2, $3, $4, $5)",
+				org, dep, int32(binary.BigEndian.Uint32(rest[:4])), int64(binary.BigEndian.Uint64(rest[4:])), json.RawMessage(v))
+		}),
+		step("log chunks", &n.LogChunks, bLogs, func(k, v []byte) error {
+			org, dep, rest, err := splitChildKey(k, 8)
+			if err != nil {
+				return err
+			}
+			return tx.putLogChunk(org, dep, int64(binary.BigEndian.Uint64(rest)), v)
+		}),
+		step("agent token ids", &n.ReplayIDs, bReplay, func(k, v []byte) error {
+			if len(v) != 8 {
+				return fmt.Errorf("token id %q has a malformed expiry", k)
+			}
+			return tx.exec("INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)", string(k), int64(binary.BigEndian.Uint64(v)))
+		}),
+	}
+	for _, err := range steps {
+		if err != nil {
+			return err
+		}
+	}
+	if err := tx.exec("SELECT setval('deployment_seq', $1, true)", max(int64(b.Bucket(bDeployments).Sequence()), 1)); err != nil {
+		return err
+	}
+	return tx.exec("UPDATE meta SET value = $1 WHERE name = 'secret'", secret)
+}
+
+// splitChildKey splits "org/deployment/" + a binary suffix of size bytes; ids never hold '/',
+// so the first two are the separators whatever the suffix holds.
+func splitChildKey(k []byte, size int) (org, deployment string, suffix []byte, err error) {
+	o, rest, ok1 := bytes.Cut(k, []byte("/"))
+	d, rest, ok2 := bytes.Cut(rest, []byte("/"))
+	if !ok1 || !ok2 || len(rest) != size {
+		return "", "", nil, fmt.Errorf("malformed key %q", k)
+	}
+	return string(o), string(d), rest, nil
+}

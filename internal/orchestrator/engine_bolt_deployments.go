@@ -1,0 +1,204 @@
+package orchestrator
+
+import (
+	"bytes"
+	"encoding/binary"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Deployments in bbolt: the record in bDeployments, and indexes that saveDeployment keeps in
+// line with it (list order, queue, leases, status counters, purge indexes), since bbolt can only
+// look records up by key.
+
+func (t boltTx) loadDeployment(org, id string) (*deploymentRecord, bool, error) {
+	var rec deploymentRecord
+	ok, err := getJSON(t.tx.Bucket(bDeployments), key(org, id), &rec)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	rec.savedStatus = rec.D.Status
+	rec.savedLeased = rec.Lease != nil
+	return &rec, true, nil
+}
+
+func (t boltTx) insertDeployment(rec *deploymentRecord) error {
+	deployments := t.tx.Bucket(bDeployments)
+	seq, err := deployments.NextSequence()
+	if err != nil {
+		return err
+	}
+	rec.Seq = seq
+	if err := t.tx.Bucket(bDeploymentSeq).Put(append(prefix(rec.Org), u64(seq)...), []byte(rec.D.ID)); err != nil {
+		return err
+	}
+	return t.saveDeployment(rec)
+}
+
+func queueKey(rec *deploymentRecord) []byte {
+	return append(prefix(rec.Org, rec.D.RunnerID), u64(rec.Seq)...)
+}
+
+func (t boltTx) saveDeployment(rec *deploymentRecord) error {
+	tx := t.tx
+	if err := putJSON(tx.Bucket(bDeployments), key(rec.Org, rec.D.ID), rec); err != nil {
+		return err
+	}
+	queue, leased := tx.Bucket(bQueue), tx.Bucket(bLeased)
+	wasQueued, isQueued := rec.savedStatus == api.StatusQueued, rec.D.Status == api.StatusQueued
+	switch {
+	case isQueued && !wasQueued:
+		if err := queue.Put(queueKey(rec), []byte(rec.D.ID)); err != nil {
+			return err
+		}
+	case wasQueued && !isQueued:
+		if err := queue.Delete(queueKey(rec)); err != nil {
+			return err
+		}
+	}
+	leaseKey := key(rec.Org, rec.D.RunnerID, rec.D.ID)
+	switch isLeased := rec.Lease != nil; {
+	case isLeased && !rec.savedLeased:
+		if err := leased.Put(leaseKey, nil); err != nil {
+			return err
+		}
+	case rec.savedLeased && !isLeased:
+		if err := leased.Delete(leaseKey); err != nil {
+			return err
+		}
+	}
+	if rec.savedStatus != rec.D.Status {
+		if !rec.savedStatus.Terminal() && rec.D.Status.Terminal() && rec.D.FinishedAt != nil {
+			if err := indexEnded(tx, rec); err != nil {
+				return err
+			}
+		}
+		if err := addStat(tx, rec.savedStatus, -1); err != nil {
+			return err
+		}
+		if err := addStat(tx, rec.D.Status, 1); err != nil {
+			return err
+		}
+	}
+	rec.savedStatus, rec.savedLeased = rec.D.Status, rec.Lease != nil
+	return nil
+}
+
+func addStat(tx *bolt.Tx, status api.Status, delta int64) error {
+	if status == "" {
+		return nil
+	}
+	b := tx.Bucket(bStats)
+	var n int64
+	if v := b.Get([]byte(status)); len(v) == 8 {
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	n += delta
+	if n < 0 {
+		n = 0
+	}
+	return b.Put([]byte(status), u64(uint64(n)))
+}
+
+func (t boltTx) deleteDeployment(rec *deploymentRecord) error {
+	k := key(rec.Org, rec.D.ID)
+	dels := []struct {
+		b []byte
+		k []byte
+	}{
+		{bSources, k}, {bOutputs, k}, {bDeploymentSeq, append(prefix(rec.Org), u64(rec.Seq)...)},
+		{bPurgeSources, purgeKey(rec)}, {bPurgeLogs, purgeKey(rec)}, {bDeployments, k},
+	}
+	for _, d := range dels {
+		if err := t.tx.Bucket(d.b).Delete(d.k); err != nil {
+			return err
+		}
+	}
+	return addStat(t.tx, rec.D.Status, -1)
+}
+
+func (t boltTx) listDeployments(org, runnerID string, status api.Status, each func(rec *deploymentRecord) (bool, error)) error {
+	return scanPrefixReverse(t.tx.Bucket(bDeploymentSeq), prefix(org), func(_, v []byte) (bool, error) {
+		rec, err := loadIndexedDeployment(t, org, string(v))
+		if err != nil {
+			return false, err
+		}
+		if (runnerID != "" && rec.D.RunnerID != runnerID) || (status != "" && rec.D.Status != status) {
+			return true, nil
+		}
+		return each(rec)
+	})
+}
+
+func (t boltTx) queued(org, runner string, limit int) ([]string, error) {
+	var out []string
+	if limit <= 0 {
+		return nil, nil
+	}
+	err := scanPrefix(t.tx.Bucket(bQueue), prefix(org, runner), func(_, v []byte) (bool, error) {
+		out = append(out, string(v))
+		return len(out) < limit, nil
+	})
+	return out, err
+}
+
+func (t boltTx) leased(org, runner string) ([]string, error) {
+	var out []string
+	p := prefix(org, runner)
+	err := scanPrefix(t.tx.Bucket(bLeased), p, func(k, _ []byte) (bool, error) {
+		out = append(out, string(k[len(p):]))
+		return true, nil
+	})
+	return out, err
+}
+
+func (t boltTx) expiredLeases(now time.Time) ([]leaseRef, error) {
+	var (
+		due  []leaseRef
+		dead [][]byte
+	)
+	err := t.tx.Bucket(bLeased).ForEach(func(k, _ []byte) error {
+		parts := bytes.Split(k, []byte("/"))
+		if len(parts) != 3 {
+			return nil
+		}
+		ref := leaseRef{org: string(parts[0]), runner: string(parts[1]), deployment: string(parts[2])}
+		var rec deploymentRecord
+		found, err := getJSON(t.tx.Bucket(bDeployments), key(ref.org, ref.deployment), &rec)
+		if err != nil {
+			return err
+		}
+		if !found {
+			dead = append(dead, bytes.Clone(k))
+			return nil
+		}
+		if rec.Lease == nil || !now.Before(rec.Lease.ExpiresAt) {
+			due = append(due, ref)
+		}
+		return nil
+	})
+	if err != nil || !t.tx.Writable() {
+		return due, err
+	}
+	// An index entry without its deployment cannot be settled; drop it.
+	for _, k := range dead {
+		if err := t.tx.Bucket(bLeased).Delete(k); err != nil {
+			return nil, err
+		}
+	}
+	return due, nil
+}
+
+func (t boltTx) statusCounts() (map[api.Status]int64, error) {
+	out := map[api.Status]int64{}
+	err := t.tx.Bucket(bStats).ForEach(func(k, v []byte) error {
+		if len(v) == 8 {
+			out[api.Status(k)] = int64(binary.BigEndian.Uint64(v))
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,264 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pgEngine keeps the orchestrator's records in PostgreSQL, so that any number of orchestrator
+// replicas serve the same organisations. Read-write transactions are SERIALIZABLE and retried on
+// serialization failures: every rule then runs as if alone, as it does on bbolt, whichever
+// replicas run at the same time.
+type pgEngine struct {
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	sec     []byte
+	schema  string
+	replica string // tells this replica's wakes from the others'
+
+	stop     context.CancelFunc
+	listenWG sync.WaitGroup
+	// retries counts transactions run again after a serialization failure.
+	retries atomic.Int64
+}
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// wakeChannel is the NOTIFY channel of wakes; the payload is "schema replica org/runner".
+const wakeChannel = "outpost_wake"
+
+// migrationLock is the advisory lock that keeps replicas starting together from migrating at once.
+const migrationLock = 0x6f7574706f7374 // "outpost"
+
+// openPG connects to the database dsn names and brings its schema up to date.
+func openPG(ctx context.Context, dsn string, log *slog.Logger) (*pgEngine, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// The parse error can quote the DSN, password included.
+		return nil, errors.New("database URL is not a valid PostgreSQL connection string (postgres://user:password@host:port/database?sslmode=...)")
+	}
+	if !strings.Contains(dsn, "pool_max_conns") {
+		cfg.MaxConns = 16
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(context.WithoutCancel(ctx), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
+	}
+	e := &pgEngine{pool: pool, log: log}
+	if err := e.init(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("PostgreSQL at %s:%d database %q: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
+	}
+	return e, nil
+}
+
+func (e *pgEngine) init(ctx context.Context) error {
+	if err := e.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&e.schema); err != nil {
+		return fmt.Errorf("check the connection: %w", err)
+	}
+	if err := e.migrate(ctx); err != nil {
+		return err
+	}
+	sec := make([]byte, 32)
+	if _, err := rand.Read(sec); err != nil {
+		return fmt.Errorf("generate server secret: %w", err)
+	}
+	if _, err := e.pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('secret', $1) ON CONFLICT DO NOTHING", sec); err != nil {
+		return fmt.Errorf("store server secret: %w", err)
+	}
+	if err := e.pool.QueryRow(ctx, "SELECT value FROM meta WHERE name = 'secret'").Scan(&e.sec); err != nil {
+		return fmt.Errorf("read server secret: %w", err)
+	}
+	id := make([]byte, 6)
+	_, _ = rand.Read(id)
+	e.replica = idEncoding.EncodeToString(id)
+	return nil
+}
+
+// migrate applies the embedded migrations the database has not seen, in one transaction under
+// an advisory lock, and refuses a database written by a newer orchestrator.
+func (e *pgEngine) migrate(ctx context.Context) error {
+	names, err := fs.Glob(migrations, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
+	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrationLock)); err != nil {
+			return fmt.Errorf("lock for migrations: %w", err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return fmt.Errorf("create schema_migrations (does the user own the schema?): %w", err)
+		}
+		var current int
+		if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_migrations").Scan(&current); err != nil {
+			return err
+		}
+		if current > len(names) {
+			return fmt.Errorf("the database was migrated by a newer orchestrator (schema %d, this one knows %d); run the newer version", current, len(names))
+		}
+		for i, name := range names {
+			version := i + 1
+			if n, _ := strconv.Atoi(strings.SplitN(strings.TrimPrefix(name, "migrations/"), "_", 2)[0]); n != version {
+				return fmt.Errorf("migration %s is out of sequence (want number %d)", name, version)
+			}
+			if version <= current {
+				continue
+			}
+			sql, err := migrations.ReadFile(name)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, string(sql)); err != nil {
+				return fmt.Errorf("apply migration %s: %w", name, err)
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", version); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (e *pgEngine) secret() []byte { return e.sec }
+
+func (e *pgEngine) close() error {
+	if e.stop != nil {
+		e.stop()
+	}
+	e.listenWG.Wait()
+	e.pool.Close()
+	return nil
+}
+
+// retryable tells serialization failures and deadlocks, which a rerun of the transaction fixes.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
+}
+
+// run runs fn in a transaction of the given isolation, again while it fails with a
+// serialization failure, with a growing random pause in between.
+func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx storeTx) error) error {
+	pause := time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: iso}, func(tx pgx.Tx) error {
+			return fn(&pgTx{ctx: ctx, tx: tx, write: write})
+		})
+		if err == nil || !retryable(err) || attempt == 30 {
+			return err
+		}
+		e.retries.Add(1)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause/2 + mrand.N(pause)):
+		}
+		pause = min(pause*2, 50*time.Millisecond)
+	}
+}
+
+func (e *pgEngine) update(ctx context.Context, fn func(tx storeTx) error) error {
+	return e.run(ctx, pgx.Serializable, true, fn)
+}
+
+// view takes one snapshot (REPEATABLE READ); it is not READ ONLY because the queue is read
+// with FOR UPDATE SKIP LOCKED.
+func (e *pgEngine) view(ctx context.Context, fn func(tx storeTx) error) error {
+	return e.run(ctx, pgx.RepeatableRead, false, fn)
+}
+
+func (e *pgEngine) checkReplay(ctx context.Context, id string, now, until time.Time) (bool, error) {
+	// One statement: insert the id, or take over an expired one; no row back means it is
+	// remembered and still valid.
+	var got string
+	err := e.pool.QueryRow(ctx, `INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)
+		ON CONFLICT (token_id) DO UPDATE SET expires_ns = excluded.expires_ns WHERE replay.expires_ns < $3
+		RETURNING token_id`, id, until.UnixNano(), now.UnixNano()).Scan(&got)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, nil
+	}
+	return false, err
+}
+
+func (e *pgEngine) purgeReplay(ctx context.Context, now time.Time) (int, error) {
+	tag, err := e.pool.Exec(ctx, "DELETE FROM replay WHERE expires_ns < $1", now.UnixNano())
+	return int(tag.RowsAffected()), err
+}
+
+func (e *pgEngine) wake(ctx context.Context, runner string) {
+	// Bounded: the request that queued the work waits for this, and other replicas' polls see
+	// the work at their next look anyway.
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	payload := e.schema + " " + e.replica + " " + runner
+	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", wakeChannel, payload); err != nil {
+		e.log.Warn("could not tell other replicas to wake a runner's polls; they see its work at their next poll", "runner", runner, "error", err.Error())
+	}
+}
+
+// listen hears the wakes of other replicas on one connection of its own until close. After
+// every (re)connection it wakes all local polls, since wakes sent meanwhile were missed.
+func (e *pgEngine) listen(n *notifier) {
+	ctx, cancel := context.WithCancel(context.Background())
+	e.stop = cancel
+	e.listenWG.Add(1)
+	go func() {
+		defer e.listenWG.Done()
+		for ctx.Err() == nil {
+			err := e.listenOnce(ctx, n)
+			if ctx.Err() != nil {
+				return
+			}
+			e.log.Warn("lost the PostgreSQL connection that hears other replicas; reconnecting", "error", fmt.Sprint(err))
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+}
+
+func (e *pgEngine) listenOnce(ctx context.Context, n *notifier) error {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// The connection leaves the pool: it is in LISTEN state and blocked in a wait.
+	c := conn.Hijack()
+	defer func() { _ = c.Close(context.Background()) }()
+	if _, err := c.Exec(ctx, "LISTEN "+wakeChannel); err != nil {
+		return err
+	}
+	n.wakeAll()
+	for {
+		msg, err := c.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		parts := strings.SplitN(msg.Payload, " ", 3)
+		if len(parts) == 3 && parts[0] == e.schema && parts[1] != e.replica {
+			n.wakeLocal(parts[2])
+		}
+	}
+}

@@ -1,0 +1,267 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+)
+
+// Deployments, events, logs and retention in PostgreSQL. The queue, the leases, the status
+// counts and the purge order are queries over columns that saveDeployment derives from the
+// record, so there are no indexes of our own to keep in line.
+
+func (t *pgTx) loadDeployment(org, id string) (*deploymentRecord, bool, error) {
+	var data []byte
+	ok, err := t.one("SELECT record FROM deployments WHERE org = $1 AND id = $2", []any{org, id}, &data)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return decodeDeployment(data)
+}
+
+func decodeDeployment(data []byte) (*deploymentRecord, bool, error) {
+	var rec deploymentRecord
+	if err := unmarshal(data, &rec); err != nil {
+		return nil, true, err
+	}
+	rec.savedStatus = rec.D.Status
+	rec.savedLeased = rec.Lease != nil
+	return &rec, true, nil
+}
+
+// deploymentColumns are the record and what queries select by, derived from it.
+func deploymentColumns(rec *deploymentRecord) ([]any, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, fmt.Errorf("encode deployment %s/%s: %w", rec.Org, rec.D.ID, err)
+	}
+	var leaseExp, finished *int64
+	if rec.Lease != nil {
+		v := rec.Lease.ExpiresAt.UnixNano()
+		leaseExp = &v
+	}
+	if rec.D.Status.Terminal() && rec.D.FinishedAt != nil {
+		v := rec.D.FinishedAt.UnixNano()
+		finished = &v
+	}
+	return []any{rec.Org, rec.D.ID, int64(rec.Seq), rec.D.RunnerID, string(rec.D.Status), leaseExp, finished,
+		rec.D.SourcePurgedAt != nil, rec.D.LogsPurgedAt != nil, data}, nil
+}
+
+func (t *pgTx) insertDeployment(rec *deploymentRecord) error {
+	var seq int64
+	if _, err := t.one("SELECT nextval('deployment_seq')", nil, &seq); err != nil {
+		return err
+	}
+	rec.Seq = uint64(seq)
+	return t.saveDeployment(rec)
+}
+
+func (t *pgTx) saveDeployment(rec *deploymentRecord) error {
+	cols, err := deploymentColumns(rec)
+	if err != nil {
+		return err
+	}
+	err = t.exec(`INSERT INTO deployments (org, id, seq, runner_id, status, lease_expires_ns, finished_ns, source_purged, logs_purged, record)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (org, id) DO UPDATE SET status = excluded.status, lease_expires_ns = excluded.lease_expires_ns,
+			finished_ns = excluded.finished_ns, source_purged = excluded.source_purged, logs_purged = excluded.logs_purged,
+			record = excluded.record`, cols...)
+	if err != nil {
+		return err
+	}
+	rec.savedStatus, rec.savedLeased = rec.D.Status, rec.Lease != nil
+	return nil
+}
+
+// deleteDeployment deletes the record; its source, outputs, events and log go with it
+// (ON DELETE CASCADE).
+func (t *pgTx) deleteDeployment(rec *deploymentRecord) error {
+	return t.exec("DELETE FROM deployments WHERE org = $1 AND id = $2", rec.Org, rec.D.ID)
+}
+
+func (t *pgTx) listDeployments(org, runnerID string, status api.Status, each func(rec *deploymentRecord) (bool, error)) error {
+	rows, err := t.tx.Query(t.ctx, `SELECT record FROM deployments WHERE org = $1
+		AND ($2 = '' OR runner_id = $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC`, org, runnerID, string(status))
+	if err != nil {
+		return err
+	}
+	records, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return err
+	}
+	for _, data := range records {
+		rec, _, err := decodeDeployment(data)
+		if err != nil {
+			return err
+		}
+		if more, err := each(rec); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// queued reads the queue oldest first. FOR UPDATE SKIP LOCKED passes over deployments that a
+// claim on another replica is writing right now, so concurrent polls are not all offered the
+// same deployment, and a poll never waits for a claim.
+func (t *pgTx) queued(org, runner string, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	return t.ids(`SELECT id FROM deployments WHERE org = $1 AND runner_id = $2 AND status = 'queued'
+		ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED`, org, runner, limit)
+}
+
+func (t *pgTx) leased(org, runner string) ([]string, error) {
+	return t.ids(`SELECT id FROM deployments WHERE org = $1 AND runner_id = $2 AND lease_expires_ns IS NOT NULL
+		ORDER BY id COLLATE "C"`, org, runner)
+}
+
+func (t *pgTx) expiredLeases(now time.Time) ([]leaseRef, error) {
+	rows, err := t.tx.Query(t.ctx, `SELECT org, runner_id, id FROM deployments
+		WHERE lease_expires_ns IS NOT NULL AND lease_expires_ns <= $1`, now.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (leaseRef, error) {
+		var l leaseRef
+		err := r.Scan(&l.org, &l.runner, &l.deployment)
+		return l, err
+	})
+}
+
+func (t *pgTx) statusCounts() (map[api.Status]int64, error) {
+	rows, err := t.tx.Query(t.ctx, "SELECT status, count(*) FROM deployments GROUP BY status")
+	if err != nil {
+		return nil, err
+	}
+	out := map[api.Status]int64{}
+	var status string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error {
+		out[api.Status(status)] = n
+		return nil
+	})
+	return out, err
+}
+
+func (t *pgTx) hasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
+	var one int
+	return t.one("SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 AND seq = $4",
+		[]any{org, deployment, attempt, seq}, &one)
+}
+
+func (t *pgTx) putEvent(org, deployment string, attempt int, seq int64, ev api.Event) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	return t.exec("INSERT INTO events (org, deployment_id, attempt, seq, doc) VALUES ($1, $2, $3, $4, $5)", org, deployment, attempt, seq, data)
+}
+
+func (t *pgTx) countEvents(org, deployment string, attempt, most int) (int, error) {
+	var n int
+	_, err := t.one(`SELECT count(*) FROM (SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 LIMIT $4) e`,
+		[]any{org, deployment, attempt, most}, &n)
+	return n, err
+}
+
+func (t *pgTx) listEvents(org, deployment string) ([]api.Event, error) {
+	rows, err := t.tx.Query(t.ctx, "SELECT doc FROM events WHERE org = $1 AND deployment_id = $2 ORDER BY attempt, seq", org, deployment)
+	if err != nil {
+		return nil, err
+	}
+	docs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		return nil, err
+	}
+	out := make([]api.Event, len(docs))
+	for i, d := range docs {
+		if err := unmarshal(d, &out[i]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// deleteUpTo deletes up to budget rows of a deployment from table; finished when none is left.
+func (t *pgTx) deleteUpTo(table, org, deployment string, budget int) (int, bool, error) {
+	budget = max(budget, 0)
+	tag, err := t.tx.Exec(t.ctx, `DELETE FROM `+table+` WHERE ctid IN (SELECT ctid FROM `+table+`
+		WHERE org = $1 AND deployment_id = $2 LIMIT $3)`, org, deployment, budget)
+	if err != nil {
+		return 0, false, err
+	}
+	n := int(tag.RowsAffected())
+	if n < budget {
+		return n, true, nil
+	}
+	var one int
+	left, err := t.one("SELECT 1 FROM "+table+" WHERE org = $1 AND deployment_id = $2 LIMIT 1", []any{org, deployment}, &one)
+	return n, !left, err
+}
+
+func (t *pgTx) deleteEvents(org, deployment string, budget int) (int, bool, error) {
+	return t.deleteUpTo("events", org, deployment, budget)
+}
+
+func (t *pgTx) putLogChunk(org, deployment string, start int64, b []byte) error {
+	return t.exec("INSERT INTO logs (org, deployment_id, start, data) VALUES ($1, $2, $3, $4)", org, deployment, start, b)
+}
+
+func (t *pgTx) lastLogByte(org, deployment string) (byte, error) {
+	var last []byte
+	_, err := t.one(`SELECT substring(data from length(data) for 1) FROM logs WHERE org = $1 AND deployment_id = $2 AND length(data) > 0
+		ORDER BY start DESC LIMIT 1`, []any{org, deployment}, &last)
+	if len(last) == 0 {
+		return 0, err
+	}
+	return last[0], err
+}
+
+func (t *pgTx) readLog(org, deployment string, offset, limit int64) ([]byte, error) {
+	rows, err := t.tx.Query(t.ctx, `SELECT start, data FROM logs WHERE org = $1 AND deployment_id = $2
+		AND start >= coalesce((SELECT max(start) FROM logs WHERE org = $1 AND deployment_id = $2 AND start <= $3), 0)
+		ORDER BY start`, org, deployment, offset)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []byte{}
+	for rows.Next() && int64(len(out)) < limit {
+		var start int64
+		var v []byte
+		if err := rows.Scan(&start, &v); err != nil {
+			return nil, err
+		}
+		if start+int64(len(v)) <= offset {
+			continue
+		}
+		from := max(offset-start, 0)
+		take := min(int64(len(v))-from, limit-int64(len(out)))
+		out = append(out, v[from:from+take]...)
+	}
+	return out, rows.Err()
+}
+
+func (t *pgTx) deleteLogs(org, deployment string, budget int) (int, bool, error) {
+	return t.deleteUpTo("logs", org, deployment, budget)
+}
+
+// nextDue finds the oldest ended deployment whose part is still there. The deployments stage
+// needs no mark of its own: a purged deployment's row is gone.
+func (t *pgTx) nextDue(stage purgeStageKind, cutoff time.Time) (dueEntry, bool, error) {
+	cond := map[purgeStageKind]string{purgeDeployments: "true", purgeLogsStage: "NOT logs_purged", purgeSources: "NOT source_purged"}[stage]
+	var e dueEntry
+	ok, err := t.one(`SELECT org, id FROM deployments WHERE finished_ns IS NOT NULL AND finished_ns <= $1 AND `+cond+`
+		ORDER BY finished_ns, org, id LIMIT 1`, []any{cutoff.UnixNano()}, &e.org, &e.id)
+	return e, ok, err
+}
+
+// dropDue has nothing to do: the purge itself set the column nextDue looks at.
+func (t *pgTx) dropDue(purgeStageKind, dueEntry) error { return nil }

@@ -1,0 +1,128 @@
+package orchestrator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgTx is a PostgreSQL transaction as a storeTx. Table names come from the fixed maps below,
+// never from input.
+type pgTx struct {
+	ctx   context.Context
+	tx    pgx.Tx
+	write bool
+}
+
+var docTables = map[docKind]string{
+	kindRunner: "runners", kindStorage: "state_storages", kindOrgToken: "org_tokens", kindSource: "sources", kindOutputs: "outputs",
+}
+
+func (t *pgTx) writable() bool { return t.write }
+
+func (t *pgTx) exec(sql string, args ...any) error {
+	_, err := t.tx.Exec(t.ctx, sql, args...)
+	return err
+}
+
+// one scans the single row of a query; ok is false when there is none.
+func (t *pgTx) one(sql string, args []any, dest ...any) (bool, error) {
+	err := t.tx.QueryRow(t.ctx, sql, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (t *pgTx) getDoc(k docKind, org, id string, v any) (bool, error) {
+	var data []byte
+	ok, err := t.one("SELECT doc FROM "+docTables[k]+" WHERE org = $1 AND id = $2", []any{org, id}, &data)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return true, fmt.Errorf("decode %s %s/%s: %w", docTables[k], org, id, err)
+	}
+	return true, nil
+}
+
+func (t *pgTx) hasDoc(k docKind, org, id string) (bool, error) {
+	var one int
+	return t.one("SELECT 1 FROM "+docTables[k]+" WHERE org = $1 AND id = $2", []any{org, id}, &one)
+}
+
+func (t *pgTx) putDoc(k docKind, org, id string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s %s/%s: %w", docTables[k], org, id, err)
+	}
+	return t.exec("INSERT INTO "+docTables[k]+" (org, id, doc) VALUES ($1, $2, $3) ON CONFLICT (org, id) DO UPDATE SET doc = excluded.doc", org, id, data)
+}
+
+func (t *pgTx) deleteDoc(k docKind, org, id string) error {
+	return t.exec("DELETE FROM "+docTables[k]+" WHERE org = $1 AND id = $2", org, id)
+}
+
+func (t *pgTx) listDocs(k docKind, org string, each func(data []byte) (bool, error)) error {
+	rows, err := t.tx.Query(t.ctx, "SELECT doc FROM "+docTables[k]+" WHERE org = $1 ORDER BY id COLLATE \"C\"", org)
+	if err != nil {
+		return err
+	}
+	var docs [][]byte
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			rows.Close()
+			return err
+		}
+		docs = append(docs, data)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, d := range docs {
+		if more, err := each(d); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *pgTx) ensureOrg(org string, now time.Time) error {
+	return t.exec("INSERT INTO orgs (org, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING", org, now)
+}
+
+func (t *pgTx) putOrgToken(rec *orgTokenRecord) error {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return t.exec("INSERT INTO org_tokens (org, id, hash, doc) VALUES ($1, $2, $3, $4)", rec.Org, rec.ID, rec.Hash, data)
+}
+
+func (t *pgTx) deleteOrgToken(rec *orgTokenRecord) error {
+	return t.deleteDoc(kindOrgToken, rec.Org, rec.ID)
+}
+
+func (t *pgTx) orgTokenByHash(h []byte) (*orgTokenRecord, error) {
+	var data []byte
+	ok, err := t.one("SELECT doc FROM org_tokens WHERE hash = $1", []any{h}, &data)
+	if err != nil || !ok {
+		return nil, err
+	}
+	var rec orgTokenRecord
+	return &rec, unmarshal(data, &rec)
+}
+
+// ids collects the first column of a query's rows.
+func (t *pgTx) ids(sql string, args ...any) ([]string, error) {
+	rows, err := t.tx.Query(t.ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
