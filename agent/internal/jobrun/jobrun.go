@@ -30,7 +30,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -315,39 +314,6 @@ func operationArgs(op api.Operation) []string {
 	return []string{"apply", "-auto-approve", "-input=false", "-no-color", "-lock-timeout=60s"}
 }
 
-// uploadOutputs reads the outputs from the new state and uploads them. After an apply these are
-// the configuration's outputs; after a destroy they are empty, and uploading the empty set
-// records that nothing is deployed any more. A plan changes no state and uploads nothing. The
-// values never go to the log: only the CLI's stderr does.
-func (j *attemptRun) uploadOutputs(cli, cliPath, configDir string, env []string) int {
-	fmt.Fprintf(j.out, "\n==> %s output -json\n", cli)
-	var buf strings.Builder
-	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"output", "-json", "-no-color"}, Dir: configDir, Env: env, Stdout: &buf, Stderr: j.out, Log: j.out})
-	if err != nil || code != 0 {
-		fmt.Fprintf(j.out, "==> error: %s output failed (exit code %d, %v); the outputs were not uploaded\n", cli, code, err)
-		return ExitOutputsFailed
-	}
-	outs, err := parseOutputs([]byte(buf.String()))
-	if err != nil {
-		fmt.Fprintf(j.out, "==> error: %v; the outputs were not uploaded\n", err)
-		return ExitOutputsFailed
-	}
-	ctx, cancel := boundedContext(outputsTimeout, j.st)
-	defer cancel()
-	if err := j.client.PutOutputs(ctx, outs); err != nil {
-		fmt.Fprintf(j.out, "==> error: upload the outputs: %v\n", err)
-		return ExitOutputsFailed
-	}
-	sensitive := 0
-	for _, o := range outs {
-		if o.Sensitive {
-			sensitive++
-		}
-	}
-	fmt.Fprintf(j.out, "uploaded %d outputs (%d sensitive)\n", len(outs), sensitive)
-	return 0
-}
-
 // prepareWorkDir creates the work directory. A directory the job runner chose itself is removed
 // afterwards; one given by OUTPOST_WORK_DIR belongs to whoever set it (the process executor
 // cleans it up after the finished event, and may keep files of its own there).
@@ -392,6 +358,8 @@ func cliVersion(path string) string {
 	return strings.TrimSpace(line)
 }
 
+func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
+
 // writeTerminationMessage leaves msg where Kubernetes takes a container's termination message
 // from, so the agent's finished event says why the job runner failed (the file exists only in a
 // pod; the process executor has none).
@@ -407,30 +375,4 @@ func writeTerminationMessage(path, msg string) {
 		msg = msg[:4000] + "…"
 	}
 	_ = os.WriteFile(path, []byte(msg), 0o644)
-}
-
-func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
-
-// lockedWriter serialises writes from the CLI's output, the job runner and the streamer's notices.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
-// teeWriter copies the log to stdout and the streamer. A failing stdout must not stop delivery
-// to the orchestrator, so its errors are ignored.
-type teeWriter struct {
-	console io.Writer
-	stream  io.Writer
-}
-
-func (t teeWriter) Write(p []byte) (int, error) {
-	_, _ = t.console.Write(p)
-	return t.stream.Write(p)
 }

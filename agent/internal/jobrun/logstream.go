@@ -346,3 +346,27 @@ func (s *logStreamer) stop() {
 func oneLine(err error) string {
 	return strings.ReplaceAll(err.Error(), "\n", "; ")
 }
+
+// lockedWriter serialises writes from the CLI's output, the job runner and the streamer's notices.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// teeWriter copies the log to stdout and the streamer. A failing stdout must not stop delivery
+// to the orchestrator, so its errors are ignored.
+type teeWriter struct {
+	console io.Writer
+	stream  io.Writer
+}
+
+func (t teeWriter) Write(p []byte) (int, error) {
+	_, _ = t.console.Write(p)
+	return t.stream.Write(p)
+}

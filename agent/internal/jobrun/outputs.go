@@ -1,0 +1,39 @@
+package jobrun
+
+import (
+	"fmt"
+	"strings"
+)
+
+// uploadOutputs reads the outputs from the new state and uploads them. After an apply these are
+// the configuration's outputs; after a destroy they are empty, and uploading the empty set
+// records that nothing is deployed any more. A plan changes no state and uploads nothing. The
+// values never go to the log: only the CLI's stderr does.
+func (j *attemptRun) uploadOutputs(cli, cliPath, configDir string, env []string) int {
+	fmt.Fprintf(j.out, "\n==> %s output -json\n", cli)
+	var buf strings.Builder
+	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"output", "-json", "-no-color"}, Dir: configDir, Env: env, Stdout: &buf, Stderr: j.out, Log: j.out})
+	if err != nil || code != 0 {
+		fmt.Fprintf(j.out, "==> error: %s output failed (exit code %d, %v); the outputs were not uploaded\n", cli, code, err)
+		return ExitOutputsFailed
+	}
+	outs, err := parseOutputs([]byte(buf.String()))
+	if err != nil {
+		fmt.Fprintf(j.out, "==> error: %v; the outputs were not uploaded\n", err)
+		return ExitOutputsFailed
+	}
+	ctx, cancel := boundedContext(outputsTimeout, j.st)
+	defer cancel()
+	if err := j.client.PutOutputs(ctx, outs); err != nil {
+		fmt.Fprintf(j.out, "==> error: upload the outputs: %v\n", err)
+		return ExitOutputsFailed
+	}
+	sensitive := 0
+	for _, o := range outs {
+		if o.Sensitive {
+			sensitive++
+		}
+	}
+	fmt.Fprintf(j.out, "uploaded %d outputs (%d sensitive)\n", len(outs), sensitive)
+	return 0
+}
