@@ -19,6 +19,10 @@ type engine interface {
 	// more than once (PostgreSQL retries serialization failures), so it must not keep state
 	// from an earlier run.
 	update(ctx context.Context, fn func(tx storeTx) error) error
+	// batch is update for writes that many requests make at once (every poll's renewals): an
+	// engine may run concurrent batches in one transaction, so they share a commit. fn may run
+	// more than once.
+	batch(ctx context.Context, fn func(tx storeTx) error) error
 	// view runs fn in a transaction that sees one snapshot and writes nothing.
 	view(ctx context.Context, fn func(tx storeTx) error) error
 	// secret is the server HMAC secret of job tokens, shared by every replica of a database.

@@ -125,6 +125,12 @@ func (s *boltEngine) update(_ context.Context, fn func(tx storeTx) error) error 
 	return s.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
 }
 
+// batch runs concurrent calls in one bbolt transaction (db.Batch), so thousands of polling
+// agents share commits and their fsyncs instead of queueing one commit each.
+func (s *boltEngine) batch(_ context.Context, fn func(tx storeTx) error) error {
+	return s.db.Batch(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
+}
+
 func (s *boltEngine) view(_ context.Context, fn func(tx storeTx) error) error {
 	return s.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
 }

@@ -178,6 +178,11 @@ func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn f
 	}
 }
 
+// batch is update: PostgreSQL commits concurrent transactions together by itself.
+func (e *pgEngine) batch(ctx context.Context, fn func(tx storeTx) error) error {
+	return e.update(ctx, fn)
+}
+
 func (e *pgEngine) update(ctx context.Context, fn func(tx storeTx) error) error {
 	return e.run(ctx, pgx.Serializable, true, fn)
 }

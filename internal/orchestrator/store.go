@@ -52,11 +52,21 @@ func (s *store) close() error { return s.eng.close() }
 // agent was seen, and both are true whatever the request asked, so the state a refusal reports
 // is the state stored. Any other error rolls back.
 func (s *store) update(ctx context.Context, fn func(tx storeTx) error) error {
+	return s.write(ctx, s.eng.update, fn)
+}
+
+// batch is update for the writes every poll makes (the runner's last sighting, job lease
+// renewals), which the engine may commit together with other polls' (engine.batch).
+func (s *store) batch(ctx context.Context, fn func(tx storeTx) error) error {
+	return s.write(ctx, s.eng.batch, fn)
+}
+
+func (s *store) write(ctx context.Context, run func(context.Context, func(storeTx) error) error, fn func(tx storeTx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var refused error
-	err := s.eng.update(ctx, func(tx storeTx) error {
+	err := run(ctx, func(tx storeTx) error {
 		refused = nil
 		err := fn(tx)
 		if _, ok := asRefusal(err); ok {

@@ -60,7 +60,7 @@ func loadRunnerDeployment(tx storeTx, id agentauth.Identity, deploymentID string
 // leader re-adopting the attempts) and returns forget directives for everything else.
 func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api.PollRequest, leaseFor time.Duration) ([]api.Directive, error) {
 	var out []api.Directive
-	err := s.update(ctx, func(tx storeTx) error {
+	err := s.batch(ctx, func(tx storeTx) error {
 		out = nil
 		now := s.timeNow()
 		if _, err := touchRunner(tx, id, req.AgentVersion, now); err != nil {
