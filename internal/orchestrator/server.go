@@ -206,17 +206,17 @@ func New(cfg Config) (*Server, error) {
 	// The secret signing job tokens lives apart from the database in a file, except on
 	// PostgreSQL without --signing-secret-file: every replica must share it, and the database
 	// is what they share (it is then as sensitive as a data directory; see SECURITY.md).
+	var legacy legacySecrets // an older bbolt database may still hold the secret
+	if b, ok := st.eng.(*boltEngine); ok {
+		legacy = b
+	}
 	switch {
 	case cfg.SigningSecretFile != "":
-		var legacy legacySecrets
-		if b, ok := st.eng.(*boltEngine); ok {
-			legacy = b
-		}
 		st.secret, err = openSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
 	case cfg.DatabaseURL != "":
 		st.secret = st.eng.secret()
 	default:
-		st.secret, err = openSigningSecret(filepath.Join(cfg.DataDir, SigningSecretFile), st.eng.(*boltEngine), cfg.Logger)
+		st.secret, err = openSigningSecret(filepath.Join(cfg.DataDir, SigningSecretFile), legacy, cfg.Logger)
 	}
 	if err != nil {
 		_ = st.close()
