@@ -2,13 +2,13 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
@@ -188,8 +188,12 @@ func TestCancelDirective(t *testing.T) {
 	if d.Status != api.StatusCanceled {
 		t.Fatalf("deployment status %q reason %q", d.Status, d.Reason)
 	}
-	wait(t, 30*time.Second, "the Job to be gone", func() (bool, string) {
-		_, err := e.cluster.Client().BatchV1().Jobs(e.ns).Get(context.Background(), jobName, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), ""
+	// A canceled run is kept in the history among the failed ones.
+	wait(t, 30*time.Second, "the Job to be kept as failed", func() (bool, string) {
+		j, err := e.cluster.Client().BatchV1().Jobs(e.ns).Get(context.Background(), jobName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return j.Labels[kubeexec.LabelHistory] == kubeexec.HistoryFailed, fmt.Sprintf("labels %v", j.Labels)
 	})
 }
