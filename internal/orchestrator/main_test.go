@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/pgtest"
@@ -26,9 +27,14 @@ var (
 // CI=true, where it fails.
 func TestMain(m *testing.M) {
 	var srv *pgtest.Server
-	if isShort() {
+	switch {
+	case isShort():
 		testPGErr = errors.New("-short starts no PostgreSQL server")
-	} else {
+	case isFuzzing():
+		// A fuzz target explores inputs, not engines: a second run would fuzz again on a server
+		// whose round trips slow each input a hundredfold (its seeds run on both in go test).
+		testPGErr = errors.New("-fuzz runs on bbolt only")
+	default:
 		srv, testPGErr = pgtest.Start(context.Background())
 		if testPGErr != nil && (os.Getenv("CI") == "true" || !errors.Is(testPGErr, pgtest.ErrMissing)) {
 			fmt.Fprintf(os.Stderr, "orchestrator: cannot run the tests on PostgreSQL: %v\n", testPGErr)
@@ -56,6 +62,16 @@ func TestPostgreSQLRun(t *testing.T) {
 	case testPGErr != nil:
 		t.Skipf("the suite runs on bbolt only: %v", testPGErr)
 	}
+}
+
+// isFuzzing reports whether go test runs with -fuzz.
+func isFuzzing() bool {
+	for _, a := range os.Args {
+		if strings.HasPrefix(a, "-test.fuzz=") && a != "-test.fuzz=" {
+			return true
+		}
+	}
+	return false
 }
 
 func isShort() bool {
