@@ -213,28 +213,16 @@ func (c *Cluster) waitJobsReady(ctx context.Context, kcm, sched, kwok *process) 
 		return err
 	}
 	defer deleteProbe(ctx, cs, probe)
-	var lastPod *corev1.Pod
-	err = c.poll(ctx, func() (bool, error) {
-		p, err := cs.CoreV1().Pods(probe.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // transient
-		}
-		lastPod = p
-		return p.Spec.NodeName != "", nil
-	})
-	if err != nil {
+	if _, err := c.waitPod(ctx, cs, probe, func(p *corev1.Pod) (bool, error) { return p.Spec.NodeName != "", nil }); err != nil {
 		return c.jobsFailure(err, sched, "did not schedule a probe Pod onto the Ready fake Node")
 	}
-	err = c.poll(ctx, func() (bool, error) {
-		p, err := cs.CoreV1().Pods(probe.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // transient
-		}
-		lastPod = p
-		return p.Status.Phase == corev1.PodSucceeded, nil
-	})
+	lastPod, err := c.waitPod(ctx, cs, probe, func(p *corev1.Pod) (bool, error) { return p.Status.Phase == corev1.PodSucceeded, nil })
 	if err != nil {
-		return c.jobsFailure(err, kwok, fmt.Sprintf("did not take the scheduled probe Pod to Succeeded (phase %q)", lastPod.Status.Phase))
+		phase := corev1.PodPhase("unknown")
+		if lastPod != nil {
+			phase = lastPod.Status.Phase
+		}
+		return c.jobsFailure(err, kwok, fmt.Sprintf("did not take the scheduled probe Pod to Succeeded (phase %q)", phase))
 	}
 	return nil
 }
@@ -291,4 +279,19 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// waitPod polls pod until done says so, and returns the last Pod read (nil if none was), so a
+// failure can say where the Pod got to.
+func (c *Cluster) waitPod(ctx context.Context, cs kubernetes.Interface, pod *corev1.Pod, done func(*corev1.Pod) (bool, error)) (*corev1.Pod, error) {
+	var last *corev1.Pod
+	err := c.poll(ctx, func() (bool, error) {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // transient
+		}
+		last = p
+		return done(p)
+	})
+	return last, err
 }

@@ -63,13 +63,7 @@ func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
 		return err
 	}
 	defer deleteProbe(ctx, cs, probe)
-	var lastPod *corev1.Pod
-	err = c.poll(ctx, func() (bool, error) {
-		p, err := cs.CoreV1().Pods(probe.Namespace).Get(ctx, probe.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // transient
-		}
-		lastPod = p
+	lastPod, err := c.waitPod(ctx, cs, probe, func(p *corev1.Pod) (bool, error) {
 		if p.Status.Phase == corev1.PodFailed {
 			return false, fmt.Errorf("the probe Pod failed: %s", podSummary(p))
 		}
