@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -14,25 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the server's log writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func noEnv(string) string { return "" }
 
@@ -97,7 +80,7 @@ func TestRunGeneratesTokenServesAndStops(t *testing.T) {
 // served is the orchestrator command running in a test.
 type served struct {
 	addr string
-	logs *syncBuffer
+	logs *clienttest.Buffer
 	// stop ends it and returns what run returned.
 	stop func() error
 }
@@ -113,7 +96,7 @@ func startServe(t *testing.T, dir string, flags ...string) *served {
 func startServeEnv(t *testing.T, dir string, getenv func(string) string, flags ...string) *served {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	s := &served{logs: &syncBuffer{}}
+	s := &served{logs: &clienttest.Buffer{}}
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
@@ -157,7 +140,7 @@ func TestRunExplainsPortInUse(t *testing.T) {
 		"OUTPOST_ORCHESTRATOR_DATA_DIR":    t.TempDir(),
 		"OUTPOST_ORCHESTRATOR_ADMIN_TOKEN": "a-long-enough-admin-token",
 	}
-	err = run(t.Context(), nil, func(k string) string { return env[k] }, &syncBuffer{}, nil)
+	err = run(t.Context(), nil, func(k string) string { return env[k] }, &clienttest.Buffer{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "port "+port+" is already in use") || !strings.Contains(err.Error(), "--listen") {
 		t.Fatalf("error %v must name port %s and how to pick another", err, port)
 	}
@@ -169,7 +152,7 @@ func TestRunExplainsUnusableDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(file, "data")
-	err := run(t.Context(), []string{"--data-dir", dir, "--admin-token", "a-long-enough-admin-token", "--listen", "127.0.0.1:0"}, noEnv, &syncBuffer{}, nil)
+	err := run(t.Context(), []string{"--data-dir", dir, "--admin-token", "a-long-enough-admin-token", "--listen", "127.0.0.1:0"}, noEnv, &clienttest.Buffer{}, nil)
 	if err == nil || !strings.Contains(err.Error(), dir) {
 		t.Fatalf("error %v must name the data directory %s", err, dir)
 	}
@@ -188,11 +171,11 @@ func TestFlagsAndSizes(t *testing.T) {
 	}
 	o, err := parseFlags([]string{"--listen", ":9000"}, func(k string) string {
 		return map[string]string{"OUTPOST_ORCHESTRATOR_LISTEN": ":1", "OUTPOST_ORCHESTRATOR_DATA_DIR": "/env/dir"}[k]
-	}, &syncBuffer{})
+	}, &clienttest.Buffer{})
 	if err != nil || o.listen != ":9000" || o.dataDir != "/env/dir" {
 		t.Fatalf("flags %+v (%v): the flag must win over the env, the env over the default", o, err)
 	}
-	if err := run(t.Context(), []string{"--log-format", "xml"}, noEnv, &syncBuffer{}, nil); err == nil || !strings.Contains(err.Error(), "json or text") {
+	if err := run(t.Context(), []string{"--log-format", "xml"}, noEnv, &clienttest.Buffer{}, nil); err == nil || !strings.Contains(err.Error(), "json or text") {
 		t.Fatalf("bad log format: %v", err)
 	}
 }
@@ -213,7 +196,7 @@ func TestSigningSecretFileFlag(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "signing-secret")); err == nil {
 		t.Fatal("a signing secret was written into the data directory too")
 	}
-	help := &syncBuffer{}
+	help := &clienttest.Buffer{}
 	_, _ = parseFlags([]string{"--help"}, noEnv, help)
 	if !strings.Contains(help.String(), "OUTPOST_ORCHESTRATOR_SIGNING_SECRET_FILE") {
 		t.Fatal("--help does not show the signing secret's variable")

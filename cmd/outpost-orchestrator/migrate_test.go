@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/pgtest"
 )
@@ -62,7 +63,7 @@ func TestMigrateStoreThenServeOnPostgreSQL(t *testing.T) {
 	// The URL carries a password the server does not check (trust authentication), so a leak
 	// would show.
 	url := strings.Replace(pg.URL, "outpost@", "outpost:leak-me-not@", 1)
-	var out syncBuffer
+	var out clienttest.Buffer
 	if err := run(t.Context(), []string{"migrate-store", "--from", dir, "--to", url}, noEnv, &out, nil); err != nil {
 		t.Fatalf("migrate-store: %v\n%s", err, out.String())
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
 
@@ -61,12 +62,12 @@ func TestTLSFlagsAreCheckedAtStart(t *testing.T) {
 		"key without cert": {[]string{"--tls-key-file", otherKey}, "go together"},
 		"mismatched pair":  {[]string{"--tls-cert-file", certFile, "--tls-key-file", otherKey}, "--tls-key-file"},
 	} {
-		err := run(t.Context(), append(base, c.flags...), noEnv, &syncBuffer{}, nil)
+		err := run(t.Context(), append(base, c.flags...), noEnv, &clienttest.Buffer{}, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one containing %q", name, err, c.want)
 		}
 	}
-	help := &syncBuffer{}
+	help := &clienttest.Buffer{}
 	_, _ = parseFlags([]string{"--help"}, noEnv, help)
 	for _, want := range []string{"OUTPOST_ORCHESTRATOR_TLS_CERT_FILE", "OUTPOST_ORCHESTRATOR_TLS_KEY_FILE", "TLS 1.2"} {
 		if !strings.Contains(help.String(), want) {

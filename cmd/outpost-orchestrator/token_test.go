@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 )
 
@@ -118,7 +119,7 @@ func TestTokenCommandErrors(t *testing.T) {
 // TestHelpDocumentsTheFlags: --help names every flag with its environment variable and says
 // what the admin token is.
 func TestHelpDocumentsTheFlags(t *testing.T) {
-	var out syncBuffer
+	var out clienttest.Buffer
 	if _, err := parseFlags([]string{"--help"}, noEnv, &out); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
@@ -137,7 +138,7 @@ func TestHelpDocumentsTheFlags(t *testing.T) {
 
 func TestRetentionAndLimitFlags(t *testing.T) {
 	env := map[string]string{"OUTPOST_ORCHESTRATOR_LOG_RETENTION": "7d", "OUTPOST_ORCHESTRATOR_SOURCE_RETENTION": "forever", "OUTPOST_ORCHESTRATOR_READ_TIMEOUT": "30s"}
-	o, err := parseFlags([]string{"--deployment-retention", "2160h", "--max-connections", "64"}, func(k string) string { return env[k] }, &syncBuffer{})
+	o, err := parseFlags([]string{"--deployment-retention", "2160h", "--max-connections", "64"}, func(k string) string { return env[k] }, &clienttest.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +153,12 @@ func TestRetentionAndLimitFlags(t *testing.T) {
 		"--write-timeout 20s":    "long poll",
 		"--max-connections many": "max-connections",
 	} {
-		if _, err := parseFlags(strings.Fields(flagArgs), noEnv, &syncBuffer{}); err == nil || !strings.Contains(err.Error(), wantErr) {
+		if _, err := parseFlags(strings.Fields(flagArgs), noEnv, &clienttest.Buffer{}); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("%s: %v, want an error mentioning %q", flagArgs, err, wantErr)
 		}
 	}
 	bad := map[string]string{"OUTPOST_ORCHESTRATOR_LOG_RETENTION": "a month"}
-	if _, err := parseFlags(nil, func(k string) string { return bad[k] }, &syncBuffer{}); err == nil || !strings.Contains(err.Error(), "OUTPOST_ORCHESTRATOR_LOG_RETENTION") {
+	if _, err := parseFlags(nil, func(k string) string { return bad[k] }, &clienttest.Buffer{}); err == nil || !strings.Contains(err.Error(), "OUTPOST_ORCHESTRATOR_LOG_RETENTION") {
 		t.Errorf("a bad environment value: %v, want the variable named", err)
 	}
 }

@@ -1,7 +1,6 @@
 package orchestrator_test
 
 import (
-	"bytes"
 	"crypto/tls"
 	"log/slog"
 	"net"
@@ -9,30 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // servedName makes a new TLS connection to addr trusting only the test CA and returns the
 // common name of the certificate the server presented.
@@ -68,7 +50,7 @@ func TestTLSCertificateIsReloadedWhenItsFilesChange(t *testing.T) {
 	c, k := ca.Issue(t, issued, "first", time.Now().Add(time.Hour))
 	replacePair(t, certFile, keyFile, c, k)
 
-	logs := &lockedBuffer{}
+	logs := &clienttest.Buffer{}
 	files, err := orchestrator.LoadCertificateFiles(certFile, keyFile, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +148,7 @@ func TestTLSCertificateFilesMustLoadAtStart(t *testing.T) {
 	dir := t.TempDir()
 	c1, _ := ca.Issue(t, dir, "one", time.Now().Add(time.Hour))
 	_, k2 := ca.Issue(t, dir, "two", time.Now().Add(time.Hour))
-	log := slog.New(slog.NewTextHandler(&lockedBuffer{}, nil))
+	log := slog.New(slog.NewTextHandler(&clienttest.Buffer{}, nil))
 	for name, files := range map[string][2]string{
 		"mismatched": {c1, k2},
 		"missing":    {filepath.Join(dir, "none.crt"), k2},

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 )
 
 // The configurations use only what ships inside both CLIs (terraform_data, locals, variables,
@@ -249,7 +250,7 @@ resource "terraform_data" "slow" {
 			sigs := make(chan os.Signal, 2)
 			r := h.runJob(h.deploy(api.OperationApply, inlineSource(t, map[string]string{"main.tf": slow}), nil, "slow"), runOptions{
 				sigs: sigs,
-				during: func(h *harness, d *api.Deployment, stdout *syncBuffer) {
+				during: func(h *harness, d *api.Deployment, stdout *clienttest.Buffer) {
 					waitFor(t, 60*time.Second, "the provisioner to start", func() bool { return strings.Contains(stdout.String(), "Provisioning with 'local-exec'") })
 					sigs <- os.Interrupt
 				},

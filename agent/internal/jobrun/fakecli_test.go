@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 )
 
 // fakeCLI writes a shell script standing in for terraform: `version`, `init` and `output`
@@ -80,7 +81,7 @@ func TestStopLevels(t *testing.T) {
 	t.Run("repeated signal within the debounce is one request", func(t *testing.T) {
 		h := newHarness(t, fakeCLI(t, `trap 'echo "got INT"; exit 5' INT; echo started; while :; do sleep 0.1; done`, ""))
 		sigs := make(chan os.Signal, 4)
-		r := h.runJob(fakeDeploy(t, h), runOptions{sigs: sigs, during: func(_ *harness, _ *api.Deployment, out *syncBuffer) {
+		r := h.runJob(fakeDeploy(t, h), runOptions{sigs: sigs, during: func(_ *harness, _ *api.Deployment, out *clienttest.Buffer) {
 			waitFor(t, 10*time.Second, "apply to start", func() bool { return strings.Contains(out.String(), "started") })
 			sigs <- syscall.SIGTERM
 			sigs <- syscall.SIGTERM // the same stop, delivered twice (process group + wrapper)
@@ -93,7 +94,7 @@ func TestStopLevels(t *testing.T) {
 	t.Run("second signal kills", func(t *testing.T) {
 		h := newHarness(t, fakeCLI(t, stubborn, ""))
 		sigs := make(chan os.Signal, 4)
-		r := h.runJob(fakeDeploy(t, h), runOptions{sigs: sigs, during: func(_ *harness, _ *api.Deployment, out *syncBuffer) {
+		r := h.runJob(fakeDeploy(t, h), runOptions{sigs: sigs, during: func(_ *harness, _ *api.Deployment, out *clienttest.Buffer) {
 			waitFor(t, 10*time.Second, "apply to start", func() bool { return strings.Contains(out.String(), "started") })
 			sigs <- syscall.SIGTERM
 			waitFor(t, 10*time.Second, "the CLI to see the interrupt", func() bool { return strings.Contains(out.String(), "got INT") })
@@ -109,7 +110,7 @@ func TestStopLevels(t *testing.T) {
 		// As the process executor stops a job: SIGTERM to the process group and, through the
 		// wrapper, once more to the job runner. The CLI is in its own group and gets SIGINT once.
 		h := newHarness(t, fakeCLI(t, `trap 'echo "got INT"; exit 5' INT; trap 'echo "got TERM"; exit 6' TERM; echo started; while :; do sleep 0.1; done`, ""))
-		r := h.runJob(fakeDeploy(t, h), runOptions{process: func(p *os.Process, out *syncBuffer) {
+		r := h.runJob(fakeDeploy(t, h), runOptions{process: func(p *os.Process, out *clienttest.Buffer) {
 			waitFor(t, 10*time.Second, "apply to start", func() bool { return strings.Contains(out.String(), "started") })
 			_ = p.Signal(syscall.SIGTERM)
 			_ = p.Signal(syscall.SIGTERM)
@@ -125,7 +126,7 @@ func TestStopLevels(t *testing.T) {
 		}
 		pidFile := filepath.Join(t.TempDir(), "cli.pid")
 		h := newHarness(t, fakeCLI(t, `echo $$ > `+pidFile+`; echo started; while :; do sleep 0.1; done`, ""))
-		r := h.runJob(fakeDeploy(t, h), runOptions{process: func(p *os.Process, out *syncBuffer) {
+		r := h.runJob(fakeDeploy(t, h), runOptions{process: func(p *os.Process, out *clienttest.Buffer) {
 			waitFor(t, 10*time.Second, "apply to start", func() bool { return strings.Contains(out.String(), "started") })
 			_ = p.Kill() // SIGKILL: nothing can be forwarded
 		}})
@@ -145,7 +146,7 @@ func TestStopLevels(t *testing.T) {
 		h := newHarness(t, fakeCLI(t, `trap 'echo "got INT"; exit 5' INT; echo started; while :; do sleep 0.1; done`, ""))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		r := h.runJob(fakeDeploy(t, h), runOptions{ctx: ctx, during: func(_ *harness, _ *api.Deployment, out *syncBuffer) {
+		r := h.runJob(fakeDeploy(t, h), runOptions{ctx: ctx, during: func(_ *harness, _ *api.Deployment, out *clienttest.Buffer) {
 			waitFor(t, 10*time.Second, "apply to start", func() bool { return strings.Contains(out.String(), "started") })
 			cancel()
 		}})
@@ -155,7 +156,7 @@ func TestStopLevels(t *testing.T) {
 	})
 	t.Run("cancel requested at the orchestrator", func(t *testing.T) {
 		h := newHarness(t, fakeCLI(t, `trap 'echo "got INT"; exit 5' INT; while :; do echo "still applying"; sleep 0.2; done`, ""))
-		r := h.runJob(fakeDeploy(t, h), runOptions{during: func(h *harness, d *api.Deployment, out *syncBuffer) {
+		r := h.runJob(fakeDeploy(t, h), runOptions{during: func(h *harness, d *api.Deployment, out *clienttest.Buffer) {
 			waitFor(t, 10*time.Second, "apply to start", func() bool { return strings.Contains(out.String(), "still applying") })
 			if _, err := h.admin.CancelDeployment(context.Background(), d.ID); err != nil {
 				t.Error(err)
@@ -211,7 +212,7 @@ func TestRunnerErrorsAreExitCode2(t *testing.T) {
 			t.Fatal(err)
 		}
 		env := map[string]string{"OUTPOST_API_URL": h.apiURL, "OUTPOST_JOB_TOKEN_FILE": tokenFile}
-		var stdout, stderr syncBuffer
+		var stdout, stderr clienttest.Buffer
 		code := run(context.Background(), nil, func(k string) string { return env[k] }, nil, &stdout, &stderr)
 		if code != ExitRunnerError || !strings.Contains(stdout.String(), "refused the job token") || strings.Contains(stdout.String(), "bm90LWEtdG9rZW4") {
 			t.Fatalf("exit %d:\n%s", code, stdout.String())
@@ -224,7 +225,7 @@ func TestRunnerErrorsAreExitCode2(t *testing.T) {
 // through the dropped connections and the orchestrator ends up with exactly what was printed.
 func TestLogSurvivesOrchestratorRestart(t *testing.T) {
 	h := newHarness(t, fakeCLI(t, `i=0; while [ $i -lt 80 ]; do echo "line $i of the apply"; i=$((i+1)); sleep 0.05; done`, ""))
-	r := h.runJob(fakeDeploy(t, h), runOptions{during: func(h *harness, _ *api.Deployment, out *syncBuffer) {
+	r := h.runJob(fakeDeploy(t, h), runOptions{during: func(h *harness, _ *api.Deployment, out *clienttest.Buffer) {
 		waitFor(t, 10*time.Second, "the apply to print", func() bool { return strings.Contains(out.String(), "line 5 of") })
 		h.down.Store(true)
 		h.orch.Restart(t)

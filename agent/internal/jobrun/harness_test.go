@@ -1,7 +1,6 @@
 package jobrun
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
@@ -132,11 +132,11 @@ type runOptions struct {
 	sigs chan os.Signal    // signals for the job runner; nil: none
 	ctx  context.Context   // nil: background
 	// during runs concurrently with the job runner, e.g. to signal it once its output says so.
-	during func(h *harness, d *api.Deployment, stdout *syncBuffer)
+	during func(h *harness, d *api.Deployment, stdout *clienttest.Buffer)
 	// process, when set, runs the job runner as a process of its own (this test binary,
 	// re-executed into Main) and is called with that process once it started, so the test
 	// can send real signals.
-	process func(p *os.Process, stdout *syncBuffer)
+	process func(p *os.Process, stdout *clienttest.Buffer)
 }
 
 // runJob claims d as the agent would, runs the job runner with the claim's token, reports the
@@ -173,7 +173,7 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 	if runCtx == nil {
 		runCtx = context.Background()
 	}
-	var stdout, stderr syncBuffer
+	var stdout, stderr clienttest.Buffer
 	var wg sync.WaitGroup
 	if o.during != nil {
 		wg.Add(1)
@@ -213,7 +213,7 @@ func (h *harness) runJob(d *api.Deployment, o runOptions) jobResult {
 }
 
 // runProcess runs Main in a child process: the test binary, running only TestHelperJobRunner.
-func (h *harness) runProcess(env map[string]string, stdout, stderr *syncBuffer, started func(*os.Process, *syncBuffer)) int {
+func (h *harness) runProcess(env map[string]string, stdout, stderr *clienttest.Buffer, started func(*os.Process, *clienttest.Buffer)) int {
 	h.t.Helper()
 	cmd := exec.CommandContext(h.t.Context(), os.Args[0], "-test.run=^TestHelperJobRunner$", "-test.v=false")
 	cmd.Env = append(os.Environ(), "JOBRUN_HELPER_PROCESS=1")
@@ -259,24 +259,6 @@ func checkLogDelivery(t *testing.T, r jobResult) {
 			t.Fatal("the job token or the state credential appears in the output")
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the concurrent writes and reads of a test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // waitFor polls cond until it holds or the timeout passes.

@@ -1,12 +1,10 @@
 package session
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,28 +13,11 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
-
-// syncBuffer is a log destination read while the session writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // An agent and a real orchestrator (over HTTP, signed requests) of releases that speak no agent
 // protocol version in common: the orchestrator refuses every poll, the agent logs why with both
@@ -84,7 +65,7 @@ func TestAgentAndOrchestratorRefuseAnIncompatiblePair(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuffer
+			var logs clienttest.Buffer
 			ex := newFakeExec()
 			s := New(Options{Client: ac, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
 				Logger: slog.New(slog.NewTextHandler(&logs, nil)), Instance: "agent-0", Version: "1.0.0", Protocols: c.agent,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -248,26 +249,14 @@ func (w *workdir) stdout(args ...string) ([]byte, error) {
 // started is a CLI process running in the background.
 type started struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *clienttest.Buffer
 	done chan error
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func (w *workdir) start(args ...string) *started {
 	w.t.Helper()
 	cmd := w.command(context.Background(), args...)
-	sb := &syncBuffer{}
+	sb := &clienttest.Buffer{}
 	cmd.Stdout, cmd.Stderr = sb, sb
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)
