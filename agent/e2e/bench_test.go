@@ -21,6 +21,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/benchtest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // Sizes of BenchmarkAgent (the issue asks for ≥ 500 pickups and a burst of 1,000).
@@ -114,7 +115,7 @@ func benchThroughput(b *testing.B) []benchtest.Figure {
 	e := newEnv(b, fmt.Sprintf(`{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":%q}},"spec":{"containers":[{"name":"main"}]}}`, benchRunFor), benchBurst)
 	ctx := b.Context()
 	a := e.startAgent("bench-burst", "--poll-wait", "30s", "--log-level", "info")
-	wait(b, 60*time.Second, "the agent's first poll", func() (bool, string) {
+	testbed.WaitFor(b, 60*time.Second, "the agent's first poll", func() (bool, string) {
 		r, err := e.admin.GetRunner(ctx, e.runnerID)
 		return err == nil && r.Status.Connected, fmt.Sprint(r, err)
 	})

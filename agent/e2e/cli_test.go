@@ -14,6 +14,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/cli"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // cliConfig is the configuration the CLI test deploys: no provider to download, a symlinked
@@ -117,7 +118,7 @@ func TestCLIDeployFollowOnARealAgent(t *testing.T) {
 	stateAddr, healthAddr := freeAddr(t), freeAddr(t)
 	e.startAgent("agent-0", "--runner-id", "web", "--executor", "process", "--leader-elect=false", "--work-dir", t.TempDir(),
 		"--agent-binary", agentBinary(t), "--cli", tf, "--state-listen", stateAddr, "--state-url", "http://"+stateAddr, "--health-listen", healthAddr)
-	wait(t, 30*time.Second, "the agent to connect", func() (bool, string) {
+	testbed.WaitFor(t, 30*time.Second, "the agent to connect", func() (bool, string) {
 		r := c.run(nil, "runner", "get", "web", "-o", "json")
 		return strings.Contains(r.stdout, `"connected": true`), r.stdout
 	})
@@ -165,7 +166,7 @@ func TestCLIDeployFollowOnARealAgent(t *testing.T) {
 	go func() {
 		done <- c.run(&live, "deploy", src, "--runner", "web", "--state-key", "apps/slow", "--var", "name=slow", "--var", "sleep=60", "--follow")
 	}()
-	wait(t, 60*time.Second, "terraform to start creating", func() (bool, string) {
+	testbed.WaitFor(t, 60*time.Second, "terraform to start creating", func() (bool, string) {
 		return strings.Contains(live.String(), "terraform_data.app: Creating..."), live.String()
 	})
 	list := c.must("deployment", "list", "--status", "running", "-o", "json")

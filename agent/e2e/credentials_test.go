@@ -12,6 +12,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // TestStateCredentialIsNotTheJobToken: a running attempt's token Secret holds two credentials,
@@ -29,7 +30,7 @@ func TestStateCredentialIsNotTheJobToken(t *testing.T) {
 	a := e.startAgent("agent-0", flags...)
 	ids := e.deploy(1)
 	var jobToken, stateToken string
-	wait(t, 60*time.Second, "the attempt to run", func() (bool, string) {
+	testbed.WaitFor(t, 60*time.Second, "the attempt to run", func() (bool, string) {
 		d, err := e.admin.GetDeployment(ctx, ids[0])
 		if err != nil || d.Status != api.StatusRunning {
 			return false, fmt.Sprint(d, err)
@@ -79,7 +80,7 @@ func TestStateCredentialIsNotTheJobToken(t *testing.T) {
 	// A new agent process adopts the Job and derives the same state credential.
 	a.kill()
 	e.startAgent("agent-1", flags...)
-	wait(t, 60*time.Second, "the restarted agent to take the state credential", func() (bool, string) {
+	testbed.WaitFor(t, 60*time.Second, "the restarted agent to take the state credential", func() (bool, string) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+stateAddr+"/v1/states/state-0", nil)
 		req.SetBasicAuth(ids[0], stateToken)
 		resp, err := http.DefaultClient.Do(req)

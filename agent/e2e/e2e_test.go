@@ -13,6 +13,7 @@ import (
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 const mergedTemplate = `{
@@ -37,7 +38,7 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	started := time.Now()
 
 	var jobName string
-	wait(t, 60*time.Second, "the agent to create the Job", func() (bool, string) {
+	testbed.WaitFor(t, 60*time.Second, "the agent to create the Job", func() (bool, string) {
 		js := e.jobs()
 		if len(js) == 1 {
 			jobName = js[0].Name
@@ -118,7 +119,7 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 		t.Errorf("events %+v", evs)
 	}
 	// Acknowledged, the Job stays in the history (default 10 succeeded), without its token Secret.
-	wait(t, 30*time.Second, "the Job to be kept in the history after its finished event", func() (bool, string) {
+	testbed.WaitFor(t, 30*time.Second, "the Job to be kept in the history after its finished event", func() (bool, string) {
 		return len(e.jobs()) == 0 && len(e.history(kubeexec.HistorySucceeded)) == 1, ""
 	})
 	if _, err := e.cluster.Client().CoreV1().Secrets(e.ns).Get(context.Background(), sec.Name, metav1.GetOptions{}); err == nil {
@@ -161,7 +162,7 @@ func TestStuckPendingFailsWithSchedulingReason(t *testing.T) {
 		t.Errorf("failed after %s, before the startup timeout", el)
 	}
 	t.Logf("failed after %s: %s", time.Since(began).Round(time.Millisecond), d.Message)
-	wait(t, 30*time.Second, "the Job to be kept as failed", func() (bool, string) {
+	testbed.WaitFor(t, 30*time.Second, "the Job to be kept as failed", func() (bool, string) {
 		return len(e.jobs()) == 0 && len(e.history(kubeexec.HistoryFailed)) == 1, ""
 	})
 }
@@ -173,7 +174,7 @@ func TestCancelDirective(t *testing.T) {
 	e := newEnv(t, `{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":"10m"}},"spec":{"containers":[{"name":"main"}]}}`, 5)
 	e.startAgent("agent-0", "--leader-elect=false", "--cancel-grace", "5s")
 	ids := e.deploy(1)
-	wait(t, 60*time.Second, "the deployment to run", func() (bool, string) {
+	testbed.WaitFor(t, 60*time.Second, "the deployment to run", func() (bool, string) {
 		d, err := e.admin.GetDeployment(context.Background(), ids[0])
 		if err != nil {
 			return false, err.Error()
@@ -189,7 +190,7 @@ func TestCancelDirective(t *testing.T) {
 		t.Fatalf("deployment status %q reason %q", d.Status, d.Reason)
 	}
 	// A canceled run is kept in the history among the failed ones.
-	wait(t, 30*time.Second, "the Job to be kept as failed", func() (bool, string) {
+	testbed.WaitFor(t, 30*time.Second, "the Job to be kept as failed", func() (bool, string) {
 		j, err := e.cluster.Client().BatchV1().Jobs(e.ns).Get(context.Background(), jobName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -16,6 +16,7 @@ import (
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // creations watches the namespace's Jobs and records every Job object (by UID) per deployment id, so
@@ -84,7 +85,7 @@ func (e *env) checkExactlyOnce(ids []string, c *creations) {
 			e.t.Errorf("deployment %s: %d finished events, want exactly 1: %+v", id, n, evs)
 		}
 	}
-	wait(e.t, 60*time.Second, "every Job out of the live set (kept in the history) after its finished event", func() (bool, string) { return len(e.jobs()) == 0, "" })
+	testbed.WaitFor(e.t, 60*time.Second, "every Job out of the live set (kept in the history) after its finished event", func() (bool, string) { return len(e.jobs()) == 0, "" })
 }
 
 // TestSIGKILLWhileJobsRun kills the agent with 20 Jobs running and starts it again: the new
@@ -96,7 +97,7 @@ func TestSIGKILLWhileJobsRun(t *testing.T) {
 	a := e.startAgent("agent-0")
 	ids := e.deploy(20)
 	began := time.Now()
-	wait(t, 90*time.Second, "20 Jobs", func() (bool, string) { return c.jobs() == 20, "" })
+	testbed.WaitFor(t, 90*time.Second, "20 Jobs", func() (bool, string) { return c.jobs() == 20, "" })
 	t.Logf("20 Jobs created %s after enqueue; SIGKILL", time.Since(began).Round(time.Millisecond))
 	a.kill()
 	b := e.startAgent("agent-0")
@@ -234,12 +235,12 @@ func TestOrchestratorDown30s(t *testing.T) {
 	c := e.watchCreations()
 	a := e.startAgent("agent-0", "--leader-elect=false")
 	ids := e.deploy(5)
-	wait(t, 60*time.Second, "5 Jobs", func() (bool, string) { return c.jobs() == 5, "" })
+	testbed.WaitFor(t, 60*time.Second, "5 Jobs", func() (bool, string) { return c.jobs() == 5, "" })
 	p.down()
 	downAt := time.Now()
 	t.Log("orchestrator unreachable")
 	// The Jobs finish while the orchestrator is away: their finished events must be kept on the Jobs.
-	wait(t, 30*time.Second, "an undelivered finished event kept on a Job", func() (bool, string) {
+	testbed.WaitFor(t, 30*time.Second, "an undelivered finished event kept on a Job", func() (bool, string) {
 		for _, j := range e.jobs() {
 			if j.Annotations[kubeexec.AnnPendingEvent] != "" {
 				return true, ""

@@ -18,6 +18,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // The fault suite: each fault is injected while deployments run on the test bed's kwok node,
@@ -203,7 +204,7 @@ func etcdPause(t *testing.T) faultRow {
 	c := e.watchCreations()
 	e.startAgent("agent-0", "--leader-elect=false")
 	ids := e.deploy(n)
-	wait(t, 60*time.Second, "the first Jobs", func() (bool, string) { return c.jobs() >= 5, "" })
+	testbed.WaitFor(t, 60*time.Second, "the first Jobs", func() (bool, string) { return c.jobs() >= 5, "" })
 	resume, err := e.cluster.Pause("etcd")
 	if err != nil {
 		t.Skip(err) // a reused test bed: its etcd is not this process's to pause
@@ -342,7 +343,7 @@ func replay(t *testing.T) faultRow {
 	began := time.Now()
 	e.startAgent("agent-0", "--leader-elect=false")
 	ids := e.deploy(n)
-	wait(t, 60*time.Second, "half the Jobs", func() (bool, string) { return c.jobs() >= n/2, "" })
+	testbed.WaitFor(t, 60*time.Second, "half the Jobs", func() (bool, string) { return c.jobs() >= n/2, "" })
 	p.mu.Lock()
 	p.record = nil // the replays themselves are not captured
 	p.mu.Unlock()

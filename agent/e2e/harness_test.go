@@ -235,31 +235,11 @@ func (e *env) deploy(n int) []string {
 	return ids
 }
 
-// wait polls cond until it holds or the timeout passes.
-func wait(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if state != "" {
-			last = state
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // waitTerminal waits until every deployment is terminal and returns them by id.
 func (e *env) waitTerminal(ids []string, timeout time.Duration) map[string]*api.Deployment {
 	e.t.Helper()
 	out := map[string]*api.Deployment{}
-	wait(e.t, timeout, fmt.Sprintf("%d deployments to finish", len(ids)), func() (bool, string) {
+	testbed.WaitFor(e.t, timeout, fmt.Sprintf("%d deployments to finish", len(ids)), func() (bool, string) {
 		pending := 0
 		var sample string
 		for _, id := range ids {

@@ -9,6 +9,7 @@ import (
 
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // TestHistoryKeepsTheLastJobs: after 15 deployments (10 succeeded, then 5 failed) the cluster
@@ -47,7 +48,7 @@ func TestHistoryKeepsTheLastJobs(t *testing.T) {
 			bad := e.deploy(5)
 			results := e.waitTerminal(append(append([]string(nil), ok...), bad...), 3*time.Minute)
 
-			wait(t, 60*time.Second, "the history to hold the configured number of Jobs", func() (bool, string) {
+			testbed.WaitFor(t, 60*time.Second, "the history to hold the configured number of Jobs", func() (bool, string) {
 				s, f, live := len(e.history(kubeexec.HistorySucceeded)), len(e.history(kubeexec.HistoryFailed)), len(e.jobs())
 				return s == tc.succeeded && f == tc.failed && live == 0, fmt.Sprintf("%d succeeded, %d failed, %d live", s, f, live)
 			})
@@ -72,7 +73,7 @@ func TestHistoryKeepsTheLastJobs(t *testing.T) {
 			// or report again.
 			a.kill()
 			b := e.startAgent("agent-1", append([]string{"--leader-elect=false"}, tc.flags...)...)
-			wait(t, 30*time.Second, "the new agent to watch its Jobs", func() (bool, string) { return b.logCount("watching Jobs") > 0, "" })
+			testbed.WaitFor(t, 30*time.Second, "the new agent to watch its Jobs", func() (bool, string) { return b.logCount("watching Jobs") > 0, "" })
 			time.Sleep(6 * time.Second) // more than one long poll (--poll-wait 5s)
 			if n := b.logCount("re-adopted running attempts"); n != 0 {
 				t.Errorf("the restarted agent re-adopted kept Jobs (%d log lines)", n)

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // TestJobPodSettingsReachTheJob: a runner's job pod settings, its pod template, the agent's
@@ -46,7 +47,7 @@ func TestJobPodSettingsReachTheJob(t *testing.T) {
 		"--job-provider-installation", `provider_installation { network_mirror { url = "https://mirror.corp/providers/" } }`)
 	ids := e.deploy(1)
 
-	wait(t, 60*time.Second, "the agent to create the Job", func() (bool, string) { return len(e.jobs()) == 1, "" })
+	testbed.WaitFor(t, 60*time.Second, "the agent to create the Job", func() (bool, string) { return len(e.jobs()) == 1, "" })
 	job := e.jobs()[0]
 	spec := job.Spec.Template.Spec
 	if l := job.Spec.Template.Labels; l["team"] != "payments" || l["tier"] != "batch" {

@@ -19,6 +19,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // agentMemoryLimit is the chart's memory limit of the agent container.
@@ -119,7 +120,7 @@ func TestStateUploadsStayWithinTheMemoryLimit(t *testing.T) {
 		ids = append(ids, d.ID)
 	}
 	tokens := map[string]string{}
-	wait(t, 90*time.Second, "four apply attempts running", func() (bool, string) {
+	testbed.WaitFor(t, 90*time.Second, "four apply attempts running", func() (bool, string) {
 		for _, id := range ids {
 			if tokens[id] != "" {
 				continue

@@ -13,6 +13,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // slowConfig needs no provider download: terraform_data and local-exec are built in.
@@ -47,7 +48,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait(t, 60*time.Second, "terraform to run", func() (bool, string) {
+	testbed.WaitFor(t, 60*time.Second, "terraform to run", func() (bool, string) {
 		got, err := e.admin.GetLogs(context.Background(), d.ID, 0, 1<<20)
 		if err != nil {
 			return false, err.Error()
@@ -75,7 +76,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 	if err != nil || !strings.Contains(string(state), `"first"`) {
 		t.Errorf("state in the cluster: %v\n%s", err, state)
 	}
-	wait(t, 30*time.Second, "the attempt's folder removed after its finished event", func() (bool, string) {
+	testbed.WaitFor(t, 30*time.Second, "the attempt's folder removed after its finished event", func() (bool, string) {
 		ents, _ := os.ReadDir(workDir)
 		return len(ents) == 0, ""
 	})

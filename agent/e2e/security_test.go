@@ -19,6 +19,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // These tests attack the agent the way an orchestrator admin token, a deployment's code or another
@@ -176,7 +177,7 @@ func TestForgedAndTamperedJobsAreNotTrusted(t *testing.T) {
 	// A deployment of the agent's own, running; then tampered: its state key and its token.
 	ids := e.deploy(1)
 	var own batchv1.Job
-	wait(t, 60*time.Second, "the agent's Job to run", func() (bool, string) {
+	testbed.WaitFor(t, 60*time.Second, "the agent's Job to run", func() (bool, string) {
 		d, err := e.admin.GetDeployment(ctx, ids[0])
 		if err != nil || d.Status != api.StatusRunning {
 			return false, fmt.Sprint(d, err)
@@ -196,7 +197,7 @@ func TestForgedAndTamperedJobsAreNotTrusted(t *testing.T) {
 
 	// The agent still works: a new deployment runs to the end.
 	more := e.deploy(1)
-	wait(t, 90*time.Second, "a new deployment to run despite the forged Jobs", func() (bool, string) {
+	testbed.WaitFor(t, 90*time.Second, "a new deployment to run despite the forged Jobs", func() (bool, string) {
 		d, err := e.admin.GetDeployment(ctx, more[0])
 		return err == nil && d.Status == api.StatusRunning, fmt.Sprint(d, err)
 	})

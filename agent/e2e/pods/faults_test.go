@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // slow is a configuration whose apply runs a shell command for the given seconds (local-exec,
@@ -44,7 +45,7 @@ output "seconds" {
 func TestAgentPodDeletedMidDeployment(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{replicas: 2})
-	wait(t, 2*time.Minute, "both agent pods to be ready", func() (bool, string) {
+	testbed.WaitFor(t, 2*time.Minute, "both agent pods to be ready", func() (bool, string) {
 		ready := 0
 		for _, p := range e.agentPods() {
 			for _, c := range p.Status.Conditions {
@@ -65,7 +66,7 @@ func TestAgentPodDeletedMidDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	wait(t, 2*time.Minute, "another agent pod to take the leader Lease", func() (bool, string) {
+	testbed.WaitFor(t, 2*time.Minute, "another agent pod to take the leader Lease", func() (bool, string) {
 		h := e.leader()
 		return h != "" && h != leader, "holder " + h
 	})

@@ -146,7 +146,7 @@ state: {namespace: %s}
 func (e *env) waitConnected() {
 	e.t.Helper()
 	var r *api.Runner
-	wait(e.t, 2*time.Minute, "the agent pod to connect to the orchestrator", func() (bool, string) {
+	testbed.WaitFor(e.t, 2*time.Minute, "the agent pod to connect to the orchestrator", func() (bool, string) {
 		var err error
 		if r, err = e.admin.GetRunner(context.Background(), runnerID); err != nil {
 			return false, err.Error()
@@ -199,7 +199,7 @@ func (e *env) deploy(op api.Operation, files map[string]string, stateKey string)
 func (e *env) follow(id string, enqueued time.Time, timeout time.Duration) run {
 	e.t.Helper()
 	var r run
-	wait(e.t, timeout, "deployment "+id+" to finish", func() (bool, string) {
+	testbed.WaitFor(e.t, timeout, "deployment "+id+" to finish", func() (bool, string) {
 		ctx := context.Background()
 		d, err := e.admin.GetDeployment(ctx, id)
 		if err != nil {
@@ -223,7 +223,7 @@ func (e *env) follow(id string, enqueued time.Time, timeout time.Duration) run {
 // waitLog waits until the deployment's log contains s.
 func (e *env) waitLog(id, s string, timeout time.Duration) {
 	e.t.Helper()
-	wait(e.t, timeout, fmt.Sprintf("%q in the log of %s", s, id), func() (bool, string) {
+	testbed.WaitFor(e.t, timeout, fmt.Sprintf("%q in the log of %s", s, id), func() (bool, string) {
 		chunk, err := e.admin.GetLogs(context.Background(), id, 0, 4<<20)
 		if err != nil {
 			return false, err.Error()
@@ -273,7 +273,7 @@ func (e *env) noLeftovers() {
 	e.t.Helper()
 	sel := metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue}
 	cs := e.c.Client()
-	wait(e.t, 90*time.Second, "the agent to move the Job into the history and remove its token Secret", func() (bool, string) {
+	testbed.WaitFor(e.t, 90*time.Second, "the agent to move the Job into the history and remove its token Secret", func() (bool, string) {
 		ctx := context.Background()
 		var left []string
 		jobs, err := cs.BatchV1().Jobs(e.jobsNS).List(ctx, sel)
@@ -367,24 +367,4 @@ func containerStates(ss []corev1.ContainerStatus) string {
 		}
 	}
 	return "[" + strings.Join(out, "; ") + "]"
-}
-
-// wait polls cond every 200 ms until it holds or the timeout passes.
-func wait(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if state != "" {
-			last = state
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s; last: %s", timeout, what, last)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
