@@ -6,6 +6,7 @@ package testreport
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -37,6 +38,14 @@ type Summary struct {
 	// non-zero, a timeout.
 	FailedPackages []string
 	Skips          []Skip
+	// Slowest are the top-level tests that took longest, longest first (Options.Slowest of them).
+	Slowest []Timing
+}
+
+// Timing is how long one top-level test ran, subtests included.
+type Timing struct {
+	Package, Test string
+	Seconds       float64
 }
 
 // Options tune Run.
@@ -48,6 +57,9 @@ type Options struct {
 	ListSkips bool
 	// ModulePath is trimmed from package names in the summary.
 	ModulePath string
+	// Slowest lists this many of the longest top-level tests in the summary, so a run that got
+	// slower says where the time went without a second run (0: none).
+	Slowest int
 }
 
 // test is the buffered output of one test, kept until the test's outcome is known.
@@ -105,6 +117,9 @@ func Run(in io.Reader, out io.Writer, opts Options) (Summary, bool, error) {
 			case "pass":
 				sum.Passed++
 				t.done, t.output = true, nil
+				if !strings.Contains(ev.Test, "/") {
+					sum.Slowest = append(sum.Slowest, Timing{Package: ev.Package, Test: ev.Test, Seconds: ev.Elapsed})
+				}
 			case "fail":
 				sum.Failed++
 				t.done = true
@@ -144,6 +159,8 @@ func Run(in io.Reader, out io.Writer, opts Options) (Summary, bool, error) {
 	if err := sc.Err(); err != nil {
 		return sum, false, fmt.Errorf("reading go test -json output: %w", err)
 	}
+	slices.SortStableFunc(sum.Slowest, func(a, b Timing) int { return cmp.Compare(b.Seconds, a.Seconds) })
+	sum.Slowest = sum.Slowest[:min(opts.Slowest, len(sum.Slowest))]
 	ok := writeSummary(out, sum, opts)
 	return sum, ok, nil
 }
@@ -200,6 +217,12 @@ func writeSummary(out io.Writer, sum Summary, opts Options) bool {
 			return "."
 		}
 		return strings.TrimPrefix(p, opts.ModulePath+"/")
+	}
+	if len(sum.Slowest) > 0 {
+		fmt.Fprintf(out, "\nslowest tests (passed, subtests included):\n")
+		for _, t := range sum.Slowest {
+			fmt.Fprintf(out, "  %7.1fs  %s %s\n", t.Seconds, short(t.Package), t.Test)
+		}
 	}
 	var refused []Skip
 	byReason := map[string][]Skip{}

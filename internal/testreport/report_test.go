@@ -110,3 +110,28 @@ func TestBuildFailureIsReported(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowestTests: the summary names the longest passed top-level tests, longest first; a
+// subtest is part of its parent's time and a failed test is reported as a failure instead.
+func TestSlowestTests(t *testing.T) {
+	t.Parallel()
+	events := strings.Join([]string{
+		`{"Action":"pass","Package":"m/a","Test":"TestA/sub","Elapsed":2.0}`,
+		`{"Action":"pass","Package":"m/a","Test":"TestA","Elapsed":2.5}`,
+		`{"Action":"pass","Package":"m/b","Test":"TestB","Elapsed":7.1}`,
+		`{"Action":"pass","Package":"m/b","Test":"TestQuick","Elapsed":0.1}`,
+		`{"Action":"fail","Package":"m/b","Test":"TestC","Elapsed":9}`,
+	}, "\n")
+	var out bytes.Buffer
+	sum, _, err := testreport.Run(strings.NewReader(events), &out, testreport.Options{Slowest: 2, ModulePath: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []testreport.Timing{{Package: "m/b", Test: "TestB", Seconds: 7.1}, {Package: "m/a", Test: "TestA", Seconds: 2.5}}
+	if len(sum.Slowest) != 2 || sum.Slowest[0] != want[0] || sum.Slowest[1] != want[1] {
+		t.Errorf("slowest %+v, want %+v", sum.Slowest, want)
+	}
+	if !strings.Contains(out.String(), "slowest tests (passed, subtests included):\n      7.1s  b TestB\n      2.5s  a TestA\n") {
+		t.Errorf("the report lacks the slowest tests:\n%s", out.String())
+	}
+}
