@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -367,59 +366,11 @@ func (a *busyAgent) run(ctx context.Context) {
 	}
 }
 
-// orchestratorProcess is the outpost-orchestrator binary running on a loopback port.
-type orchestratorProcess struct {
-	cmd        *exec.Cmd
-	url, token string
-}
-
 func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
 	dir := b.TempDir()
-	bin := filepath.Join(dir, "outpost-orchestrator")
-	if out, err := exec.CommandContext(b.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(b.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	o := &orchestratorProcess{url: "http://" + addr, token: "bench-admin-token-0123456789abcdef"}
-	logDir := dir
-	if d := benchtest.Dir(); d != "" {
-		logDir = d // kept with the results
-	}
-	logFile, err := os.Create(filepath.Join(logDir, "orchestrator-scale.log"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	o.cmd = exec.CommandContext(context.WithoutCancel(b.Context()), bin, "--listen", addr, "--data-dir", filepath.Join(dir, "data"),
-		"--max-connections", strconv.Itoa(maxConnections), "--log-format", "json")
-	o.cmd.Env = append(os.Environ(), "OUTPOST_ORCHESTRATOR_ADMIN_TOKEN="+o.token)
-	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
-	if err := o.cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = o.cmd.Process.Signal(syscall.SIGTERM)
-		_ = o.cmd.Wait()
-		_ = logFile.Close()
-	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		req, _ := http.NewRequestWithContext(b.Context(), http.MethodGet, o.url+"/healthz", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			return o
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the orchestrator did not answer on %s: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	bin := goBuild(b, dir, ".", "outpost-orchestrator")
+	return runOrchestrator(b, logDir(b), "orchestrator-scale", bin, freeLoopbackAddr(b), "bench-admin-token-0123456789abcdef",
+		"--data-dir", filepath.Join(dir, "data"), "--max-connections", strconv.Itoa(maxConnections))
 }
 
 // raiseFileLimit lifts this process's open-file limit (and its children's) to at least n, as far

@@ -186,6 +186,7 @@ func (s *Session) send(ctx context.Context, att *attemptState, st executor.Attem
 		att.acked = true
 		s.mu.Unlock()
 		s.observeFinished(st, ev, log)
+		s.attemptEnded()
 	}
 	if !st.Terminal() && !acked {
 		return

@@ -36,7 +36,16 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		resp, err := s.o.Client.Poll(ctx, req)
+		pctx, cut := context.WithCancel(ctx)
+		s.mu.Lock()
+		s.cutPoll, s.pollFree = cut, req.CapacityFree
+		s.mu.Unlock()
+		resp, err := s.o.Client.Poll(pctx, req)
+		s.mu.Lock()
+		wasCut := s.cutPoll == nil // attemptEnded took it
+		s.cutPoll = nil
+		s.mu.Unlock()
+		cut()
 		s.o.Metrics.PollDuration.Observe(time.Since(began).Seconds())
 		if err == nil {
 			err = s.checkProtocol(resp)
@@ -44,6 +53,9 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		if err != nil {
 			if ctx.Err() != nil {
 				break
+			}
+			if wasCut {
+				continue // restate the free slot now
 			}
 			wait := back.Next(api.RetryAfter(err))
 			if errors.Is(err, api.ErrIncompatibleProtocol) {
@@ -81,6 +93,20 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// attemptEnded is called when the orchestrator acknowledged an attempt's finished event, which
+// freed its slot. A long poll in flight that stated less capacity than the agent's limit is cut
+// short, so the next poll states the free slot: the orchestrator offers no more than a poll
+// states, and the deployments queued behind the attempt would otherwise wait out the poll (up to
+// 30 s) however soon the slot freed.
+func (s *Session) attemptEnded() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cutPoll != nil && s.pollFree < s.effectiveLimit() {
+		s.cutPoll()
+		s.cutPoll = nil
+	}
 }
 
 // errProtocolAnswer is an answer from an orchestrator that chose a protocol version this agent

@@ -79,6 +79,10 @@ type Session struct {
 	inflight sync.WaitGroup
 	// kick wakes the event loop early.
 	kick *executor.Notifier
+	// cutPoll ends the long poll in flight (nil when none is), and pollFree is the capacity it
+	// stated; see attemptEnded.
+	cutPoll  context.CancelFunc
+	pollFree int
 }
 
 // attemptState is what the session remembers about an attempt between passes. All of it can be

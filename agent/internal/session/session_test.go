@@ -28,6 +28,8 @@ type fakeOrch struct {
 	max    int
 	// strict refuses a poll that restates a malformed attempt, as the orchestrator does.
 	strict bool
+	// hold is how long a long poll with nothing to offer is held (default 50 ms).
+	hold time.Duration
 }
 
 func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
@@ -42,15 +44,19 @@ func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResp
 	n := min(req.CapacityFree, len(f.offers))
 	offers := f.offers[:n]
 	f.offers = f.offers[n:]
+	hold, limit := 50*time.Millisecond, f.max
+	if f.hold > 0 && req.WaitSeconds > 0 {
+		hold = f.hold
+	}
 	f.mu.Unlock()
 	if len(offers) == 0 {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(hold):
 		}
 	}
-	return &api.PollResponse{Offers: offers, MaxConcurrency: f.max}, nil
+	return &api.PollResponse{Offers: offers, MaxConcurrency: limit}, nil
 }
 
 func (f *fakeOrch) Claim(_ context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
@@ -241,6 +247,40 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 		!strings.Contains(bad[0].Message, "is set by the runner") {
 		t.Errorf("finished event of the refused attempt: %+v", bad)
 	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAttemptEndingCutsAPollAtCapacity: an agent at its capacity long-polls stating no slot free
+// (the orchestrator then offers nothing, however long the queue). When its attempt's finished
+// event is acknowledged, that poll is cut short and the next one states the free slot, instead of
+// the queue waiting out the long poll.
+func TestAttemptEndingCutsAPollAtCapacity(t *testing.T) {
+	orch := &fakeOrch{max: 1, hold: time.Minute, offers: []api.Offer{{DeploymentID: "dep-a", Attempt: 1}}}
+	ex := newFakeExec()
+	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: 30 * time.Second})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	lastPoll := func() api.PollRequest {
+		orch.mu.Lock()
+		defer orch.mu.Unlock()
+		if len(orch.polls) == 0 {
+			return api.PollRequest{}
+		}
+		return orch.polls[len(orch.polls)-1]
+	}
+	waitFor(t, "the attempt started and a long poll with no slot free", func() bool {
+		ex.mu.Lock()
+		started := len(ex.starts) == 1
+		ex.mu.Unlock()
+		p := lastPoll()
+		return started && p.CapacityFree == 0 && p.WaitSeconds > 0
+	})
+	ex.set("dep-a", func(s *executor.AttemptStatus) { s.Started, s.Status = true, api.StatusSucceeded })
+	waitFor(t, "a poll stating the free slot, before the held poll's minute is over", func() bool { return lastPoll().CapacityFree == 1 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

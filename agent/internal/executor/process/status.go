@@ -205,5 +205,14 @@ func alivePid(dir string) (int, bool) {
 		return pid, false // exited, not yet reaped
 	}
 	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	return pid, bytes.Contains(cmdline, []byte(WrapperCommand)) && bytes.Contains(cmdline, []byte(dir))
+	return pid, isWrapperOf(cmdline, dir)
+}
+
+// isWrapperOf reports whether a live process's command line is that of the wrapper of the
+// attempt in dir. An empty one counts: a process that is still inside execve has released its
+// parent (the agent then records its pid) before the kernel set up its new arguments, and a
+// status pass in that moment must not take the new attempt for a dead one. A recycled pid
+// belongs to a process with a command line of its own.
+func isWrapperOf(cmdline []byte, dir string) bool {
+	return len(cmdline) == 0 || bytes.Contains(cmdline, []byte(WrapperCommand)) && bytes.Contains(cmdline, []byte(dir))
 }
