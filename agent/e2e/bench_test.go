@@ -91,6 +91,9 @@ func benchPickup(b *testing.B) []benchtest.Figure {
 			b.Fatal(err)
 		}
 		floorSeen := w.waitAdded(b, job.Name)
+		if done := i + 1 - benchWarmup; done > 0 && done%100 == 0 {
+			benchtest.Progress("pickup: %d of %d deployments", done, benchPickups)
+		}
 		if i >= benchWarmup {
 			agentLat = append(agentLat, seen.Sub(t0))
 			floorLat = append(floorLat, floorSeen.Sub(t1))
@@ -121,6 +124,7 @@ func benchThroughput(b *testing.B) []benchtest.Figure {
 	})
 	// Idle: after its first polls, the agent only waits on its long poll and its watches.
 	idleFrom := mustUsage(b, a.cmd.Process.Pid)
+	benchtest.Progress("throughput: agent idle for 10 s, then %d deployments queued while it is stopped", benchBurst)
 	time.Sleep(10 * time.Second)
 	idleTo := mustUsage(b, a.cmd.Process.Pid)
 
@@ -132,6 +136,7 @@ func benchThroughput(b *testing.B) []benchtest.Figure {
 	t0 := time.Now()
 	a.signal(syscall.SIGCONT)
 	allCreated := w.waitCount(b, watch.Added, benchBurst, 5*time.Minute)
+	benchtest.Progress("throughput: all %d Jobs created; waiting for them to be reported finished (pods run %s)", benchBurst, benchRunFor)
 	first := w.nth(watch.Added, 1)
 	template, err := e.cluster.Client().BatchV1().Jobs(e.ns).Get(ctx, kubeexec.JobName(ids[0], 1), metav1.GetOptions{})
 	if err != nil {
@@ -147,6 +152,7 @@ func benchThroughput(b *testing.B) []benchtest.Figure {
 		}
 	}
 
+	benchtest.Progress("throughput: the bare client-go floor creates %d Jobs and Secrets", benchBurst)
 	floorRate := floorBurst(b, e, template)
 	rate := float64(benchBurst-1) / allCreated.Sub(first).Seconds()
 	created := benchtest.Figure{Section: "throughput", Name: fmt.Sprintf("%d queued → Jobs created per second", benchBurst), Value: rate, Unit: "Jobs/s",
