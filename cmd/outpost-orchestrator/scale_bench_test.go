@@ -400,6 +400,9 @@ func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
 		"--max-connections", strconv.Itoa(maxConnections), "--log-format", "json")
 	o.cmd.Env = append(os.Environ(), "OUTPOST_ORCHESTRATOR_ADMIN_TOKEN="+o.token)
 	o.cmd.Stdout, o.cmd.Stderr = logFile, logFile
+	// A benchmark killed half-way must not leave the orchestrator running (holding its port and
+	// whatever the caller's lock is).
+	o.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := o.cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
