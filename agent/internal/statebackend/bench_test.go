@@ -115,7 +115,7 @@ func BenchmarkStateBackends(b *testing.B) {
 				label := sizeLabel(size)
 				file := filepath.Join(dir, c.name+"-"+label+".tfstate")
 				r := stateRow{cli: c.name, size: size, reps: repsFor(size, reps)}
-				benchtest.Progress("state backends: %s, %s, %d runs of each backend", c.name, label, r.reps)
+				benchtest.Progress("state backends: %s, %s, each backend %d time(s)", c.name, label, r.reps)
 
 				stockDir := newWorkdirWith(b, c, fmt.Sprintf(`terraform {
   backend "kubernetes" {
