@@ -66,6 +66,9 @@ func startProcess(tb testing.TB, logs, name, bin string, env []string, args ...s
 	p.cmd = exec.CommandContext(context.WithoutCancel(tb.Context()), bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
+	// A test or benchmark killed half-way must not leave its processes running, holding ports
+	// and whatever lock its caller took.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		f.Close()
 		tb.Fatal(err)

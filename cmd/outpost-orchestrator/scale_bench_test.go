@@ -27,7 +27,7 @@ import (
 // scaleJobRate deployments per second and an admin client reads every scaleAdminEvery.
 const (
 	scaleRamp       = 10 * time.Second
-	scaleSettle     = 10 * time.Second
+	scaleSettle     = 5 * time.Second
 	scaleWindow     = 30 * time.Second
 	scaleJobRate    = 5
 	scaleAdminEvery = 50 * time.Millisecond
@@ -119,6 +119,7 @@ func BenchmarkOrchestratorScale(b *testing.B) {
 			}
 			started = n
 		}
+		benchtest.Progress("orchestrator scale: %d idle agents polling; settling %s, then measuring %s", n, scaleSettle, scaleWindow)
 		time.Sleep(scaleSettle)
 		m := measureWindow(b, load, o, admin, busy, &polls)
 		if n == 0 {

@@ -212,3 +212,9 @@ func Table(results []Results) string {
 	}
 	return sb.String()
 }
+
+// Progress prints one line saying how far a long step got, as it happens ("bench: " first, so
+// make bench shows these lines while the rest of go test's output goes to its log).
+func Progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: %s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
+}

@@ -41,6 +41,7 @@ func BenchmarkCLIStart(b *testing.B) {
 			first := e.firstCLILine(d.ID, t0)
 			if r >= warmup {
 				lat = append(lat, first)
+				benchtest.Progress("real pod: plan %d of %d: CLI's first line after %s", r+1-warmup, runs, first.Round(time.Millisecond))
 			}
 			if run := e.follow(d.ID, t0, 2*time.Minute); run.d.Status != api.StatusSucceeded {
 				b.Fatalf("plan %s: %s (%s) %s\n%s", d.ID, run.d.Status, run.d.Reason, run.d.Message, run.log)

@@ -85,7 +85,7 @@ func BenchmarkStateBackends(b *testing.B) {
 
 	run := func(w *workdir, file string, size int) result {
 		var pushes, pulls []time.Duration
-		for r := 0; r < reps; r++ {
+		for r := 0; r < repsFor(size, reps); r++ {
 			must(b, os.WriteFile(file, benchState(size, r+1, lineage), 0o600))
 			start := time.Now()
 			if out, err := w.run("state", "push", "-force", file); err != nil {
@@ -114,7 +114,8 @@ func BenchmarkStateBackends(b *testing.B) {
 			for _, size := range sizes {
 				label := sizeLabel(size)
 				file := filepath.Join(dir, c.name+"-"+label+".tfstate")
-				r := stateRow{cli: c.name, size: size}
+				r := stateRow{cli: c.name, size: size, reps: repsFor(size, reps)}
+				benchtest.Progress("state backends: %s, %s, each backend %d time(s)", c.name, label, r.reps)
 
 				stockDir := newWorkdirWith(b, c, fmt.Sprintf(`terraform {
   backend "kubernetes" {
@@ -144,7 +145,7 @@ func BenchmarkStateBackends(b *testing.B) {
 	}
 
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\nState backends, median of %d runs each, CLI wall time (start-up included); ratio = stock / outpost (>1: Outpost faster); agent client %s\n", reps, wire)
+	fmt.Fprintf(&sb, "\nState backends, median of %d runs each (states of %s and more: %d), CLI wall time (start-up included); ratio = stock / outpost (>1: Outpost faster); agent client %s\n", reps, sizeLabel(onceFrom), repsFor(onceFrom, reps), wire)
 	fmt.Fprintf(&sb, "%-9s %-8s | %-14s %-14s %-7s | %-14s %-14s %-7s\n", "cli", "state", "stock push", "outpost push", "ratio", "stock pull", "outpost pull", "ratio")
 	fmt.Fprintf(&sb, "%s\n", strings.Repeat("-", 100))
 	var failures []string
@@ -183,7 +184,7 @@ func BenchmarkStateBackends(b *testing.B) {
 	if benchtest.Dir() == "" { // make bench prints one table of every benchmark at the end
 		fmt.Fprint(os.Stdout, sb.String())
 	}
-	if err := benchtest.Write(stateFigures(rows, reps, wire, began)); err != nil {
+	if err := benchtest.Write(stateFigures(rows, wire, began)); err != nil {
 		b.Error(err)
 	}
 	for _, r := range rows {
@@ -204,12 +205,34 @@ type stateRow struct {
 	cli            string
 	size           int
 	stock, outpost result
+	// reps is how many runs of each backend the row's medians come from.
+	reps int
+}
+
+// onceFrom is the state size from which each backend is timed once instead of reps times: a
+// 20 MiB push and pull take seconds each, more than half of the benchmark's time at three runs. The
+// figure's name says it is one run.
+const onceFrom = 20 << 20
+
+// repsFor is how many times a state of size is pushed and pulled per backend.
+func repsFor(size, reps int) int {
+	if size >= onceFrom {
+		return 1
+	}
+	return reps
+}
+
+func runsLabel(reps int) string {
+	if reps == 1 {
+		return "one run"
+	}
+	return fmt.Sprintf("median of %d", reps)
 }
 
 // stateFigures are the rows as the figures of make bench's table: Outpost's push and pull next to
 // the stock kubernetes backend's, in milliseconds; a failed side has no figure (a failed Outpost
 // side fails the benchmark, a failed stock side is a note).
-func stateFigures(rows []stateRow, reps int, wire string, began time.Time) benchtest.Results {
+func stateFigures(rows []stateRow, wire string, began time.Time) benchtest.Results {
 	var figs []benchtest.Figure
 	for _, r := range rows {
 		for _, op := range []struct {
@@ -219,7 +242,7 @@ func stateFigures(rows []stateRow, reps int, wire string, began time.Time) bench
 			if r.outpost.err != "" {
 				continue
 			}
-			f := benchtest.Figure{Section: "state backend (" + r.cli + ")", Name: fmt.Sprintf("%s %s, median of %d", op.name, sizeLabel(r.size), reps),
+			f := benchtest.Figure{Section: "state backend (" + r.cli + ")", Name: fmt.Sprintf("%s %s, %s", op.name, sizeLabel(r.size), runsLabel(r.reps)),
 				Value: benchtest.Ms(op.outpost), Unit: "ms"}
 			if r.stock.err == "" {
 				f.Floor, f.FloorName = benchtest.Ms(op.stock), "stock kubernetes backend"
@@ -230,7 +253,7 @@ func stateFigures(rows []stateRow, reps int, wire string, began time.Time) bench
 		}
 	}
 	return benchtest.Results{Benchmark: "state-backends", Started: began, Seconds: time.Since(began).Seconds(), Figures: figs,
-		Warmup: "nothing (each figure is the median of its runs, CLI start-up included; agent client " + wire + ")"}
+		Warmup: fmt.Sprintf("nothing (each figure is the median of its runs, CLI start-up included; states of %s and more run once; agent client %s)", sizeLabel(onceFrom), wire)}
 }
 
 // benchState builds a Terraform v4 state of about size bytes: terraform_data instances whose
