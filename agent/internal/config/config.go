@@ -198,7 +198,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job`, `inject` and `state`, flags start with --", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job`, `inject`, `state` and `check-connection`, flags start with --", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

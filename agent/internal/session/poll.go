@@ -45,6 +45,9 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
+			if s.o.Connection != nil {
+				s.o.Connection.PollFailed(err)
+			}
 			wait := back.Next(api.RetryAfter(err))
 			if errors.Is(err, api.ErrIncompatibleProtocol) {
 				// Nothing heals this but an upgrade of one side; keep polling (slowly) so the agent
@@ -64,6 +67,9 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		}
 		back.Reset()
 		s.o.Health.PollOK()
+		if s.o.Connection != nil {
+			s.o.Connection.PollOK(resp.OrchestratorVersion)
+		}
 		s.logClockOffset()
 		s.mu.Lock()
 		s.orchMax, s.orchKnown = max(resp.MaxConcurrency, 0), true
