@@ -206,6 +206,11 @@ func TestKindOf(t *testing.T) {
 }
 
 func TestShortError(t *testing.T) {
+	// The client joins "orchestrator unavailable" and the cause: both stay, on one line.
+	joined := fmt.Errorf("POST /api/v1/agent/poll: %w", errors.Join(api.ErrUnavailable, fmt.Errorf("Post \"http://127.0.0.1:1/api/v1/agent/poll\": %w", refused())))
+	if got, want := shortError(joined), `POST /api/v1/agent/poll: orchestrator unavailable; Post "http://127.0.0.1:1/api/v1/agent/poll": dial tcp: connect: connection refused`; got != want {
+		t.Errorf("shortError = %q, want %q", got, want)
+	}
 	long := errors.New(strings.Repeat("é", 400) + "\nsecond line")
 	got := shortError(long)
 	if len(got) > maxErrorBytes+len("…") || strings.Contains(got, "second line") || !strings.HasSuffix(got, "…") || !strings.HasPrefix(got, "éé") {

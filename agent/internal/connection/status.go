@@ -124,10 +124,12 @@ func KindOf(err error) string {
 	}
 }
 
-// shortError is err's first line, cut to maxErrorBytes at a character boundary. Poll errors
-// carry URLs and causes, never the signed token (it travels in a header).
+// shortError is err on one line (the lines of joined errors, such as the client's "orchestrator
+// unavailable" and its cause, separated by "; "), cut to maxErrorBytes at a character boundary.
+// Poll errors carry URLs and causes, never the signed token (it travels in a header).
 func shortError(err error) string {
-	s, _, _ := strings.Cut(err.Error(), "\n")
+	s := strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", " ; ")), " ")
+	s = strings.ReplaceAll(s, " ; ", "; ")
 	if len(s) <= maxErrorBytes {
 		return s
 	}
