@@ -6,6 +6,8 @@
 //	outpost-agent job          the entrypoint of a Job's main container (runs Terraform/OpenTofu)
 //	outpost-agent inject DIR   copies this binary to DIR: the init container of every job pod
 //	outpost-agent state        administer the states kept in Secrets: list, history, get, restore, unlock, import
+//	outpost-agent check-connection
+//	                           passes when the agent recorded a recent successful poll on its Lease (the chart's helm test)
 package main
 
 import (
@@ -13,7 +15,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/connection"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/inject"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobrun"
@@ -46,6 +51,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 			return process.WrapperMain(args[1:])
 		case "state":
 			return statecmd.Main(args[1:], stdout, stderr)
+		case "check-connection":
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return connection.Main(ctx, args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, version())
 			return exitOK

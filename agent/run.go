@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/config"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/connection"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
@@ -150,14 +151,28 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 						// renews no state lock.
 						p.tokens.Clear()
 					}
-				}, OnNewLeader: p.forwarder.SetLeader}, p.session.RunAndRestart)
+				}, OnNewLeader: p.forwarder.SetLeader}, p.lead)
 		})
 	} else {
 		readiness.SetLeader(true)
 		m.Leader.Set(1)
-		g.Go(func() error { p.session.RunAndRestart(gctx); return nil })
+		g.Go(func() error { p.lead(gctx); return nil })
 	}
 	return wait(ctx, g)
+}
+
+// lead is the work of the replica that leads (the only one without leader election) until ctx
+// ends: the session, and the record of its connection on the Lease.
+func (p *parts) lead(ctx context.Context) {
+	if p.connection == nil {
+		p.session.RunAndRestart(ctx)
+		return
+	}
+	p.connection.Reset()
+	done := make(chan struct{})
+	go func() { defer close(done); p.connection.Run(ctx) }()
+	p.session.RunAndRestart(ctx)
+	<-done
 }
 
 // parts are what the agent runs once it has its key.
@@ -170,6 +185,9 @@ type parts struct {
 	forwarder *statebackend.Forwarder
 	// tokens are the grants of the attempts this replica holds while it leads.
 	tokens *jobtoken.Registry
+	// connection records on the Lease whether polls reach the orchestrator; nil without a
+	// cluster or a namespace.
+	connection *connection.Recorder
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
@@ -192,15 +210,22 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, l
 		return nil, err
 	}
 	tokens := jobtoken.New(jobtoken.StateCredentialKey(key))
-	p := &parts{exec: exec, tokens: tokens, session: session.New(session.Options{
-		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Logger: log,
+	p := &parts{exec: exec, tokens: tokens}
+	var recorder session.ConnectionRecorder
+	if kube != nil && cfg.Namespace != "" {
+		p.connection = connection.NewRecorder(connection.RecorderOptions{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName,
+			Identity: cfg.Instance(), Elected: cfg.LeaderElect, URL: cfg.APIURL, Logger: log})
+		recorder = p.connection
+	}
+	p.session = session.New(session.Options{
+		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Connection: recorder, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
 		LimitChanged: func(n int) {
 			limiter.SizeFor(n)
 			log.Info("Kubernetes client burst sized for the runner's max_concurrency", "max_concurrency", n, "burst", limiter.Burst(), "qps", limiter.QPS())
 		},
-	})}
+	})
 	log.Info("agent starting", "version", config.Version, "runner", cfg.RunnerID, "org", cfg.OrgID,
 		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElect)
 	if cfg.LeaderElect {

@@ -106,6 +106,7 @@ imagePullSecrets: [ghcr-pull]
 global: {imageRegistry: mirror.corp}
 networkPolicy: {enabled: true}
 podDisruptionBudget: {minAvailable: 1}
+tests: {maxAge: 90s, wait: 30s, resources: {limits: {memory: 32Mi}}}
 extraEnv: [{name: FOO, value: bar}, {name: AWS_REGION, value: eu-west-1}]
 extraVolumes: [{name: corp-files, configMap: {name: corp}}]
 extraVolumeMounts: [{name: corp-files, mountPath: /etc/corp, readOnly: true}]

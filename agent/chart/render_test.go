@@ -23,6 +23,7 @@ import (
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/release"
 	"helm.sh/helm/v3/pkg/releaseutil"
 
 	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
@@ -54,6 +55,8 @@ var kubeVersion = &chartutil.KubeVersion{Version: "v1.34.0", Major: "1", Minor: 
 type rendered struct {
 	objects map[string]any // key: "Kind namespace/name"
 	notes   string
+	// tests are the objects of the `helm test` hooks, apart from what an install creates.
+	tests *rendered
 }
 
 // renderOptions tweak the install action.
@@ -82,10 +85,18 @@ func renderChart(t *testing.T, overrides string, opts renderOptions) (*rendered,
 	if err != nil {
 		return nil, err
 	}
-	if len(rel.Hooks) != 0 {
-		t.Errorf("the chart has %d hooks; the provider's install flow expects none", len(rel.Hooks))
+	r := &rendered{objects: map[string]any{}, notes: rel.Info.Notes, tests: &rendered{objects: map[string]any{}}}
+	for _, h := range rel.Hooks {
+		// The provider's install flow runs no hook; `helm test` runs the test hooks.
+		if len(h.Events) != 1 || h.Events[0] != release.HookTest {
+			t.Errorf("hook %s runs on %v; the chart may only have test hooks", h.Path, h.Events)
+		}
+		key, obj, err := decode(h.Manifest)
+		if err != nil {
+			t.Fatalf("decoding hook %s: %v\n%s", h.Path, err, h.Manifest)
+		}
+		r.tests.objects[key] = obj
 	}
-	r := &rendered{objects: map[string]any{}, notes: rel.Info.Notes}
 	for _, doc := range releaseutil.SplitManifests(rel.Manifest) {
 		if strings.TrimSpace(doc) == "" {
 			continue
@@ -141,6 +152,8 @@ func decode(doc string) (string, any, error) {
 	switch head.APIVersion + " " + head.Kind {
 	case "apps/v1 Deployment":
 		obj = &appsv1.Deployment{}
+	case "v1 Pod":
+		obj = &corev1.Pod{}
 	case "v1 ServiceAccount":
 		obj = &corev1.ServiceAccount{}
 	case "v1 Service":
@@ -1028,10 +1041,19 @@ func TestLeaderElectionOff(t *testing.T) {
 	r := render(t, "replicaCount: 1\nleaderElection: {enabled: false}")
 	_, c := r.deployment(t)
 	wantEnv(t, c, map[string]string{"OUTPOST_LEADER_ELECT": "false"})
-	role := get[rbacv1.Role](t, r, "Role", releaseNamespace, releaseName)
-	for _, rule := range role.Rules {
-		if slices.Contains(rule.Resources, "leases") {
-			t.Errorf("without leader election the agent still gets %+v", rule)
+	// The single replica keeps the record of its connection on its Lease (for `helm test`), so it
+	// keeps its Lease, but needs no pods: there is no leader to forward to.
+	for _, tc := range []struct {
+		access
+		want bool
+	}{
+		{access{"create", "coordination.k8s.io", "leases", releaseNamespace, ""}, true},
+		{access{"update", "coordination.k8s.io", "leases", releaseNamespace, releaseName}, true},
+		{access{"update", "coordination.k8s.io", "leases", releaseNamespace, "another-lease"}, false},
+		{access{"get", "", "pods", releaseNamespace, "outpost-agent-7d9f-abcde"}, false},
+	} {
+		if got := r.allowed(releaseNamespace, releaseName, tc.access); got != tc.want {
+			t.Errorf("without leader election: %s allowed = %v, want %v", tc.access, got, tc.want)
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -31,11 +30,12 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
-// HelmEnv names the helm CLI the tests run (scripts/tools.sh helm builds it; make test sets it).
-const HelmEnv = "OUTPOST_HELM"
+// HelmEnv names the helm CLI the tests run.
+const HelmEnv = releasetest.HelmEnv
 
 // helmCLI runs the real helm CLI with a configuration of its own and the test bed's kubeconfig.
 type helmCLI struct {
@@ -53,10 +53,7 @@ func newHelm(t *testing.T, c *testbed.Cluster) helmCLI {
 
 func (h helmCLI) run(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), h.path, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + h.home, "KUBECONFIG=" + h.kubeconfig,
-		"HELM_CACHE_HOME=" + filepath.Join(h.home, "cache"), "HELM_CONFIG_HOME=" + filepath.Join(h.home, "config"),
-		"HELM_DATA_HOME=" + filepath.Join(h.home, "data")}
+	cmd := releasetest.HelmCommand(t.Context(), h.path, h.home, h.kubeconfig, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

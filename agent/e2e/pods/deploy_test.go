@@ -2,6 +2,8 @@ package pods
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -32,10 +34,22 @@ output "greeting" {
 }
 `}
 
+// undeclared fails at plan: its resource reads a variable it does not declare.
+var undeclared = map[string]string{"main.tf": `
+resource "terraform_data" "broken" {
+  input = var.undeclared
+}
+`}
+
 // TestApplyPlanDestroy runs an apply, a plan and a destroy in real job pods, with OpenTofu from
 // the chart's default job image and with Terraform from an image the runner's pod template names
 // (which holds no Outpost binary: the job runner is copied in from the agent image). The state
 // goes through the agent's state backend, reached through its Service.
+//
+// The OpenTofu run also keeps a history of one Job per outcome: after two more deployments that
+// fail, the cluster holds the destroy's Job and one failed Job, and every deployment's log and
+// result are still read at the orchestrator after its Job was deleted. Then the real `helm test`
+// passes: the agent reached the orchestrator.
 func TestApplyPlanDestroy(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -43,8 +57,11 @@ func TestApplyPlanDestroy(t *testing.T) {
 		template  bool   // main's image from the runner's pod template
 		cli       string // what the log's header names
 		cliBinary string
+		// history runs failing deployments too, with jobs.history of one Job per outcome, and
+		// helm test.
+		history bool
 	}{
-		{name: "OpenTofu from the default job image", cli: "OpenTofu v", cliBinary: "tofu"},
+		{name: "OpenTofu from the default job image", cli: "OpenTofu v", cliBinary: "tofu", history: true},
 		{name: "Terraform from the pod template's image", template: true, cli: "Terraform v", cliBinary: "terraform"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,7 +72,11 @@ func TestApplyPlanDestroy(t *testing.T) {
 				wantImage = terraformImage
 				tpl = `{"metadata": {"labels": {"team": "infra"}}, "spec": {"containers": [{"name": "main", "image": "` + terraformImage + `"}]}}`
 			}
-			e := newEnv(t, envOptions{podTemplate: tpl})
+			values := ""
+			if tc.history {
+				values = "jobs: {history: {succeeded: 1, failed: 1}}"
+			}
+			e := newEnv(t, envOptions{podTemplate: tpl, values: values})
 
 			apply, pod := e.deployWatchingPod(api.OperationApply, greeting, "app")
 			if apply.d.Status != api.StatusSucceeded || apply.d.ExitCode == nil || *apply.d.ExitCode != 0 {
@@ -84,8 +105,78 @@ func TestApplyPlanDestroy(t *testing.T) {
 				t.Errorf("outputs after the destroy: %v", outs)
 			}
 			t.Logf("%s: plan took %s, destroy %s", tc.cliBinary, plan.took.Round(10*time.Millisecond), destroy.took.Round(10*time.Millisecond))
+			if tc.history {
+				// Two failures at once: the second to finish expires the first one's Job.
+				start := time.Now()
+				bad := []*api.Deployment{e.enqueue(api.OperationApply, undeclared, "bad-1"), e.enqueue(api.OperationApply, undeclared, "bad-2")}
+				runs := []run{apply, plan, destroy, e.follow(bad[0].ID, start, 5*time.Minute), e.follow(bad[1].ID, start, 5*time.Minute)}
+				e.checkHistory(runs, destroy)
+				if helm := helmPath(t); helm != "" {
+					out, took, err := e.helmTest(helm)
+					// One suite per hook object (ServiceAccount, Role, RoleBinding, the pod).
+					suites := regexp.MustCompile(`(?m)^TEST SUITE:\s+outpost-agent-test-connection\n.*\n.*\nPhase:\s+(\w+)$`).FindAllStringSubmatch(out, -1)
+					if err != nil || len(suites) != 4 || slices.ContainsFunc(suites, func(m []string) bool { return m[1] != "Succeeded" }) {
+						t.Fatalf("helm test with a connected agent: %v\n%s", err, out)
+					}
+					t.Logf("helm test passed in %s", took.Round(10*time.Millisecond))
+				} else {
+					t.Log("helm test not run: $OUTPOST_HELM is not set (make test sets it)")
+				}
+			}
 			e.noLeftovers()
 		})
+	}
+}
+
+// checkHistory checks a history of one Job per outcome after runs: the cluster keeps the Job of
+// keep (the last to succeed) and one failed Job, and no other; the orchestrator still serves
+// every run's result and whole log, its Job deleted or not.
+func (e *env) checkHistory(runs []run, keep run) {
+	e.t.Helper()
+	var failed []string
+	for _, r := range runs {
+		if r.d.Status == api.StatusFailed {
+			failed = append(failed, kubeexec.JobName(r.d.ID, 1))
+			if !strings.Contains(r.log, "Reference to undeclared input variable") {
+				e.t.Errorf("failed deployment %s: its log lacks the error:\n%s", r.d.ID, r.log)
+			}
+		}
+	}
+	if len(failed) != 2 {
+		e.t.Fatalf("%d deployments failed, want the 2 broken ones", len(failed))
+	}
+	kept := map[string][]string{}
+	testbed.WaitFor(e.t, 60*time.Second, "the history to hold one succeeded and one failed Job", func() (bool, string) {
+		jobs, err := e.c.Client().BatchV1().Jobs(e.jobsNS).List(context.Background(), metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue})
+		if err != nil {
+			return false, err.Error()
+		}
+		kept = map[string][]string{}
+		for _, j := range jobs.Items {
+			outcome := j.Labels[kubeexec.LabelHistory]
+			kept[outcome] = append(kept[outcome], j.Name)
+		}
+		return len(jobs.Items) == 2 && len(kept[kubeexec.HistorySucceeded]) == 1 && len(kept[kubeexec.HistoryFailed]) == 1, fmt.Sprintf("Jobs by history label: %v", kept)
+	})
+	if got := kept[kubeexec.HistorySucceeded][0]; got != kubeexec.JobName(keep.d.ID, 1) {
+		e.t.Errorf("kept succeeded Job %s, want the last one to succeed, %s", got, kubeexec.JobName(keep.d.ID, 1))
+	}
+	if got := kept[kubeexec.HistoryFailed][0]; !slices.Contains(failed, got) {
+		e.t.Errorf("kept failed Job %s is none of the failed deployments' %v", got, failed)
+	}
+	for _, r := range runs {
+		d, err := e.admin.GetDeployment(context.Background(), r.d.ID)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		chunk, err := e.admin.GetLogs(context.Background(), r.d.ID, 0, 4<<20)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if d.Status != r.d.Status || !chunk.Complete || string(chunk.Data) != r.log || len(r.log) == 0 {
+			e.t.Errorf("deployment %s after its Job left the history: %s (was %s), log of %d bytes complete %v (was %d bytes)",
+				r.d.ID, d.Status, r.d.Status, len(chunk.Data), chunk.Complete, len(r.log))
+		}
 	}
 }
 

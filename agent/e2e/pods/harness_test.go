@@ -56,6 +56,10 @@ type envOptions struct {
 	replicas int
 	// before runs after the namespaces exist and before the chart is installed.
 	before func(e *env)
+	// apiURL is the chart's apiUrl (default: the test's orchestrator).
+	apiURL string
+	// unconnected skips the wait for the agent to connect, for an agent that is not meant to.
+	unconnected bool
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -94,7 +98,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 		o.before(e)
 	}
 	e.install(o)
-	e.waitConnected()
+	if !o.unconnected {
+		e.waitConnected()
+	}
 	return e
 }
 
@@ -103,6 +109,10 @@ func newEnv(t testing.TB, o envOptions) *env {
 func (e *env) install(o envOptions) {
 	e.t.Helper()
 	replicas := max(o.replicas, 1)
+	apiURL := e.orch.URL
+	if o.apiURL != "" {
+		apiURL = o.apiURL
+	}
 	vals, err := helm.ParseValues(fmt.Sprintf(`
 apiUrl: %q
 insecureAllowHttp: true
@@ -115,7 +125,7 @@ terminationGracePeriodSeconds: 30
 resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 256Mi}}
 jobs: {namespace: %s, startupTimeout: %s}
 state: {namespace: %s}
-`, e.orch.URL, org, runnerID, replicas, e.jobsNS, startupTimeout, e.stateNS))
+`, apiURL, org, runnerID, replicas, e.jobsNS, startupTimeout, e.stateNS))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -158,7 +158,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.HealthListen, "health-listen", ":9090", "listen address of /healthz, /readyz, /metrics")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader with the leader Lease; only the leader polls")
 	fs.StringVar(&c.LeaseName, "lease-name", "outpost-agent", "name of the leader-election Lease")
-	fs.StringVar(&c.Namespace, "namespace", "", "the agent's own namespace (holds the leader Lease)")
+	fs.StringVar(&c.Namespace, "namespace", "", "the agent's own namespace (holds the leader Lease, which also keeps the connection record helm test reads)")
 	fs.StringVar(&c.PodName, "pod-name", "", "the agent's pod name (leader identity, claim instance)")
 	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 180*time.Second, "fail an attempt whose Job's pod does not start within this")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", "", "extra PEM CAs trusted for the orchestrator")
@@ -198,7 +198,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job`, `inject` and `state`, flags start with --", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q; subcommands are `job`, `inject`, `state` and `check-connection`, flags start with --", fs.Arg(0))
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

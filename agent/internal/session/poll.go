@@ -55,7 +55,10 @@ func (s *Session) pollLoop(ctx context.Context) error {
 				break
 			}
 			if wasCut {
-				continue // restate the free slot now
+				continue // restate the free slot now (a poll cut short is no failure)
+			}
+			if s.o.Connection != nil {
+				s.o.Connection.PollFailed(err)
 			}
 			wait := back.Next(api.RetryAfter(err))
 			if errors.Is(err, api.ErrIncompatibleProtocol) {
@@ -76,6 +79,9 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		}
 		back.Reset()
 		s.o.Health.PollOK()
+		if s.o.Connection != nil {
+			s.o.Connection.PollOK(resp.OrchestratorVersion)
+		}
 		s.logClockOffset()
 		s.mu.Lock()
 		s.orchMax, s.orchKnown = max(resp.MaxConcurrency, 0), true

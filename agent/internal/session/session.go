@@ -30,6 +30,13 @@ type Orchestrator interface {
 	Event(ctx context.Context, deploymentID string, req api.EventRequest) (*api.EventResponse, error)
 }
 
+// ConnectionRecorder keeps a record of whether polls reach the orchestrator. Its methods must
+// not block.
+type ConnectionRecorder interface {
+	PollOK(orchestratorVersion string)
+	PollFailed(err error)
+}
+
 // Options configure a session.
 type Options struct {
 	Client   Orchestrator
@@ -38,7 +45,9 @@ type Options struct {
 	Tokens  *jobtoken.Registry
 	Metrics *metrics.Metrics
 	Health  *health.State
-	Logger  *slog.Logger
+	// Connection, when set, is told every poll's outcome (connection.Recorder, for `helm test`).
+	Connection ConnectionRecorder
+	Logger     *slog.Logger
 	// Instance names this agent (pod name) in claims.
 	Instance string
 	Version  string

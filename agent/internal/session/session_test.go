@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -30,11 +31,18 @@ type fakeOrch struct {
 	strict bool
 	// hold is how long a long poll with nothing to offer is held (default 50 ms).
 	hold time.Duration
+	// pollErr, when set, fails every poll.
+	pollErr error
 }
 
 func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
 	f.mu.Lock()
 	f.polls = append(f.polls, req)
+	if f.pollErr != nil {
+		err := f.pollErr
+		f.mu.Unlock()
+		return nil, err
+	}
 	for _, h := range req.Held {
 		if err := api.ValidateID("held.deployment_id", h.DeploymentID); f.strict && (err != nil || h.Fencing < 1) {
 			f.mu.Unlock()
@@ -56,7 +64,7 @@ func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResp
 		case <-time.After(hold):
 		}
 	}
-	return &api.PollResponse{Offers: offers, MaxConcurrency: limit}, nil
+	return &api.PollResponse{Offers: offers, MaxConcurrency: limit, OrchestratorVersion: "9.9.9"}, nil
 }
 
 func (f *fakeOrch) Claim(_ context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
@@ -423,5 +431,55 @@ func TestAdoptStoresARecoveredToken(t *testing.T) {
 	}
 	if _, err := s.o.Tokens.Authorize(context.Background(), "held", "opj_held", "k/held"); err == nil {
 		t.Error("the state backend accepts the job token of the recovered attempt; only its state credential may reach the state")
+	}
+}
+
+// connRecorder records what the session tells a ConnectionRecorder.
+type connRecorder struct {
+	mu       sync.Mutex
+	versions []string
+	errs     []error
+}
+
+func (c *connRecorder) PollOK(v string) {
+	c.mu.Lock()
+	c.versions = append(c.versions, v)
+	c.mu.Unlock()
+}
+func (c *connRecorder) PollFailed(err error) {
+	c.mu.Lock()
+	c.errs = append(c.errs, err)
+	c.mu.Unlock()
+}
+func (c *connRecorder) counts() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.versions), len(c.errs)
+}
+
+// TestSessionTellsTheConnectionRecorder: every poll's outcome reaches the connection record,
+// failures with their error and successes with the orchestrator's release.
+func TestSessionTellsTheConnectionRecorder(t *testing.T) {
+	refused := &api.Error{StatusCode: 401, Code: api.CodeUnauthorized, Message: "unknown key"}
+	orch := &fakeOrch{max: 1, pollErr: refused}
+	rec := &connRecorder{}
+	s := New(Options{Client: orch, Executor: newFakeExec(), Connection: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Instance: "agent-0", PollWait: time.Second, PollBackoff: retry.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	waitFor(t, "two failed polls recorded", func() bool { _, n := rec.counts(); return n >= 2 })
+	orch.mu.Lock()
+	orch.pollErr = nil
+	orch.mu.Unlock()
+	waitFor(t, "a successful poll recorded", func() bool { n, _ := rec.counts(); return n >= 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if !errors.Is(rec.errs[0], api.ErrUnauthorized) || rec.versions[0] != "9.9.9" {
+		t.Errorf("recorded errors %v and versions %v", rec.errs, rec.versions)
 	}
 }

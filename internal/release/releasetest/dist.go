@@ -3,10 +3,12 @@
 package releasetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 )
 
@@ -14,6 +16,20 @@ import (
 // `make test` builds one and sets it), whose artifacts the release tests and the end-to-end tests
 // on real pods install instead of building their own.
 const DistEnv = "OUTPOST_RELEASE_DIST"
+
+// HelmEnv names the helm CLI the tests run as users would (scripts/tools.sh helm builds it;
+// `make test` sets it).
+const HelmEnv = "OUTPOST_HELM"
+
+// HelmCommand is the helm CLI at path with args, set up as a new user's: its home and Helm's
+// directories under home, the cluster of kubeconfig, and nothing else of the environment but PATH.
+func HelmCommand(ctx context.Context, path, home, kubeconfig string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "KUBECONFIG=" + kubeconfig,
+		"HELM_CACHE_HOME=" + filepath.Join(home, "cache"), "HELM_CONFIG_HOME=" + filepath.Join(home, "config"),
+		"HELM_DATA_HOME=" + filepath.Join(home, "data")}
+	return cmd
+}
 
 // Dist is what a build of .goreleaser.yml left in its dist directory: goreleaser's output in
 // release/, the images in images/ and the chart in chart/.
