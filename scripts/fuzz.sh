@@ -23,17 +23,38 @@ start=$(date +%s)
 failed=()
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-for t in "${targets[@]}"; do
-	read -r dir fn <<<"$t"
-	echo "--> $fn (./$dir)"
-	rc=0
-	go test -run '^$' -fuzz "^${fn}\$" -fuzztime "$fuzztime" -parallel "$parallel" "./$dir" >"$log" 2>&1 || rc=$?
+# fuzz_once DIR FN: fuzzes one target; its output is in $log.
+fuzz_once() {
+	local rc=0
+	go test -run '^$' -fuzz "^${2}\$" -fuzztime "$fuzztime" -parallel "$parallel" "./$1" >"$log" 2>&1 || rc=$?
 	# Of the progress lines (every 3 s) only the last, with the total of executions, is kept.
 	grep -Ev '^fuzz: elapsed: ' "$log" || true
 	grep -E '^fuzz: elapsed: [0-9]+s, execs: ' "$log" | tail -n 1 || true
-	if ((rc != 0)); then
-		failed+=("$fn (./$dir)")
+	return "$rc"
+}
+
+# deadline_race: the failure in $log is Go's own fuzz coordinator reporting the end of -fuzztime
+# as "context deadline exceeded" (golang/go#75804, fixed in Go 1.27; it strikes on a loaded
+# machine), not a finding: a finding writes its input and says so, a crash panics.
+deadline_race() {
+	grep -q 'context deadline exceeded' "$log" && ! grep -qE 'Failing input written to|panic:|_test\.go:[0-9]+:' "$log"
+}
+
+for t in "${targets[@]}"; do
+	read -r dir fn <<<"$t"
+	echo "--> $fn (./$dir)"
+	fuzz_once "$dir" "$fn" && continue
+	if deadline_race; then
+		echo "fuzz: $fn stopped on Go's fuzz-deadline race (golang/go#75804), not on an input; fuzzing it once more"
+		fuzz_once "$dir" "$fn" && continue
+		# Twice in a row on a starved machine: the checked-in seeds still decide.
+		if deadline_race && go test -count=1 -run "^${fn}\$" "./$dir" >"$log" 2>&1; then
+			echo "fuzz: $fn hit the deadline race twice; its seeds pass, so nothing was found"
+			continue
+		fi
+		cat "$log"
 	fi
+	failed+=("$fn (./$dir)")
 done
 echo "fuzz: ${#targets[@]} targets in $(($(date +%s) - start))s"
 if ((${#failed[@]} > 0)); then
