@@ -11,7 +11,6 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
 
@@ -23,23 +22,8 @@ func TestAgentClientSignsWithTheOrchestratorsClock(t *testing.T) {
 	for _, skew := range []time.Duration{90 * time.Second, -90 * time.Second} {
 		t.Run(fmt.Sprintf("orchestrator %+v", skew), func(t *testing.T) {
 			o := orchestratortest.Start(t, orchestratortest.WithClock(func() time.Time { return time.Now().Add(skew) }))
-			admin, err := client.NewAdminClient(o.URL, "acme", o.AdminToken)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pub, priv, err := keys.Generate()
-			if err != nil {
-				t.Fatal(err)
-			}
-			pubPEM, _ := keys.EncodePublicPEM(pub)
 			ctx := context.Background()
-			if _, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "s", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := admin.CreateRunner(ctx, api.RunnerInput{ID: "r1", PublicKeys: []string{pubPEM}, StateStorageID: "s",
-				Job: api.RunnerJob{Namespace: "jobs", ServiceAccount: "sa"}}); err != nil {
-				t.Fatal(err)
-			}
+			_, priv := o.RegisterRunner(ctx, t)
 			poll := api.PollRequest{AgentVersion: "test", Instance: "i", CapacityFree: 1, WaitSeconds: 0}
 
 			// The control: a token from this machine's clock alone is refused.

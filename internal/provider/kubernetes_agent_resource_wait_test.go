@@ -13,7 +13,6 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
 
@@ -28,25 +27,9 @@ func TestWaitForConnectionWarnsOfAnotherAgentVersion(t *testing.T) {
 	}{{installed, false}, {"0.0.9", true}} {
 		t.Run(c.agentVersion, func(t *testing.T) {
 			inst := orchestratortest.Start(t)
-			admin, err := client.NewAdminClient(inst.URL, "acme", inst.AdminToken)
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			pub, priv, err := keys.Generate()
-			if err != nil {
-				t.Fatal(err)
-			}
-			pubPEM, _ := keys.EncodePublicPEM(pub)
-			if _, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "s", Type: api.StateStorageKubernetes,
-				Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := admin.CreateRunner(ctx, api.RunnerInput{ID: "r1", PublicKeys: []string{pubPEM}, StateStorageID: "s",
-				Job: api.RunnerJob{Namespace: "jobs", ServiceAccount: "outpost-job"}}); err != nil {
-				t.Fatal(err)
-			}
+			admin, priv := inst.RegisterRunner(ctx, t)
 			agent, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv))
 			if err != nil {
 				t.Fatal(err)

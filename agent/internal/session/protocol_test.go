@@ -14,7 +14,6 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
@@ -39,24 +38,8 @@ func TestAgentAndOrchestratorRefuseAnIncompatiblePair(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			inst := orchestratortest.Start(t, orchestratortest.WithRelease(c.orchVersion, c.orch))
-			admin, err := client.NewAdminClient(inst.URL, "acme", inst.AdminToken)
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx := t.Context()
-			pub, priv, err := keys.Generate()
-			if err != nil {
-				t.Fatal(err)
-			}
-			pubPEM, _ := keys.EncodePublicPEM(pub)
-			if _, err := admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "s", Type: api.StateStorageKubernetes,
-				Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := admin.CreateRunner(ctx, api.RunnerInput{ID: "r1", PublicKeys: []string{pubPEM}, StateStorageID: "s",
-				Job: api.RunnerJob{Namespace: "jobs", ServiceAccount: "outpost-job"}}); err != nil {
-				t.Fatal(err)
-			}
+			admin, priv := inst.RegisterRunner(ctx, t)
 			if _, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationPlan,
 				Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: "k"}); err != nil {
 				t.Fatal(err)
