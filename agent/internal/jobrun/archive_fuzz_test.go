@@ -13,21 +13,35 @@ import (
 )
 
 // Names and link targets the fuzzers combine: plain paths, nested ones, traversal, absolute
-// paths, paths through a link ("l/x"), and names Pack leaves out.
+// paths, paths through a link ("l/x"), and names Pack leaves out. The absolute link target is
+// absoluteTarget, which each input replaces by the absolute path of a file in its own sandbox:
+// the fuzzers run as root in CI, and a link to a real host file that a bug (in the code under
+// test or in the fuzzer) wrote through would overwrite it — a link to /etc/passwd once did.
+const absoluteTarget = "/ABSOLUTE"
+
 var (
 	fuzzNames = []string{"a", "a/b", "b", "a/b/c", "..", "../outside/x", "/abs", "./a", "a/../b", "c/", "a//b", ".", "l",
 		"l/x", "d/e", "a/l", "x.tfstate", ".terraform/p", ".git/config", "e\\f"}
-	fuzzLinks = []string{"a", "..", "../outside", "a/b", "b/..", "/etc/passwd", ".", "l", "l/..", "c/../..", "../src/a", "", "d",
+	fuzzLinks = []string{"a", "..", "../outside", "a/b", "b/..", absoluteTarget, ".", "l", "l/..", "c/../..", "../src/a", "", "d",
 		"l/x", "../../src/a", "a/b/c", ".terraform/p"}
 	fuzzTypes = []byte{tar.TypeReg, tar.TypeDir, tar.TypeSymlink, tar.TypeLink, tar.TypeChar, tar.TypeFifo, tar.TypeBlock, tar.TypeCont}
 )
 
-// fuzzEntries decodes spec, four bytes an entry: type, name, link target, and mode and body.
-func fuzzEntries(spec []byte) []entry {
+// fuzzLink is the link target b picks, absoluteTarget replaced by abs.
+func fuzzLink(b byte, abs string) string {
+	if l := fuzzLinks[int(b)%len(fuzzLinks)]; l != absoluteTarget {
+		return l
+	}
+	return abs
+}
+
+// fuzzEntries decodes spec, four bytes an entry: type, name, link target (abs for the absolute
+// one), and mode and body.
+func fuzzEntries(spec []byte, abs string) []entry {
 	var out []entry
 	for ; len(spec) >= 4 && len(out) < 24; spec = spec[4:] {
 		e := entry{Type: fuzzTypes[int(spec[0])%len(fuzzTypes)], Name: fuzzNames[int(spec[1])%len(fuzzNames)],
-			Link: fuzzLinks[int(spec[2])%len(fuzzLinks)], Mode: int64(spec[3]) << 4}
+			Link: fuzzLink(spec[2], abs), Mode: int64(spec[3]) << 4}
 		if e.Mode == 0 {
 			e.Mode = 0o644
 		}
@@ -57,7 +71,7 @@ func FuzzExtractArchive(f *testing.F) {
 		if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := extractArchive(makeArchive(t, fuzzEntries(spec)...), dir)
+		_, err := extractArchive(makeArchive(t, fuzzEntries(spec, secret)...), dir)
 		if es, _ := os.ReadDir(outside); len(es) != 1 {
 			t.Fatalf("the outside directory holds %v", es)
 		}
@@ -118,30 +132,45 @@ func mustReadDir(t *testing.T, dir string) []fs.DirEntry {
 // and absolute symlinks, local state files, .terraform/ and .git/), packs it as the CLI does
 // (sourcearchive.Pack) and unpacks it as the job runner does. Whatever Pack accepts, the job
 // runner accepts and lays out the same tree minus what Pack leaves out; packing is
-// deterministic. Each operation is three bytes: kind, name, link target.
+// deterministic. Each operation is three bytes: kind, name, link target. The layout is written
+// through an os.Root, so an operation whose path runs through a link out of the directory (to
+// the sandbox's outside secret, or above it) fails instead of writing there; the secret is
+// checked after every input.
 // Seeds: testdata/fuzz/FuzzPackRoundTrip.
 func FuzzPackRoundTrip(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 14, 0, 2, 12, 0, 0, 16, 0, 3, 2, 3})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		src := t.TempDir()
+		src, outside := sandbox(t)
+		secret := filepath.Join(outside, "secret")
+		if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		root, err := os.OpenRoot(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = root.Close() }()
 		for ; len(ops) >= 3; ops = ops[3:] {
 			name := fuzzNames[int(ops[1])%len(fuzzNames)]
 			if strings.Contains(name, "..") || strings.HasPrefix(name, "/") {
 				continue // the CLI packs a directory, whose names cannot leave it
 			}
-			p := filepath.Join(src, filepath.FromSlash(name))
-			_ = os.MkdirAll(filepath.Dir(p), 0o755)
-			target := fuzzLinks[int(ops[2])%len(fuzzLinks)]
+			p := filepath.FromSlash(name)
+			_ = root.MkdirAll(filepath.Dir(p), 0o755)
+			target := fuzzLink(ops[2], secret)
 			switch ops[0] % 4 {
 			case 0:
-				_ = os.WriteFile(p, []byte(name), 0o644)
+				_ = root.WriteFile(p, []byte(name), 0o644)
 			case 1:
-				_ = os.MkdirAll(p, 0o755)
+				_ = root.MkdirAll(p, 0o755)
 			case 2:
-				_ = os.Symlink(target, p)
+				_ = root.Symlink(target, p)
 			case 3:
-				_ = os.Symlink(filepath.Join(src, filepath.FromSlash(target)), p)
+				_ = root.Symlink(filepath.Join(src, filepath.FromSlash(fuzzLinks[int(ops[2])%len(fuzzLinks)])), p)
 			}
+		}
+		if b, _ := os.ReadFile(secret); string(b) != "s" {
+			t.Fatalf("laying out the directory wrote through a link: the outside secret holds %q", b)
 		}
 		a, err := sourcearchive.Pack(src)
 		if err != nil {
