@@ -141,6 +141,9 @@ func build(ctx context.Context, c *Config, s *stepper, targets ...buildTarget) e
 		start := time.Now()
 		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(c.binDir(), t.out), t.pkg)
 		cmd.Dir = c.Repo
+		// Static, as the release and the images are built, so the demo reuses their compiled
+		// dependencies from the build cache.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("build %s: %w\n%s", t.pkg, err, out)
 		}

@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +27,13 @@ func freeAddr(t *testing.T) string {
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+	// go test runs a package's tests in its directory (runtime.Caller's path is module-relative
+	// under -trimpath, which make test uses).
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
 }
 
 // TestDemoEndToEnd runs the flow of `make demo` and `make demo-down` non-interactively, once per
