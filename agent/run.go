@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/config"
@@ -109,7 +108,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var kubeCheck func(context.Context) error
 	if kube != nil {
 		kubeCheck = func(ctx context.Context) error {
-			_, err := kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+			_, err := kube.CoreV1().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 			return err
 		}
 	}
@@ -191,7 +190,7 @@ type parts struct {
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
-func assemble(cfg *config.Config, log *slog.Logger, kube kubernetes.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, key ed25519.PrivateKey) (*parts, error) {
+func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, key ed25519.PrivateKey) (*parts, error) {
 	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)
 	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
 	if err != nil {
@@ -269,7 +268,7 @@ func waitForKey(ctx context.Context, cfg *config.Config, log *slog.Logger, readi
 // newKubeClient connects to the cluster (package kubeclient). The process executor without
 // leader election needs no cluster unless it serves Kubernetes state, so it gets nil when no
 // kubeconfig was given.
-func newKubeClient(cfg *config.Config, limiter *kubeclient.Limiter) (kubernetes.Interface, error) {
+func newKubeClient(cfg *config.Config, limiter *kubeclient.Limiter) (kubeclient.Interface, error) {
 	if cfg.Kubeconfig == "" && cfg.Executor == config.ExecutorProcess && !cfg.LeaderElect {
 		return nil, nil
 	}
@@ -284,7 +283,7 @@ func newLimiter(cfg *config.Config) *kubeclient.Limiter {
 
 // newStateServer returns the state backend, or nil when the agent has no cluster to keep states
 // in.
-func newStateServer(cfg *config.Config, kube kubernetes.Interface, tokens *jobtoken.Registry, fw *statebackend.Forwarder, log *slog.Logger) *statebackend.Server {
+func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobtoken.Registry, fw *statebackend.Forwarder, log *slog.Logger) *statebackend.Server {
 	if kube == nil {
 		log.Info("no Kubernetes client; the state backend is not served (set --kubeconfig to serve it)")
 		return nil
@@ -304,7 +303,7 @@ func newStateServer(cfg *config.Config, kube kubernetes.Interface, tokens *jobto
 		Limits: statebackend.Limits{MaxBodyBytes: cfg.StateMaxBodyBytes, MaxRequests: cfg.StateMaxRequests, MaxRequestsPerJob: cfg.StateMaxRequestsPerJob}})
 }
 
-func newExecutor(cfg *config.Config, kube kubernetes.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {
+func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
 		return process.New(process.Options{WorkDir: cfg.WorkDir, AgentBinary: cfg.AgentBinary, APIURL: cfg.APIURL,
 			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})

@@ -12,7 +12,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 )
@@ -37,7 +36,7 @@ var errNoRecord = errors.New("no record")
 
 // Check reads the record and returns it with nil when the agent reached the orchestrator within
 // MaxAge and its latest poll did not fail; else an error that says what is wrong and what to do.
-func Check(ctx context.Context, kube kubernetes.Interface, o CheckOptions, now time.Time) (Status, error) {
+func Check(ctx context.Context, kube kubeclient.Interface, o CheckOptions, now time.Time) (Status, error) {
 	lease, err := kube.CoordinationV1().Leases(o.Namespace).Get(ctx, o.LeaseName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return Status{}, fmt.Errorf("%w: the Lease %s/%s does not exist: no agent of this release has started yet, or leader election has not run. "+
@@ -146,7 +145,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // Wait runs Check until it passes or wait has passed, and prints the outcome.
-func Wait(ctx context.Context, kube kubernetes.Interface, o CheckOptions, wait, every time.Duration, stdout, stderr io.Writer) int {
+func Wait(ctx context.Context, kube kubeclient.Interface, o CheckOptions, wait, every time.Duration, stdout, stderr io.Writer) int {
 	deadline := time.Now().Add(wait)
 	said := false
 	for {

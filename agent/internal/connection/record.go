@@ -8,10 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // DefaultEvery is how often, at most, the record is written while nothing but the time of the
@@ -24,7 +25,7 @@ const writeTimeout = 10 * time.Second
 
 // RecorderOptions configure a Recorder.
 type RecorderOptions struct {
-	Client    kubernetes.Interface
+	Client    kubeclient.Interface
 	Namespace string
 	LeaseName string
 	// Identity is this replica's name (its pod), recorded with the status; with Elected, the

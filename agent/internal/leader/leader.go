@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -26,7 +27,7 @@ const (
 
 // Options configure the election.
 type Options struct {
-	Client    kubernetes.Interface
+	Client    kubeclient.Interface
 	Namespace string
 	LeaseName string
 	Identity  string

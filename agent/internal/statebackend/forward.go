@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Forwarder sends state-backend requests that reach a standby replica on to the leader. Both
@@ -20,7 +21,7 @@ import (
 // package jobtoken) and renews the locks it granted. The leader is found from the election (its
 // identity is its pod name) and reached at its pod IP.
 type Forwarder struct {
-	kube      kubernetes.Interface
+	kube      kubeclient.Interface
 	namespace string
 	port      string
 	self      string
@@ -33,7 +34,7 @@ type Forwarder struct {
 
 // NewForwarder returns the forwarder of replica self (its pod name) in namespace; listen is the
 // state backend's listen address, whose port the leader's pod serves it on too.
-func NewForwarder(kube kubernetes.Interface, namespace, self, listen string) *Forwarder {
+func NewForwarder(kube kubeclient.Interface, namespace, self, listen string) *Forwarder {
 	_, port, err := net.SplitHostPort(listen)
 	if err != nil || port == "" {
 		port = "8080"

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"sync"
 
-	"k8s.io/client-go/kubernetes"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
@@ -15,7 +15,7 @@ import (
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	// Kube is the cluster the states are kept in.
-	Kube kubernetes.Interface
+	Kube kubeclient.Interface
 	// Tokens authorise every request: deployment id + state credential, and only the state key of the
 	// claim.
 	Tokens *jobtoken.Registry

@@ -7,9 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/pager"
 )
 
@@ -71,7 +72,7 @@ type Options struct {
 // in the same namespace. It is safe for concurrent use; concurrent writers of one state are
 // serialised by the manifest compare-and-swap (and, in normal use, by the lock).
 type Store struct {
-	client    kubernetes.Interface
+	client    kubeclient.Interface
 	namespace string
 	opts      Options
 	log       *slog.Logger
@@ -81,7 +82,7 @@ type Store struct {
 
 // New returns a Store over namespace. An invalid EncryptionKey or DecryptionKeys (a
 // configuration error that must not be discovered at the first write) is an error.
-func New(client kubernetes.Interface, namespace string, opts Options) (*Store, error) {
+func New(client kubeclient.Interface, namespace string, opts Options) (*Store, error) {
 	if opts.ChunkSize <= 0 {
 		opts.ChunkSize = DefaultChunkSize
 	}

@@ -15,14 +15,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/watch"
 	batchlisters "k8s.io/client-go/listers/batch/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -34,7 +36,7 @@ import (
 
 // Options configure the executor.
 type Options struct {
-	Client kubernetes.Interface
+	Client kubeclient.Interface
 	// OrgID is the agent's organisation: it labels every Job, so runners of two organisations
 	// can share a jobs namespace.
 	OrgID string
@@ -62,14 +64,14 @@ type Options struct {
 
 // Executor implements executor.Executor on Kubernetes Jobs.
 type Executor struct {
-	o       Options
-	factory informers.SharedInformerFactory
-	jobs    batchlisters.JobLister
-	pods    corelisters.PodLister
-	synced  chan struct{}
-	notify  *executor.Notifier
-	log     *slog.Logger
-	sealKey []byte
+	o         Options
+	informers []cache.SharedIndexInformer // Jobs, then pods
+	jobs      batchlisters.JobLister
+	pods      corelisters.PodLister
+	synced    chan struct{}
+	notify    *executor.Notifier
+	log       *slog.Logger
+	sealKey   []byte
 
 	mu       sync.Mutex
 	unsealed map[types.UID]bool // Jobs already reported as not the agent's
@@ -93,13 +95,24 @@ func New(o Options) *Executor {
 		o.Pod.TTLAfterFinished = historyTTL
 	}
 	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelOrgID: o.OrgID, LabelRunnerID: o.Pod.RunnerID}).String()
-	factory := informers.NewSharedInformerFactoryWithOptions(o.Client, 10*time.Minute,
-		informers.WithNamespace(o.Namespace),
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector }))
+	jobs := newInformer(&batchv1.Job{}, selector,
+		func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+			return o.Client.BatchV1().Jobs(o.Namespace).List(ctx, lo)
+		},
+		func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			return o.Client.BatchV1().Jobs(o.Namespace).Watch(ctx, lo)
+		})
+	pods := newInformer(&corev1.Pod{}, selector,
+		func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+			return o.Client.CoreV1().Pods(o.Namespace).List(ctx, lo)
+		},
+		func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			return o.Client.CoreV1().Pods(o.Namespace).Watch(ctx, lo)
+		})
 	e := &Executor{
-		o: o, factory: factory,
-		jobs:    factory.Batch().V1().Jobs().Lister(),
-		pods:    factory.Core().V1().Pods().Lister(),
+		o: o, informers: []cache.SharedIndexInformer{jobs, pods},
+		jobs:    batchlisters.NewJobLister(jobs.GetIndexer()),
+		pods:    corelisters.NewPodLister(pods.GetIndexer()),
 		synced:  make(chan struct{}),
 		notify:  executor.NewNotifier(),
 		log:     o.Logger.With("executor", "kubernetes"),
@@ -110,28 +123,48 @@ func New(o Options) *Executor {
 		UpdateFunc: func(any, any) { e.notify.Notify() },
 		DeleteFunc: func(any) { e.notify.Notify() },
 	}
-	if _, err := factory.Batch().V1().Jobs().Informer().AddEventHandler(h); err != nil {
+	if _, err := jobs.AddEventHandler(h); err != nil {
 		e.log.Error("register Job handler", "err", err)
 	}
-	if _, err := factory.Core().V1().Pods().Informer().AddEventHandler(h); err != nil {
+	if _, err := pods.AddEventHandler(h); err != nil {
 		e.log.Error("register pod handler", "err", err)
 	}
 	return e
 }
 
+// newInformer watches the agent's objects of one kind in its namespace, those matching selector.
+// Built from the typed clients, not client-go's informer factory, which links an informer for
+// every API group into the binary.
+func newInformer(obj runtime.Object, selector string, list cache.ListWithContextFunc, watchFn cache.WatchFuncWithContext) cache.SharedIndexInformer {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+			lo.LabelSelector = selector
+			return list(ctx, lo)
+		},
+		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			lo.LabelSelector = selector
+			return watchFn(ctx, lo)
+		},
+	}
+	return cache.NewSharedIndexInformer(lw, obj, 10*time.Minute, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+}
+
 // Run watches Jobs and Pods and enforces the startup timeout until ctx ends.
 func (e *Executor) Run(ctx context.Context) error {
-	e.factory.Start(ctx.Done())
-	for typ, ok := range e.factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("informer for %v did not sync: %w", typ, ctx.Err())
-		}
+	var running sync.WaitGroup
+	defer running.Wait() // the informers stop with ctx
+	synced := make([]cache.InformerSynced, len(e.informers))
+	for i, inf := range e.informers {
+		running.Go(func() { inf.RunWithContext(ctx) })
+		synced[i] = inf.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return fmt.Errorf("the Job and pod informers did not sync: %w", ctx.Err())
 	}
 	close(e.synced)
 	e.log.Info("watching Jobs", "namespace", e.o.Namespace, "runner", e.o.Pod.RunnerID)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
-	defer e.factory.Shutdown()
 	for {
 		select {
 		case <-ctx.Done():
