@@ -57,21 +57,19 @@ func validatePoll(req *api.PollRequest) error {
 // only renewal there is), then answers at once when there are offers or directives, and otherwise
 // waits for the runner's next wake (a deployment queued, a cancel, a job lease settled) until the
 // wait is over. No busy loop: between wakes it only sleeps on a channel.
+// poll answers an agent's long poll: at once when there is work, else when work arrives or the
+// wait ends. Everything but the wait runs on fresh stacks (onFreshStack), so the goroutine that
+// waits, one per idle agent, keeps a small one.
 func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
-	var req api.PollRequest
-	if err := decodeJSON(c.body, &req); err != nil {
+	var (
+		req      api.PollRequest
+		protocol int
+		forget   []api.Directive
+		err      error
+	)
+	onFreshStack(func() { protocol, err = s.startPoll(c, &req) })
+	if err != nil {
 		return err
-	}
-	if err := validatePoll(&req); err != nil {
-		return err
-	}
-	stated := req.Protocol.Stated()
-	protocol, ok := api.Negotiate(stated, s.cfg.AgentProtocols)
-	if !ok {
-		msg := api.IncompatibleProtocolMessage(req.AgentVersion, stated, s.cfg.Version, s.cfg.AgentProtocols)
-		s.log.Warn("agent refused: incompatible agent protocol", "org", c.agent.Org, "runner_id", c.agent.RunnerID,
-			"agent_version", req.AgentVersion, "agent_protocol", stated.String(), "orchestrator_version", s.cfg.Version, "orchestrator_protocol", s.cfg.AgentProtocols.String())
-		return refuse(http.StatusConflict, api.CodeIncompatibleProtocol, "%s", msg)
 	}
 	runnerKey := c.agent.Org + "/" + c.agent.RunnerID
 	s.notify.enter(runnerKey)
@@ -80,7 +78,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 		s.notify.leave(runnerKey)
 		s.metrics.polls.Dec()
 	}()
-	forget, err := s.store.renewLeases(r.Context(), c.agent, &req, s.cfg.LeaseDuration)
+	onFreshStack(func() { forget, err = s.store.renewLeases(r.Context(), c.agent, &req, s.cfg.LeaseDuration) })
 	if err != nil {
 		return err
 	}
@@ -90,17 +88,26 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	last := wait <= 0
 	for {
 		woken := s.notify.watch(runnerKey)
-		offers, queued, cancels, maxConcurrency, err := s.store.offers(r.Context(), c.agent, &req)
-		if err != nil {
+		answered := false
+		onFreshStack(func() {
+			var offers []api.Offer
+			var cancels []api.Directive
+			var queued, maxConcurrency int
+			offers, queued, cancels, maxConcurrency, err = s.store.offers(r.Context(), c.agent, &req)
+			if err != nil {
+				return
+			}
+			directives := append(append([]api.Directive{}, forget...), cancels...)
+			if queued > 0 || len(directives) > 0 || last {
+				writeJSON(w, http.StatusOK, api.PollResponse{
+					Offers: offers, Directives: directives, MaxConcurrency: maxConcurrency, ServerTime: s.store.timeNow(),
+					Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
+				})
+				answered = true
+			}
+		})
+		if err != nil || answered {
 			return err
-		}
-		directives := append(append([]api.Directive{}, forget...), cancels...)
-		if queued > 0 || len(directives) > 0 || last {
-			writeJSON(w, http.StatusOK, api.PollResponse{
-				Offers: offers, Directives: directives, MaxConcurrency: maxConcurrency, ServerTime: s.store.timeNow(),
-				Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
-			})
-			return nil
 		}
 		select {
 		case <-woken:
@@ -113,6 +120,25 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 			return nil
 		}
 	}
+}
+
+// startPoll decodes and checks a poll and negotiates its agent protocol.
+func (s *Server) startPoll(c *call, req *api.PollRequest) (int, error) {
+	if err := decodeJSON(c.body, req); err != nil {
+		return 0, err
+	}
+	if err := validatePoll(req); err != nil {
+		return 0, err
+	}
+	stated := req.Protocol.Stated()
+	protocol, ok := api.Negotiate(stated, s.cfg.AgentProtocols)
+	if !ok {
+		msg := api.IncompatibleProtocolMessage(req.AgentVersion, stated, s.cfg.Version, s.cfg.AgentProtocols)
+		s.log.Warn("agent refused: incompatible agent protocol", "org", c.agent.Org, "runner_id", c.agent.RunnerID,
+			"agent_version", req.AgentVersion, "agent_protocol", stated.String(), "orchestrator_version", s.cfg.Version, "orchestrator_protocol", s.cfg.AgentProtocols.String())
+		return 0, refuse(http.StatusConflict, api.CodeIncompatibleProtocol, "%s", msg)
+	}
+	return protocol, nil
 }
 
 func validateClaim(req *api.ClaimRequest) error {

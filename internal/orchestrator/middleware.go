@@ -229,7 +229,14 @@ func (s *Server) wrap(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		infoOf(r.Context()).route = rt.pattern
 		c := &call{}
-		err := s.prepare(w, r, rt, c)
+		var err error
+		if rt.auth == authAgent {
+			// Agents' requests include the long polls, which park this goroutine: the token
+			// checks run on a stack of their own (onFreshStack).
+			onFreshStack(func() { err = s.prepare(w, r, rt, c) })
+		} else {
+			err = s.prepare(w, r, rt, c)
+		}
 		if err == nil {
 			err = rt.h(w, r, c)
 		}
