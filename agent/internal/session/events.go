@@ -84,7 +84,8 @@ func (s *Session) eventPass(ctx context.Context, sem chan struct{}) error {
 				Result: api.StatusFailed, Reason: executor.ReasonDisappeared, Message: "the attempt's Kubernetes Job or process disappeared before it finished", Time: now.UTC()}})
 			pending++
 		case att.acked || att.refused || !att.seen:
-			if att.cleaned || att.refused {
+			// Not held any more: acknowledged (or forgotten) and gone, nothing left to clean.
+			if att.acked || att.refused {
 				delete(s.attempts, k)
 			}
 		}
@@ -107,42 +108,51 @@ func (s *Session) launch(ctx context.Context, sem chan struct{}, att *attemptSta
 			s.mu.Unlock()
 			return
 		}
-		defer func() { <-sem }()
 		// A send that has begun is finished even when the session stops: losing leadership or
 		// SIGTERM must not leave an acknowledged-but-not-cleaned or half-sent attempt behind.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout)
 		defer cancel()
-		s.send(sctx, att, st)
+		log := s.log.With("deployment_id", st.DeploymentID, "attempt", st.Attempt)
+		clean, err := s.send(sctx, att, st, log)
+		// The cleanup does not hold a sending slot: its requests give way to starts at the
+		// Kubernetes client's rate limit, and the finished events of other attempts (which free
+		// the runner's slots) must not wait for that.
+		<-sem
+		if err == nil && clean {
+			err = s.cleanup(sctx, att, st)
+		}
+		s.settle(att, err, log)
 	}()
 }
 
-// send delivers the started event, the finished event and the cleanup of one attempt, in that
-// order.
-func (s *Session) send(ctx context.Context, att *attemptState, st executor.AttemptStatus) {
-	log := s.log.With("deployment_id", st.DeploymentID, "attempt", st.Attempt)
+// settle records the outcome of a launch: the attempt is free for the next pass, and a failure
+// is retried with backoff unless the orchestrator refused for good.
+func (s *Session) settle(att *attemptState, err error, log *slog.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	att.busy = false
+	switch {
+	case err == nil:
+		att.back.Reset()
+		att.nextTry = time.Time{}
+	case !retry.Eventually(err):
+		att.refused = true
+		s.o.Metrics.Events.WithLabelValues("refused").Inc()
+		log.Warn("the orchestrator refused the attempt's event; waiting for its directive", "err", err)
+	default:
+		wait := att.back.Next(api.RetryAfter(err))
+		att.nextTry = time.Now().Add(wait)
+		s.o.Metrics.Events.WithLabelValues("retry").Inc()
+		log.Warn("event not delivered; will retry", "err", err, "wait", wait.Round(time.Millisecond).String())
+	}
+}
+
+// send delivers the started event, then the finished event of one attempt, and reports whether
+// the attempt is ready for its cleanup.
+func (s *Session) send(ctx context.Context, att *attemptState, st executor.AttemptStatus, log *slog.Logger) (clean bool, err error) {
 	s.mu.Lock()
 	startedSent, acked, fencing := att.startedSent, att.acked, att.fencing
 	s.mu.Unlock()
-	var err error
-	defer func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		att.busy = false
-		switch {
-		case err == nil:
-			att.back.Reset()
-			att.nextTry = time.Time{}
-		case !retry.Eventually(err):
-			att.refused = true
-			s.o.Metrics.Events.WithLabelValues("refused").Inc()
-			log.Warn("the orchestrator refused the attempt's event; waiting for its directive", "err", err)
-		default:
-			wait := att.back.Next(api.RetryAfter(err))
-			att.nextTry = time.Now().Add(wait)
-			s.o.Metrics.Events.WithLabelValues("retry").Inc()
-			log.Warn("event not delivered; will retry", "err", err, "wait", wait.Round(time.Millisecond).String())
-		}
-	}()
 	if st.Started && !startedSent {
 		ev := api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqStarted, Type: api.EventStarted, Time: st.StartedAt.UTC()}}
 		if st.Fencing != 0 {
@@ -188,16 +198,19 @@ func (s *Session) send(ctx context.Context, att *attemptState, st executor.Attem
 		s.observeFinished(st, ev, log)
 		s.attemptEnded()
 	}
-	if !st.Terminal() && !acked {
-		return
-	}
-	if err = s.o.Executor.Cleanup(ctx, st.DeploymentID, st.Attempt); err != nil {
-		return
+	return st.Terminal() || acked, nil
+}
+
+// cleanup removes an acknowledged attempt from the executor and forgets its state token.
+func (s *Session) cleanup(ctx context.Context, att *attemptState, st executor.AttemptStatus) error {
+	if err := s.o.Executor.Cleanup(ctx, st.DeploymentID, st.Attempt); err != nil {
+		return err
 	}
 	s.o.Tokens.Delete(st.DeploymentID, st.Attempt)
 	s.mu.Lock()
 	att.cleaned = true
 	s.mu.Unlock()
+	return nil
 }
 
 // keepPending saves the finished event of a terminal attempt with the attempt (the outbox: the
@@ -278,19 +291,14 @@ func (s *Session) forget(ctx context.Context, d api.Directive, log *slog.Logger)
 			}
 		}
 	}
-	// Marked done before the Job goes, so the event loop neither takes the vanished Job for
-	// "disappeared" nor sends anything more; a failed cleanup is retried by that loop.
+	// Marked done, so the event loop sends nothing more for it and cleans it up (and retries a
+	// cleanup that fails). The poll loop, which calls this, does not wait for the cleanup: its
+	// requests give way to starts at the client's rate limit.
 	s.mu.Lock()
 	att := s.state(executor.AttemptKey{DeploymentID: d.DeploymentID, Attempt: d.Attempt})
 	att.acked, att.pendingEvent = true, nil
 	s.mu.Unlock()
 	s.o.Tokens.Delete(d.DeploymentID, d.Attempt)
-	if err := s.o.Executor.Cleanup(ctx, d.DeploymentID, d.Attempt); err != nil {
-		log.Error("forget: cleanup failed; will retry", "err", err)
-		return
-	}
-	s.mu.Lock()
-	att.cleaned = true
-	s.mu.Unlock()
+	s.kick.Notify()
 	log.Info("forgot attempt")
 }

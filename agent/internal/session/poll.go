@@ -13,10 +13,10 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// minPollGap keeps a server that answers at once with nothing new (directives it keeps
-// repeating) from turning the loop into a busy loop. An answer that brought offers the agent
-// took is followed by the next poll at once: more may be queued, and a fixed gap would delay
-// every offer that arrives right after.
+// minPollGap (Options.PollGap) keeps a server that answers at once with nothing new (directives
+// it keeps repeating) from turning the loop into a busy loop. An answer that brought offers is followed
+// by the next poll as soon as their claims are answered (see awaitClaims), never after a fixed
+// gap: a gap would delay every offer queued right after.
 const minPollGap = 250 * time.Millisecond
 
 // pollLoop long-polls until ctx ends. Every error is retried (the agent never stops polling: a
@@ -91,9 +91,13 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			s.o.LimitChanged(limit)
 		}
 		s.directives(ctx, resp.Directives)
-		taken := s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
-		if gap := time.Since(began); taken == 0 && gap < minPollGap {
-			if retry.Sleep(ctx, minPollGap-gap) != nil {
+		fresh := s.freshDirectives(resp.Directives)
+		taken, repeated := s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
+		if (taken > 0 || repeated) && s.awaitClaims(ctx, taken > 0, s.o.PollGap) {
+			continue
+		}
+		if gap := time.Since(began); taken == 0 && !fresh && gap < s.o.PollGap {
+			if retry.Sleep(ctx, s.o.PollGap-gap) != nil {
 				break
 			}
 		}
@@ -101,15 +105,34 @@ func (s *Session) pollLoop(ctx context.Context) error {
 	return ctx.Err()
 }
 
+// freshDirectives tells whether an answer brought directives and none of them was in the answer
+// before. The agent acts on a directive at once (forget drops the attempt from the next poll,
+// cancel stops its Job), so the next poll may go at once; a directive repeated, as cancel is
+// until the Job has stopped, is what the gap paces. Called by the poll loop only.
+func (s *Session) freshDirectives(ds []api.Directive) bool {
+	seen := s.lastDirectives
+	s.lastDirectives = make(map[api.Directive]bool, len(ds))
+	fresh := len(ds) > 0
+	for _, d := range ds {
+		s.lastDirectives[d] = true
+		if seen[d] {
+			fresh = false
+		}
+	}
+	return fresh
+}
+
 // attemptEnded is called when the orchestrator acknowledged an attempt's finished event, which
-// freed its slot. A long poll in flight that stated less capacity than the agent's limit is cut
-// short, so the next poll states the free slot: the orchestrator offers no more than a poll
-// states, and the deployments queued behind the attempt would otherwise wait out the poll (up to
-// 30 s) however soon the slot freed.
+// freed its slot. A long poll in flight that stated no free capacity is cut short, so the next
+// poll states the free slot: the orchestrator offers no more than a poll states, and the
+// deployments queued behind the attempt would otherwise wait out the poll (up to 30 s) however
+// soon the slot freed. A poll that stated a free slot is left alone: the orchestrator answers it
+// as soon as it has something to offer (and itself wakes it when the runner's own limit frees),
+// and cutting it would cost a new connection for nothing.
 func (s *Session) attemptEnded() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cutPoll != nil && s.pollFree < s.effectiveLimit() {
+	if s.cutPoll != nil && s.pollFree == 0 {
 		s.cutPoll()
 		s.cutPoll = nil
 	}
@@ -235,10 +258,42 @@ func (s *Session) skipOnce(k executor.AttemptKey, msg string, err error) {
 	s.log.Warn(msg, "deployment_id", k.DeploymentID, "attempt", k.Attempt, "err", err)
 }
 
-// offers claims and starts offered attempts, concurrently, never more than the capacity stated,
-// and returns how many it took up (offers already being started are not counted again).
-func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.Offer, capacity int) int {
-	taken := 0
+// awaitClaims is called after an answer that brought offers (took: it claimed some; otherwise
+// it only repeated offers being claimed). It waits, at most max, until no claim request is in
+// flight, and reports whether the next poll may go at once. The orchestrator sees an offer as
+// queued until its claim is answered, so a poll sent before then comes straight back with the
+// same offer (and its commits queue behind the claim's); waiting for the answer instead of a
+// fixed gap means an offer queued meanwhile waits one claim's round trip at most. The answer is
+// no, and the caller keeps the gap, when there was nothing to wait for (an offer repeated while
+// its Job is still being created) or a claim failed other than by a conflict (the attempt is
+// offered again at once): the gap paces those.
+func (s *Session) awaitClaims(ctx context.Context, took bool, max time.Duration) bool {
+	timer := time.NewTimer(max)
+	defer timer.Stop()
+	for waited := false; ; waited = true {
+		s.mu.Lock()
+		claiming, failed := s.claiming, s.claimFailed
+		if claiming == 0 {
+			s.claimFailed = false
+		}
+		s.mu.Unlock()
+		if claiming == 0 {
+			return (took || waited) && !failed
+		}
+		select {
+		case <-s.claimAnswered:
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// offers claims and starts offered attempts, concurrently, never more than the capacity stated.
+// It returns how many it took up, and whether any offer was one already being started (the
+// orchestrator answered before that claim of it was).
+func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.Offer, capacity int) (taken int, repeated bool) {
 	for i, o := range offers {
 		if i >= capacity {
 			break
@@ -247,9 +302,11 @@ func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.O
 		s.mu.Lock()
 		if s.starting[k] {
 			s.mu.Unlock()
+			repeated = true
 			continue
 		}
 		s.starting[k] = true
+		s.claiming++
 		s.mu.Unlock()
 		taken++
 		wg.Add(1)
@@ -263,12 +320,27 @@ func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.O
 			s.claimAndStart(ctx, o)
 		}()
 	}
-	return taken
+	return taken, repeated
+}
+
+// claimDone records that a claim request was answered.
+func (s *Session) claimDone(err error) {
+	s.mu.Lock()
+	s.claiming--
+	if err != nil && !errors.Is(err, api.ErrConflict) && !errors.Is(err, api.ErrNotFound) {
+		s.claimFailed = true
+	}
+	s.mu.Unlock()
+	select {
+	case s.claimAnswered <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	log := s.log.With("deployment_id", o.DeploymentID, "attempt", o.Attempt, "operation", o.Operation)
 	c, err := s.o.Client.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: s.o.Instance})
+	s.claimDone(err)
 	switch {
 	case errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound):
 		s.o.Metrics.Claims.WithLabelValues("conflict").Inc()

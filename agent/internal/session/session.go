@@ -67,6 +67,9 @@ type Options struct {
 	EventBackoff retry.Backoff
 	// PollBackoff paces polls after errors (default 1 s … 30 s).
 	PollBackoff retry.Backoff
+	// PollGap is the least time from a poll to the next when its answer brought nothing new
+	// (default minPollGap).
+	PollGap time.Duration
 }
 
 // Session runs while this agent leads.
@@ -92,6 +95,14 @@ type Session struct {
 	// stated; see attemptEnded.
 	cutPoll  context.CancelFunc
 	pollFree int
+	// claiming counts claim requests in flight, claimFailed tells that one failed other than by
+	// a conflict since the poll loop last looked, and claimAnswered wakes the poll loop when one
+	// is answered; see awaitClaims.
+	claiming      int
+	claimFailed   bool
+	claimAnswered chan struct{}
+	// lastDirectives are the directives of the last poll answer (pollLoop only).
+	lastDirectives map[api.Directive]bool
 }
 
 // attemptState is what the session remembers about an attempt between passes. All of it can be
@@ -148,10 +159,14 @@ func New(o Options) *Session {
 	if o.EventBackoff.Base == 0 {
 		o.EventBackoff = retry.Backoff{Base: time.Second, Max: 60 * time.Second}
 	}
+	if o.PollGap <= 0 {
+		o.PollGap = minPollGap
+	}
 	if o.PollBackoff.Base == 0 {
 		o.PollBackoff = retry.Backoff{Base: time.Second, Max: 30 * time.Second}
 	}
-	return &Session{o: o, log: o.Logger.With("component", "session"), attempts: map[executor.AttemptKey]*attemptState{}, starting: map[executor.AttemptKey]bool{}, skipped: map[executor.AttemptKey]bool{}, kick: executor.NewNotifier()}
+	return &Session{o: o, log: o.Logger.With("component", "session"), attempts: map[executor.AttemptKey]*attemptState{}, starting: map[executor.AttemptKey]bool{}, skipped: map[executor.AttemptKey]bool{}, kick: executor.NewNotifier(),
+		claimAnswered: make(chan struct{}, 1)}
 }
 
 // Run polls and sends events until ctx ends (shutdown or lost leadership). Events already being

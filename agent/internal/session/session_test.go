@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -269,30 +270,40 @@ func TestAttemptEndingCutsAPollAtCapacity(t *testing.T) {
 	orch := &fakeOrch{max: 1, hold: time.Minute, offers: []api.Offer{{DeploymentID: "dep-a", Attempt: 1}}}
 	ex := newFakeExec()
 	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: 30 * time.Second})
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
-	go func() { done <- s.Run(ctx) }()
-	lastPoll := func() api.PollRequest {
-		orch.mu.Lock()
-		defer orch.mu.Unlock()
-		if len(orch.polls) == 0 {
-			return api.PollRequest{}
-		}
-		return orch.polls[len(orch.polls)-1]
-	}
+	stop := run(t, s)
 	waitFor(t, "the attempt started and a long poll with no slot free", func() bool {
 		ex.mu.Lock()
 		started := len(ex.starts) == 1
 		ex.mu.Unlock()
-		p := lastPoll()
+		_, p := orch.lastPoll()
 		return started && p.CapacityFree == 0 && p.WaitSeconds > 0
 	})
 	ex.set("dep-a", func(s *executor.AttemptStatus) { s.Started, s.Status = true, api.StatusSucceeded })
-	waitFor(t, "a poll stating the free slot, before the held poll's minute is over", func() bool { return lastPoll().CapacityFree == 1 })
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	waitFor(t, "a poll stating the free slot, before the held poll's minute is over", func() bool { _, p := orch.lastPoll(); return p.CapacityFree == 1 })
+	stop()
+}
+
+// run runs the session until the returned stop is called.
+func run(t *testing.T, s *Session) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
+}
+
+// lastPoll returns how many polls came and the last one.
+func (f *fakeOrch) lastPoll() (int, api.PollRequest) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.polls) == 0 {
+		return 0, api.PollRequest{}
+	}
+	return len(f.polls), f.polls[len(f.polls)-1]
 }
 
 // An attempt whose start is still in flight while the executor already lists it counts once, in
@@ -481,5 +492,169 @@ func TestSessionTellsTheConnectionRecorder(t *testing.T) {
 	defer rec.mu.Unlock()
 	if !errors.Is(rec.errs[0], api.ErrUnauthorized) || rec.versions[0] != "9.9.9" {
 		t.Errorf("recorded errors %v and versions %v", rec.errs, rec.versions)
+	}
+}
+
+// queueOrch answers polls as the orchestrator does: an offer stays queued (and is offered again
+// at once) until its claim is answered, and a poll with nothing queued is held until something
+// is queued or the poll ends. Claims take claimFor.
+type queueOrch struct {
+	fakeOrch
+	claimFor time.Duration
+	queued   []api.Offer
+	claims   []string
+	// offered records each offer answered; repeats counts offers answered again.
+	offered map[string]bool
+	repeats int
+	inClaim int
+	wake    chan struct{}
+}
+
+func (q *queueOrch) queue(o api.Offer) {
+	q.mu.Lock()
+	q.queued = append(q.queued, o)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *queueOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
+	for {
+		q.mu.Lock()
+		offers := append([]api.Offer{}, q.queued[:min(len(q.queued), req.CapacityFree)]...)
+		for _, o := range offers {
+			if q.offered[o.DeploymentID] {
+				q.repeats++
+			}
+			q.offered[o.DeploymentID] = true
+		}
+		q.mu.Unlock()
+		if len(offers) > 0 || req.WaitSeconds == 0 {
+			return &api.PollResponse{Offers: offers, MaxConcurrency: 10}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-q.wake:
+		}
+	}
+}
+
+func (q *queueOrch) Claim(ctx context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
+	q.mu.Lock()
+	q.inClaim++
+	q.mu.Unlock()
+	time.Sleep(q.claimFor)
+	q.mu.Lock()
+	q.inClaim--
+	q.claims = append(q.claims, deploymentID)
+	q.queued = slices.DeleteFunc(q.queued, func(o api.Offer) bool { return o.DeploymentID == deploymentID })
+	q.mu.Unlock()
+	return q.fakeOrch.Claim(ctx, deploymentID, req)
+}
+
+// TestNoPollWhileAClaimIsInFlight: after taking an offer the agent polls again as soon as the
+// claim is answered, not before (the orchestrator would answer at once with the same offer, and
+// the agent would then wait out its gap, delaying whatever was queued meanwhile) and not after a
+// fixed gap. An offer queued while the claim is in flight is taken by the very next poll.
+func TestNoPollWhileAClaimIsInFlight(t *testing.T) {
+	q := &queueOrch{claimFor: 100 * time.Millisecond, wake: make(chan struct{}, 1), offered: map[string]bool{}}
+	ex := newFakeExec()
+	s := New(Options{Client: q, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: 30 * time.Second})
+	stop := run(t, s)
+	claims := func() []string {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		return slices.Clone(q.claims)
+	}
+	for i, id := range []string{"dep-a", "dep-b", "dep-c"} {
+		q.queue(api.Offer{DeploymentID: id, Attempt: 1, Operation: api.OperationPlan})
+		if i == 1 {
+			// Queued while dep-b's claim is in flight: the next poll takes it.
+			waitFor(t, "dep-b's claim in flight", func() bool { q.mu.Lock(); defer q.mu.Unlock(); return q.inClaim > 0 })
+			q.queue(api.Offer{DeploymentID: "dep-b2", Attempt: 1, Operation: api.OperationPlan})
+		}
+		waitFor(t, id+" claimed", func() bool { return slices.Contains(claims(), id) })
+	}
+	waitFor(t, "dep-b2 claimed", func() bool { return slices.Contains(claims(), "dep-b2") })
+	stop()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.repeats != 0 {
+		t.Errorf("%d offers were answered again to a poll sent while their claim was in flight; want none", q.repeats)
+	}
+	if want := []string{"dep-a", "dep-b", "dep-b2", "dep-c"}; !slices.Equal(q.claims, want) {
+		t.Errorf("claims %v, want %v, each once", q.claims, want)
+	}
+}
+
+// An attempt ending does not cut a long poll that stated a free slot: the orchestrator answers
+// that poll itself as soon as it has an offer, and a cut costs a new request (and connection).
+func TestAttemptEndingLeavesAPollWithAFreeSlot(t *testing.T) {
+	orch := &fakeOrch{max: 2, hold: time.Minute, offers: []api.Offer{{DeploymentID: "dep-a", Attempt: 1}}}
+	ex := newFakeExec()
+	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: 30 * time.Second})
+	stop := run(t, s)
+	polls := orch.lastPoll
+	waitFor(t, "the attempt started and a long poll with one slot free", func() bool {
+		ex.mu.Lock()
+		started := len(ex.starts) == 1
+		ex.mu.Unlock()
+		_, p := polls()
+		return started && p.CapacityFree == 1 && p.WaitSeconds > 0
+	})
+	before, _ := polls()
+	ex.set("dep-a", func(s *executor.AttemptStatus) { s.Started, s.Status = true, api.StatusSucceeded })
+	waitFor(t, "the finished event acknowledged", func() bool {
+		orch.mu.Lock()
+		defer orch.mu.Unlock()
+		for _, ev := range orch.events["dep-a"] {
+			if ev.Type == api.EventFinished {
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond) // a cut poll would be followed by a new one at once
+	if after, _ := polls(); after != before {
+		t.Errorf("%d polls after the attempt ended, want the one in flight (%d) left alone", after, before)
+	}
+	stop()
+}
+
+// directiveOrch answers every poll at once with the directives of its script, one answer after
+// the other (the last one over and over).
+type directiveOrch struct {
+	fakeOrch
+	script [][]api.Directive
+	times  []time.Time
+}
+
+func (d *directiveOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.times = append(d.times, time.Now())
+	ds := d.script[min(len(d.times), len(d.script))-1]
+	return &api.PollResponse{Directives: ds, MaxConcurrency: 1}, nil
+}
+
+// An answer with a directive not in the answer before is followed by the next poll at once (the
+// agent has acted on it, so the next answer differs); a directive repeated waits out the gap.
+func TestNewDirectivesAreNotFollowedByTheGap(t *testing.T) {
+	forget := func(id string) api.Directive {
+		return api.Directive{Type: api.DirectiveForget, DeploymentID: id, Attempt: 1, Reason: "terminal"}
+	}
+	orch := &directiveOrch{script: [][]api.Directive{{forget("dep-a")}, {forget("dep-b")}, {forget("dep-b")}}}
+	s := New(Options{Client: orch, Executor: newFakeExec(), Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollGap: time.Hour})
+	stop := run(t, s)
+	waitFor(t, "three polls", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.times) >= 3 })
+	time.Sleep(200 * time.Millisecond) // a fourth poll would follow the repeated directive at once
+	stop()
+	orch.mu.Lock()
+	defer orch.mu.Unlock()
+	if len(orch.times) != 3 {
+		t.Errorf("%d polls; want 3: two after new directives at once, then the gap (an hour here) after the repeated one", len(orch.times))
 	}
 }
