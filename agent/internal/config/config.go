@@ -163,7 +163,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.DurationVar(&c.StartupTimeout, "startup-timeout", 180*time.Second, "fail an attempt whose Job's pod does not start within this")
 	fs.StringVar(&c.CABundleFile, "ca-bundle-file", "", "extra PEM CAs trusted for the orchestrator")
 	fs.Float64Var(&c.KubeQPS, "kube-qps", 50, "Kubernetes client QPS")
-	fs.IntVar(&c.KubeBurst, "kube-burst", 100, "Kubernetes client burst, at least; grown to 2 × the runner's max_concurrency")
+	fs.IntVar(&c.KubeBurst, "kube-burst", 100, "Kubernetes client burst, at least; grown to 5 × the runner's max_concurrency")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug | info | warn | error")
 	fs.StringVar(&c.LogFormat, "log-format", LogFormatJSON, "json | text")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig path, or a list like $KUBECONFIG (empty = in-cluster)")

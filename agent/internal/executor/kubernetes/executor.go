@@ -75,6 +75,13 @@ type Executor struct {
 
 	mu       sync.Mutex
 	unsealed map[types.UID]bool // Jobs already reported as not the agent's
+	// tokenSecrets maps the UID of a Job this process started to the UID of the token Secret it
+	// created for it, so the Secret can be deleted without reading it first (keep, history.go).
+	// An entry goes when the informer sees its Job deleted.
+	tokenSecrets map[types.UID]types.UID
+	// expiring holds the kept Jobs whose delete was sent, until the informer sees them go, so
+	// trimHistory (run after every keep, on a cache that lags) deletes each once.
+	expiring map[types.UID]bool
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -116,14 +123,29 @@ func New(o Options) *Executor {
 		synced:  make(chan struct{}),
 		notify:  executor.NewNotifier(),
 		log:     o.Logger.With("executor", "kubernetes"),
-		sealKey: o.SealKey, unsealed: map[types.UID]bool{},
+		sealKey: o.SealKey, unsealed: map[types.UID]bool{}, tokenSecrets: map[types.UID]types.UID{}, expiring: map[types.UID]bool{},
 	}
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { e.notify.Notify() },
 		UpdateFunc: func(any, any) { e.notify.Notify() },
 		DeleteFunc: func(any) { e.notify.Notify() },
 	}
-	if _, err := jobs.AddEventHandler(h); err != nil {
+	if _, err := jobs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    h.AddFunc,
+		UpdateFunc: h.UpdateFunc,
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if j, ok := obj.(*batchv1.Job); ok {
+				e.mu.Lock()
+				delete(e.tokenSecrets, j.UID)
+				delete(e.expiring, j.UID)
+				e.mu.Unlock()
+			}
+			e.notify.Notify()
+		},
+	}); err != nil {
 		e.log.Error("register Job handler", "err", err)
 	}
 	if _, err := pods.AddEventHandler(h); err != nil {
@@ -171,7 +193,7 @@ func (e *Executor) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 			e.watchdog(ctx)
-			e.trimHistory(ctx)
+			e.trimHistory(kubeclient.Deferrable(ctx))
 		}
 	}
 }
@@ -229,9 +251,13 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) e
 		e.log.Info("created Job", "deployment_id", c.DeploymentID, "attempt", c.Attempt, "k8s_job", job.Name, "namespace", ns)
 	}
 	secret.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: created.Name, UID: created.UID}}
-	if err := e.ensureSecret(ctx, secret); err != nil {
+	secretUID, err := e.ensureSecret(ctx, secret)
+	if err != nil {
 		return err
 	}
+	e.mu.Lock()
+	e.tokenSecrets[created.UID] = secretUID
+	e.mu.Unlock()
 	e.notify.Notify()
 	return nil
 }
@@ -348,8 +374,10 @@ func (e *Executor) stop(ctx context.Context, j *batchv1.Job, annotation, value s
 
 // Cleanup implements executor.Executor: a finished Job goes into the history (see history.go)
 // when it has room there; any other is deleted with one call, its pods and token Secret being
-// dependents the garbage collector removes (background propagation).
+// dependents the garbage collector removes (background propagation). Its requests give way to
+// the starts of new attempts at the client's rate limit (kubeclient.Deferrable).
 func (e *Executor) Cleanup(ctx context.Context, deploymentID string, attempt int) error {
+	ctx = kubeclient.Deferrable(ctx)
 	j, err := e.find(ctx, deploymentID, attempt)
 	if err != nil || j == nil {
 		return err

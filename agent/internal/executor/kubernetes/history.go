@@ -94,11 +94,20 @@ func (e *Executor) trimHistory(ctx context.Context) {
 		return
 	}
 	byOutcome := map[string][]*batchv1.Job{}
+	present := make(map[types.UID]bool, len(jobs))
+	e.mu.Lock()
 	for _, j := range jobs {
-		if kept(j) && j.DeletionTimestamp == nil && e.sealed(j) {
+		present[j.UID] = true
+		if kept(j) && j.DeletionTimestamp == nil && !e.expiring[j.UID] && e.sealed(j) {
 			byOutcome[j.Labels[LabelHistory]] = append(byOutcome[j.Labels[LabelHistory]], j)
 		}
 	}
+	for uid := range e.expiring {
+		if !present[uid] { // its delete was seen before it was marked
+			delete(e.expiring, uid)
+		}
+	}
+	e.mu.Unlock()
 	for outcome, js := range byOutcome {
 		n := e.limit(outcome)
 		if len(js) <= n {
@@ -112,7 +121,17 @@ func (e *Executor) trimHistory(ctx context.Context) {
 			return strings.Compare(b.Name, a.Name)
 		})
 		for _, j := range js[n:] {
+			e.mu.Lock()
+			again := e.expiring[j.UID]
+			e.expiring[j.UID] = true
+			e.mu.Unlock()
+			if again {
+				continue // another trim is deleting it now
+			}
 			if err := e.deleteJob(ctx, j); err != nil {
+				e.mu.Lock()
+				delete(e.expiring, j.UID)
+				e.mu.Unlock()
 				e.log.Warn("expire Job from the history", "k8s_job", j.Name, "namespace", j.Namespace, "err", err)
 				continue
 			}
@@ -133,10 +152,25 @@ func (e *Executor) deleteJob(ctx context.Context, j *batchv1.Job) error {
 
 // deleteTokenSecret deletes the token Secret of a Job kept in the history (no job runner needs
 // it any more), and only if the Job owns it: a Secret of that name that is not the Job's is left
-// alone, as anything in the jobs namespace the agent did not make.
+// alone, as anything in the jobs namespace the agent did not make. The Secret this process
+// created for the Job is deleted by its UID at once, one request instead of two; one it does not
+// know (made before a restart, or replaced since) is read first to check its owner.
 func (e *Executor) deleteTokenSecret(ctx context.Context, j *batchv1.Job) error {
 	secrets := e.o.Client.CoreV1().Secrets(j.Namespace)
-	s, err := secrets.Get(ctx, TokenSecretName(j.Name, j.Annotations[AnnTokenSHA256]), metav1.GetOptions{})
+	name := TokenSecretName(j.Name, j.Annotations[AnnTokenSHA256])
+	e.mu.Lock()
+	uid, known := e.tokenSecrets[j.UID]
+	e.mu.Unlock()
+	if known {
+		err := secrets.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil || apierrors.IsNotFound(err):
+			return nil
+		case !apierrors.IsConflict(err):
+			return fmt.Errorf("delete token Secret of Job %s/%s: %w", j.Namespace, j.Name, err)
+		}
+	}
+	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 )
@@ -16,32 +17,32 @@ import (
 // the Job and needs no delete of its own), read back after a restart only when it holds the token
 // sealed on the Job.
 
-func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) error {
+func (e *Executor) ensureSecret(ctx context.Context, s *corev1.Secret) (types.UID, error) {
 	secrets := e.o.Client.CoreV1().Secrets(s.Namespace)
-	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
-	if err == nil || !apierrors.IsAlreadyExists(err) {
-		if err != nil {
-			return fmt.Errorf("create token Secret %s/%s: %w", s.Namespace, s.Name, err)
-		}
-		return nil
+	created, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if err == nil {
+		return created.UID, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return "", fmt.Errorf("create token Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	have, err := secrets.Get(ctx, s.Name, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("read token Secret %s/%s: %w", s.Namespace, s.Name, err)
+		return "", fmt.Errorf("read token Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	if string(have.Data[tokenKey]) == string(s.Data[tokenKey]) && string(have.Data[stateTokenKey]) == string(s.Data[stateTokenKey]) {
-		return nil
+		return have.UID, nil
 	}
 	// Different credentials for the same attempt (the claim was granted again), or a Secret
 	// someone else put under the name once the Job showed it: replace it. Delete and create need
 	// no update permission on Secrets.
 	if err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &have.UID}}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
+		return "", fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
+	if created, err = secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
+		return "", fmt.Errorf("replace token Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	return nil
+	return created.UID, nil
 }
 
 // JobToken implements executor.Executor from the Job's token Secret.

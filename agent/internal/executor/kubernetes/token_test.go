@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"slices"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -65,5 +66,53 @@ func TestStartCreatesTheJobThenItsOwnedTokenSecret(t *testing.T) {
 	}
 	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Job" || s.OwnerReferences[0].Name != JobName(c.DeploymentID, c.Attempt) || s.OwnerReferences[0].UID != "job-uid" {
 		t.Errorf("owners of the token Secret: %+v, want its Job", s.OwnerReferences)
+	}
+}
+
+// Keeping a Job in the history deletes its token Secret with one request when this process
+// created the Secret (its UID is known), and reads it first to check its owner when not (after
+// a restart).
+func TestTokenSecretOfAKeptJobIsDeletedByItsUID(t *testing.T) {
+	cs := fake.NewClientset()
+	cs.PrependReactor("create", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if o, ok := a.(k8stesting.CreateAction).GetObject().(metav1.Object); ok {
+			o.SetUID(types.UID(a.GetResource().Resource + "-uid"))
+		}
+		return false, nil, nil
+	})
+	c := claim("")
+	for _, restarted := range []bool{false, true} {
+		e := New(Options{Client: cs, Pod: opts})
+		if err := e.Start(t.Context(), c, "opst_test"); err != nil {
+			t.Fatal(err)
+		}
+		job, err := cs.BatchV1().Jobs("jobs").Get(t.Context(), JobName(c.DeploymentID, c.Attempt), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if restarted {
+			e = New(Options{Client: cs, Pod: opts})
+		}
+		cs.ClearActions()
+		if err := e.deleteTokenSecret(t.Context(), job); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, a := range cs.Actions() {
+			got = append(got, a.GetVerb()+" "+a.GetResource().Resource)
+		}
+		want := []string{"delete secrets"}
+		if restarted {
+			want = []string{"get secrets", "delete secrets"}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("restarted %v: requests %q, want %q", restarted, got, want)
+		}
+		if _, err := cs.CoreV1().Secrets("jobs").Get(t.Context(), TokenSecretName(job.Name, job.Annotations[AnnTokenSHA256]), metav1.GetOptions{}); err == nil {
+			t.Errorf("restarted %v: the token Secret is still there", restarted)
+		}
+		if err := cs.BatchV1().Jobs("jobs").Delete(t.Context(), job.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
