@@ -279,7 +279,9 @@ func placementOf(tx storeTx, rec *deploymentRecord) (*api.Placement, error) {
 // finished event always.
 func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
 	var out api.EventResponse
-	err := s.update(ctx, func(tx storeTx) error {
+	// A batch: when a wave of attempts finishes, their events share commits (and fsyncs) instead
+	// of queueing one commit each. The batch may run this again, so out is set only at the end.
+	err := s.batch(ctx, func(tx storeTx) error {
 		now := s.timeNow()
 		if _, err := touchRunner(tx, id, "", now); err != nil {
 			return err
