@@ -63,7 +63,11 @@ func BenchmarkAgent(b *testing.B) {
 }
 
 func benchPickup(b *testing.B) []benchtest.Figure {
-	e := newEnv(b, "", 50)
+	// max_concurrency 200: no pickup waits for a free slot. The Jobs are queued about eight a
+	// second and hold their job lease for a few seconds each (kwok's pods run about 1 s, then
+	// the Job controller, the finished event), so up to 60 are in flight; with 50, a fifth of
+	// the pickups measured the wait for a slot instead.
+	e := newEnv(b, "", 200)
 	e.startAgent("bench-pickup", "--poll-wait", "30s", "--log-level", "info")
 	w := watchJobs(b, e.cluster.Client(), e.ns)
 	floor := bareClient(b, e.cluster.RESTConfig)

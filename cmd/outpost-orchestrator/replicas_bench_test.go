@@ -10,14 +10,16 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/benchtest"
 )
 
-// replicaGap is the pace at which BenchmarkReplicas queues deployments (10 a second).
-const replicaGap = 100 * time.Millisecond
+// replicaGap is the pace at which BenchmarkReplicas queues deployments (20 a second: each run
+// takes 25 s of make bench, and the six runners' 48 slots with plans of 0.2 s take ten times
+// that rate).
+const replicaGap = 50 * time.Millisecond
 
 // BenchmarkReplicas is the full run of TestReplicaProcessesRunEachDeploymentOnce, and the
 // measurement behind "pickup latency on three PostgreSQL replicas stays within 2× of one bbolt
 // orchestrator": the same real processes (orchestrators, load balancer, six agents with the
 // process executor, their job runners) take OUTPOST_BENCH_DEPLOYMENTS deployments (500 by
-// default) queued at a steady 10 a second round-robin over the runners, first from one
+// default) queued at a steady 20 a second round-robin over the runners, first from one
 // orchestrator on bbolt, then from three replicas on one PostgreSQL (durable: it syncs at
 // commit, as bbolt does) with the deployments queued through all of them and one killed
 // (SIGKILL) half-way. Pickup is from the create to the claim's grant, as the orchestrators

@@ -316,13 +316,16 @@ func (a *busyAgent) claimedAt(id string) (time.Time, bool) {
 }
 
 // run polls and claims as the agent's session does: an offer already being claimed is not
-// claimed again, and an answer that brought nothing new is followed by the agent's minimum gap
-// of 250 ms before the next poll.
+// claimed again; after an answer with offers the next poll goes as soon as the claims in flight
+// are answered (250 ms at most), and an answer that brought nothing new is followed by the
+// agent's minimum gap of 250 ms.
 func (a *busyAgent) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	starting := map[string]bool{}
 	var startMu sync.Mutex
+	claiming := 0
+	answered := make(chan struct{}, 1)
 	for ctx.Err() == nil {
 		began := time.Now()
 		resp, err := a.c.Poll(ctx, api.PollRequest{AgentVersion: "bench", Instance: "busy", Held: []api.HeldAttempt{}, WaitSeconds: 30, CapacityFree: api.MaxMaxConcurrency})
@@ -343,9 +346,19 @@ func (a *busyAgent) run(ctx context.Context) {
 				continue
 			}
 			taken++
+			startMu.Lock()
+			claiming++
+			startMu.Unlock()
 			wg.Go(func() {
 				defer func() { startMu.Lock(); delete(starting, o.DeploymentID); startMu.Unlock() }()
 				c, err := a.c.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: "busy"})
+				startMu.Lock()
+				claiming--
+				startMu.Unlock()
+				select {
+				case answered <- struct{}{}:
+				default:
+				}
 				if err != nil {
 					a.fail(fmt.Errorf("claim %s: %w", o.DeploymentID, err))
 					return
@@ -361,8 +374,31 @@ func (a *busyAgent) run(ctx context.Context) {
 				}
 			})
 		}
+		if len(resp.Offers) > 0 && a.awaitClaims(&startMu, &claiming, answered, taken > 0) {
+			continue
+		}
 		if gap := time.Since(began); taken == 0 && gap < 250*time.Millisecond {
 			time.Sleep(250*time.Millisecond - gap)
+		}
+	}
+}
+
+// awaitClaims waits, 250 ms at most, until no claim is in flight, as the agent's session does,
+// and tells whether the next poll goes at once.
+func (a *busyAgent) awaitClaims(mu *sync.Mutex, claiming *int, answered <-chan struct{}, took bool) bool {
+	timer := time.NewTimer(250 * time.Millisecond)
+	defer timer.Stop()
+	for waited := false; ; waited = true {
+		mu.Lock()
+		n := *claiming
+		mu.Unlock()
+		if n == 0 {
+			return took || waited
+		}
+		select {
+		case <-answered:
+		case <-timer.C:
+			return true
 		}
 	}
 }
