@@ -32,6 +32,8 @@ type Limiter struct {
 	l     atomic.Pointer[rate.Limiter]
 	// waiting counts requests that are not deferrable and wait for a token.
 	waiting atomic.Int64
+	// gate lets one deferrable request at a time look for a token.
+	gate chan struct{}
 }
 
 // maxDefer bounds how long a deferrable request gives way before it queues like any other.
@@ -54,7 +56,7 @@ var _ flowcontrol.RateLimiter = (*Limiter)(nil)
 
 // NewLimiter returns a limiter of qps requests per second with a burst of burst.
 func NewLimiter(qps float32, burst int) *Limiter {
-	l := &Limiter{qps: rate.Limit(qps), burst: burst}
+	l := &Limiter{qps: rate.Limit(qps), burst: burst, gate: make(chan struct{}, 1)}
 	l.l.Store(rate.NewLimiter(l.qps, burst))
 	return l
 }
@@ -88,31 +90,48 @@ func (l *Limiter) Accept() { _ = l.Wait(context.Background()) }
 // Wait implements flowcontrol.RateLimiter.
 func (l *Limiter) Wait(ctx context.Context) error {
 	if deferrable(ctx) {
-		// A token is free now only when every request that waits has been served: those take
-		// their tokens ahead (a reservation), which leaves none until they are due.
-		deadline := time.Now().Add(maxDefer)
-		for time.Now().Before(deadline) {
-			lim := l.l.Load()
-			if l.waiting.Load() == 0 && lim.Allow() {
-				return nil
-			}
-			pause := time.Second / 50
-			if lim.Limit() > 0 && lim.Limit() != rate.Inf {
-				pause = min(max(time.Duration(float64(time.Second)/float64(lim.Limit())), time.Millisecond), 100*time.Millisecond)
-			}
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
-			}
-		}
-		return l.l.Load().Wait(ctx)
+		return l.waitDeferred(ctx)
 	}
 	l.waiting.Add(1)
 	defer l.waiting.Add(-1)
 	return l.l.Load().Wait(ctx)
+}
+
+// waitDeferred takes a token for a deferrable request. A token is free now only when every
+// request that waits has been served: those take theirs ahead (a reservation), which leaves none
+// until they are due. Deferrable requests look one at a time (the gate), so however many wait,
+// the limiter is checked once per token interval, not once per request.
+func (l *Limiter) waitDeferred(ctx context.Context) error {
+	deadline := time.NewTimer(maxDefer)
+	defer deadline.Stop()
+	select {
+	case l.gate <- struct{}{}:
+	case <-deadline.C:
+		return l.l.Load().Wait(ctx)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-l.gate }()
+	for {
+		lim := l.l.Load()
+		if l.waiting.Load() == 0 && lim.Allow() {
+			return nil
+		}
+		pause := 20 * time.Millisecond
+		if r := lim.Limit(); r > 0 && r != rate.Inf {
+			pause = min(max(time.Duration(float64(time.Second)/float64(r)), time.Millisecond), 100*time.Millisecond)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-deadline.C:
+			t.Stop()
+			return lim.Wait(ctx)
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
 }
 
 // QPS implements flowcontrol.RateLimiter.
