@@ -153,7 +153,9 @@ func (s *Session) send(ctx context.Context, att *attemptState, st executor.Attem
 	s.mu.Lock()
 	startedSent, acked, fencing := att.startedSent, att.acked, att.fencing
 	s.mu.Unlock()
-	if st.Started && !startedSent {
+	// An acknowledged attempt (or one the orchestrator told to forget) gets no more events, only
+	// its cleanup.
+	if st.Started && !startedSent && !acked {
 		ev := api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqStarted, Type: api.EventStarted, Time: st.StartedAt.UTC()}}
 		if st.Fencing != 0 {
 			ev.Fencing = st.Fencing

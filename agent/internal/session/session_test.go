@@ -658,3 +658,20 @@ func TestNewDirectivesAreNotFollowedByTheGap(t *testing.T) {
 		t.Errorf("%d polls; want 3: two after new directives at once, then the gap (an hour here) after the repeated one", len(orch.times))
 	}
 }
+
+// A forgotten attempt (acknowledged by a forget directive) whose Job runs and whose started event
+// was never sent gets no event, only its cleanup: the orchestrator refuses events of an attempt
+// it forgot, and a refusal would leave the Job running.
+func TestNoEventsForAForgottenAttempt(t *testing.T) {
+	orch := &fakeOrch{}
+	s := New(Options{Client: orch, Executor: newFakeExec(), Logger: slog.New(slog.DiscardHandler), Instance: "agent-0"})
+	att := &attemptState{acked: true, fencing: 1}
+	st := executor.AttemptStatus{DeploymentID: "dep-a", Attempt: 1, Fencing: 1, Started: true, Status: api.StatusRunning}
+	clean, err := s.send(t.Context(), att, st, s.log)
+	if err != nil || !clean {
+		t.Errorf("send: clean %v, err %v; want the cleanup next", clean, err)
+	}
+	if evs := orch.events["dep-a"]; len(evs) != 0 {
+		t.Errorf("events sent for a forgotten attempt: %+v", evs)
+	}
+}
