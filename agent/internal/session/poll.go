@@ -14,9 +14,10 @@ import (
 )
 
 // minPollGap (Options.PollGap) keeps a server that answers at once with nothing new (directives
-// it keeps repeating) from turning the loop into a busy loop. An answer that brought offers is followed
-// by the next poll as soon as their claims are answered (see awaitClaims), never after a fixed
-// gap: a gap would delay every offer queued right after.
+// it keeps repeating) from turning the loop into a busy loop. An answer that brought offers is
+// followed by the next poll as soon as their claims are answered (see awaitClaims), and one with
+// new directives at once, never after a fixed gap: a gap would delay every offer queued right
+// after.
 const minPollGap = 250 * time.Millisecond
 
 // pollLoop long-polls until ctx ends. Every error is retried (the agent never stops polling: a
