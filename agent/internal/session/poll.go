@@ -260,7 +260,7 @@ func (s *Session) skipOnce(k executor.AttemptKey, msg string, err error) {
 }
 
 // awaitClaims is called after an answer that brought offers (took: it claimed some; otherwise
-// it only repeated offers being claimed). It waits, at most max, until no claim request is in
+// it only repeated offers being claimed). It waits, at most bound, until no claim request is in
 // flight, and reports whether the next poll may go at once. The orchestrator sees an offer as
 // queued until its claim is answered, so a poll sent before then comes straight back with the
 // same offer (and its commits queue behind the claim's); waiting for the answer instead of a
@@ -268,8 +268,8 @@ func (s *Session) skipOnce(k executor.AttemptKey, msg string, err error) {
 // no, and the caller keeps the gap, when there was nothing to wait for (an offer repeated while
 // its Job is still being created) or a claim failed other than by a conflict (the attempt is
 // offered again at once): the gap paces those.
-func (s *Session) awaitClaims(ctx context.Context, took bool, max time.Duration) bool {
-	timer := time.NewTimer(max)
+func (s *Session) awaitClaims(ctx context.Context, took bool, bound time.Duration) bool {
+	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	for waited := false; ; waited = true {
 		s.mu.Lock()
