@@ -173,9 +173,9 @@ func (s *Session) send(ctx context.Context, att *attemptState, st executor.Attem
 				s.o.Metrics.StartLatency.Observe(st.StartedAt.Sub(st.ClaimedAt).Seconds())
 			}
 		case !retry.Eventually(err) && st.Terminal():
-			// The finished event says more than a refused started event; send it anyway.
+			// The finished event says more than a refused started event; send it anyway (what
+			// follows sets err again).
 			log.Info("started event refused; sending the finished event", "err", err)
-			err = nil
 		default:
 			if st.Terminal() && !acked && retry.Eventually(err) {
 				s.keepPending(ctx, st, fencing, log)
