@@ -1,0 +1,152 @@
+package session
+
+// Claims: taking up the offers of a poll answer, claiming each and starting it, and telling the
+// poll loop when the claims in flight are answered.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
+)
+
+// awaitClaims is called after an answer that brought offers (took: it claimed some; otherwise
+// it only repeated offers being claimed). It waits, at most bound, until no claim request is in
+// flight, and reports whether the next poll may go at once. The orchestrator sees an offer as
+// queued until its claim is answered, so a poll sent before then comes straight back with the
+// same offer (and its commits queue behind the claim's); waiting for the answer instead of a
+// fixed gap means an offer queued meanwhile waits one claim's round trip at most. The answer is
+// no, and the caller keeps the gap, when there was nothing to wait for (an offer repeated while
+// its Job is still being created) or a claim failed other than by a conflict (the attempt is
+// offered again at once): the gap paces those.
+func (s *Session) awaitClaims(ctx context.Context, took bool, bound time.Duration) bool {
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	for waited := false; ; waited = true {
+		s.mu.Lock()
+		claiming, failed := s.claiming, s.claimFailed
+		if claiming == 0 {
+			s.claimFailed = false
+		}
+		s.mu.Unlock()
+		if claiming == 0 {
+			return (took || waited) && !failed
+		}
+		select {
+		case <-s.claimAnswered:
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// offers claims and starts offered attempts, concurrently, never more than the capacity stated.
+// It returns how many it took up, and whether any offer was one already being started (the
+// orchestrator answered before that claim of it was).
+func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.Offer, capacity int) (taken int, repeated bool) {
+	for i, o := range offers {
+		if i >= capacity {
+			break
+		}
+		k := executor.AttemptKey{DeploymentID: o.DeploymentID, Attempt: o.Attempt}
+		s.mu.Lock()
+		if s.starting[k] {
+			s.mu.Unlock()
+			repeated = true
+			continue
+		}
+		s.starting[k] = true
+		s.claiming++
+		s.mu.Unlock()
+		taken++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.starting, k)
+				s.mu.Unlock()
+			}()
+			s.claimAndStart(ctx, o)
+		}()
+	}
+	return taken, repeated
+}
+
+// claimDone records that a claim request was answered.
+func (s *Session) claimDone(err error) {
+	s.mu.Lock()
+	s.claiming--
+	if err != nil && !errors.Is(err, api.ErrConflict) && !errors.Is(err, api.ErrNotFound) {
+		s.claimFailed = true
+	}
+	s.mu.Unlock()
+	select {
+	case s.claimAnswered <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
+	log := s.log.With("deployment_id", o.DeploymentID, "attempt", o.Attempt, "operation", o.Operation)
+	c, err := s.o.Client.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: s.o.Instance})
+	s.claimDone(err)
+	switch {
+	case errors.Is(err, api.ErrConflict) || errors.Is(err, api.ErrNotFound):
+		s.o.Metrics.Claims.WithLabelValues("conflict").Inc()
+		log.Info("offer taken elsewhere or withdrawn", "err", err)
+		return
+	case err != nil:
+		s.o.Metrics.Claims.WithLabelValues("error").Inc()
+		log.Warn("claim failed; the attempt stays queued for the next poll", "err", err)
+		return
+	}
+	s.o.Metrics.Claims.WithLabelValues("claimed").Inc()
+	stateToken := s.o.Tokens.Put(c.DeploymentID, c.Attempt, grantOf(c))
+	s.mu.Lock()
+	s.state(executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}).fencing = c.Lease.Fencing
+	s.mu.Unlock()
+	// Starting the attempt must not be abandoned half-way because the session stops: the claim is
+	// ours, and a created Job is found again by the next leader.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout+30*time.Second)
+	defer cancel()
+	back := retry.Backoff{Base: time.Second, Max: 8 * time.Second}
+	for try := 1; ; try++ {
+		err = s.o.Executor.Start(sctx, c, stateToken)
+		if err == nil {
+			log.Info("attempt started")
+			return
+		}
+		if errors.Is(err, executor.ErrInvalidJob) || try >= 4 || sctx.Err() != nil {
+			break
+		}
+		log.Warn("start failed; retrying", "err", err, "try", try)
+		if retry.Sleep(sctx, back.Next(0)) != nil {
+			break
+		}
+	}
+	reason := executor.ReasonStartFailed
+	result := "start_failed"
+	switch {
+	case errors.Is(err, executor.ErrPolicy):
+		reason, result = executor.ReasonPodPolicy, "refused"
+	case errors.Is(err, executor.ErrInvalidJob):
+		reason, result = executor.ReasonInvalidTemplate, "invalid"
+	}
+	s.o.Metrics.Claims.WithLabelValues(result).Inc()
+	log.Error("attempt cannot start; sending its finished event as failed", "err", err)
+	ev := encodeEvent(api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: c.Attempt, Seq: SeqFinished, Type: api.EventFinished,
+		Result: api.StatusFailed, Reason: reason, Message: fmt.Sprintf("the agent could not start the attempt: %v", err), Time: time.Now().UTC()}})
+	s.mu.Lock()
+	s.state(executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}).pendingEvent = ev
+	s.mu.Unlock()
+	// Best effort: a Job may exist after all (a create that timed out); it must not run on.
+	_ = s.o.Executor.Cleanup(sctx, c.DeploymentID, c.Attempt)
+}
