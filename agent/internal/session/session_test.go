@@ -95,6 +95,8 @@ type fakeExec struct {
 	// stateTokens are the state credentials Start was given, by deployment.
 	stateTokens map[string]string
 	n           *executor.Notifier
+	// cleanupGate, when set, holds every Cleanup until it is closed (a slow API server).
+	cleanupGate chan struct{}
 }
 
 func newFakeExec() *fakeExec {
@@ -129,7 +131,14 @@ func (f *fakeExec) List(context.Context) ([]executor.AttemptStatus, error) {
 }
 
 func (f *fakeExec) Cancel(context.Context, string, int, time.Duration) error { return nil }
-func (f *fakeExec) Cleanup(_ context.Context, id string, _ int) error {
+func (f *fakeExec) Cleanup(ctx context.Context, id string, _ int) error {
+	if f.cleanupGate != nil {
+		select {
+		case <-f.cleanupGate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.attempts, id)
@@ -674,4 +683,32 @@ func TestNoEventsForAForgottenAttempt(t *testing.T) {
 	if evs := orch.events["dep-a"]; len(evs) != 0 {
 		t.Errorf("events sent for a forgotten attempt: %+v", evs)
 	}
+}
+
+// A forget directive does not hold up the poll loop while the attempt's cleanup waits (here on a
+// gate; in a cluster, at the client's rate limit, where cleanups give way to starts).
+func TestForgetDoesNotHoldUpThePollLoop(t *testing.T) {
+	ex := newFakeExec()
+	ex.cleanupGate = make(chan struct{})
+	if err := ex.Start(t.Context(), &api.Claim{DeploymentID: "dep-a", Attempt: 1, Lease: api.Lease{Fencing: 1}}, "opst_a"); err != nil {
+		t.Fatal(err)
+	}
+	forget := api.Directive{Type: api.DirectiveForget, DeploymentID: "dep-a", Attempt: 1, Reason: "terminal"}
+	orch := &directiveOrch{script: [][]api.Directive{{forget}, nil}}
+	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollGap: 10 * time.Millisecond})
+	stop := run(t, s)
+	waitFor(t, "polls going on while the forgotten attempt's cleanup waits", func() bool {
+		orch.mu.Lock()
+		defer orch.mu.Unlock()
+		return len(orch.times) >= 5
+	})
+	ex.mu.Lock()
+	cleaned := ex.cleaned["dep-a"]
+	ex.mu.Unlock()
+	if cleaned != 0 {
+		t.Fatalf("cleaned %d times through a closed gate", cleaned)
+	}
+	close(ex.cleanupGate)
+	waitFor(t, "the forgotten attempt cleaned up", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.cleaned["dep-a"] == 1 })
+	stop()
 }
