@@ -17,20 +17,13 @@ bindir() {
 	done | sort -V | tail -n 1
 }
 
+# shellcheck source=scripts/debian-package.sh
+source "$(dirname "$0")/debian-package.sh"
+
 dir="$(bindir)"
 if [[ -z "$dir" ]]; then
-	if ! command -v apt-get >/dev/null 2>&1 || [[ $(id -u) != 0 ]]; then
-		echo "postgres: PostgreSQL's server binaries are missing; install them (Debian: sudo apt-get install postgresql)." \
-			"The orchestrator's PostgreSQL tests will be skipped." >&2
-		[[ "${CI:-}" == true ]] && exit 1
-		exit 0
-	fi
-	echo "postgres: installing the Debian package postgresql with apt-get..." >&2
-	start=$SECONDS
 	# The package's own cluster is not used: the tests start their own.
-	DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
-	echo "postgres: installed in $((SECONDS - start))s" >&2
+	debian_package "postgres: PostgreSQL's server binaries" postgresql "The orchestrator's PostgreSQL tests"
 	dir="$(bindir)"
 fi
 echo "$dir"
