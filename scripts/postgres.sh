@@ -17,7 +17,7 @@ bindir() {
 	done | sort -V | tail -n 1
 }
 
-# shellcheck source=scripts/debian-package.sh
+# shellcheck source=debian-package.sh
 source "$(dirname "$0")/debian-package.sh"
 
 dir="$(bindir)"

@@ -13,6 +13,6 @@ set -euo pipefail
 if command -v qemu-aarch64-static >/dev/null 2>&1 || command -v qemu-aarch64 >/dev/null 2>&1; then
 	exit 0
 fi
-# shellcheck source=scripts/debian-package.sh
+# shellcheck source=debian-package.sh
 source "$(dirname "$0")/debian-package.sh"
 debian_package "qemu: qemu-user" qemu-user-static "The test that runs the arm64 images under emulation"
