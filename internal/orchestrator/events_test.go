@@ -3,9 +3,13 @@ package orchestrator
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -119,5 +123,55 @@ func TestEventCapPerAttempt(t *testing.T) {
 	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
 	if n := len(events.Items); n != MaxEventsPerAttempt+1 || events.Items[n-1].Type != api.EventFinished {
 		t.Fatalf("%d events stored (last %+v), want the cap of %d plus the finished event", n, events.Items[n-1], MaxEventsPerAttempt)
+	}
+}
+
+// Finished events that arrive together are all recorded, each deployment ends once, and on bbolt
+// they share commits: a wave of ending attempts is not written one commit (two fsyncs) at a time.
+func TestConcurrentFinishedEventsShareCommits(t *testing.T) {
+	t.Parallel()
+	const n = 20
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", n)
+	ids := make([]string, n)
+	fencing := make([]int64, n)
+	for i := range n {
+		d := h.deploy(api.OperationPlan)
+		ids[i], fencing[i] = d.ID, a.claim(d.ID, 1, "pod-a").Lease.Fencing
+	}
+	txID := func() int {
+		be, ok := h.srv.store.eng.(*boltEngine)
+		if !ok {
+			return 0
+		}
+		id := 0
+		if err := be.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	before := txID()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			ev := api.EventRequest{Fencing: fencing[i], Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded}}
+			if _, err := h.srv.store.recordEvent(t.Context(), agentauth.Identity{Org: "acme", RunnerID: "r1"}, ids[i], ev, DefaultLeaseDuration); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, id := range ids {
+		if d := h.deployment(id); d.Status != api.StatusSucceeded {
+			t.Errorf("deployment %s: %s, want succeeded", id, d.Status)
+		}
+	}
+	if commits := txID() - before; before != 0 && commits >= n {
+		t.Errorf("%d finished events took %d commits; want them to share commits", n, commits)
+	} else {
+		t.Logf("%d finished events, %d commits (0 on PostgreSQL: not counted)", n, commits)
 	}
 }
