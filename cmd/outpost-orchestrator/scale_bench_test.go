@@ -324,8 +324,7 @@ func (a *busyAgent) run(ctx context.Context) {
 	defer wg.Wait()
 	starting := map[string]bool{}
 	var startMu sync.Mutex
-	claiming := 0
-	answered := make(chan struct{}, 1)
+	claims := newClaimTracker()
 	for ctx.Err() == nil {
 		began := time.Now()
 		resp, err := a.c.Poll(ctx, api.PollRequest{AgentVersion: "bench", Instance: "busy", Held: []api.HeldAttempt{}, WaitSeconds: 30, CapacityFree: api.MaxMaxConcurrency})
@@ -346,19 +345,11 @@ func (a *busyAgent) run(ctx context.Context) {
 				continue
 			}
 			taken++
-			startMu.Lock()
-			claiming++
-			startMu.Unlock()
+			claims.begin()
 			wg.Go(func() {
 				defer func() { startMu.Lock(); delete(starting, o.DeploymentID); startMu.Unlock() }()
 				c, err := a.c.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: "busy"})
-				startMu.Lock()
-				claiming--
-				startMu.Unlock()
-				select {
-				case answered <- struct{}{}:
-				default:
-				}
+				claims.done()
 				if err != nil {
 					a.fail(fmt.Errorf("claim %s: %w", o.DeploymentID, err))
 					return
@@ -374,7 +365,7 @@ func (a *busyAgent) run(ctx context.Context) {
 				}
 			})
 		}
-		if len(resp.Offers) > 0 && a.awaitClaims(&startMu, &claiming, answered, taken > 0) {
+		if len(resp.Offers) > 0 && claims.await(taken > 0) {
 			continue
 		}
 		if gap := time.Since(began); taken == 0 && gap < 250*time.Millisecond {
@@ -383,20 +374,42 @@ func (a *busyAgent) run(ctx context.Context) {
 	}
 }
 
-// awaitClaims waits, 250 ms at most, until no claim is in flight, as the agent's session does,
-// and tells whether the next poll goes at once.
-func (a *busyAgent) awaitClaims(mu *sync.Mutex, claiming *int, answered <-chan struct{}, took bool) bool {
+// claimTracker counts the simulated agent's claims in flight, so it can poll again as soon as
+// they are answered, as the agent's session does.
+type claimTracker struct {
+	mu       sync.Mutex
+	n        int
+	answered chan struct{}
+}
+
+func newClaimTracker() *claimTracker { return &claimTracker{answered: make(chan struct{}, 1)} }
+
+func (c *claimTracker) begin() { c.mu.Lock(); c.n++; c.mu.Unlock() }
+
+func (c *claimTracker) done() {
+	c.mu.Lock()
+	c.n--
+	c.mu.Unlock()
+	select {
+	case c.answered <- struct{}{}:
+	default:
+	}
+}
+
+// await waits, 250 ms at most, until no claim is in flight, and tells whether the next poll goes
+// at once (not when there was nothing to wait for and nothing was taken: the gap follows).
+func (c *claimTracker) await(took bool) bool {
 	timer := time.NewTimer(250 * time.Millisecond)
 	defer timer.Stop()
 	for waited := false; ; waited = true {
-		mu.Lock()
-		n := *claiming
-		mu.Unlock()
+		c.mu.Lock()
+		n := c.n
+		c.mu.Unlock()
 		if n == 0 {
 			return took || waited
 		}
 		select {
-		case <-answered:
+		case <-c.answered:
 		case <-timer.C:
 			return true
 		}
