@@ -32,8 +32,10 @@ type Limiter struct {
 	l     atomic.Pointer[rate.Limiter]
 	// waiting counts requests that are not deferrable and wait for a token.
 	waiting atomic.Int64
-	// gate lets one deferrable request at a time look for a token.
+	// gate lets one deferrable request at a time look for a token, every tick (a token's
+	// interval at the configured QPS, within 1–100 ms).
 	gate chan struct{}
+	tick time.Duration
 }
 
 // maxDefer bounds how long a deferrable request gives way before it queues like any other.
@@ -56,15 +58,18 @@ var _ flowcontrol.RateLimiter = (*Limiter)(nil)
 
 // NewLimiter returns a limiter of qps requests per second with a burst of burst.
 func NewLimiter(qps float32, burst int) *Limiter {
-	l := &Limiter{qps: rate.Limit(qps), burst: burst, gate: make(chan struct{}, 1)}
+	l := &Limiter{qps: rate.Limit(qps), burst: burst, gate: make(chan struct{}, 1), tick: 100 * time.Millisecond}
+	if qps > 0 {
+		l.tick = min(max(time.Duration(float64(time.Second)/float64(qps)), time.Millisecond), l.tick)
+	}
 	l.l.Store(rate.NewLimiter(l.qps, burst))
 	return l
 }
 
 // SizeFor sizes the burst for the whole life of maxConcurrency attempts started at once:
-// RequestsPerAttempt for each, never below the configured burst. The agent calls it whenever the runner's limit changes. A
-// bucket that grows starts full, so the first wave the new limit lets in is not throttled; one
-// that stays the same size keeps its tokens.
+// RequestsPerAttempt for each, never below the configured burst. The agent calls it whenever the
+// runner's limit changes. A bucket that grows starts full, so the first wave the new limit lets
+// in is not throttled; one that stays the same size keeps its tokens.
 func (l *Limiter) SizeFor(maxConcurrency int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -117,11 +122,7 @@ func (l *Limiter) waitDeferred(ctx context.Context) error {
 		if l.waiting.Load() == 0 && lim.Allow() {
 			return nil
 		}
-		pause := 20 * time.Millisecond
-		if r := lim.Limit(); r > 0 && r != rate.Inf {
-			pause = min(max(time.Duration(float64(time.Second)/float64(r)), time.Millisecond), 100*time.Millisecond)
-		}
-		t := time.NewTimer(pause)
+		t := time.NewTimer(l.tick)
 		select {
 		case <-t.C:
 		case <-deadline.C:
