@@ -16,8 +16,11 @@ import (
 func TestTrimHistoryDeletesEachExpiredJobOnce(t *testing.T) {
 	cs := fake.NewClientset()
 	cs.PrependReactor("create", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		o := a.(k8stesting.CreateAction).GetObject().(metav1.Object)
-		o.SetUID(types.UID("uid-" + o.GetName()))
+		if ca, ok := a.(k8stesting.CreateAction); ok {
+			if o, ok := ca.GetObject().(metav1.Object); ok {
+				o.SetUID(types.UID("uid-" + o.GetName()))
+			}
+		}
 		return false, nil, nil
 	})
 	e := New(Options{Client: cs, Pod: opts, History: History{Succeeded: 1}})
@@ -43,8 +46,8 @@ func TestTrimHistoryDeletesEachExpiredJobOnce(t *testing.T) {
 	}
 	var deleted []string
 	for _, a := range cs.Actions() {
-		if a.GetVerb() == "delete" && a.GetResource().Resource == "jobs" {
-			deleted = append(deleted, a.(k8stesting.DeleteAction).GetName())
+		if d, ok := a.(k8stesting.DeleteAction); ok && d.GetResource().Resource == "jobs" {
+			deleted = append(deleted, d.GetName())
 		}
 	}
 	if len(deleted) != 2 || deleted[0] == deleted[1] {
