@@ -712,3 +712,34 @@ func TestForgetDoesNotHoldUpThePollLoop(t *testing.T) {
 	waitFor(t, "the forgotten attempt cleaned up", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.cleaned["dep-a"] == 1 })
 	stop()
 }
+
+// Cleanups do not hold the event-sending slots: with every cleanup stuck (a slow API server),
+// the finished events of more attempts than there are slots are still all delivered.
+func TestFinishedEventsDoNotWaitForCleanups(t *testing.T) {
+	const n = maxConcurrentSends + 4
+	ex := newFakeExec()
+	ex.cleanupGate = make(chan struct{})
+	for i := range n {
+		id := fmt.Sprintf("dep-%d", i)
+		if err := ex.Start(t.Context(), &api.Claim{DeploymentID: id, Attempt: 1, Lease: api.Lease{Fencing: 1}}, "opst_"+id); err != nil {
+			t.Fatal(err)
+		}
+		ex.set(id, func(s *executor.AttemptStatus) { s.Started, s.Status, s.Fencing = true, api.StatusSucceeded, 1 })
+	}
+	orch := &fakeOrch{}
+	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0"})
+	stop := run(t, s)
+	waitFor(t, fmt.Sprintf("the finished events of all %d attempts, their cleanups stuck", n), func() bool {
+		orch.mu.Lock()
+		defer orch.mu.Unlock()
+		finished := 0
+		for _, evs := range orch.events {
+			if slices.ContainsFunc(evs, func(e api.EventRequest) bool { return e.Type == api.EventFinished }) {
+				finished++
+			}
+		}
+		return finished == n
+	})
+	close(ex.cleanupGate)
+	stop()
+}
