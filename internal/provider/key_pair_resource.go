@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -25,6 +25,7 @@ import (
 var (
 	_ resource.ResourceWithConfigure   = (*keyPairResource)(nil)
 	_ resource.ResourceWithImportState = (*keyPairResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*keyPairResource)(nil)
 )
 
 // NewKeyPairResource returns the outpost_key_pair resource.
@@ -75,16 +76,19 @@ func (r *keyPairResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			"With a `kubernetes_secret` block the private key is written straight into a Kubernetes Secret (data key `" +
 			secretKeyPrivate + "`) and **never enters Terraform state**; `private_key_pem` stays null. Without it, " +
 			"`private_key_pem` holds the key and the state must be protected like any secret.\n\n" +
-			"Changing `keepers` generates a new key pair. If the Secret is deleted outside Terraform, the next plan " +
-			"replaces the key pair with a new one (the old private key is gone and cannot be recovered).",
+			"Changing `keepers` **rotates** the key in place: a new key is generated and, with `kubernetes_secret`, written " +
+			"into the same Secret, the key it replaces kept beside it under `" + keys.SecretKeyPrevious + "`. See " +
+			"\"Rotating the key\" below for what happens at each step. If the Secret is deleted outside Terraform, the next " +
+			"plan generates a new key pair (the old private key is gone and cannot be recovered).",
 		Attributes: map[string]schema.Attribute{
 			"id": computed("The key's SHA-256 fingerprint, as `fingerprint_sha256`."),
 			"keepers": schema.MapAttribute{
-				MarkdownDescription: "Arbitrary values that, when changed, generate a new key pair (rotation). For example " +
-					"`{ rotation = time_rotating.key.id }`.",
-				ElementType:   types.StringType,
-				Optional:      true,
-				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+				MarkdownDescription: "Arbitrary values that, when changed, rotate the key: a new key pair replaces this one in " +
+					"place (same Secret, new `fingerprint_sha256`). For example `{ rotation = time_rotating.key.id }`. " +
+					"Give `public_key_pem` to the runner's `public_keys` and one apply rotates without an outage: the " +
+					"orchestrator keeps accepting the replaced key until the agent signs with the new one.",
+				ElementType: types.StringType,
+				Optional:    true,
 			},
 			"public_key_pem":     computed("Public key in PEM (PKIX) form, as runners expect it."),
 			"public_key_openssh": computed("Public key in OpenSSH `authorized_keys` form (`ssh-ed25519 AAAA...`)."),
@@ -222,15 +226,85 @@ func (r *keyPairResource) Read(ctx context.Context, req resource.ReadRequest, re
 	resp.Diagnostics.Append(resp.State.Set(ctx, fromSecret)...)
 }
 
-// Update only runs for kubernetes_secret.create_namespace, which matters only when the Secret is
-// written; every other input forces a new key. It stores the plan.
-func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan keyPairModel
+// ModifyPlan plans a rotation when keepers change: the key's attributes become unknown, since
+// Update generates a new key in place.
+func (r *keyPairResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+		return
+	}
+	var state, plan keyPairModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || !rotates(state, plan) {
+		return
+	}
+	for _, a := range []string{"id", "public_key_pem", "public_key_openssh", "fingerprint_sha256"} {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
+	}
+	if plan.KubernetesSecret == nil {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("private_key_pem"), types.StringUnknown())...)
+	}
+}
+
+// rotates tells whether a plan changes keepers (a null map and an empty one are the same).
+func rotates(state, plan keyPairModel) bool {
+	return !(len(state.Keepers.Elements()) == 0 && len(plan.Keepers.Elements()) == 0) && !state.Keepers.Equal(plan.Keepers)
+}
+
+// Update rotates the key when keepers changed (see rotate); otherwise only
+// kubernetes_secret.create_namespace changed, which matters only when the Secret is written,
+// and the plan is stored.
+func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state keyPairModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	if !rotates(state, plan) {
+		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+		return
+	}
+	next, diags := r.rotate(ctx, state, plan)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, next)...)
+}
+
+// rotate generates the key that replaces the one in state. With kubernetes_secret the Secret is
+// rewritten in place with the new key and, under keys.SecretKeyPrevious, the one it replaces:
+// an agent watching the Secret picks both up at once, signs with whichever the orchestrator
+// accepts, and still recognises the Jobs it sealed with the old key.
+func (r *keyPairResource) rotate(ctx context.Context, state, plan keyPairModel) (keyPairModel, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	pub, priv, err := keys.Generate()
+	if err != nil {
+		diags.AddError("Unable to Generate Key Pair",
+			"The system's random source failed while generating an ed25519 key. Retry the apply.\n\nOriginal error: "+err.Error())
+		return keyPairModel{}, diags
+	}
+	privPEM, err := keys.EncodePrivatePEM(priv)
+	if err != nil {
+		diags.AddError("Unable to Encode Private Key",
+			"The new private key could not be encoded as PKCS#8 PEM. This is always a bug in the provider code and should be reported to the provider developers.\n\nOriginal error: "+err.Error())
+		return keyPairModel{}, diags
+	}
+	next, err := keyPairModelFromPublic(pub)
+	if err != nil {
+		diags.AddError("Unable to Encode Public Key",
+			"The new public key could not be encoded. This is always a bug in the provider code and should be reported to the provider developers.\n\nOriginal error: "+err.Error())
+		return keyPairModel{}, diags
+	}
+	next.Keepers, next.KubernetesSecret = plan.Keepers, plan.KubernetesSecret
+	if plan.KubernetesSecret == nil {
+		next.PrivateKeyPEM = types.StringValue(privPEM)
+		return next, diags
+	}
+	diags.Append(r.rotateSecret(ctx, plan.KubernetesSecret, state.FingerprintSHA256.ValueString(), privPEM, next.FingerprintSHA256.ValueString())...)
+	tflog.Info(ctx, "rotated the key pair", map[string]any{"fingerprint_old": state.FingerprintSHA256.ValueString(), "fingerprint": next.FingerprintSHA256.ValueString()})
+	return next, diags
 }
 
 func (r *keyPairResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
