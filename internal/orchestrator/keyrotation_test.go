@@ -137,3 +137,26 @@ func TestPollAnsweredAtOnceWhenTheAgentCanMove(t *testing.T) {
 	h.close() // answers the held poll
 	<-held
 }
+
+// A poll held while the runner's key is revoked (revoke_replaced_keys) is answered at once, so
+// the agent's next poll is refused and it says so, instead of finding out when the long poll
+// ends.
+func TestPollAnsweredAtOnceWhenItsKeyIsRevoked(t *testing.T) {
+	h := newHarness(t)
+	old := h.setupRunner("acme", "r1", 1)
+	newPEM, _ := newKey(t)
+	held := old.goPost("/api/v1/agent/poll", api.PollRequest{Instance: "a", WaitSeconds: 30, KeyFingerprints: []string{old.signer.Fingerprint()}})
+	time.Sleep(200 * time.Millisecond) // the poll waits
+	h.replaceKeys(true, newPEM)
+	select {
+	case r := <-held:
+		if r.err != nil || r.code != http.StatusOK {
+			t.Fatalf("poll: %v, HTTP %d %s", r.err, r.code, r.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a poll whose key was revoked while it waited was held on; it must be answered at once")
+	}
+	if resp := old.post("/api/v1/agent/poll", api.PollRequest{Instance: "a"}); resp.code != http.StatusUnauthorized {
+		t.Fatalf("the next poll with the revoked key: HTTP %d, want 401", resp.code)
+	}
+}

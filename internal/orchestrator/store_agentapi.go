@@ -130,8 +130,10 @@ type pollAnswer struct {
 	maxConcurrency int
 	// keyFingerprints are the runner's current keys.
 	keyFingerprints []string
-	// moveKey: the agent signed with a retiring key while it holds a current one; answered at
-	// once, it moves over (and the retiring key retires) without waiting out the long poll.
+	// moveKey: the agent signed with a key that is not current while it holds a current one, or
+	// with one that is no longer accepted at all (revoked since the poll began). Answered at
+	// once, it moves over (and the retiring key retires), or its next poll is refused and it says
+	// so, instead of either waiting out the long poll.
 	moveKey bool
 }
 
@@ -149,9 +151,11 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			return runnerGone(id)
 		}
 		a = pollAnswer{maxConcurrency: r.MaxConcurrency, offers: []api.Offer{}, cancels: []api.Directive{}, keyFingerprints: currentFingerprints(r)}
-		a.moveKey = !slices.Contains(a.keyFingerprints, id.Fingerprint) && slices.ContainsFunc(req.KeyFingerprints, func(f string) bool {
-			return slices.Contains(a.keyFingerprints, f)
-		})
+		if !slices.Contains(a.keyFingerprints, id.Fingerprint) {
+			holdsCurrent := slices.ContainsFunc(req.KeyFingerprints, func(f string) bool { return slices.Contains(a.keyFingerprints, f) })
+			retiring := slices.ContainsFunc(r.RetiringKeys, func(k api.RetiringKey) bool { return k.Fingerprint == id.Fingerprint && now.Before(k.Until) })
+			a.moveKey = holdsCurrent || !retiring
+		}
 		leased, err := tx.leased(id.Org, id.RunnerID)
 		if err != nil {
 			return err
