@@ -320,6 +320,9 @@ func TestImagesAndChartSignaturesDryRun(t *testing.T) {
 			if _, err := verify("release.pub", "verify", sg.Ref); err != nil {
 				t.Errorf("the %s's signature does not verify: %v", sg.Kind, err)
 			}
+			if kinds[sg.Kind] > 1 {
+				continue // one stranger's refusal is enough
+			}
 			if _, err := verify("stranger.pub", "verify", sg.Ref); err == nil {
 				t.Errorf("%s verifies with a key that did not sign it", sg.Ref)
 			}
