@@ -216,7 +216,6 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 		return nil, err
 	}
 	tokens := jobtoken.New(jobtoken.StateCredentialKey(ring.Current()))
-	followKeys(ring, signer, exec, tokens, m, log)
 	p := &parts{exec: exec, tokens: tokens}
 	var recorder session.ConnectionRecorder
 	if kube != nil && cfg.Namespace != "" {
@@ -239,14 +238,16 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 		p.forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
 	}
 	p.state = newStateServer(cfg, kube, tokens, p.forwarder, log)
+	followKeys(ring, signer, exec, tokens, p.session, m, log)
 	return p, nil
 }
 
 // followKeys moves everything keyed by the runner's key onto the ring's keys whenever they
 // change: the signer (which signs with the newest key the orchestrator has registered), the
 // seals of the Jobs and the state credentials (made with the newest key; those made with an
-// older one still hold, so attempts started before a rotation run on).
-func followKeys(ring *keyring.Ring, signer *agentauth.Signer, exec runnable, tokens *jobtoken.Registry, m *metrics.Metrics, log *slog.Logger) {
+// older one still hold, so attempts started before a rotation run on); and it cuts the session's
+// long poll, so the next one tells the orchestrator the new keys at once.
+func followKeys(ring *keyring.Ring, signer *agentauth.Signer, exec runnable, tokens *jobtoken.Registry, sess *session.Session, m *metrics.Metrics, log *slog.Logger) {
 	apply := func(ks []ed25519.PrivateKey) {
 		signer.SetKeys(ks...)
 		if e, ok := exec.(interface{ SetSealKeys([][]byte) }); ok {
@@ -257,6 +258,7 @@ func followKeys(ring *keyring.Ring, signer *agentauth.Signer, exec runnable, tok
 	apply(ring.Keys())
 	ring.Subscribe(func(ks []ed25519.PrivateKey) {
 		apply(ks)
+		sess.KeysChanged()
 		m.KeyChanges.Inc()
 		fps := make([]string, len(ks))
 		for i, k := range ks {

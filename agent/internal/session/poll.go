@@ -146,6 +146,20 @@ func (s *Session) attemptEnded() {
 	}
 }
 
+// KeysChanged is called when the runner keys the agent holds changed (a rotation reached it).
+// The long poll in flight stated the old keys, so it is cut short: the next one states the new
+// keys, and an orchestrator that has the new key answers it at once for the agent to move over
+// (or, when it does not have it yet, answers at once when it gets it), instead of up to 30 s
+// later.
+func (s *Session) KeysChanged() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cutPoll != nil {
+		s.cutPoll()
+		s.cutPoll = nil
+	}
+}
+
 // errProtocolAnswer is an answer from an orchestrator that chose a protocol version this agent
 // does not speak.
 type errProtocolAnswer struct{ msg string }

@@ -101,3 +101,75 @@ func value(c prometheus.Metric) float64 {
 	}
 	return d.GetCounter().GetValue()
 }
+
+// An idle agent (its long poll held for 30 s) moves onto a rotated key within seconds, whichever
+// of it and the runner gets the new key first: the key change cuts the held poll, so the next one
+// states the new key, and the orchestrator answers a poll that can move at once.
+func TestAnIdleAgentMovesOntoARotatedKeyAtOnce(t *testing.T) {
+	for _, agentFirst := range []bool{true, false} {
+		t.Run(map[bool]string{true: "agent first", false: "runner first"}[agentFirst], func(t *testing.T) {
+			inst := orchestratortest.Start(t)
+			ctx := t.Context()
+			admin, oldKey := inst.RegisterRunner(ctx, t)
+			pub, newKey, err := keys.Generate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			newPEM, _ := keys.EncodePublicPEM(pub)
+			signer := agentauth.NewSigner("acme", "r1", oldKey)
+			ac, err := client.NewAgentClient(inst.URL, signer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := metrics.New("test")
+			s := New(Options{Client: ac, Executor: newFakeExec(), Metrics: m, Health: health.NewState(time.Minute, nil),
+				Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: 30 * time.Second})
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- s.Run(runCtx) }()
+			defer func() { cancel(); <-done }()
+			waitFor(t, "the agent connected", func() bool {
+				r, err := admin.GetRunner(ctx, "r1")
+				return err == nil && r.Status.KeyFingerprint == signer.Fingerprint()
+			})
+			time.Sleep(300 * time.Millisecond) // its long poll is held now
+
+			rotateAgent := func() { signer.SetKeys(newKey, oldKey); s.KeysChanged() }
+			rotateRunner := func() {
+				r, err := admin.GetRunner(ctx, "r1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := admin.UpdateRunner(ctx, api.RunnerInput{ID: "r1", PublicKeys: []string{newPEM}, StateStorageID: r.StateStorageID, Job: r.Job}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := time.Now()
+			if agentFirst {
+				rotateAgent()
+				time.Sleep(300 * time.Millisecond)
+				rotateRunner()
+			} else {
+				rotateRunner()
+				time.Sleep(300 * time.Millisecond)
+				rotateAgent()
+			}
+			newFP := agentauth.NewSigner("acme", "r1", newKey).Fingerprint()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				r, err := admin.GetRunner(ctx, "r1")
+				if err == nil && r.Status.KeyFingerprint == newFP && len(r.RetiringKeys) == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the agent did not move onto the new key within 10 s of the rotation (its poll waits 30 s): %+v", r)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := value(m.PollFailures.WithLabelValues("unknown_key")); n != 0 {
+				t.Errorf("%v polls failed during the rotation; want 0", n)
+			}
+			t.Logf("moved onto the new key %s after the rotation began", time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
