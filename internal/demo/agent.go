@@ -15,10 +15,11 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
-// privateKeyDataKey is the Secret data key the key pair resource writes and the chart mounts.
-const privateKeyDataKey = "private-key.pem"
+// privateKeyDataKey is the Secret data key the key pair resource writes and the agent reads.
+const privateKeyDataKey = keys.SecretKeyPrivate
 
 func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -28,9 +29,9 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// startAgent runs the agent as a local process. In a cluster with a container runtime the chart's
-// Deployment runs it and mounts the key Secret; here the demo copies the key from that Secret
-// into a 0600 file for the local process, which stands in for the pod.
+// startAgent runs the agent as a local process. Like the chart's pods it reads the runner's key
+// from its Secret through the Kubernetes API (and follows a rotation), so the key is never
+// copied onto this machine's disk.
 func startAgent(ctx context.Context, c *Config, s *stepper, cli, kubeconfig, apiURL string, o *quickstartOutputs) error {
 	kc, err := kubeClient(kubeconfig)
 	if err != nil {
@@ -40,16 +41,11 @@ func startAgent(ctx context.Context, c *Config, s *stepper, cli, kubeconfig, api
 	if err != nil {
 		return fmt.Errorf("read the agent's key Secret %s/%s: %w", o.AgentNamespace, o.PrivateKeySecret, err)
 	}
-	key := sec.Data[privateKeyDataKey]
-	if len(key) == 0 {
+	if len(sec.Data[privateKeyDataKey]) == 0 {
 		return fmt.Errorf("the key Secret %s/%s has no %q key", o.AgentNamespace, o.PrivateKeySecret, privateKeyDataKey)
 	}
 	agentDir := filepath.Join(c.Dir, "agent")
 	if err := os.MkdirAll(filepath.Join(agentDir, "jobs"), 0o700); err != nil {
-		return err
-	}
-	keyFile := filepath.Join(agentDir, privateKeyDataKey)
-	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
 		return err
 	}
 	d := daemon{name: "agent", dir: c.Dir}
@@ -62,7 +58,8 @@ func startAgent(ctx context.Context, c *Config, s *stepper, cli, kubeconfig, api
 		"--api-url", apiURL,
 		"--org-id", c.Org,
 		"--runner-id", c.RunnerID,
-		"--private-key-file", keyFile,
+		"--private-key-secret", o.PrivateKeySecret,
+		"--namespace", o.AgentNamespace,
 		"--executor", "process",
 		"--leader-elect=false",
 		"--kubeconfig", kubeconfig,

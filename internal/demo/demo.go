@@ -42,6 +42,9 @@ type Config struct {
 	Org, RunnerID string
 	// Out receives the progress and results a person reads.
 	Out io.Writer
+	// quickstartVars are further variables of the quickstart apply (TF_VAR_<name>), for tests
+	// that apply it again with a change (the key rotation).
+	quickstartVars map[string]string
 }
 
 // The executors the demo can run the agent with (the agent's --executor values).

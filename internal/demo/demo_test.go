@@ -129,6 +129,7 @@ func testDemoOnPods(t *testing.T) {
 	if t.Failed() {
 		t.Logf("--- output ---\n%s", text)
 	}
+	t.Run("key rotation", func(t *testing.T) { testKeyRotationOnPods(t, c) })
 
 	// What demo-down must remove, recorded while it runs.
 	bed, err := testbed.TraceDir(filepath.Join(c.Dir, "testbed"))

@@ -43,6 +43,9 @@ func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig
 		"KUBE_CONFIG_PATH="+kubeconfig,
 		"TF_VAR_runner_id="+c.RunnerID,
 	)
+	for k, v := range c.quickstartVars {
+		env = append(env, "TF_VAR_"+k+"="+v)
+	}
 	if c.Executor == ExecutorKubernetes {
 		// The agent pods reach the orchestrator at the test bed's host address, on a veth that
 		// leads only into the node's network namespace: plain http that never leaves this
