@@ -48,6 +48,8 @@ type keyPairModel struct {
 	PublicKeyOpenSSH  types.String        `tfsdk:"public_key_openssh"`
 	FingerprintSHA256 types.String        `tfsdk:"fingerprint_sha256"`
 	PrivateKeyPEM     types.String        `tfsdk:"private_key_pem"`
+	PrivateKeyFile    types.String        `tfsdk:"private_key_file"`
+	OwnPrivateKeyPEM  types.String        `tfsdk:"own_private_key_pem"`
 }
 
 // keyPairSecretModel maps the kubernetes_secret block.
@@ -76,7 +78,9 @@ func (r *keyPairResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			secretKeyPrivate + "`) and **never enters Terraform state**; `private_key_pem` stays null. Without it, " +
 			"`private_key_pem` holds the key and the state must be protected like any secret.\n\n" +
 			"Changing `keepers` generates a new key pair. If the Secret is deleted outside Terraform, the next plan " +
-			"replaces the key pair with a new one (the old private key is gone and cannot be recovered).",
+			"replaces the key pair with a new one (the old private key is gone and cannot be recovered).\n\n" +
+			"To bring your own key, give `private_key_file` (or `own_private_key_pem`) with `kubernetes_secret`: no key is " +
+			"generated; the provider writes yours into the Secret, and a Secret deleted outside Terraform is written again.",
 		Attributes: map[string]schema.Attribute{
 			"id": computed("The key's SHA-256 fingerprint, as `fingerprint_sha256`."),
 			"keepers": schema.MapAttribute{
@@ -128,6 +132,9 @@ func (r *keyPairResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			},
 		},
 	}
+	for name, a := range ownKeyAttributes() {
+		resp.Schema.Attributes[name] = a
+	}
 }
 
 func (r *keyPairResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
@@ -142,11 +149,21 @@ func (r *keyPairResource) Create(ctx context.Context, req resource.CreateRequest
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	pub, priv, err := keys.Generate()
-	if err != nil {
-		resp.Diagnostics.AddError("Unable to Generate Key Pair",
-			"The system's random source failed while generating an ed25519 key. Retry the apply.\n\nOriginal error: "+err.Error())
+	priv, diags := plan.ownKey()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
 		return
+	}
+	var pub ed25519.PublicKey
+	if priv != nil {
+		pub, _ = priv.Public().(ed25519.PublicKey)
+	} else {
+		var err error
+		if pub, priv, err = keys.Generate(); err != nil {
+			resp.Diagnostics.AddError("Unable to Generate Key Pair",
+				"The system's random source failed while generating an ed25519 key. Retry the apply.\n\nOriginal error: "+err.Error())
+			return
+		}
 	}
 	privPEM, err := keys.EncodePrivatePEM(priv)
 	if err != nil {
@@ -162,6 +179,7 @@ func (r *keyPairResource) Create(ctx context.Context, req resource.CreateRequest
 	}
 	state.Keepers = plan.Keepers
 	state.KubernetesSecret = plan.KubernetesSecret
+	state.PrivateKeyFile, state.OwnPrivateKeyPEM = plan.PrivateKeyFile, plan.OwnPrivateKeyPEM
 
 	if s := plan.KubernetesSecret; s != nil {
 		resp.Diagnostics.Append(r.writeSecret(ctx, s, privPEM, state.FingerprintSHA256.ValueString())...)
@@ -215,6 +233,7 @@ func (r *keyPairResource) Read(ctx context.Context, req resource.ReadRequest, re
 	}
 	fromSecret.Keepers = state.Keepers
 	fromSecret.KubernetesSecret = state.KubernetesSecret
+	fromSecret.PrivateKeyFile, fromSecret.OwnPrivateKeyPEM = state.PrivateKeyFile, state.OwnPrivateKeyPEM
 	if fromSecret.KubernetesSecret.CreateNamespace.IsNull() {
 		fromSecret.KubernetesSecret.CreateNamespace = types.BoolValue(false)
 	}
@@ -223,7 +242,8 @@ func (r *keyPairResource) Read(ctx context.Context, req resource.ReadRequest, re
 }
 
 // Update only runs for kubernetes_secret.create_namespace, which matters only when the Secret is
-// written; every other input forces a new key. It stores the plan.
+// written, and for a key brought in under another path or as text (the same key: another key
+// forces a new key pair); every other input forces a new key. It stores the plan.
 func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan keyPairModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
