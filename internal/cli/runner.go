@@ -44,8 +44,8 @@ func runnerResource() *resource[api.Runner, api.RunnerInput] {
 		update: func(ctx context.Context, s *session, in api.RunnerInput) (*api.Runner, error) {
 			return s.UpdateRunner(ctx, in)
 		},
-		remove: func(ctx context.Context, s *session, id string) error { return s.DeleteRunner(ctx, id) },
-		id:     func(in *api.RunnerInput) *string { return &in.ID },
+		remove:  func(ctx context.Context, s *session, id string) error { return s.DeleteRunner(ctx, id) },
+		id:      func(in *api.RunnerInput) *string { return &in.ID },
 		adapter: docAdapter{adapt: adaptRunner, foreign: hctlKeys},
 		complete: func(ctx context.Context, s *session, tr *translation, in *api.RunnerInput) error {
 			normalizePodTemplate(in, tr)

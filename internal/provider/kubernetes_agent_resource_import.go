@@ -59,7 +59,7 @@ func (m *kubernetesAgentModel) setInputsFromValues(vals map[string]any) diag.Dia
 			Digest: img.strOrNull("digest"), PullPolicy: img.strOrNull("pullPolicy"),
 		}
 	}
-	m.agentJobsModel.setFromValues(v, &diags)
+	m.setFromValues(v, &diags)
 	return diags
 }
 

@@ -521,8 +521,8 @@ func intOrNull(v any) types.Int64 {
 
 // The framework types of the shared shapes, from their schema.
 var (
-	resourcesObjectType  = resourcesAttribute("").GetType().(types.ObjectType)                                   //nolint:forcetypeassert // a nested attribute's type
-	tolerationObjectType = tolerationsAttribute("").GetType().(types.ListType).ElemType.(types.ObjectType)       //nolint:forcetypeassert // a nested attribute's type
+	resourcesObjectType  = resourcesAttribute("").GetType().(types.ObjectType)                                     //nolint:forcetypeassert // a nested attribute's type
+	tolerationObjectType = tolerationsAttribute("").GetType().(types.ListType).ElemType.(types.ObjectType)         //nolint:forcetypeassert // a nested attribute's type
 	envObjectType        = envAttribute("", func(string) string { return "" }).GetType().(types.ListType).ElemType //nolint:forcetypeassert // a nested attribute's type
 )
 
@@ -586,10 +586,10 @@ func asMap(v any) map[string]any {
 // import it, then set the block by hand.
 func providerInstallationFromHCL(s string, diags *diag.Diagnostics) *providerInstallationModel {
 	type patterns struct {
-		URL      *string  `hcl:"url,optional"`
-		Path     *string  `hcl:"path,optional"`
-		Include  []string `hcl:"include,optional"`
-		Exclude  []string `hcl:"exclude,optional"`
+		URL     *string  `hcl:"url,optional"`
+		Path    *string  `hcl:"path,optional"`
+		Include []string `hcl:"include,optional"`
+		Exclude []string `hcl:"exclude,optional"`
 	}
 	var doc struct {
 		PI struct {

@@ -113,7 +113,7 @@ func TestAgentJobsChartValues(t *testing.T) {
 	}
 	jobs, _ := got["jobs"].(map[string]any)
 	want := map[string]any{
-		"proxy": map[string]any{"httpsProxy": "http://proxy.corp:3128", "httpProxy": "http://proxy.corp:3128", "noProxy": []any{".corp", "10.1.0.0/16"}},
+		"proxy":       map[string]any{"httpsProxy": "http://proxy.corp:3128", "httpProxy": "http://proxy.corp:3128", "noProxy": []any{".corp", "10.1.0.0/16"}},
 		"caBundle":    map[string]any{"pem": m.CABundle.PEM.ValueString()},
 		"tolerations": []any{map[string]any{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}},
 		"extraEnv": []any{map[string]any{"name": "AWS_REGION", "value": "eu-west-1"},
@@ -327,8 +327,10 @@ func TestAccKubernetesAgent_jobSettings(t *testing.T) {
 					return fmt.Errorf("CA Secret %s/%s: %w", n, caSecret, err)
 				case want && string(s.Data["ca.crt"]) != ca:
 					return fmt.Errorf("CA Secret %s/%s holds %q", n, caSecret, s.Data["ca.crt"])
+				case !want && err == nil:
+					return fmt.Errorf("CA Secret %s/%s still there after switching to secret_name", n, caSecret)
 				case !want && !apierrors.IsNotFound(err):
-					return fmt.Errorf("CA Secret %s/%s still there (%v) after switching to secret_name", n, caSecret, err)
+					return fmt.Errorf("CA Secret %s/%s: %w", n, caSecret, err)
 				}
 			}
 			return nil
