@@ -99,7 +99,7 @@ variable "key_rotation" {
 
 variable "agent_values" {
   type        = string
-  description = "Further chart values (YAML or JSON) for the agent, merged last."
+  description = "Further chart values (YAML or JSON) for the agent: the last resort, for values no input sets. The inputs win over the same keys here (agent_values still wins over agent_service_account_name)."
   default     = null
 }
 
