@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"crypto/ed25519"
 	"io"
 	"log/slog"
 	"net"
@@ -14,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/config"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/keyring"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
@@ -75,7 +73,6 @@ func TestWaitsForAReadableKey(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cfg := &config.Config{PrivateKeyFile: keyFile, HealthListen: addr}
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 
@@ -85,15 +82,8 @@ func TestWaitsForAReadableKey(t *testing.T) {
 		_ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), healthServerLimits, log)
 	}()
 
-	type result struct {
-		key ed25519.PrivateKey
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		k, err := waitForKey(t.Context(), cfg, log, readiness, 50*time.Millisecond)
-		done <- result{k, err}
-	}()
+	ring := keyring.New()
+	go runKeySource(t.Context(), keyring.FileSource{Path: keyFile, Interval: 50 * time.Millisecond}, ring, readiness, log)
 
 	var body string
 	deadline := time.Now().Add(5 * time.Second)
@@ -123,19 +113,29 @@ func TestWaitsForAReadableKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case r := <-done:
-		if r.err != nil || !r.key.Equal(priv) {
-			t.Fatalf("waitForKey = %v, %v; want the key written", r.key, r.err)
+	case <-ring.Loaded():
+		if !ring.Current().Equal(priv) {
+			t.Fatal("the ring holds another key than the one written")
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("waitForKey did not pick up the key")
+		t.Fatal("the key source did not pick up the key")
+	}
+	if ok, checks := readiness.Ready(t.Context()); !ok {
+		t.Fatalf("not ready after the key was read: %v", checks)
 	}
 
-	// Stopping while waiting ends cleanly.
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	cfg.PrivateKeyFile = filepath.Join(dir, "absent.pem")
-	if _, err := waitForKey(ctx, cfg, log, readiness, time.Hour); err == nil {
-		t.Fatal("a canceled wait must return an error")
+	// A rotation: the file gets a new key, which the ring takes within an interval, keeping the
+	// one it replaced (Jobs sealed with it stay the agent's).
+	_, next, _ := keys.Generate()
+	pemText, _ = keys.EncodePrivatePEM(next)
+	if err := os.WriteFile(keyFile, []byte(pemText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for !ring.Current().Equal(next) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ks := ring.Keys(); len(ks) != 2 || !ks[0].Equal(next) || !ks[1].Equal(priv) {
+		t.Fatalf("after the rotation the ring holds %d keys; want the new one, then the old one", len(ks))
 	}
 }

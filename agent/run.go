@@ -27,6 +27,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/keyring"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/leader"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
@@ -34,9 +35,11 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statebackend"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// keyRetryInterval is how often a missing or unreadable key file is read again.
+// keyRetryInterval is how often the key file is read again, and the longest wait before the key
+// Secret is read again after the API failed.
 const keyRetryInterval = 10 * time.Second
 
 // orchestratorTimeout bounds one request to the orchestrator; it covers the 30 s long poll with
@@ -119,14 +122,18 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error {
 		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), healthServerLimits, log)
 	})
-	key, err := waitForKey(gctx, cfg, log, readiness, keyRetryInterval)
-	if err != nil {
+	ring := keyring.New()
+	src := keySource(cfg, kube)
+	g.Go(func() error { runKeySource(gctx, src, ring, readiness, log); return nil })
+	select {
+	case <-ring.Loaded():
+	case <-gctx.Done():
 		if ctx.Err() != nil {
 			log.Info("agent stopped before its private key could be read")
 		}
 		return wait(ctx, g)
 	}
-	p, err := assemble(cfg, log, kube, limiter, readiness, m, key)
+	p, err := assemble(cfg, log, kube, limiter, readiness, m, ring)
 	if err != nil {
 		cancel()
 		_ = g.Wait()
@@ -190,8 +197,8 @@ type parts struct {
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
-func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, key ed25519.PrivateKey) (*parts, error) {
-	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, key)
+func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, ring *keyring.Ring) (*parts, error) {
+	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, ring.Keys()...)
 	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("--ca-bundle-file: %w", err)
@@ -204,11 +211,12 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	if err != nil {
 		return nil, err
 	}
-	exec, err := newExecutor(cfg, kube, log, key)
+	exec, err := newExecutor(cfg, kube, log, ring.Current())
 	if err != nil {
 		return nil, err
 	}
-	tokens := jobtoken.New(jobtoken.StateCredentialKey(key))
+	tokens := jobtoken.New(jobtoken.StateCredentialKey(ring.Current()))
+	followKeys(ring, signer, exec, tokens, m, log)
 	p := &parts{exec: exec, tokens: tokens}
 	var recorder session.ConnectionRecorder
 	if kube != nil && cfg.Namespace != "" {
@@ -234,6 +242,30 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	return p, nil
 }
 
+// followKeys moves everything keyed by the runner's key onto the ring's keys whenever they
+// change: the signer (which signs with the newest key the orchestrator has registered), the
+// seals of the Jobs and the state credentials (made with the newest key; those made with an
+// older one still hold, so attempts started before a rotation run on).
+func followKeys(ring *keyring.Ring, signer *agentauth.Signer, exec runnable, tokens *jobtoken.Registry, m *metrics.Metrics, log *slog.Logger) {
+	apply := func(ks []ed25519.PrivateKey) {
+		signer.SetKeys(ks...)
+		if e, ok := exec.(interface{ SetSealKeys([][]byte) }); ok {
+			e.SetSealKeys(keyring.Derive(ks, kubeexec.SealKey))
+		}
+		tokens.SetKeys(keyring.Derive(ks, jobtoken.StateCredentialKey))
+	}
+	apply(ring.Keys())
+	ring.Subscribe(func(ks []ed25519.PrivateKey) {
+		apply(ks)
+		m.KeyChanges.Inc()
+		fps := make([]string, len(ks))
+		for i, k := range ks {
+			fps[i] = keyring.Fingerprint(k)
+		}
+		log.Info("the runner's key changed; signing with the newest key the orchestrator has registered", "key_fingerprints", fps)
+	})
+}
+
 // wait waits for the agent's parts; their ending because the agent was stopped is no error.
 func wait(ctx context.Context, g *errgroup.Group) error {
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
@@ -242,27 +274,34 @@ func wait(ctx context.Context, g *errgroup.Group) error {
 	return nil
 }
 
-// waitForKey returns the runner's private key, waiting (with readiness check "private_key"
-// failing, see health.State.Await) until the file is readable.
-func waitForKey(ctx context.Context, cfg *config.Config, log *slog.Logger, readiness *health.State, every time.Duration) (ed25519.PrivateKey, error) {
-	var key ed25519.PrivateKey
-	waited := false
-	err := readiness.Await(ctx, "private_key", every, func() (err error) {
-		key, err = cfg.LoadPrivateKey()
-		return err
-	}, func(err error) {
-		if !waited {
-			waited = true
-			log.Error("cannot load the runner's private key; waiting for a readable key file (mount the key Secret, or fix --private-key-file)",
-				"err", err, "retry_every", every.String())
-			return
-		}
-		log.Error("cannot load the runner's private key", "err", err)
-	})
-	if err == nil && waited {
-		log.Info("private key loaded; starting", "file", cfg.PrivateKeyFile)
+// keySource is where the runner's key comes from: its Secret through the Kubernetes API (the
+// chart's way: a rotated key arrives within a second), else the key file.
+func keySource(cfg *config.Config, kube kubeclient.Interface) keyring.Source {
+	if cfg.PrivateKeySecret != "" && kube != nil {
+		return keyring.SecretSource{Client: kube.CoreV1(), Namespace: cfg.Namespace, Name: cfg.PrivateKeySecret, Key: cfg.PrivateKeySecretKey,
+			Backoff: retry.Backoff{Base: time.Second, Max: keyRetryInterval}}
 	}
-	return key, err
+	return keyring.FileSource{Path: cfg.PrivateKeyFile, Interval: keyRetryInterval}
+}
+
+// runKeySource keeps the ring filled from src until ctx ends. Until the first key is read the
+// readiness check "private_key" fails with the reason, which the log repeats; a later failure
+// (the Secret deleted, a bad PEM written into it) leaves the keys held in use and is logged.
+func runKeySource(ctx context.Context, src keyring.Source, ring *keyring.Ring, readiness *health.State, log *slog.Logger) {
+	log = log.With("key_source", src.String())
+	src.Run(ctx, ring, func(err error) {
+		loaded := ring.Current() != nil
+		switch {
+		case err == nil:
+			readiness.SetCheck("private_key", nil)
+			log.Info("runner keys loaded", "key_fingerprints", ring.Fingerprints())
+		case !loaded:
+			readiness.SetCheck("private_key", err)
+			log.Error("cannot load the runner's private key; waiting for it (readiness fails until then)", "err", err, "retry_every", keyRetryInterval.String())
+		default:
+			log.Error("cannot load the runner's private key again; going on with the keys held", "err", err, "key_fingerprints", ring.Fingerprints())
+		}
+	})
 }
 
 // newKubeClient connects to the cluster (package kubeclient). The process executor without

@@ -1,5 +1,6 @@
 # Tool and test bed targets, included from GNUmakefile, which defines OUTPOST_CACHE, the versions
-# (from scripts/versions.env) and the tool paths TOFU, GOLANGCI, TFPLUGINDOCS, GORELEASER and HELM.
+# (from scripts/versions.env) and the tool paths TOFU, GOLANGCI, TFPLUGINDOCS, GORELEASER, HELM,
+# ACTIONLINT and COSIGN.
 
 # State directory of the background test bed of testbed-up/testbed-down.
 TESTBED_DIR          ?= $(OUTPOST_CACHE)/testbed-run
@@ -7,11 +8,11 @@ OUTPOST_TESTBED      := go run ./internal/testbed/cmd/outpost-testbed
 
 .PHONY: tools testbed-build testbed-up testbed-down testbed-status testbed-test
 
-tools: ## Builds OpenTofu, golangci-lint, tfplugindocs and deadcode into the cache (once) and checks terraform.
+tools: ## Builds OpenTofu, golangci-lint, tfplugindocs, deadcode, goreleaser, helm, actionlint and cosign into the cache (once) and checks terraform.
 	scripts/tools.sh
 
 # Each tool is built on first use by the target that needs it, and only that tool.
-$(TOFU) $(GOLANGCI) $(TFPLUGINDOCS) $(GORELEASER) $(HELM):
+$(TOFU) $(GOLANGCI) $(TFPLUGINDOCS) $(GORELEASER) $(HELM) $(ACTIONLINT) $(COSIGN):
 	scripts/tools.sh $(notdir $@)
 	@test -x '$@' || { echo "scripts/tools.sh did not build $@: versions come from scripts/versions.env only" >&2; exit 1; }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Downloads into the Go module cache every module a cold `.ci/run` goes on to build: the
 # product's, the test bed's (Kubernetes, etcd, CoreDNS, kwok) and the tools' (OpenTofu, helm,
-# golangci-lint, goreleaser, tfplugindocs, deadcode). .ci/run starts it in the background first,
+# golangci-lint, goreleaser, tfplugindocs, deadcode, actionlint, cosign). .ci/run starts it in the background first,
 # so the downloads overlap the CPU-bound builds of the first steps instead of each build waiting
 # for its own; on a warm machine it finds everything present in a few seconds.
 #
@@ -46,7 +46,9 @@ tool "github.com/opentofu/opentofu@$TOFU_VERSION"
 tool "helm.sh/helm/v3@$HELM_VERSION"
 tool "github.com/golangci/golangci-lint/v2@$GOLANGCI_VERSION"
 tool "golang.org/x/tools@$XTOOLS_VERSION"
+tool "github.com/rhysd/actionlint@$ACTIONLINT_VERSION"
 tool "github.com/goreleaser/goreleaser/v2@$GORELEASER_VERSION"
+tool "github.com/sigstore/cosign/v3@$COSIGN_VERSION"
 
 if ((${#failed[@]} > 0)); then
 	echo "prefetch: could not download the modules of ${failed[*]}; the steps that need them will try again" >&2

@@ -14,6 +14,9 @@
 #   goreleaser     the release build (.goreleaser.yml); about 8 min cold
 #   helm           the helm CLI, for the test that installs the chart from its OCI artifact;
 #                  about 2 min cold
+#   actionlint     checks the GitHub workflows (`make lint`); about 30 s cold
+#   cosign         signs images, the chart and blobs (the release test's dry run of the
+#                  release's signing); about 6 min cold
 #   terraform      not built: checked at $TERRAFORM or /usr/local/bin/terraform
 #
 # Usage: scripts/tools.sh                 provision everything, print "name: path" lines
@@ -128,6 +131,14 @@ helm() {
 	goinstall helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm "2 min"
 }
 
+actionlint() {
+	goinstall actionlint "$ACTIONLINT_VERSION" github.com/rhysd/actionlint/cmd/actionlint "30 s"
+}
+
+cosign() {
+	goinstall cosign "$COSIGN_VERSION" github.com/sigstore/cosign/v3/cmd/cosign "6 min"
+}
+
 terraform() {
 	local tf="${TERRAFORM:-}"
 	if [[ -z "$tf" ]]; then
@@ -160,8 +171,10 @@ run_tool() {
 	deadcode) deadcode ;;
 	goreleaser) goreleaser ;;
 	helm) helm ;;
+	actionlint) actionlint ;;
+	cosign) cosign ;;
 	terraform) terraform ;;
-	*) die "unknown tool $1 (known: tofu, golangci-lint, tfplugindocs, deadcode, goreleaser, helm, terraform)" ;;
+	*) die "unknown tool $1 (known: tofu, golangci-lint, tfplugindocs, deadcode, goreleaser, helm, actionlint, cosign, terraform)" ;;
 	esac
 }
 
@@ -173,7 +186,7 @@ if [[ "${1:-}" == "--path" ]]; then
 	exit 0
 fi
 if [[ $# == 0 ]]; then
-	set -- terraform tofu golangci-lint tfplugindocs deadcode goreleaser helm
+	set -- terraform tofu golangci-lint tfplugindocs deadcode goreleaser helm actionlint cosign
 fi
 for t in "$@"; do
 	run_tool "$t"

@@ -94,8 +94,8 @@ var agentAccess = []struct {
 	{access{"delete", "coordination.k8s.io", "leases", "outpost-state", "lock-prod"}, true},
 	{access{"create", "batch", "jobs", "outpost-state", ""}, false},
 	{access{"list", "", "pods", "outpost-state", ""}, false},
-	// Release namespace: its own leader Lease and events, and no Secrets (not even its key: the
-	// kubelet mounts it).
+	// Release namespace: its own leader Lease and events, and of the Secrets only its key, by
+	// name (read and watched, so a rotated key reaches the running agent).
 	{access{"create", "coordination.k8s.io", "leases", "outpost-system", ""}, true},
 	{access{"get", "coordination.k8s.io", "leases", "outpost-system", "outpost-agent"}, true},
 	{access{"update", "coordination.k8s.io", "leases", "outpost-system", "outpost-agent"}, true},
@@ -105,7 +105,10 @@ var agentAccess = []struct {
 	{access{"create", "events.k8s.io", "events", "outpost-system", ""}, true},
 	{access{"get", "", "pods", "outpost-system", "outpost-agent-7d9f-abcde"}, true}, // standby finds the leader pod
 	{access{"list", "", "pods", "outpost-system", ""}, false},
-	{access{"get", "", "secrets", "outpost-system", "prod-eu-key"}, false},
+	{access{"get", "", "secrets", "outpost-system", "prod-eu-key"}, true},
+	{access{"watch", "", "secrets", "outpost-system", "prod-eu-key"}, true},
+	{access{"update", "", "secrets", "outpost-system", "prod-eu-key"}, false},
+	{access{"get", "", "secrets", "outpost-system", "other-secret"}, false},
 	{access{"list", "", "secrets", "outpost-system", ""}, false},
 	{access{"create", "batch", "jobs", "outpost-system", ""}, false},
 	// Anywhere else: nothing.
@@ -156,8 +159,9 @@ func TestRBAC(t *testing.T) {
 					t.Errorf("Role %s has a wildcard rule %+v", key, rule)
 				}
 			}
-			if slices.Contains(rule.Resources, "secrets") && role.Namespace != "outpost-jobs" && role.Namespace != "outpost-state" {
-				t.Errorf("Role %s grants Secret access outside the jobs and state namespaces: %+v", key, rule)
+			keyOnly := slices.Equal(rule.ResourceNames, []string{"prod-eu-key"}) && !slices.ContainsFunc(rule.Verbs, func(v string) bool { return v != "get" && v != "list" && v != "watch" })
+			if slices.Contains(rule.Resources, "secrets") && role.Namespace != "outpost-jobs" && role.Namespace != "outpost-state" && !keyOnly {
+				t.Errorf("Role %s grants Secret access outside the jobs and state namespaces beyond reading the key Secret: %+v", key, rule)
 			}
 		}
 	}

@@ -370,25 +370,26 @@ func TestDefaults(t *testing.T) {
 	}
 
 	wantEnv(t, c, map[string]string{
-		"OUTPOST_API_URL":             "https://outpost.example.com",
-		"OUTPOST_ORG_ID":              "acme",
-		"OUTPOST_RUNNER_ID":           "prod-eu",
-		"OUTPOST_PRIVATE_KEY_FILE":    "/etc/outpost/key/private-key.pem",
-		"OUTPOST_LEADER_ELECT":        "true",
-		"OUTPOST_LEASE_NAME":          "outpost-agent",
-		"OUTPOST_STATE_LISTEN":        ":8080",
-		"OUTPOST_HEALTH_LISTEN":       ":9090",
-		"OUTPOST_STATE_URL":           "http://outpost-agent.outpost-system.svc:8080",
-		"OUTPOST_STATE_NAMESPACE":     releaseNamespace + "-state",
-		"OUTPOST_JOB_NAMESPACE":       releaseNamespace + "-jobs",
-		"OUTPOST_JOB_SERVICE_ACCOUNT": "outpost-job",
-		"OUTPOST_JOB_IMAGE":           jobImage,
-		"OUTPOST_AGENT_IMAGE":         agentImage,
-		"OUTPOST_CLI":                 "",
-		"OUTPOST_STARTUP_TIMEOUT":     "180s",
-		"OUTPOST_KUBE_QPS":            "50",
-		"OUTPOST_KUBE_BURST":          "100",
-		"OUTPOST_LOG_LEVEL":           "info",
+		"OUTPOST_API_URL":                "https://outpost.example.com",
+		"OUTPOST_ORG_ID":                 "acme",
+		"OUTPOST_RUNNER_ID":              "prod-eu",
+		"OUTPOST_PRIVATE_KEY_SECRET":     "prod-eu-key",
+		"OUTPOST_PRIVATE_KEY_SECRET_KEY": "private-key.pem",
+		"OUTPOST_LEADER_ELECT":           "true",
+		"OUTPOST_LEASE_NAME":             "outpost-agent",
+		"OUTPOST_STATE_LISTEN":           ":8080",
+		"OUTPOST_HEALTH_LISTEN":          ":9090",
+		"OUTPOST_STATE_URL":              "http://outpost-agent.outpost-system.svc:8080",
+		"OUTPOST_STATE_NAMESPACE":        releaseNamespace + "-state",
+		"OUTPOST_JOB_NAMESPACE":          releaseNamespace + "-jobs",
+		"OUTPOST_JOB_SERVICE_ACCOUNT":    "outpost-job",
+		"OUTPOST_JOB_IMAGE":              jobImage,
+		"OUTPOST_AGENT_IMAGE":            agentImage,
+		"OUTPOST_CLI":                    "",
+		"OUTPOST_STARTUP_TIMEOUT":        "180s",
+		"OUTPOST_KUBE_QPS":               "50",
+		"OUTPOST_KUBE_BURST":             "100",
+		"OUTPOST_LOG_LEVEL":              "info",
 		// The job pod policy refuses everything beyond Pod Security "restricted" by default.
 		"OUTPOST_JOB_POD_POLICY": `{"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
 			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowedCapabilities":[],"allowedConfigMaps":[],"allowedSecrets":[],"allowedVolumeTypes":[]}`,
@@ -418,18 +419,11 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("the agent container sets an env var twice: %v", c.Env)
 	}
 
-	// The private key: a read-only directory mount (not subPath, so a rotated key arrives) of the
-	// one Secret key, at the file name the agent reads.
-	key := volume(t, d, "private-key")
-	if key.Secret == nil || key.Secret.SecretName != "prod-eu-key" {
-		t.Fatalf("private-key volume = %+v, want Secret prod-eu-key", key.VolumeSource)
-	}
-	wantItems := []corev1.KeyToPath{{Key: "private-key.pem", Path: "private-key.pem"}}
-	if !slices.Equal(key.Secret.Items, wantItems) {
-		t.Errorf("private-key items = %+v, want %+v", key.Secret.Items, wantItems)
-	}
-	if m := mount(t, c, "private-key"); m.MountPath != "/etc/outpost/key" || !m.ReadOnly || m.SubPath != "" {
-		t.Errorf("private-key mount = %+v, want read-only /etc/outpost/key without subPath", m)
+	// The private key is not mounted: the agent reads and watches the Secret through the API.
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == "prod-eu-key" {
+			t.Errorf("volume %q mounts the key Secret; the agent reads it through the API", v.Name)
+		}
 	}
 	tmp := volume(t, d, "tmp")
 	if tmp.EmptyDir == nil || tmp.EmptyDir.SizeLimit == nil || tmp.EmptyDir.SizeLimit.String() != "256Mi" {
@@ -669,7 +663,7 @@ extraVolumeMounts: [{name: corp-files, mountPath: /etc/corp, readOnly: true}]`)
 		t.Errorf("extra mount %+v", m)
 	}
 	// The chart's own volumes stay.
-	volume(t, d, "private-key")
+	volume(t, d, "tmp")
 	mount(t, c, "tmp")
 }
 

@@ -7,6 +7,9 @@
 //	outpost-release push-images --images DIR [--registry R]  the image archives to an OCI registry
 //	outpost-release push-chart --repo oci://R/charts TGZ     the packaged chart to an OCI registry
 //	outpost-release snapshot-config --targets linux_amd64    .goreleaser.yml cut down to some targets
+//	outpost-release sign --images F --sboms D --chart TGZ --checksums F [-- COSIGN FLAGS]
+//	                                                         cosign: the images, their SBOMs, the
+//	                                                         chart, a bundle of the checksums
 //
 // Registry credentials come from OUTPOST_REGISTRY_USERNAME and OUTPOST_REGISTRY_PASSWORD, else
 // from the Docker configuration (~/.docker/config.json), where `docker login` writes.
@@ -44,7 +47,7 @@ func main() {
 
 const usage = `usage: outpost-release COMMAND [flags]
 
-commands: sbom, image-sboms, chart, push-images, push-chart, snapshot-config
+commands: sbom, image-sboms, chart, push-images, push-chart, snapshot-config, sign
 (outpost-release COMMAND -h shows a command's flags)`
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -139,6 +142,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		return os.WriteFile(*out, b, 0o644)
+	case "sign":
+		in := release.SignInputs{Cred: cred}
+		fs.StringVar(&in.Cosign, "cosign", "cosign", "the cosign binary")
+		fs.StringVar(&in.Images, "images", "dist/images/images.json", "the images' list (a release's outpost-images_<version>.json): names and digests to sign")
+		fs.StringVar(&in.SBOMs, "sboms", "dist/images", "directory of the platform images' SPDX documents, attested to each image")
+		fs.StringVar(&in.Registry, "registry", getenv("OUTPOST_IMAGE_REGISTRY"), "registry and namespace the images were pushed to (default: $OUTPOST_IMAGE_REGISTRY, else the one they are named with)")
+		fs.StringVar(&in.Chart, "chart", "", "the packaged chart")
+		fs.StringVar(&in.ChartRepo, "chart-repo", getenv("OUTPOST_CHART_REPOSITORY"), "OCI repository the chart was pushed to (default: $OUTPOST_CHART_REPOSITORY)")
+		fs.BoolVar(&in.ChartPlainHTTP, "plain-http", false, "read the chart's manifest over HTTP, not HTTPS (a registry on loopback)")
+		fs.StringVar(&in.Checksums, "checksums", "", "the SHA256SUMS file; its Sigstore bundle is written to <file>.sigstore.json")
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		// What follows -- goes to every cosign command (the release: --yes).
+		in.Args = fs.Args()
+		signed, err := release.Sign(ctx, in, stderr)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, signed)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(stdout, usage)
 		return nil

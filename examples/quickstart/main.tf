@@ -9,6 +9,11 @@ resource "outpost_key_pair" "runner" {
     name             = "${var.runner_id}-key"
     create_namespace = true
   }
+
+  # Change key_rotation to rotate the key: one apply, no outage.
+  keepers = {
+    rotation = var.key_rotation
+  }
 }
 
 # 2. Where deployments keep their state: Secrets of a namespace, served by the agent.

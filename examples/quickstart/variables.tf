@@ -33,3 +33,9 @@ variable "agent_values" {
   description = "Further values of the agent chart (YAML), for values no attribute sets. `make demo` sets it to let the agent reach the local orchestrator over plain http on the test bed's host-only network; a real installation reaches its orchestrator over https and needs none."
   default     = null
 }
+
+variable "key_rotation" {
+  type        = string
+  description = "Change this value to rotate the runner's key in one apply: the key Secret gets a new key, the runner the new public key, and the agent moves onto it without a restart (see outpost_key_pair, \"Rotating the key\")."
+  default     = "1"
+}

@@ -122,7 +122,7 @@ func TestVerifyAcceptsAndRefuses(t *testing.T) {
 			return "POST", url, body, tok
 		}, ReasonUnknownKey},
 		{"unknown runner", func(f *fixture) (string, string, []byte, string) {
-			s := NewSigner("acme", "runner-2", f.signer.key)
+			s := NewSigner("acme", "runner-2", f.signer.keys[0].key)
 			s.Now = f.signer.Now
 			tok, _ := s.Sign("POST", url, body)
 			return "POST", url, body, tok

@@ -21,6 +21,10 @@ type PollRequest struct {
 	Held []HeldAttempt `json:"held"`
 	// WaitSeconds is how long the server may hold the poll open (at most 30).
 	WaitSeconds int `json:"wait_seconds"`
+	// KeyFingerprints are the fingerprints of the runner keys the agent holds, newest first.
+	// When the agent signed with a retiring key while it holds a current one, the poll is
+	// answered at once, so it moves onto the current key without waiting out the long poll.
+	KeyFingerprints []string `json:"key_fingerprints,omitempty"`
 }
 
 // HeldAttempt is an attempt the agent holds: claimed, and not yet cleaned up after its finished
@@ -47,6 +51,9 @@ type PollResponse struct {
 	OrchestratorVersion string `json:"orchestrator_version"`
 	// OrchestratorProtocol is the range of agent protocol versions the orchestrator speaks.
 	OrchestratorProtocol ProtocolRange `json:"orchestrator_protocol"`
+	// KeyFingerprints are the fingerprints of the runner's current public keys (not the
+	// retiring ones): the agent signs with the newest of its keys among them.
+	KeyFingerprints []string `json:"key_fingerprints,omitempty"`
 }
 
 // Offer is a queued attempt the agent may claim.

@@ -23,6 +23,9 @@ var (
 	// ErrIncompatibleProtocol: the agent and the orchestrator speak no agent protocol version in
 	// common (the message names both releases and ranges).
 	ErrIncompatibleProtocol = errors.New("incompatible agent protocol")
+	// ErrUnknownKey: the orchestrator has no key of the runner that matches the agent token's
+	// key (HTTP 401 with CodeUnknownKey). Also an ErrUnauthorized.
+	ErrUnknownKey = errors.New("unknown agent key")
 )
 
 // Error codes in the JSON error body.
@@ -45,6 +48,9 @@ const (
 	// CodeRequestTimeout answers a request whose body did not arrive within the server's read
 	// timeout (HTTP 408, retried like any other "later").
 	CodeRequestTimeout = "request_timeout"
+	// CodeUnknownKey refuses an agent request signed with a key the runner does not have (HTTP
+	// 401): the agent tries another key it holds, and otherwise says which key to register.
+	CodeUnknownKey = "unknown_key"
 )
 
 // ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.
@@ -116,6 +122,8 @@ func (e *Error) Is(target error) bool {
 		return e.StatusCode == http.StatusUnsupportedMediaType
 	case ErrIncompatibleProtocol:
 		return e.Code == CodeIncompatibleProtocol
+	case ErrUnknownKey:
+		return e.Code == CodeUnknownKey
 	}
 	return false
 }

@@ -25,9 +25,13 @@ type Runner struct {
 	Type        string `json:"type"`
 	Description string `json:"description,omitempty"`
 	// PublicKeys holds one or two PEM ed25519 public keys; two let a key rotate without downtime.
-	PublicKeys     []string  `json:"public_keys"`
-	Job            RunnerJob `json:"job"`
-	StateStorageID string    `json:"state_storage_id"`
+	PublicKeys []string `json:"public_keys"`
+	// RetiringKeys are keys an update took out of PublicKeys that are still accepted until the
+	// agent signs with one of PublicKeys (or until their time is up), so replacing a key in one
+	// update never locks out an agent that has not moved onto the new key yet. Read-only.
+	RetiringKeys   []RetiringKey `json:"retiring_keys,omitempty"`
+	Job            RunnerJob     `json:"job"`
+	StateStorageID string        `json:"state_storage_id"`
 	// MaxConcurrency is how many attempts the agent may run at once.
 	MaxConcurrency int `json:"max_concurrency"`
 	// JobTimeoutSeconds bounds the run time of one attempt (of its Job, or process).
@@ -36,6 +40,20 @@ type Runner struct {
 	CreatedAt         time.Time    `json:"created_at"`
 	UpdatedAt         time.Time    `json:"updated_at"`
 }
+
+// RetiringKey is a public key replaced by a runner update and still accepted for a while.
+type RetiringKey struct {
+	PublicKey   string `json:"public_key"`
+	Fingerprint string `json:"fingerprint"`
+	// Until is when it stops being accepted at the latest; the agent's first request signed with
+	// a current key retires it sooner.
+	Until time.Time `json:"until"`
+}
+
+// KeyRetirement is how long a replaced key stays accepted at most while the runner's agent has
+// not yet signed with a current key: long enough for an agent that was offline during the
+// rotation to come back and move over, short enough that an old key does not live on.
+const KeyRetirement = 24 * time.Hour
 
 // RunnerJob is the runner's job settings: where and as whom its Jobs run.
 type RunnerJob struct {
@@ -69,6 +87,10 @@ type RunnerInput struct {
 	StateStorageID    string    `json:"state_storage_id"`
 	MaxConcurrency    int       `json:"max_concurrency,omitempty"`
 	JobTimeoutSeconds int       `json:"job_timeout_seconds,omitempty"`
+	// RevokeReplacedKeys makes the keys this update takes out of PublicKeys stop being accepted
+	// at once, instead of retiring when the agent moves onto a current key (RetiringKeys). For a
+	// key that leaked; an agent still signing with it is locked out.
+	RevokeReplacedKeys bool `json:"revoke_replaced_keys,omitempty"`
 }
 
 // Defaults applied when a RunnerInput leaves a limit zero.

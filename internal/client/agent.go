@@ -33,8 +33,16 @@ func NewAgentClient(baseURL string, signer *agentauth.Signer, opts ...Option) (*
 		before := signer.ClockOffset()
 		return signer.ObserveServerDate(date, sent, received) != before
 	}
+	// A key the runner does not have (being rotated) is worth one more try with the signer's
+	// other key, at once: the request itself was fine.
+	t.keyRefused = func(authorization string) bool {
+		return signer.Refused(agentauth.KeyIDOf(authorization))
+	}
 	return &AgentClient{t: t, signer: signer}, nil
 }
+
+// KeyFingerprint is the fingerprint of the key requests are signed with now.
+func (c *AgentClient) KeyFingerprint() string { return c.signer.Fingerprint() }
 
 // ClockOffset is how far the orchestrator's clock is ahead of this machine's, as learnt from its
 // answers; tokens are signed with the orchestrator's time.
@@ -48,7 +56,16 @@ func (c *AgentClient) Poll(ctx context.Context, req api.PollRequest) (*api.PollR
 	if req.Protocol == (api.ProtocolRange{}) {
 		req.Protocol = api.AgentProtocols()
 	}
-	return roundTrip[api.PollResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/poll", retryable: retry.Idempotent}, req)
+	if req.KeyFingerprints == nil {
+		req.KeyFingerprints = c.signer.Fingerprints()
+	}
+	resp, err := roundTrip[api.PollResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/poll", retryable: retry.Idempotent}, req)
+	if err == nil && resp.KeyFingerprints != nil {
+		// The runner's current keys: the next requests are signed with the newest of ours
+		// among them (an orchestrator from before rotation says nothing, and nothing changes).
+		c.signer.Registered(resp.KeyFingerprints)
+	}
+	return resp, err
 }
 
 // Claim claims an offered attempt of a deployment. It is idempotent for the same instance;

@@ -96,7 +96,11 @@ type transport struct {
 	// was sent and answered, and reports whether that changed how requests are signed (the
 	// agent client learns the orchestrator's clock from it).
 	observeDate func(date string, sent, received time.Time) (changed bool)
-	sleep       func(context.Context, time.Duration) error
+	// keyRefused, when set, is told the Authorization header of a try refused with
+	// api.ErrUnknownKey, and reports whether the next try is signed with another key (the agent
+	// client holds several of the runner's keys while one rotates).
+	keyRefused func(authorization string) (changed bool)
+	sleep      func(context.Context, time.Duration) error
 	// allowInsecureHTTP lets an http:// base URL leave the machine (AllowInsecureHTTP).
 	allowInsecureHTTP bool
 }
@@ -151,15 +155,16 @@ func (t *transport) do(ctx context.Context, c call) error {
 	}
 	full := u.String()
 	back := retry.Backoff{Base: t.retry.BaseDelay, Max: t.retry.MaxDelay}
-	resigned := false
+	resigned := 0
 	for try := 1; ; try++ {
-		clockChanged, err := t.once(ctx, c, full, try)
+		resign, err := t.once(ctx, c, full, try)
 		if err == nil {
 			return nil
 		}
-		// A 401 whose answer corrected the signing clock is cured by signing again: once, at once.
-		if clockChanged && !resigned && ctx.Err() == nil && errors.Is(err, api.ErrUnauthorized) {
-			resigned = true
+		// A 401 whose answer corrected the signing clock, or refused a key when the signer holds
+		// another, is cured by signing again at once: up to twice (the clock, then the key).
+		if resign && resigned < 2 && ctx.Err() == nil && errors.Is(err, api.ErrUnauthorized) {
+			resigned++
 			continue
 		}
 		if ctx.Err() != nil || try >= t.retry.MaxTries || !c.retryable(err) {
@@ -232,7 +237,11 @@ func (t *transport) once(ctx context.Context, c call, full string, try int) (clo
 		}
 		return clockChanged, nil
 	}
-	return clockChanged, decodeError(resp, data)
+	err = decodeError(resp, data)
+	if t.keyRefused != nil && errors.Is(err, api.ErrUnknownKey) && t.keyRefused(req.Header.Get("Authorization")) {
+		return true, err
+	}
+	return clockChanged, err
 }
 
 // progressReader reports how much of a request body has been read (by the connection).

@@ -93,8 +93,8 @@ module "kubernetes_agent_runner" {
 			t.Errorf("runner job settings %+v", r.Job)
 		}
 		d := e.deploymentJSON(agentNS)
-		for _, want := range []string{`"serviceAccountName":"humanitec-kubernetes-agent-runner"`, `"secretName":"` + secretName + `"`,
-			`"key":"private_key"`, `"name":"OUTPOST_ORG_ID","value":"acme"`, `"name":"OUTPOST_RUNNER_ID","value":"` + runnerID + `"`} {
+		for _, want := range []string{`"serviceAccountName":"humanitec-kubernetes-agent-runner"`, `"name":"OUTPOST_PRIVATE_KEY_SECRET","value":"` + secretName + `"`,
+			`"name":"OUTPOST_PRIVATE_KEY_SECRET_KEY","value":"private_key"`, `"name":"OUTPOST_ORG_ID","value":"acme"`, `"name":"OUTPOST_RUNNER_ID","value":"` + runnerID + `"`} {
 			if !strings.Contains(d, want) {
 				t.Errorf("agent Deployment lacks %s:\n%s", want, d)
 			}

@@ -19,6 +19,16 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
+// The data keys of a runner's key Secret, written by outpost_key_pair and read by the agent.
+const (
+	// SecretKeyPrivate holds the runner's private key (PKCS#8 PEM); the chart's
+	// privateKey.secretKey defaults to it.
+	SecretKeyPrivate = "private-key.pem"
+	// SecretKeyPrevious holds the private key the current one replaced at the last rotation: the
+	// agent still recognises the Jobs it sealed, and the state credentials it made, with it.
+	SecretKeyPrevious = "previous-private-key.pem"
+)
+
 // ErrNotPEM is returned when the input holds no PEM block at all.
 var ErrNotPEM = errors.New("not a PEM-encoded key: expected a block starting with -----BEGIN PUBLIC KEY-----")
 

@@ -17,6 +17,8 @@ const (
 	maxCapacityFree    = api.MaxMaxConcurrency
 	maxEventMessageLen = 64 << 10
 	maxEventReasonLen  = 256
+	// maxKeyFingerprints bounds the keys a poll may say the agent holds (it holds three at most).
+	maxKeyFingerprints = 8
 )
 
 // statusClientClosed is logged and counted when the agent went away during a long poll (the
@@ -37,6 +39,14 @@ func validatePoll(req *api.PollRequest) error {
 		return invalid("agent_version", "is %d characters; at most %d", len(req.AgentVersion), maxAgentVersionLen)
 	case len(req.Held) > maxHeldEntries:
 		return invalid("held", "lists %d attempts; at most %d", len(req.Held), maxHeldEntries)
+	}
+	if len(req.KeyFingerprints) > maxKeyFingerprints {
+		return invalid("key_fingerprints", "lists %d keys; at most %d", len(req.KeyFingerprints), maxKeyFingerprints)
+	}
+	for i, f := range req.KeyFingerprints {
+		if len(f) > 128 {
+			return invalid(fmt.Sprintf("key_fingerprints[%d]", i), "is %d characters; a key fingerprint has at most 128", len(f))
+		}
 	}
 	for i, e := range req.Held {
 		at := fmt.Sprintf("held[%d]", i)
@@ -90,18 +100,17 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 		woken := s.notify.watch(runnerKey)
 		answered := false
 		onFreshStack(func() {
-			var offers []api.Offer
-			var cancels []api.Directive
-			var queued, maxConcurrency int
-			offers, queued, cancels, maxConcurrency, err = s.store.offers(r.Context(), c.agent, &req)
+			var a pollAnswer
+			a, err = s.store.offers(r.Context(), c.agent, &req)
 			if err != nil {
 				return
 			}
-			directives := append(append([]api.Directive{}, forget...), cancels...)
-			if queued > 0 || len(directives) > 0 || last {
+			directives := append(append([]api.Directive{}, forget...), a.cancels...)
+			if a.queued > 0 || len(directives) > 0 || a.moveKey || last {
 				writeJSON(w, http.StatusOK, api.PollResponse{
-					Offers: offers, Directives: directives, MaxConcurrency: maxConcurrency, ServerTime: s.store.timeNow(),
+					Offers: a.offers, Directives: directives, MaxConcurrency: a.maxConcurrency, ServerTime: s.store.timeNow(),
 					Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
+					KeyFingerprints: a.keyFingerprints,
 				})
 				answered = true
 			}

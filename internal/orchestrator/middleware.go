@@ -331,7 +331,12 @@ func agentRefusal(err error) error {
 	if ae.Reason == agentauth.ReasonInternal {
 		return &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, message: ae.Error(), authReason: string(ae.Reason)}
 	}
-	return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, message: ae.Error(), authReason: string(ae.Reason)}
+	code := api.CodeUnauthorized
+	if ae.Reason == agentauth.ReasonUnknownKey {
+		// Typed, so an agent holding another key tries it at once (agentauth.Signer.Refused).
+		code = api.CodeUnknownKey
+	}
+	return &refusal{status: http.StatusUnauthorized, code: code, message: ae.Error(), authReason: string(ae.Reason)}
 }
 
 func bearer(r *http.Request) (string, bool) {

@@ -31,6 +31,10 @@ func touchRunner(tx storeTx, id agentauth.Identity, agentVersion string, now tim
 	if agentVersion != "" && agentVersion != st.AgentVersion {
 		st.AgentVersion, changed = agentVersion, true
 	}
+	if len(r.RetiringKeys) > 0 && slices.Contains(currentFingerprints(r), id.Fingerprint) {
+		// The agent signs with a current key: the keys it replaced are no longer needed.
+		r.RetiringKeys, changed = nil, true
+	}
 	if !changed {
 		return r, nil
 	}
@@ -117,21 +121,41 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 // and the first poll of a restarted agent does not wait.
 const reofferAfter = 5 * time.Second
 
+// pollAnswer is what one look at the store gives a waiting poll.
+type pollAnswer struct {
+	offers []api.Offer
+	// queued counts the offers of queued attempts (the others are re-offers).
+	queued         int
+	cancels        []api.Directive
+	maxConcurrency int
+	// keyFingerprints are the runner's current keys.
+	keyFingerprints []string
+	// moveKey: the agent signed with a key that is not current while it holds a current one, or
+	// with one that is no longer accepted at all (revoked since the poll began). Answered at
+	// once, it moves over (and the retiring key retires), or its next poll is refused and it says
+	// so, instead of either waiting out the long poll.
+	moveKey bool
+}
+
 // offers returns what a poll may hand out now: attempts leased to the polling instance that it
 // seems to have lost (see reofferAfter), then queued attempts of this runner, oldest first, at
 // most capacityFree and never beyond max_concurrency counting the attempts the runner already
 // holds; and cancel directives for held attempts whose cancel was requested. queued counts the
 // offers taken from the queue.
-func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (offers []api.Offer, queued int, cancels []api.Directive, maxConcurrency int, err error) {
-	offers, cancels = []api.Offer{}, []api.Directive{}
+func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (a pollAnswer, err error) {
+	a.offers, a.cancels = []api.Offer{}, []api.Directive{}
 	now := s.timeNow()
 	err = s.view(ctx, func(tx storeTx) error {
 		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
 		if err != nil {
 			return runnerGone(id)
 		}
-		maxConcurrency = r.MaxConcurrency
-		offers, cancels, queued = []api.Offer{}, []api.Directive{}, 0
+		a = pollAnswer{maxConcurrency: r.MaxConcurrency, offers: []api.Offer{}, cancels: []api.Directive{}, keyFingerprints: currentFingerprints(r)}
+		if !slices.Contains(a.keyFingerprints, id.Fingerprint) {
+			holdsCurrent := slices.ContainsFunc(req.KeyFingerprints, func(f string) bool { return slices.Contains(a.keyFingerprints, f) })
+			retiring := slices.ContainsFunc(r.RetiringKeys, func(k api.RetiringKey) bool { return k.Fingerprint == id.Fingerprint && now.Before(k.Until) })
+			a.moveKey = holdsCurrent || !retiring
+		}
 		leased, err := tx.leased(id.Org, id.RunnerID)
 		if err != nil {
 			return err
@@ -142,12 +166,12 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 				return err
 			}
 			if rec.D.CancelRequested {
-				cancels = append(cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
+				a.cancels = append(a.cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
 			} else if lostByPoller(rec, req, now) {
-				offers = append(offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
+				a.offers = append(a.offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			}
 		}
-		n := min(req.CapacityFree-len(offers), r.MaxConcurrency-len(leased))
+		n := min(req.CapacityFree-len(a.offers), r.MaxConcurrency-len(leased))
 		if n <= 0 {
 			return nil
 		}
@@ -160,12 +184,12 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			if err != nil {
 				return err
 			}
-			offers = append(offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
-			queued++
+			a.offers = append(a.offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
+			a.queued++
 		}
 		return nil
 	})
-	return offers, queued, cancels, maxConcurrency, err
+	return a, err
 }
 
 // lostByPoller reports whether rec is an attempt leased to the polling instance that it has not

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -80,8 +81,56 @@ func (s *store) updateRunner(ctx context.Context, org string, in api.RunnerInput
 			return err
 		}
 		r.UpdatedAt = now
-		return applyRunnerInput(r, in)
+		before := r.PublicKeys
+		if err := applyRunnerInput(r, in); err != nil {
+			return err
+		}
+		retireReplacedKeys(r, before, in.RevokeReplacedKeys, now)
+		return nil
 	})
+}
+
+// retireReplacedKeys keeps the keys an update took out of the runner's public keys as retiring
+// keys (api.RetiringKey), accepted until the agent signs with a current key or for
+// api.KeyRetirement at most; revoke drops them, and every retiring key, at once. A key put back
+// stops retiring.
+func retireReplacedKeys(r *api.Runner, before []string, revoke bool, now time.Time) {
+	current := map[string]bool{}
+	for _, f := range currentFingerprints(r) {
+		current[f] = true
+	}
+	retiring := r.RetiringKeys[:0:0]
+	for _, k := range r.RetiringKeys {
+		if !revoke && !current[k.Fingerprint] && now.Before(k.Until) {
+			retiring = append(retiring, k)
+		}
+	}
+	for _, p := range before {
+		pub, err := keys.ParsePublicPEM(p)
+		if err != nil {
+			continue
+		}
+		f := keys.Fingerprint(pub)
+		if revoke || current[f] || slices.ContainsFunc(retiring, func(k api.RetiringKey) bool { return k.Fingerprint == f }) {
+			continue
+		}
+		retiring = append(retiring, api.RetiringKey{PublicKey: p, Fingerprint: f, Until: now.Add(api.KeyRetirement).UTC()})
+	}
+	r.RetiringKeys = nil
+	if len(retiring) > 0 {
+		r.RetiringKeys = retiring
+	}
+}
+
+// currentFingerprints are the fingerprints of the runner's public keys (not the retiring ones).
+func currentFingerprints(r *api.Runner) []string {
+	out := make([]string, 0, len(r.PublicKeys))
+	for _, p := range r.PublicKeys {
+		if pub, err := keys.ParsePublicPEM(p); err == nil {
+			out = append(out, keys.Fingerprint(pub))
+		}
+	}
+	return out
 }
 
 // deleteRunner removes a runner. Its queued deployments end canceled (nobody could run them),
@@ -124,15 +173,21 @@ func (s *store) deleteRunner(ctx context.Context, org, id string) error {
 	})
 }
 
-// runnerKeys returns the parsed public keys of a runner; none (and no error) for an unknown one,
-// as agentauth.KeyLookup wants.
+// runnerKeys returns the parsed public keys of a runner, the retiring ones whose time is not up
+// included; none (and no error) for an unknown one, as agentauth.KeyLookup wants.
 func (s *store) runnerKeys(ctx context.Context, org, id string) ([]ed25519.PublicKey, error) {
 	var pems []string
+	now := s.timeNow()
 	err := s.view(ctx, func(tx storeTx) error {
 		var r api.Runner
 		ok, err := tx.getDoc(kindRunner, org, id, &r)
 		if ok {
 			pems = r.PublicKeys
+			for _, k := range r.RetiringKeys {
+				if now.Before(k.Until) {
+					pems = append(pems, k.PublicKey)
+				}
+			}
 		}
 		return err
 	})

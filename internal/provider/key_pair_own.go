@@ -20,9 +20,7 @@ import (
 // Bring your own key: outpost_key_pair takes an existing private key (a PEM file the provider
 // reads, or PEM text) instead of generating one, and writes it into its Secret. The key pair's
 // public attributes come from that key at plan time, so a runner can register it in the same
-// plan; a different key in the file replaces the key pair (and rewrites the Secret).
-
-var _ resource.ResourceWithModifyPlan = (*keyPairResource)(nil)
+// plan; a different key in the file rotates the key pair in place, as a change of keepers does.
 
 // ownKeyAttributes are the attributes that bring an existing private key.
 func ownKeyAttributes() map[string]schema.Attribute {
@@ -32,7 +30,7 @@ func ownKeyAttributes() map[string]schema.Attribute {
 			MarkdownDescription: "Bring your own key: the path of an ed25519 private key in PEM form (PKCS#8, as `openssl genpkey " +
 				"-algorithm ed25519` writes it), relative to the directory Terraform runs in. The provider reads it at plan and apply " +
 				"and writes it into the `kubernetes_secret` block's Secret (required with it); only the path enters the state. " +
-				"A different key in the file replaces the key pair.",
+				"Another key in the file rotates the key pair in place (the replaced key kept in the Secret, as with `keepers`).",
 			Optional: true,
 			Validators: []validator.String{stringvalidator.LengthAtLeast(1), needsSecret,
 				stringvalidator.ConflictsWith(path.MatchRoot("own_private_key_pem"))},
@@ -90,17 +88,9 @@ func (m keyPairModel) bringsKey() bool {
 	return !m.PrivateKeyFile.IsNull() || !m.OwnPrivateKeyPEM.IsNull()
 }
 
-// ModifyPlan plans the public attributes of a key brought in, and a replacement when it is
-// another key than the one in state.
-func (r *keyPairResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.Plan.Raw.IsNull() {
-		return
-	}
-	var plan keyPairModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
-	if resp.Diagnostics.HasError() || !plan.bringsKey() {
-		return
-	}
+// planOwnKey plans the public attributes of a key brought in. Another key than the one in state
+// is a rotation in place (Update), as a change of keepers is.
+func planOwnKey(ctx context.Context, plan keyPairModel, resp *resource.ModifyPlanResponse) {
 	priv, diags := plan.ownKey()
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() || priv == nil {
@@ -112,17 +102,28 @@ func (r *keyPairResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 		resp.Diagnostics.AddError("Unable to Encode Public Key", "This is always a bug in the provider code and should be reported to the provider developers.\n\nOriginal error: "+err.Error())
 		return
 	}
-	if !req.State.Raw.IsNull() {
-		var state keyPairModel
-		resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-		if resp.Diagnostics.HasError() {
-			return
-		}
-		if state.FingerprintSHA256.ValueString() != planned.FingerprintSHA256.ValueString() {
-			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("private_key_file"), path.Root("own_private_key_pem"))
-		}
-	}
 	plan.ID, plan.PublicKeyPEM, plan.PublicKeyOpenSSH, plan.FingerprintSHA256 = planned.ID, planned.PublicKeyPEM, planned.PublicKeyOpenSSH, planned.FingerprintSHA256
 	plan.PrivateKeyPEM = types.StringNull()
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, plan)...)
+}
+
+// sameKey reports whether priv is the key the state holds.
+func sameKey(priv ed25519.PrivateKey, state keyPairModel) bool {
+	pub, ok := priv.Public().(ed25519.PublicKey)
+	return ok && keys.Fingerprint(pub) == state.FingerprintSHA256.ValueString()
+}
+
+// keyOrNew returns own with its public half, or a new key pair when own is nil.
+func keyOrNew(own ed25519.PrivateKey) (ed25519.PublicKey, ed25519.PrivateKey, diag.Diagnostics) {
+	var diags diag.Diagnostics
+	if own != nil {
+		pub, _ := own.Public().(ed25519.PublicKey)
+		return pub, own, diags
+	}
+	pub, priv, err := keys.Generate()
+	if err != nil {
+		diags.AddError("Unable to Generate Key Pair",
+			"The system's random source failed while generating an ed25519 key. Retry the apply.\n\nOriginal error: "+err.Error())
+	}
+	return pub, priv, diags
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -20,7 +21,7 @@ import (
 // TestAccKeyPair_ownKey brings a key made outside Terraform (a PEM file, as openssl writes it)
 // and no Secret: the provider writes the Secret, the public key is known at plan (a runner can
 // register it in the same plan), and only the path enters the state. The same key as text is an
-// update, another key in the file a replacement, and a Secret deleted outside Terraform is
+// update, another key in the file a rotation in place, and a Secret deleted outside Terraform is
 // written again with the same key.
 func TestAccKeyPair_ownKey(t *testing.T) {
 	e := newAccEnv(t)
@@ -77,15 +78,25 @@ resource "outpost_key_pair" "test" {
 				Check: e.checkSecretMatches(ns, "own-key"),
 			},
 			{
-				// Another key in the file: the key pair is replaced and the Secret holds the new key.
+				// Another key in the file: the key pair rotates in place, as with keepers; the Secret
+				// holds the new key (and the replaced one beside it).
 				Config: config(fromFile(second)),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
-					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroyBeforeCreate),
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
 						plancheck.ExpectKnownValue(addr, tfjsonpath.New("public_key_pem"), knownvalue.StringExact(secondPub))},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{noPrivateKeyInState{}},
-				Check:             e.checkSecretMatches(ns, "own-key"),
+				Check: resource.ComposeTestCheckFunc(e.checkSecretMatches(ns, "own-key"), func(*terraform.State) error {
+					sec, err := e.kube().CoreV1().Secrets(ns).Get(context.Background(), "own-key", metav1.GetOptions{})
+					if err != nil {
+						return err
+					}
+					if string(sec.Data[keys.SecretKeyPrevious]) != firstPriv {
+						return fmt.Errorf("the replaced key is not kept under %s", keys.SecretKeyPrevious)
+					}
+					return nil
+				}),
 			},
 			{
 				// The Secret deleted outside Terraform: written again, with the same key.

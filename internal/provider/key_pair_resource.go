@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
-	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/objectplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
@@ -25,6 +25,7 @@ import (
 var (
 	_ resource.ResourceWithConfigure   = (*keyPairResource)(nil)
 	_ resource.ResourceWithImportState = (*keyPairResource)(nil)
+	_ resource.ResourceWithModifyPlan  = (*keyPairResource)(nil)
 )
 
 // NewKeyPairResource returns the outpost_key_pair resource.
@@ -77,18 +78,22 @@ func (r *keyPairResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			"With a `kubernetes_secret` block the private key is written straight into a Kubernetes Secret (data key `" +
 			secretKeyPrivate + "`) and **never enters Terraform state**; `private_key_pem` stays null. Without it, " +
 			"`private_key_pem` holds the key and the state must be protected like any secret.\n\n" +
-			"Changing `keepers` generates a new key pair. If the Secret is deleted outside Terraform, the next plan " +
-			"replaces the key pair with a new one (the old private key is gone and cannot be recovered).\n\n" +
+			"Changing `keepers` **rotates** the key in place: a new key is generated and, with `kubernetes_secret`, written " +
+			"into the same Secret, the key it replaces kept beside it under `" + keys.SecretKeyPrevious + "`. See " +
+			"\"Rotating the key\" below for what happens at each step. If the Secret is deleted outside Terraform, the next " +
+			"plan generates a new key pair (the old private key is gone and cannot be recovered).\n\n" +
 			"To bring your own key, give `private_key_file` (or `own_private_key_pem`) with `kubernetes_secret`: no key is " +
-			"generated; the provider writes yours into the Secret, and a Secret deleted outside Terraform is written again.",
+			"generated; the provider writes yours into the Secret, a Secret deleted outside Terraform is written again, and " +
+			"another key in the file rotates the key pair in place as `keepers` do.",
 		Attributes: map[string]schema.Attribute{
 			"id": computed("The key's SHA-256 fingerprint, as `fingerprint_sha256`."),
 			"keepers": schema.MapAttribute{
-				MarkdownDescription: "Arbitrary values that, when changed, generate a new key pair (rotation). For example " +
-					"`{ rotation = time_rotating.key.id }`.",
-				ElementType:   types.StringType,
-				Optional:      true,
-				PlanModifiers: []planmodifier.Map{mapplanmodifier.RequiresReplace()},
+				MarkdownDescription: "Arbitrary values that, when changed, rotate the key: a new key pair replaces this one in " +
+					"place (same Secret, new `fingerprint_sha256`). For example `{ rotation = time_rotating.key.id }`. " +
+					"Give `public_key_pem` to the runner's `public_keys` and one apply rotates without an outage: the " +
+					"orchestrator keeps accepting the replaced key until the agent signs with the new one.",
+				ElementType: types.StringType,
+				Optional:    true,
 			},
 			"public_key_pem":     computed("Public key in PEM (PKIX) form, as runners expect it."),
 			"public_key_openssh": computed("Public key in OpenSSH `authorized_keys` form (`ssh-ed25519 AAAA...`)."),
@@ -149,21 +154,15 @@ func (r *keyPairResource) Create(ctx context.Context, req resource.CreateRequest
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	priv, diags := plan.ownKey()
+	own, diags := plan.ownKey()
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	var pub ed25519.PublicKey
-	if priv != nil {
-		pub, _ = priv.Public().(ed25519.PublicKey)
-	} else {
-		var err error
-		if pub, priv, err = keys.Generate(); err != nil {
-			resp.Diagnostics.AddError("Unable to Generate Key Pair",
-				"The system's random source failed while generating an ed25519 key. Retry the apply.\n\nOriginal error: "+err.Error())
-			return
-		}
+	pub, priv, diags := keyOrNew(own)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
 	}
 	privPEM, err := keys.EncodePrivatePEM(priv)
 	if err != nil {
@@ -241,16 +240,100 @@ func (r *keyPairResource) Read(ctx context.Context, req resource.ReadRequest, re
 	resp.Diagnostics.Append(resp.State.Set(ctx, fromSecret)...)
 }
 
-// Update only runs for kubernetes_secret.create_namespace, which matters only when the Secret is
-// written, and for a key brought in under another path or as text (the same key: another key
-// forces a new key pair); every other input forces a new key. It stores the plan.
-func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
-	var plan keyPairModel
+// ModifyPlan plans a rotation when keepers change: the key's attributes become unknown, since
+// Update generates a new key in place. A key brought in (key_pair_own.go) is planned from it.
+func (r *keyPairResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var state, plan keyPairModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+	if plan.bringsKey() {
+		planOwnKey(ctx, plan, resp)
+		return
+	}
+	if req.State.Raw.IsNull() {
+		return
+	}
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() || !rotates(state, plan) {
+		return
+	}
+	for _, a := range []string{"id", "public_key_pem", "public_key_openssh", "fingerprint_sha256"} {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
+	}
+	if plan.KubernetesSecret == nil {
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("private_key_pem"), types.StringUnknown())...)
+	}
+}
+
+// rotates tells whether a plan changes keepers (a null map and an empty one are the same).
+func rotates(state, plan keyPairModel) bool {
+	return !(len(state.Keepers.Elements()) == 0 && len(plan.Keepers.Elements()) == 0) && !state.Keepers.Equal(plan.Keepers)
+}
+
+// Update rotates the key when keepers changed, or when the key brought in is another one (see
+// rotate); otherwise only kubernetes_secret.create_namespace changed, which matters only when
+// the Secret is written, or a key brought in came under another path or as text, and the plan
+// is stored.
+func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state keyPairModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	own, diags := plan.ownKey()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if (own == nil && !rotates(state, plan)) || (own != nil && sameKey(own, state)) {
+		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
+		return
+	}
+	next, diags := r.rotate(ctx, state, plan, own)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, next)...)
+}
+
+// rotate replaces the key in state with own, or with a generated one when own is nil. With
+// kubernetes_secret the Secret is rewritten in place with the new key and, under
+// keys.SecretKeyPrevious, the one it replaces: an agent watching the Secret picks both up at
+// once, signs with whichever the orchestrator accepts, and still recognises the Jobs it sealed
+// with the old key.
+func (r *keyPairResource) rotate(ctx context.Context, state, plan keyPairModel, own ed25519.PrivateKey) (keyPairModel, diag.Diagnostics) {
+	pub, priv, diags := keyOrNew(own)
+	if diags.HasError() {
+		return keyPairModel{}, diags
+	}
+	privPEM, err := keys.EncodePrivatePEM(priv)
+	if err != nil {
+		diags.AddError("Unable to Encode Private Key",
+			"The new private key could not be encoded as PKCS#8 PEM. This is always a bug in the provider code and should be reported to the provider developers.\n\nOriginal error: "+err.Error())
+		return keyPairModel{}, diags
+	}
+	next, err := keyPairModelFromPublic(pub)
+	if err != nil {
+		diags.AddError("Unable to Encode Public Key",
+			"The new public key could not be encoded. This is always a bug in the provider code and should be reported to the provider developers.\n\nOriginal error: "+err.Error())
+		return keyPairModel{}, diags
+	}
+	next.Keepers, next.KubernetesSecret = plan.Keepers, plan.KubernetesSecret
+	next.PrivateKeyFile, next.OwnPrivateKeyPEM = plan.PrivateKeyFile, plan.OwnPrivateKeyPEM
+	if plan.KubernetesSecret == nil {
+		next.PrivateKeyPEM = types.StringValue(privPEM)
+		return next, diags
+	}
+	diags.Append(r.rotateSecret(ctx, plan.KubernetesSecret, state.FingerprintSHA256.ValueString(), privPEM, next.FingerprintSHA256.ValueString())...)
+	tflog.Info(ctx, "rotated the key pair", map[string]any{"fingerprint_old": state.FingerprintSHA256.ValueString(), "fingerprint": next.FingerprintSHA256.ValueString()})
+	return next, diags
 }
 
 func (r *keyPairResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {

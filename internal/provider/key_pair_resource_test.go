@@ -53,10 +53,11 @@ resource "outpost_key_pair" "test" {
 				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			{
-				// New keepers: a new key.
+				// New keepers: a new key, in place.
 				Config: config("2026-02"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
-					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionDestroyBeforeCreate)},
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectUnknownValue(addr, tfjsonpath.New("fingerprint_sha256")), plancheck.ExpectUnknownValue(addr, tfjsonpath.New("private_key_pem"))},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{fingerprints.AddStateValue(addr, tfjsonpath.New("fingerprint_sha256"))},
@@ -80,7 +81,11 @@ resource "outpost_key_pair" "test" {
   }
 }
 `, ns)
+	rotated := func(rotation string) string {
+		return strings.Replace(config, `resource "outpost_key_pair" "test" {`, fmt.Sprintf("resource \"outpost_key_pair\" \"test\" {\n  keepers = { rotation = %q }", rotation), 1)
+	}
 	sameKey := statecheck.CompareValue(compare.ValuesSame())
+	var before string // the fingerprint before a rotation
 	resource.ParallelTest(t, resource.TestCase{
 		ProtoV6ProviderFactories: testAccProtoV6ProviderFactories,
 		CheckDestroy:             e.checkSecretGone(ns, "runner-key"),
@@ -110,6 +115,43 @@ resource "outpost_key_pair" "test" {
 				ConfigStateChecks: []statecheck.StateCheck{
 					sameKey.AddStateValue(addr, tfjsonpath.New("fingerprint_sha256")),
 				},
+			},
+			// Rotation: the same Secret gets the new key, and keeps the replaced one beside it.
+			{
+				PreConfig: func() { before = e.secretFingerprint(t, ns, "runner-key", secretKeyPrivate) },
+				Config:    rotated("1"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
+						plancheck.ExpectUnknownValue(addr, tfjsonpath.New("fingerprint_sha256"))},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				ConfigStateChecks: []statecheck.StateCheck{noPrivateKeyInState{}},
+				Check: resource.ComposeTestCheckFunc(checkKeyPairConsistent(addr), e.checkSecretMatches(ns, "runner-key"),
+					func(*terraform.State) error {
+						if got := e.secretFingerprint(t, ns, "runner-key", keys.SecretKeyPrevious); got != before {
+							return fmt.Errorf("the Secret's previous key is %s, want the replaced key %s", got, before)
+						}
+						return nil
+					}),
+			},
+			// A Secret an earlier provider wrote immutable is replaced, and still rotates.
+			{
+				PreConfig: func() {
+					before = e.secretFingerprint(t, ns, "runner-key", secretKeyPrivate)
+					e.makeImmutable(t, ns, "runner-key")
+				},
+				Config: rotated("2"),
+				ConfigPlanChecks: resource.ConfigPlanChecks{
+					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
+					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
+				},
+				Check: resource.ComposeTestCheckFunc(checkKeyPairConsistent(addr), e.checkSecretMatches(ns, "runner-key"),
+					func(*terraform.State) error {
+						if got := e.secretFingerprint(t, ns, "runner-key", keys.SecretKeyPrevious); got != before {
+							return fmt.Errorf("the Secret's previous key is %s, want the replaced key %s", got, before)
+						}
+						return nil
+					}),
 			},
 			// Moving the key out of the cluster into state needs a new key.
 			{
@@ -270,5 +312,38 @@ func (e *accEnv) checkSecretGone(ns, name string) resource.TestCheckFunc {
 			return fmt.Errorf("Secret %s/%s: want not found, got %w", ns, name, err)
 		}
 		return nil
+	}
+}
+
+// secretFingerprint is the fingerprint of the private key under data key key of a Secret.
+func (e *accEnv) secretFingerprint(t *testing.T, ns, name, key string) string {
+	t.Helper()
+	secret, err := e.kube().CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := keys.ParsePrivatePEM(secret.Data[key])
+	if err != nil {
+		t.Fatalf("Secret %s/%s, data key %s: %v", ns, name, key, err)
+	}
+	return keys.Fingerprint(priv.Public().(ed25519.PublicKey))
+}
+
+// makeImmutable rewrites a Secret as an earlier provider wrote it: immutable, same content.
+func (e *accEnv) makeImmutable(t *testing.T, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	secrets := e.kube().CoreV1().Secrets(ns)
+	cur, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := secrets.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	legacy := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: cur.Labels, Annotations: cur.Annotations},
+		Type: cur.Type, Immutable: new(true), Data: map[string][]byte{secretKeyPrivate: cur.Data[secretKeyPrivate]}}
+	if _, err := secrets.Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -19,9 +19,9 @@ import (
 
 // Names on the objects the provider writes into the cluster.
 const (
-	// secretKeyPrivate is the data key of the private key; the agent chart mounts it
+	// secretKeyPrivate is the data key of the private key; the agent chart reads it
 	// (privateKey.secretKey defaults to the same name).
-	secretKeyPrivate = "private-key.pem"
+	secretKeyPrivate = keys.SecretKeyPrivate
 	// annotationFingerprint records which key a Secret holds, so Delete never removes a Secret
 	// whose key was replaced by someone else.
 	annotationFingerprint = "outpost.dev/key-fingerprint"
@@ -68,9 +68,10 @@ func (r *keyPairResource) writeSecret(ctx context.Context, s *keyPairSecretModel
 			Labels:      map[string]string{labelManagedBy: managedByProvider, "app.kubernetes.io/part-of": "outpost"},
 			Annotations: map[string]string{annotationFingerprint: fingerprint},
 		},
-		Type:      corev1.SecretTypeOpaque,
-		Immutable: new(true),
-		Data:      map[string][]byte{secretKeyPrivate: []byte(privPEM)},
+		// Not immutable: a rotation rewrites it in place (rotateSecret), so the agent, which
+		// watches this one Secret, follows.
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{secretKeyPrivate: []byte(privPEM)},
 	}
 	_, err := conn.clientset.CoreV1().Secrets(ns).Create(ctx, secret, metav1.CreateOptions{FieldManager: managedByProvider})
 	switch {
@@ -87,6 +88,68 @@ func (r *keyPairResource) writeSecret(ctx context.Context, s *keyPairSecretModel
 			"Check the provider's kubernetes block and that its identity may create Secrets in the namespace.", err)
 	default:
 		tflog.Debug(ctx, "wrote the private key into a Secret", map[string]any{"namespace": ns, "secret": name})
+	}
+	return diags
+}
+
+// rotateSecret rewrites the key Secret for a rotation: the new key, and the one it replaces under
+// keys.SecretKeyPrevious. The Secret must still hold the key of fingerprint oldFP (a Secret
+// someone else changed is not overwritten). The write is a compare-and-swap on the Secret's
+// resourceVersion. A Secret written immutable by an earlier provider cannot be updated: it is
+// deleted (only that version of it) and created again, and put back as it was if the create
+// fails, so the old key is never lost.
+func (r *keyPairResource) rotateSecret(ctx context.Context, s *keyPairSecretModel, oldFP, privPEM, fingerprint string) diag.Diagnostics {
+	conn, ns, name, diags := r.secretTarget(ctx, s)
+	if diags.HasError() {
+		return diags
+	}
+	what := fmt.Sprintf("rotate the private key in Secret %s/%s", ns, name)
+	secrets := conn.clientset.CoreV1().Secrets(ns)
+	cur, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		addKubeError(&diags, "Unable to Read Key Secret", what,
+			"The key pair's Secret must exist to be rotated. If it was deleted, the next plan generates a new key pair; run terraform apply again.", err)
+		return diags
+	}
+	old, err := keys.ParsePrivatePEM(cur.Data[secretKeyPrivate])
+	if err != nil || keys.Fingerprint(old.Public().(ed25519.PublicKey)) != oldFP {
+		diags.AddError("Key Secret Changed Outside Terraform",
+			fmt.Sprintf("Secret %s/%s no longer holds this key pair's key (%s), so it is not overwritten. Refresh (terraform apply -refresh-only) "+
+				"to see what it holds, or delete the Secret to have a new key pair generated.", ns, name, oldFP))
+		return diags
+	}
+	next := cur.DeepCopy()
+	next.Data = map[string][]byte{secretKeyPrivate: []byte(privPEM), keys.SecretKeyPrevious: cur.Data[secretKeyPrivate]}
+	if next.Annotations == nil {
+		next.Annotations = map[string]string{}
+	}
+	next.Annotations[annotationFingerprint] = fingerprint
+	opts := metav1.UpdateOptions{FieldManager: managedByProvider}
+	if cur.Immutable == nil || !*cur.Immutable {
+		if _, err := secrets.Update(ctx, next, opts); err != nil {
+			addKubeError(&diags, "Unable to Rotate Key Secret", what,
+				"Check that the provider's identity may update Secrets in the namespace, then apply again; the Secret still holds the old key.", err)
+		}
+		return diags
+	}
+	// An immutable Secret from an earlier provider: replace it, this version only.
+	uid, version := cur.UID, cur.ResourceVersion
+	if err := secrets.Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &version}}); err != nil {
+		addKubeError(&diags, "Unable to Rotate Key Secret", what,
+			"The Secret was written immutable by an earlier provider version and has to be replaced. Check that the provider's identity may delete Secrets in the namespace, then apply again; the Secret still holds the old key.", err)
+		return diags
+	}
+	next.ObjectMeta = metav1.ObjectMeta{Name: name, Namespace: ns, Labels: cur.Labels, Annotations: next.Annotations}
+	next.Immutable = nil
+	if _, err := secrets.Create(ctx, next, metav1.CreateOptions{FieldManager: managedByProvider}); err != nil {
+		restore := cur.DeepCopy()
+		restore.ObjectMeta = metav1.ObjectMeta{Name: name, Namespace: ns, Labels: cur.Labels, Annotations: cur.Annotations}
+		_, rerr := secrets.Create(ctx, restore, metav1.CreateOptions{FieldManager: managedByProvider})
+		detail := "The old Secret was put back; apply again."
+		if rerr != nil {
+			detail = "Putting the old Secret back failed too (" + rerr.Error() + "): the agent keeps the keys it holds, but a restarted agent finds no key. Apply again to write a new one."
+		}
+		addKubeError(&diags, "Unable to Rotate Key Secret", what, detail, err)
 	}
 	return diags
 }

@@ -28,7 +28,10 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 		MarkdownDescription: "A runner of type `kubernetes-agent` registered with the Outpost orchestrator. The runner's agent " +
 			"(installed with `outpost_kubernetes_agent`) authenticates with the private half of one of `public_keys` and " +
 			"runs each deployment as a Kubernetes Job in `job.namespace`.\n\n" +
-			"Two public keys let a key rotate without downtime: add the new key, roll the agent onto it, then remove the old one.",
+			"Replacing a key never locks the agent out: when an update takes a key out of `public_keys`, the orchestrator " +
+			"keeps accepting it until the agent signs with one of the new keys (its next poll, once the agent has the new " +
+			"private key), and for 24 hours at most. The agent follows its key Secret without a restart and signs with the " +
+			"newest key the runner has, so rotating with `outpost_key_pair.keepers` takes one apply (see that resource).",
 		Attributes: map[string]schema.Attribute{
 			// Required attributes
 			"id": schema.StringAttribute{
@@ -41,7 +44,8 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 			},
 			"public_keys": schema.ListAttribute{
 				MarkdownDescription: "One or two ed25519 public keys in PEM form (`-----BEGIN PUBLIC KEY-----`), typically " +
-					"`outpost_key_pair.<name>.public_key_pem`. The agent may sign with either; two keys let you rotate with overlap.",
+					"`outpost_key_pair.<name>.public_key_pem`. The agent signs with the newest of its keys that the runner has. " +
+					"A key taken out of the list is still accepted until the agent signs with one of these (at most 24 hours).",
 				ElementType: types.StringType,
 				Required:    true,
 				Validators: []validator.List{

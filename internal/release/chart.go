@@ -52,13 +52,9 @@ func PushChart(tgz, repo string, cred Credentials, plainHTTP bool, log io.Writer
 	if err != nil {
 		return ChartPush{}, err
 	}
-	c, err := loader.LoadArchive(bytes.NewReader(data))
+	ref, err := chartRef(tgz, data, repo)
 	if err != nil {
-		return ChartPush{}, fmt.Errorf("%s is not a chart archive: %w", tgz, err)
-	}
-	host, ok := strings.CutPrefix(repo, "oci://")
-	if !ok {
-		return ChartPush{}, fmt.Errorf("chart repository %q must start with oci://", repo)
+		return ChartPush{}, err
 	}
 	opts := []registry.ClientOption{registry.ClientOptWriter(log)}
 	if plainHTTP {
@@ -71,10 +67,23 @@ func PushChart(tgz, repo string, cred Credentials, plainHTTP bool, log io.Writer
 	if err != nil {
 		return ChartPush{}, err
 	}
-	ref := strings.TrimSuffix(host, "/") + "/" + c.Name() + ":" + c.Metadata.Version
 	res, err := client.Push(data, ref)
 	if err != nil {
 		return ChartPush{}, fmt.Errorf("pushing the chart to %s: %w", ref, err)
 	}
 	return ChartPush{Ref: res.Ref, Digest: res.Manifest.Digest}, nil
+}
+
+// chartRef is where a chart archive (data, read from tgz) goes in the OCI repository repo:
+// registry/path/<name>:<version>, as `helm push` names it.
+func chartRef(tgz string, data []byte, repo string) (string, error) {
+	c, err := loader.LoadArchive(bytes.NewReader(data))
+	if err != nil {
+		return "", fmt.Errorf("%s is not a chart archive: %w", tgz, err)
+	}
+	host, ok := strings.CutPrefix(repo, "oci://")
+	if !ok {
+		return "", fmt.Errorf("chart repository %q must start with oci://", repo)
+	}
+	return strings.TrimSuffix(host, "/") + "/" + c.Name() + ":" + c.Metadata.Version, nil
 }

@@ -3,8 +3,10 @@ package release
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,21 +41,34 @@ type Pushed struct {
 // ReadSummary reads the images.json cmd/outpost-images wrote into dir; archive names in it are
 // made absolute.
 func ReadSummary(dir string) ([]recipe.Built, error) {
-	b, err := os.ReadFile(filepath.Join(dir, recipe.SummaryName))
+	images, err := readSummaryFile(filepath.Join(dir, recipe.SummaryName))
 	if err != nil {
-		return nil, fmt.Errorf("%w (build the images first: go run ./cmd/outpost-images --out %s)", err, dir)
+		if errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w (build the images first: go run ./cmd/outpost-images --out %s)", err, dir)
+		}
+		return nil, err
+	}
+	for i := range images {
+		images[i].Archive = filepath.Join(dir, images[i].Archive)
+	}
+	return images, nil
+}
+
+// readSummaryFile reads an images.json, which a release also publishes as
+// outpost-images_<version>.json.
+func readSummaryFile(p string) ([]recipe.Built, error) {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
 	}
 	var s struct {
 		Images []recipe.Built `json:"images"`
 	}
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, recipe.SummaryName), err)
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	if len(s.Images) == 0 {
-		return nil, fmt.Errorf("%s lists no image", filepath.Join(dir, recipe.SummaryName))
-	}
-	for i := range s.Images {
-		s.Images[i].Archive = filepath.Join(dir, s.Images[i].Archive)
+		return nil, fmt.Errorf("%s lists no image", p)
 	}
 	return s.Images, nil
 }
@@ -91,12 +106,9 @@ func pushArchive(ctx context.Context, b recipe.Built, registry string, cred Cred
 	if digest.String() != b.Digest {
 		return Pushed{}, fmt.Errorf("%s holds index %s, but %s says %s: rebuild the images", b.Archive, digest, recipe.SummaryName, b.Digest)
 	}
-	ref := a.Ref
-	if registry != "" {
-		repo := strings.TrimSuffix(registry, "/") + "/" + b.Name
-		if ref, err = name.NewTag(repo+":"+a.Ref.TagStr(), name.StrictValidation); err != nil {
-			return Pushed{}, fmt.Errorf("registry %q gives no valid image reference: %w", registry, err)
-		}
+	ref, err := pushTarget(a.Ref, b.Name, registry)
+	if err != nil {
+		return Pushed{}, err
 	}
 	fmt.Fprintf(log, "release: pushing %s (%s)...\n", ref, digest)
 	opts := []remote.Option{remote.WithContext(ctx), cred.keychain()}
@@ -112,4 +124,18 @@ func pushArchive(ctx context.Context, b recipe.Built, registry string, cred Cred
 	}
 	fmt.Fprintf(log, "release: pushed %s@%s\n", ref, digest)
 	return Pushed{Ref: ref.String(), Digest: digest.String()}, nil
+}
+
+// pushTarget is where the image ref (named imageName) goes: ref itself, or, when registry is
+// set, registry/imageName with ref's tag.
+func pushTarget(ref name.Tag, imageName, registry string) (name.Tag, error) {
+	if registry == "" {
+		return ref, nil
+	}
+	repo := strings.TrimSuffix(registry, "/") + "/" + imageName
+	t, err := name.NewTag(repo+":"+ref.TagStr(), name.StrictValidation)
+	if err != nil {
+		return name.Tag{}, fmt.Errorf("registry %q gives no valid image reference: %w", registry, err)
+	}
+	return t, nil
 }

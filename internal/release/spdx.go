@@ -1,7 +1,7 @@
 // Package release is what the release build (.goreleaser.yml) needs beyond building and
 // archiving: SPDX software bills of materials for the archives and the container images, the
-// agent chart packaged with the release version, and pushing the images and the chart to an OCI
-// registry. It is driven by cmd/outpost-release.
+// agent chart packaged with the release version, pushing the images and the chart to an OCI
+// registry, and signing what was pushed with cosign (Sign). It is driven by cmd/outpost-release.
 package release
 
 import (

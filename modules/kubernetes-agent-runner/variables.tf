@@ -93,7 +93,7 @@ variable "job_timeout" {
 
 variable "key_rotation" {
   type        = string
-  description = "Change this value to generate a new key pair (rotation)."
+  description = "Change this value to rotate the runner's key in one apply, without an outage: the Secret gets a new key, the runner the new public key, and the agent moves onto it without a restart."
   default     = "1"
 }
 

@@ -34,7 +34,12 @@ type Config struct {
 	OrgID          string
 	RunnerID       string
 	PrivateKeyFile string
-	Executor       string
+	// PrivateKeySecret names the key Secret in Namespace that the agent reads (and watches)
+	// through the Kubernetes API; when set, PrivateKeyFile is not read.
+	PrivateKeySecret string
+	// PrivateKeySecretKey is the data key of the private key in PrivateKeySecret.
+	PrivateKeySecretKey string
+	Executor            string
 	// CLI is what the job runners run: terraform, tofu, an absolute path, or empty to let each job
 	// runner take whichever of tofu and terraform the image of main has.
 	CLI string
@@ -148,7 +153,9 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.BoolVar(&c.InsecureAllowHTTP, "insecure-allow-http", false, "allow an http:// --api-url that is not loopback: signed requests and job tokens then cross the network unencrypted")
 	fs.StringVar(&c.OrgID, "org-id", "", "organisation id")
 	fs.StringVar(&c.RunnerID, "runner-id", "", "runner id")
-	fs.StringVar(&c.PrivateKeyFile, "private-key-file", DefaultPrivateKeyFile, "PEM ed25519 private key of the runner")
+	fs.StringVar(&c.PrivateKeyFile, "private-key-file", DefaultPrivateKeyFile, "PEM ed25519 private key of the runner (read again every 10s, so a rotated key is picked up)")
+	fs.StringVar(&c.PrivateKeySecret, "private-key-secret", "", "Secret in --namespace holding the runner's private key, read and watched through the Kubernetes API (wins over --private-key-file)")
+	fs.StringVar(&c.PrivateKeySecretKey, "private-key-secret-key", "private-key.pem", "data key of the private key in --private-key-secret")
 	fs.StringVar(&c.Executor, "executor", ExecutorKubernetes, "kubernetes | process")
 	fs.StringVar(&c.CLI, "cli", "", "terraform | tofu | absolute path of the CLI the job runners run; empty: whichever of tofu and terraform the job image has")
 	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container when the runner's pod template names none (it needs terraform or tofu)")

@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -178,36 +176,6 @@ func TestPlainHTTPOnlyToLoopbackOrByName(t *testing.T) {
 	}
 	if !c.InsecureAllowHTTP || c.Validate() != nil {
 		t.Fatalf("OUTPOST_INSECURE_ALLOW_HTTP=true: opt-in %v, validation %v", c.InsecureAllowHTTP, c.Validate())
-	}
-}
-
-func TestLoadPrivateKey(t *testing.T) {
-	dir := t.TempDir()
-	_, priv, err := keys.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemText, err := keys.EncodePrivatePEM(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	good := filepath.Join(dir, "key.pem")
-	_ = os.WriteFile(good, []byte(pemText), 0o600)
-	c := valid()
-	c.PrivateKeyFile = good
-	if k, err := c.LoadPrivateKey(); err != nil || !k.Equal(priv) {
-		t.Fatalf("load: %v", err)
-	}
-	c.PrivateKeyFile = filepath.Join(dir, "missing.pem")
-	if _, err := c.LoadPrivateKey(); err == nil || !strings.Contains(err.Error(), "--private-key-file") || !strings.Contains(err.Error(), "private-key.pem") {
-		t.Errorf("missing key: %v", err)
-	}
-	bad := filepath.Join(dir, "bad.pem")
-	_ = os.WriteFile(bad, []byte("SECRET-MATERIAL"), 0o600)
-	c.PrivateKeyFile = bad
-	_, err = c.LoadPrivateKey()
-	if err == nil || strings.Contains(err.Error(), "SECRET-MATERIAL") || !strings.Contains(err.Error(), bad) {
-		t.Errorf("bad key: %v", err)
 	}
 }
 

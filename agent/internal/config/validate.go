@@ -1,7 +1,6 @@
 package config
 
 import (
-	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -18,7 +17,6 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
 )
 
@@ -42,8 +40,15 @@ func (c *Config) Validate() error {
 	if err := api.ValidateID("runner_id", c.RunnerID); err != nil || c.RunnerID == "" {
 		bad("runner-id", "%q must be the runner id registered with the orchestrator (a DNS-1123 label)", c.RunnerID)
 	}
-	if c.PrivateKeyFile == "" {
-		bad("private-key-file", "required: path of the mounted private key (Secret key private-key.pem)")
+	switch {
+	case c.PrivateKeySecret != "" && c.Namespace == "":
+		bad("private-key-secret", "needs --namespace, the namespace of the Secret (the agent's own)")
+	case c.PrivateKeySecret != "":
+		if msgs := validation.IsDNS1123Subdomain(c.PrivateKeySecret); len(msgs) > 0 {
+			bad("private-key-secret", "%q is not a Secret name: %s", c.PrivateKeySecret, strings.Join(msgs, "; "))
+		}
+	case c.PrivateKeyFile == "":
+		bad("private-key-file", "required (or --private-key-secret): path of the mounted private key (Secret key private-key.pem)")
 	}
 	switch c.Executor {
 	case ExecutorKubernetes:
@@ -222,18 +227,4 @@ func (c *Config) Instance() string {
 		return "outpost-agent"
 	}
 	return h
-}
-
-// LoadPrivateKey reads the runner's private key from its mounted file. The error names the file
-// and what it expects, never the file's content.
-func (c *Config) LoadPrivateKey() (ed25519.PrivateKey, error) {
-	data, err := os.ReadFile(c.PrivateKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("--private-key-file: cannot read the runner's private key: %w; mount the key Secret (data key private-key.pem) or point --private-key-file at the PEM file", err)
-	}
-	key, err := keys.ParsePrivatePEM(data)
-	if err != nil {
-		return nil, fmt.Errorf("--private-key-file %s: %w; it must hold the ed25519 private key (-----BEGIN PRIVATE KEY-----) of the runner's key pair", c.PrivateKeyFile, err)
-	}
-	return key, nil
 }

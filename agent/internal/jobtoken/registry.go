@@ -77,8 +77,10 @@ type Watcher interface {
 // granted. It is keyed by deployment id, since the agent holds at most one attempt of a
 // deployment. It is safe for concurrent use.
 type Registry struct {
-	key     []byte // derives the state credentials
-	mu      sync.RWMutex
+	mu sync.RWMutex
+	// keys derive the state credentials, newest first: new ones are made with the first, and
+	// one made with any of them is accepted (see SetKeys).
+	keys    [][]byte
 	m       map[string]entry
 	watcher Watcher
 }
@@ -97,7 +99,20 @@ func New(key []byte) *Registry {
 		key = make([]byte, 32)
 		_, _ = rand.Read(key)
 	}
-	return &Registry{key: key, m: map[string]entry{}}
+	return &Registry{keys: [][]byte{key}, m: map[string]entry{}}
+}
+
+// SetKeys replaces the keys of the state credentials (StateCredentialKey of each of the
+// runner's private keys the agent holds, newest first; see package keyring). New credentials
+// are made with the first; a credential made with any of them is accepted, so the job runners
+// of Jobs started before a key rotation keep their access, in this process and after a restart.
+func (r *Registry) SetKeys(keys [][]byte) {
+	if len(keys) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keys = keys
 }
 
 // StateCredentialKey derives the key of the state credentials from the runner's private key:
@@ -112,8 +127,15 @@ func StateCredentialKey(priv ed25519.PrivateKey) []byte {
 // key, so it is as unguessable as a random one, the same whenever the agent derives it again
 // (a repeated claim, an adoption after a restart) and different for every grant.
 func (r *Registry) StateToken(deploymentID string, attempt int, jobToken string) string {
+	r.mu.RLock()
+	key := r.keys[0]
+	r.mu.RUnlock()
+	return stateToken(key, deploymentID, attempt, jobToken)
+}
+
+func stateToken(key []byte, deploymentID string, attempt int, jobToken string) string {
 	msg, _ := json.Marshal([]string{"state", deploymentID, strconv.Itoa(attempt), jobToken})
-	m := hmac.New(sha256.New, r.key)
+	m := hmac.New(sha256.New, key)
 	m.Write(msg)
 	return StateTokenPrefix + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
@@ -191,8 +213,19 @@ func (r *Registry) Clear() {
 func (r *Registry) Authorize(_ context.Context, username, password, stateKey string) (Access, error) {
 	r.mu.RLock()
 	h, ok := r.m[username]
+	keys := r.keys
 	r.mu.RUnlock()
-	if !ok || h.StateToken == "" || subtle.ConstantTimeCompare([]byte(h.StateToken), []byte(password)) != 1 {
+	if !ok || h.Token == "" {
+		return Access{}, ErrUnauthenticated
+	}
+	valid := false
+	for _, k := range keys {
+		// Every key is tried (no early exit), so the time taken does not tell which matched.
+		if subtle.ConstantTimeCompare([]byte(stateToken(k, username, h.attempt, h.Token)), []byte(password)) == 1 {
+			valid = true
+		}
+	}
+	if !valid {
 		return Access{}, ErrUnauthenticated
 	}
 	if h.StateKey != stateKey {

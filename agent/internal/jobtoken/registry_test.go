@@ -120,3 +120,31 @@ func TestStateCredentials(t *testing.T) {
 		t.Fatalf("Put returned %q, want the derived %q", got, st)
 	}
 }
+
+// After a key rotation the registry makes new credentials with the new key and still accepts
+// those made with the old one (job runners of Jobs started before the rotation, also after the
+// agent restarted), until the old key is no longer held.
+func TestStateCredentialsAcrossARotation(t *testing.T) {
+	_, oldKey, _ := ed25519.GenerateKey(nil)
+	_, newKey, _ := ed25519.GenerateKey(nil)
+	r := New(StateCredentialKey(oldKey))
+	before := r.Put("dep-1", 1, grant("opj_x", "k", api.OperationApply))
+
+	r.SetKeys([][]byte{StateCredentialKey(newKey), StateCredentialKey(oldKey)})
+	if _, err := r.Authorize(t.Context(), "dep-1", before, "k"); err != nil {
+		t.Fatalf("a credential made before the rotation: %v", err)
+	}
+	after := r.Put("dep-2", 1, grant("opj_y", "k2", api.OperationApply))
+	if after != New(StateCredentialKey(newKey)).StateToken("dep-2", 1, "opj_y") {
+		t.Fatal("a credential made after the rotation is not made with the new key")
+	}
+	// A restarted agent re-adopts dep-1 (Put again): its job runner's credential still holds.
+	r.Put("dep-1", 1, grant("opj_x", "k", api.OperationApply))
+	if _, err := r.Authorize(t.Context(), "dep-1", before, "k"); err != nil {
+		t.Fatalf("the old credential after re-adoption: %v", err)
+	}
+	r.SetKeys([][]byte{StateCredentialKey(newKey)})
+	if _, err := r.Authorize(t.Context(), "dep-1", before, "k"); !errors.Is(err, ErrUnauthenticated) {
+		t.Fatalf("a credential of a key no longer held: %v, want refused", err)
+	}
+}

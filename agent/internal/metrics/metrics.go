@@ -32,6 +32,9 @@ type Metrics struct {
 	PendingEvents   prometheus.Gauge
 	Leader          prometheus.Gauge
 	Events          *prometheus.CounterVec
+	PollFailures    *prometheus.CounterVec
+	KeyRefused      prometheus.Gauge
+	KeyChanges      prometheus.Counter
 }
 
 // New registers every metric on a new registry.
@@ -62,11 +65,17 @@ func New(version string) *Metrics {
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "leader", Help: "1 while this replica leads."}),
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "events_total",
 			Help: "Event sends by outcome: acknowledged (a finished event), retry, refused."}, []string{"outcome"}),
+		PollFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "poll_failures_total",
+			Help: "Polls that failed after the client's own retries, by reason: unknown_key, unauthorized, incompatible_protocol, unavailable, other."}, []string{"reason"}),
+		KeyRefused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "key_refused",
+			Help: "1 while the orchestrator refuses the runner keys the agent holds as unknown (the last poll failed with unknown_key)."}),
+		KeyChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "key_changes_total",
+			Help: "Times the runner keys the agent holds changed after the first load (a rotation reached the agent)."}),
 	}
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "Agent build.", ConstLabels: prometheus.Labels{"version": version}})
 	info.Set(1)
 	m.Registry.MustRegister(m.Requests, m.RequestDuration, m.PollDuration, m.Claims, m.JobsRunning, m.CapacityFree,
-		m.StartLatency, m.JobDuration, m.JobFailures, m.Readopted, m.PendingEvents, m.Leader, m.Events, info,
+		m.StartLatency, m.JobDuration, m.JobFailures, m.Readopted, m.PendingEvents, m.Leader, m.Events, m.PollFailures, m.KeyRefused, m.KeyChanges, info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -58,11 +58,17 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			if wasCut {
 				continue // restate the free slot now (a poll cut short is no failure)
 			}
+			if errors.Is(err, api.ErrUnknownKey) {
+				err = s.keyRefusedError(err)
+			}
 			if s.o.Connection != nil {
 				s.o.Connection.PollFailed(err)
 			}
+			s.o.Metrics.PollFailures.WithLabelValues(pollFailure(err)).Inc()
 			wait := back.Next(api.RetryAfter(err))
-			if errors.Is(err, api.ErrIncompatibleProtocol) {
+			if errors.Is(err, api.ErrUnknownKey) {
+				s.keyRefused(err, wait)
+			} else if errors.Is(err, api.ErrIncompatibleProtocol) {
 				// Nothing heals this but an upgrade of one side; keep polling (slowly) so the agent
 				// starts working as soon as one is done.
 				s.log.Error("the orchestrator and this agent speak no agent protocol version in common; upgrade one of them", "err", err,
@@ -79,6 +85,7 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			s.orchestratorBack()
 		}
 		back.Reset()
+		s.keyAccepted()
 		s.o.Health.PollOK()
 		if s.o.Connection != nil {
 			s.o.Connection.PollOK(resp.OrchestratorVersion)
@@ -290,4 +297,69 @@ func (s *Session) logClockOffset() {
 		s.log.Warn("this machine's clock differs from the orchestrator's; signing requests with the orchestrator's time (check NTP on the node)",
 			"orchestrator_ahead_by", d.String())
 	}
+}
+
+// pollFailure is the reason label of a failed poll.
+func pollFailure(err error) string {
+	switch {
+	case errors.Is(err, api.ErrUnknownKey):
+		return "unknown_key"
+	case errors.Is(err, api.ErrUnauthorized):
+		return "unauthorized"
+	case errors.Is(err, api.ErrIncompatibleProtocol):
+		return "incompatible_protocol"
+	case errors.Is(err, api.ErrUnavailable):
+		return "unavailable"
+	}
+	return "other"
+}
+
+// keyCheck is the readiness check that fails while the orchestrator refuses the agent's key.
+const keyCheck = "orchestrator_key"
+
+// keyRefusedError says which key was refused and what to do, before the orchestrator's answer.
+// It is what readiness, the log and the connection record (which `helm test` reads) show.
+func (s *Session) keyRefusedError(err error) error {
+	// Short enough that the connection record (300 bytes) keeps the fingerprint, the code and the advice.
+	return fmt.Errorf("unknown_key: the runner has no public key for this agent's key %s: add its public half to the runner's public_keys, "+
+		"or give the agent a key the runner has (privateKey.existingSecret): %w", s.keyFingerprint(), err)
+}
+
+func (s *Session) keyFingerprint() string {
+	if c, ok := s.o.Client.(interface{ KeyFingerprint() string }); ok {
+		return c.KeyFingerprint()
+	}
+	return "(unknown)"
+}
+
+// keyRefused makes a refused key visible at once, since nothing heals it but a person: readiness
+// fails with msg (keyRefusedError), the key_refused metric is 1, and the log says so (once per
+// refusal, not on every retry). The agent keeps polling, so it is let in as soon as the key is
+// registered or the right key reaches it. Called by the poll loop only.
+func (s *Session) keyRefused(msg error, wait time.Duration) {
+	fp := s.keyFingerprint()
+	if s.o.Health != nil {
+		s.o.Health.SetCheck(keyCheck, msg)
+	}
+	s.o.Metrics.KeyRefused.Set(1)
+	if !s.refusedKey {
+		s.refusedKey = true
+		s.log.Error("the orchestrator refuses this agent's key; polling on until it is registered", "err", msg, "key_fingerprint", fp,
+			"wait", wait.Round(time.Millisecond).String())
+		return
+	}
+	s.log.Debug("poll refused: unknown key", "key_fingerprint", fp, "wait", wait.Round(time.Millisecond).String())
+}
+
+// keyAccepted clears what keyRefused set, after a poll got through. Called by the poll loop only.
+func (s *Session) keyAccepted() {
+	if !s.refusedKey {
+		return
+	}
+	s.refusedKey = false
+	if s.o.Health != nil {
+		s.o.Health.SetCheck(keyCheck, nil)
+	}
+	s.o.Metrics.KeyRefused.Set(0)
+	s.log.Info("the orchestrator accepts this agent's key again", "key_fingerprint", s.keyFingerprint())
 }

@@ -84,6 +84,8 @@ type Session struct {
 	orchMax  int
 	// clockOffset is the orchestrator's clock offset last logged (pollLoop only).
 	clockOffset time.Duration
+	// refusedKey is true while polls are refused for an unknown key (pollLoop only).
+	refusedKey bool
 	// orchKnown is false until the first poll told the runner's max_concurrency.
 	orchKnown bool
 	// limit is the last value given to LimitChanged.

@@ -7,8 +7,8 @@ resource "outpost_key_pair" "runner" {
     create_namespace = true
   }
 
-  # Change a keeper to generate a new key (rotation). Add the new key to the runner's
-  # public_keys next to the old one, roll the agent onto it, then drop the old key.
+  # Change a keeper to rotate the key in one apply: the Secret gets the new key, the runner's
+  # public_keys (public_key_pem) the new public key, and the agent moves over without a restart.
   keepers = {
     generation = "1"
   }

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
@@ -38,7 +39,8 @@ type Options struct {
 	// can share a jobs namespace.
 	OrgID string
 	// SealKey keys the seals of the agent's Jobs (SealKey of the runner's private key); a random
-	// key when nil, whose seals do not outlive the process.
+	// key when nil, whose seals do not outlive the process. SetSealKeys replaces it when the
+	// runner's key rotates.
 	SealKey []byte
 	// Namespace is the jobs namespace to watch; empty watches all namespaces.
 	Namespace string
@@ -68,7 +70,8 @@ type Executor struct {
 	synced    chan struct{}
 	notify    *executor.Notifier
 	log       *slog.Logger
-	sealKey   []byte
+	// sealKeys key the seals, newest first (SetSealKeys).
+	sealKeys atomic.Pointer[[][]byte]
 
 	mu       sync.Mutex
 	unsealed map[types.UID]bool // Jobs already reported as not the agent's
@@ -115,13 +118,14 @@ func New(o Options) *Executor {
 		})
 	e := &Executor{
 		o: o, informers: []cache.SharedIndexInformer{jobs, pods},
-		jobs:    batchlisters.NewJobLister(jobs.GetIndexer()),
-		pods:    corelisters.NewPodLister(pods.GetIndexer()),
-		synced:  make(chan struct{}),
-		notify:  executor.NewNotifier(),
-		log:     o.Logger.With("executor", "kubernetes"),
-		sealKey: o.SealKey, unsealed: map[types.UID]bool{}, tokenSecrets: map[types.UID]types.UID{}, expiring: map[types.UID]bool{},
+		jobs:     batchlisters.NewJobLister(jobs.GetIndexer()),
+		pods:     corelisters.NewPodLister(pods.GetIndexer()),
+		synced:   make(chan struct{}),
+		notify:   executor.NewNotifier(),
+		log:      o.Logger.With("executor", "kubernetes"),
+		unsealed: map[types.UID]bool{}, tokenSecrets: map[types.UID]types.UID{}, expiring: map[types.UID]bool{},
 	}
+	e.SetSealKeys([][]byte{o.SealKey})
 	h := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { e.notify.Notify() },
 		UpdateFunc: func(any, any) { e.notify.Notify() },

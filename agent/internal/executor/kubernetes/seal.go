@@ -54,12 +54,37 @@ func sealedFields(j *batchv1.Job) []string {
 	}
 }
 
-func (e *Executor) mac(fields []string) string {
+// macWith is the seal of fields under one key.
+func macWith(key []byte, fields []string) string {
 	// JSON keeps the fields apart whatever they contain.
 	msg, _ := json.Marshal(fields)
-	m := hmac.New(sha256.New, e.sealKey)
+	m := hmac.New(sha256.New, key)
 	m.Write(msg)
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// SetSealKeys replaces the keys of the seals (SealKey of each of the runner's private keys the
+// agent holds, newest first; see package keyring): new seals are made with the first, and a
+// seal made with any of them holds, so the Jobs created before a key rotation stay the agent's.
+func (e *Executor) SetSealKeys(keys [][]byte) {
+	if len(keys) > 0 {
+		e.sealKeys.Store(&keys)
+	}
+}
+
+func (e *Executor) keys() [][]byte { return *e.sealKeys.Load() }
+
+// mac is the seal of fields under the newest key.
+func (e *Executor) mac(fields []string) string { return macWith(e.keys()[0], fields) }
+
+// macHolds reports whether got is the seal of fields under any of the keys.
+func (e *Executor) macHolds(got string, fields []string) bool {
+	for _, k := range e.keys() {
+		if equalMAC(got, macWith(k, fields)) {
+			return true
+		}
+	}
+	return false
 }
 
 // seal puts the seal on a Job the agent is about to create.
@@ -69,12 +94,16 @@ func (e *Executor) seal(j *batchv1.Job) {
 
 // sealed reports whether the Job carries a valid seal of this agent.
 func (e *Executor) sealed(j *batchv1.Job) bool {
-	return equalMAC(j.Annotations[AnnSeal], e.mac(sealedFields(j)))
+	return e.macHolds(j.Annotations[AnnSeal], sealedFields(j))
 }
 
 // eventSeal seals a pending event to its Job (by UID, so it cannot be copied to another Job).
 func (e *Executor) eventSeal(j *batchv1.Job, event string) string {
-	return e.mac([]string{"pending-event", string(j.UID), event})
+	return e.mac(eventSealFields(j, event))
+}
+
+func eventSealFields(j *batchv1.Job, event string) []string {
+	return []string{"pending-event", string(j.UID), event}
 }
 
 // pendingEvent returns the Job's pending event if its seal holds.
@@ -83,7 +112,7 @@ func (e *Executor) pendingEvent(j *batchv1.Job) (string, bool) {
 	if ev == "" {
 		return "", false
 	}
-	return ev, equalMAC(j.Annotations[AnnPendingEventSeal], e.eventSeal(j, ev))
+	return ev, e.macHolds(j.Annotations[AnnPendingEventSeal], eventSealFields(j, ev))
 }
 
 func equalMAC(got, want string) bool {
