@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,6 +159,8 @@ func decode(doc string) (string, any, error) {
 		obj = &corev1.ServiceAccount{}
 	case "v1 Service":
 		obj = &corev1.Service{}
+	case "v1 Secret": // only the CA bundle of caBundle.pem
+		obj = &corev1.Secret{}
 	case "rbac.authorization.k8s.io/v1 Role":
 		obj = &rbacv1.Role{}
 	case "rbac.authorization.k8s.io/v1 RoleBinding":
@@ -775,6 +778,36 @@ caBundle: {existingSecret: corp-ca, secretKey: bundle.pem}
 	})
 	if !strings.Contains(r.notes, "Secret corp-ca in namespace outpost-jobs") {
 		t.Errorf("NOTES.txt does not ask for the CA Secret in the jobs namespace:\n%s", r.notes)
+	}
+}
+
+// TestCABundlePEM checks caBundle.pem: the chart writes the certificates into a Secret of its
+// own in the release namespace and in jobs.namespace, mounts it for the agent and names it for
+// job pods; with existingSecret as well it refuses to render.
+func TestCABundlePEM(t *testing.T) {
+	const pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+	r := render(t, "jobs: {namespace: outpost-jobs}\ncaBundle: {pem: "+strconv.Quote(pem)+"}\n")
+	name := releaseName + "-ca-bundle" // the full name is the release name, which holds the chart's
+	for _, ns := range []string{releaseNamespace, "outpost-jobs"} {
+		s := get[corev1.Secret](t, r, "Secret", ns, name)
+		if s.StringData["ca.crt"] != pem {
+			t.Errorf("Secret %s/%s holds %q, want the PEM", ns, name, s.StringData)
+		}
+	}
+	d, c := r.deployment(t)
+	if v := volume(t, d, "ca-bundle"); v.Secret == nil || v.Secret.SecretName != name || v.Secret.Items[0].Key != "ca.crt" {
+		t.Errorf("ca-bundle volume = %+v", v.VolumeSource)
+	}
+	wantEnv(t, c, map[string]string{"OUTPOST_JOB_CA_SECRET": name, "OUTPOST_JOB_CA_SECRET_KEY": "ca.crt", "OUTPOST_CA_BUNDLE_FILE": "/etc/outpost/ca/ca.crt"})
+	if strings.Contains(r.notes, "CA bundle") {
+		t.Errorf("NOTES.txt asks for a CA Secret the chart made itself:\n%s", r.notes)
+	}
+	if _, err := renderChart(t, "caBundle: {existingSecret: corp-ca, pem: "+strconv.Quote(pem)+"}\n", renderOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "not both") {
+		t.Errorf("existingSecret and pem together: %v, want a refusal", err)
+	}
+	if _, err := renderChart(t, "caBundle: {pem: not a certificate}\n", renderOptions{}); err == nil || !strings.Contains(err.Error(), "pem") {
+		t.Errorf("pem that is no certificate: %v, want the schema's refusal", err)
 	}
 }
 

@@ -30,7 +30,7 @@ variable "wait_for_connection" {
 
 variable "agent_values" {
   type        = string
-  description = "Further values of the agent chart (YAML), merged last. `make demo` sets it to let the agent reach the local orchestrator over plain http on the test bed's host-only network; a real installation reaches its orchestrator over https and needs none."
+  description = "Further values of the agent chart (YAML), for values no attribute sets. `make demo` sets it to let the agent reach the local orchestrator over plain http on the test bed's host-only network; a real installation reaches its orchestrator over https and needs none."
   default     = null
 }
 

@@ -131,3 +131,12 @@ func (h *harness) write(name, body string) string {
 	}
 	return p
 }
+
+func (h *harness) readFile(path string) string {
+	h.t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return string(b)
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -21,58 +22,82 @@ type manifest struct {
 	sets []string
 }
 
+// docAdapter adapts a document to the API's shape before it is decoded. adapt drops the fields
+// of what `get -o yaml` prints that the API sets itself (so that output can be edited and fed
+// back) and translates another tool's shape, saying what it did; foreign names the top-level
+// keys of that shape, which --set may address although the API has no such field.
+type docAdapter struct {
+	adapt   func(doc map[string]any) (*translation, error)
+	foreign []string
+}
+
 // readInput builds a request body of type In. The document starts as the file (-f; "-" reads
-// stdin), else as base (the resource as it is, for an update without -f), else empty. Keys in
-// readOnly are fields of what `get -o yaml` prints that the API sets itself; they are dropped,
-// so that output can be edited and fed back. Then each --set path=value is applied: the path
-// names fields with dots (job.namespace, public_keys.1), the value is converted to the field's
-// type, and a value starting with @ is read from the file it names.
-func readInput[In any](stdin io.Reader, m manifest, base map[string]any, readOnly func(doc map[string]any) error) (In, error) {
+// stdin), else as base (the resource as it is, for an update without -f), else empty. The
+// --set values of foreign keys are applied first, as YAML or JSON without a type to follow;
+// then the adapter runs; then each other --set path=value is applied: the path names fields
+// with dots (job.namespace, public_keys.1), the value is converted to the field's type, and a
+// value starting with @ is read from the file it names.
+func readInput[In any](stdin io.Reader, m manifest, base map[string]any, ad docAdapter) (In, *translation, error) {
 	var in In
 	doc := base
 	if m.file != "" {
 		var err error
 		if doc, err = readDoc(stdin, m.file); err != nil {
-			return in, err
+			return in, nil, err
 		}
 	}
 	if doc == nil {
 		doc = map[string]any{}
 	}
-	if readOnly != nil {
-		if err := readOnly(doc); err != nil {
-			return in, fmt.Errorf("%s: %w", source(m.file), err)
-		}
-	}
-	t := reflect.TypeOf(in)
+	type set struct{ path, value string }
+	var typed []set
 	for _, s := range m.sets {
 		path, value, ok := strings.Cut(s, "=")
 		if !ok || path == "" {
-			return in, &usageError{fmt.Errorf("--set %q: write it as path=value, e.g. --set job.namespace=deploy", s)}
+			return in, nil, &usageError{fmt.Errorf("--set %q: write it as path=value, e.g. --set job.namespace=deploy", s)}
 		}
 		if strings.HasPrefix(value, "@") {
 			b, err := os.ReadFile(value[1:])
 			if err != nil {
-				return in, fmt.Errorf("--set %s: %w", path, err)
+				return in, nil, fmt.Errorf("--set %s: %w", path, err)
 			}
 			value = string(b)
 		}
-		v, err := setPath(doc, t, strings.Split(path, "."), value)
+		if slices.Contains(ad.foreign, path) {
+			v, err := convert(value, reflect.TypeFor[map[string]any]())
+			if err != nil {
+				return in, nil, &usageError{fmt.Errorf("--set %s: %w", path, err)}
+			}
+			doc[path] = v
+			continue
+		}
+		typed = append(typed, set{path, value})
+	}
+	var tr *translation
+	if ad.adapt != nil {
+		var err error
+		if tr, err = ad.adapt(doc); err != nil {
+			return in, nil, fmt.Errorf("%s: %w", source(m.file), err)
+		}
+	}
+	t := reflect.TypeOf(in)
+	for _, s := range typed {
+		v, err := setPath(doc, t, strings.Split(s.path, "."), s.value)
 		if err != nil {
-			return in, &usageError{fmt.Errorf("--set %s: %w", path, err)}
+			return in, nil, &usageError{fmt.Errorf("--set %s: %w", s.path, err)}
 		}
 		doc, _ = v.(map[string]any) // a struct's document is an object
 	}
 	data, err := json.Marshal(doc)
 	if err != nil {
-		return in, err
+		return in, nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		return in, fmt.Errorf("%s: %s", source(m.file), decodeProblem(err, t))
+		return in, nil, fmt.Errorf("%s: %s", source(m.file), decodeProblem(err, t))
 	}
-	return in, nil
+	return in, tr, nil
 }
 
 func source(file string) string {

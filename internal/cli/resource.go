@@ -26,9 +26,13 @@ type resource[T, In any] struct {
 	remove        func(context.Context, *session, string) error
 	// id points at the input's id field.
 	id func(*In) *string
-	// readOnly drops the fields of the object's shape that the input has not (status,
-	// timestamps), so `get -o yaml` output can be edited and fed back to update.
-	readOnly func(doc map[string]any) error
+	// adapter drops the fields of the object's shape that the input has not (status,
+	// timestamps), so `get -o yaml` output can be edited and fed back to update, and translates
+	// other tools' shapes.
+	adapter docAdapter
+	// complete finishes an input after decoding, with what the adapter translated (a runner's
+	// state storage is created or found here); nil when there is nothing to finish.
+	complete func(ctx context.Context, s *session, tr *translation, in *In) error
 	// rows are the list table, header first; fields the get view.
 	rows   func(now time.Time, items []T) [][]string
 	fields func(now time.Time, item *T) [][2]string
@@ -110,8 +114,11 @@ A file, e.g. %s.yaml:
 			if m.file == "" && len(m.sets) == 0 {
 				return &usageError{errors.New("nothing to create from: give -f FILE and/or --set PATH=VALUE")}
 			}
-			in, err := r.input(a, m, nil, args)
+			in, tr, err := r.input(a, m, nil, args)
 			if err != nil {
+				return err
+			}
+			if err := r.finish(ctx, a, s, m, tr, &in); err != nil {
 				return err
 			}
 			out, err := r.create(ctx, s, in)
@@ -154,8 +161,11 @@ now and keeps everything else.`, r.kind, r.kind),
 					return err
 				}
 			}
-			in, err := r.input(a, m, base, args)
+			in, tr, err := r.input(a, m, base, args)
 			if err != nil {
+				return err
+			}
+			if err := r.finish(ctx, a, s, m, tr, &in); err != nil {
 				return err
 			}
 			out, err := r.update(ctx, s, in)
@@ -193,22 +203,36 @@ func (r *resource[T, In]) deleteCommand(a *app) *cobra.Command {
 }
 
 // input builds the request body and reconciles its id with the ID argument.
-func (r *resource[T, In]) input(a *app, m manifest, base map[string]any, args []string) (In, error) {
-	in, err := readInput[In](a.env.Stdin, m, base, r.readOnly)
+func (r *resource[T, In]) input(a *app, m manifest, base map[string]any, args []string) (In, *translation, error) {
+	in, tr, err := readInput[In](a.env.Stdin, m, base, r.adapter)
 	if err != nil {
-		return in, err
+		return in, nil, err
 	}
 	if len(args) == 1 {
 		id := r.id(&in)
 		if *id != "" && *id != args[0] {
-			return in, &usageError{fmt.Errorf("the id argument is %s but %s says id %s; give one of them", args[0], source(m.file), *id)}
+			return in, nil, &usageError{fmt.Errorf("the id argument is %s but %s says id %s; give one of them", args[0], source(m.file), *id)}
 		}
 		*id = args[0]
 	}
 	if *r.id(&in) == "" {
-		return in, &usageError{fmt.Errorf("the %s has no id: add `id: NAME` to the file, an ID argument, or --set id=NAME", r.kind)}
+		return in, nil, &usageError{fmt.Errorf("the %s has no id: add `id: NAME` to the file, an ID argument, or --set id=NAME", r.kind)}
 	}
-	return in, nil
+	return in, tr, nil
+}
+
+// finish completes the input (see complete) and says what was translated.
+func (r *resource[T, In]) finish(ctx context.Context, a *app, s *session, m manifest, tr *translation, in *In) error {
+	if tr == nil {
+		tr = &translation{}
+	}
+	if r.complete != nil {
+		if err := r.complete(ctx, s, tr, in); err != nil {
+			return err
+		}
+	}
+	a.printNotes(m.file, tr)
+	return nil
 }
 
 func (r *resource[T, In]) ids(ctx context.Context, s *session) ([]string, error) {

@@ -22,9 +22,15 @@ state_storage_id: eu-1-states
 job:
   namespace: outpost-jobs
   service_account: outpost-job
-  pod_template: ""      # PodTemplateSpec as JSON; empty = the agent's defaults
+  pod_template:         # a PodTemplateSpec as a YAML mapping, or as a JSON string; none = the agent's defaults
+    metadata:
+      labels: {team: platform}
 max_concurrency: 5      # 0 = 5
-job_timeout_seconds: 3600`
+job_timeout_seconds: 3600
+
+# Humanitec's hctl runner file (runner_configuration, state_storage_configuration) is taken as
+# it is: it is translated to the fields above, its state storage created or reused, and what
+# was translated is said on stderr.`
 
 func runnerResource() *resource[api.Runner, api.RunnerInput] {
 	return &resource[api.Runner, api.RunnerInput]{
@@ -38,14 +44,12 @@ func runnerResource() *resource[api.Runner, api.RunnerInput] {
 		update: func(ctx context.Context, s *session, in api.RunnerInput) (*api.Runner, error) {
 			return s.UpdateRunner(ctx, in)
 		},
-		remove: func(ctx context.Context, s *session, id string) error { return s.DeleteRunner(ctx, id) },
-		id:     func(in *api.RunnerInput) *string { return &in.ID },
-		readOnly: func(doc map[string]any) error {
-			if t, ok := doc["type"]; ok && t != api.RunnerTypeKubernetesAgent {
-				return fmt.Errorf("type %v: the only runner type is %s", t, api.RunnerTypeKubernetesAgent)
-			}
-			dropKeys(doc, "type", "status", "created_at", "updated_at")
-			return nil
+		remove:  func(ctx context.Context, s *session, id string) error { return s.DeleteRunner(ctx, id) },
+		id:      func(in *api.RunnerInput) *string { return &in.ID },
+		adapter: docAdapter{adapt: adaptRunner, foreign: hctlKeys},
+		complete: func(ctx context.Context, s *session, tr *translation, in *api.RunnerInput) error {
+			normalizePodTemplate(in, tr)
+			return ensureStorage(ctx, s, tr, in)
 		},
 		rows:    runnerRows,
 		fields:  runnerFields,

@@ -32,10 +32,10 @@ func stateStorageResource() *resource[api.StateStorage, api.StateStorageInput] {
 		},
 		remove: func(ctx context.Context, s *session, id string) error { return s.DeleteStateStorage(ctx, id) },
 		id:     func(in *api.StateStorageInput) *string { return &in.ID },
-		readOnly: func(doc map[string]any) error {
+		adapter: docAdapter{adapt: func(doc map[string]any) (*translation, error) {
 			dropKeys(doc, "created_at", "updated_at")
-			return nil
-		},
+			return &translation{}, nil
+		}},
 		rows:    stateStorageRows,
 		fields:  stateStorageFields,
 		example: stateStorageExample,

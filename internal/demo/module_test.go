@@ -92,16 +92,21 @@ func startModuleEnv(t *testing.T, cli string) *moduleEnv {
 }
 
 // workDir makes a root module directory holding files, with MODULE_SOURCE in them replaced by the
-// installer module's path relative to it (a local path, as a checkout of this repository uses).
+// installer module's path relative to it (a local path, as a checkout of this repository uses),
+// and HUMANITEC_MODULE_SOURCE by the Humanitec-compatible module's.
 func (e *moduleEnv) workDir(files map[string]string) string {
 	e.t.Helper()
 	dir := e.t.TempDir()
-	rel, err := filepath.Rel(dir, filepath.Join(e.c.Repo, "modules", "kubernetes-agent-runner"))
-	if err != nil {
-		e.t.Fatal(err)
+	rel := func(module string) string {
+		r, err := filepath.Rel(dir, filepath.Join(e.c.Repo, "modules", module))
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		return r
 	}
+	sources := strings.NewReplacer("HUMANITEC_MODULE_SOURCE", rel("kubernetes-agent-orchestrator-runner"), "MODULE_SOURCE", rel("kubernetes-agent-runner"))
 	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(strings.ReplaceAll(body, "MODULE_SOURCE", rel)), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(sources.Replace(body)), 0o600); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -175,6 +180,7 @@ func TestInstallerModule(t *testing.T) {
 			e := startModuleEnv(t, cli)
 			t.Run("inputs", func(t *testing.T) { e.t = t; testModuleInputs(e) })
 			t.Run("humanitec-guide", func(t *testing.T) { e.t = t; testHumanitecGuide(e) })
+			t.Run("humanitec-module", func(t *testing.T) { e.t = t; testHumanitecModule(e) })
 		})
 	}
 }
@@ -183,7 +189,8 @@ func TestInstallerModule(t *testing.T) {
 // gives it as the string jsonencode() makes).
 func testModuleInputs(e *moduleEnv) {
 	t := e.t
-	dir := e.workDir(map[string]string{"main.tf": `
+	ca := testCAPEM(t)
+	dir := e.workDir(map[string]string{"main.tf": strings.Replace(`
 module "runner" {
   source = "MODULE_SOURCE"
 
@@ -205,12 +212,32 @@ module "runner" {
   network_policy = {
     metrics_from = [{ namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = "monitoring" } } }]
   }
+
+  # The job and network settings, and one shape for tolerations, env and resources.
+  proxy       = { https = "http://proxy.corp:3128", no_proxy = [".corp"] }
+  ca_bundle   = { pem = <<EOT
+CA_PEMEOT
+  }
+  job_history = { succeeded = 0, failed = 5 }
+  plugin_cache = { volume = { nfs = { server = "nfs.corp", path = "/tf-plugins" } } }
+  provider_installation = {
+    filesystem_mirror = { path = "/plugins" }
+    direct            = { exclude = ["registry.terraform.io/corp/*"] }
+  }
+  forward_env       = ["AWS_REGION"]
+  agent_extra_env   = [{ name = "AWS_REGION", value = "eu-west-1" }, { name = "API_TOKEN", secret_key_ref = { name = "agent-secrets", key = "token" } }]
+  agent_tolerations = [{ key = "dedicated", operator = "Equal", value = "outpost", effect = "NoSchedule" }]
+  agent_resources   = { limits = { memory = "300Mi" } }
+  job_resources     = { requests = { memory = "1Gi" } }
+  job_tolerations   = [{ key = "dedicated", operator = "Equal", value = "outpost", effect = "NoSchedule" }]
+  job_env           = [{ name = "TF_LOG", value = "INFO" }]
+  job_node_selector = { "kubernetes.io/os" = "linux" }
 }
 
 output "fingerprint" {
   value = module.runner.key_fingerprint
 }
-`})
+`, "CA_PEM", ca, 1)})
 	e.applyPlanEmptyDestroy(dir, "module-runner", func() {
 		r, err := e.admin.GetRunner(e.ctx, "module-runner")
 		if err != nil {
@@ -239,9 +266,27 @@ output "fingerprint" {
 			in[1].From[0].NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] != "monitoring" || in[1].Ports[0].Port.IntValue() != 9090 {
 			t.Errorf("agent NetworkPolicy ingress %+v, want the state rule and metrics from monitoring", in)
 		}
+		if r.Job.Pod == nil || r.Job.Pod.Resources == nil || r.Job.Pod.Resources.Requests["memory"] != "1Gi" || len(r.Job.Pod.Tolerations) != 1 ||
+			len(r.Job.Pod.Env) != 1 || r.Job.Pod.Env[0].Name != "TF_LOG" || r.Job.Pod.NodeSelector["kubernetes.io/os"] != "linux" {
+			t.Errorf("runner job pod settings %+v, want job_resources, job_tolerations, job_env and job_node_selector", r.Job.Pod)
+		}
+		for _, ns := range []string{"mod-system", "mod-jobs"} {
+			if sec, err := e.kube.CoreV1().Secrets(ns).Get(e.ctx, "outpost-agent-ca-bundle", metav1.GetOptions{}); err != nil || string(sec.Data["ca.crt"]) != ca {
+				t.Errorf("ca_bundle.pem did not reach Secret %s/outpost-agent-ca-bundle: %v", ns, err)
+			}
+		}
 		d := e.deploymentJSON("mod-system")
 		for _, want := range []string{`"serviceAccountName":"mod-agent"`, `"image":"mirror.example.com/outpost-dev/outpost-agent:1.2.3"`,
-			"mirror.example.com/outpost/job:1.2.3", `"name":"OUTPOST_ORG_ID","value":"acme"`} {
+			"mirror.example.com/outpost/job:1.2.3", `"name":"OUTPOST_ORG_ID","value":"acme"`,
+			`"name":"HTTPS_PROXY","value":"http://proxy.corp:3128"`, `"name":"NO_PROXY","value":".corp,`,
+			`"name":"OUTPOST_JOB_CA_SECRET","value":"outpost-agent-ca-bundle"`,
+			`"name":"OUTPOST_JOB_HISTORY_SUCCEEDED","value":"0"`, `"name":"OUTPOST_JOB_HISTORY_FAILED","value":"5"`,
+			`"name":"OUTPOST_JOB_PLUGIN_CACHE","value":"{\"nfs\":{\"path\":\"/tf-plugins\",\"server\":\"nfs.corp\"}}"`,
+			`"name":"OUTPOST_JOB_PROVIDER_INSTALLATION","value":"provider_installation {\n  filesystem_mirror {\n    path = \"/plugins\"`,
+			`"name":"OUTPOST_JOB_FORWARD_ENV","value":"AWS_REGION"`, `"name":"AWS_REGION","value":"eu-west-1"`,
+			`"name":"API_TOKEN","valueFrom":{"secretKeyRef":{"name":"agent-secrets","key":"token"}}`,
+			`"tolerations":[{"key":"dedicated","operator":"Equal","value":"outpost","effect":"NoSchedule"}]`,
+			`"limits":{"memory":"300Mi"}`} {
 			if !strings.Contains(d, want) {
 				t.Errorf("agent Deployment lacks %s:\n%s", want, d)
 			}

@@ -49,6 +49,8 @@ type keyPairModel struct {
 	PublicKeyOpenSSH  types.String        `tfsdk:"public_key_openssh"`
 	FingerprintSHA256 types.String        `tfsdk:"fingerprint_sha256"`
 	PrivateKeyPEM     types.String        `tfsdk:"private_key_pem"`
+	PrivateKeyFile    types.String        `tfsdk:"private_key_file"`
+	OwnPrivateKeyPEM  types.String        `tfsdk:"own_private_key_pem"`
 }
 
 // keyPairSecretModel maps the kubernetes_secret block.
@@ -79,7 +81,10 @@ func (r *keyPairResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			"Changing `keepers` **rotates** the key in place: a new key is generated and, with `kubernetes_secret`, written " +
 			"into the same Secret, the key it replaces kept beside it under `" + keys.SecretKeyPrevious + "`. See " +
 			"\"Rotating the key\" below for what happens at each step. If the Secret is deleted outside Terraform, the next " +
-			"plan generates a new key pair (the old private key is gone and cannot be recovered).",
+			"plan generates a new key pair (the old private key is gone and cannot be recovered).\n\n" +
+			"To bring your own key, give `private_key_file` (or `own_private_key_pem`) with `kubernetes_secret`: no key is " +
+			"generated; the provider writes yours into the Secret, a Secret deleted outside Terraform is written again, and " +
+			"another key in the file rotates the key pair in place as `keepers` do.",
 		Attributes: map[string]schema.Attribute{
 			"id": computed("The key's SHA-256 fingerprint, as `fingerprint_sha256`."),
 			"keepers": schema.MapAttribute{
@@ -132,6 +137,9 @@ func (r *keyPairResource) Schema(_ context.Context, _ resource.SchemaRequest, re
 			},
 		},
 	}
+	for name, a := range ownKeyAttributes() {
+		resp.Schema.Attributes[name] = a
+	}
 }
 
 func (r *keyPairResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
@@ -146,10 +154,14 @@ func (r *keyPairResource) Create(ctx context.Context, req resource.CreateRequest
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	pub, priv, err := keys.Generate()
-	if err != nil {
-		resp.Diagnostics.AddError("Unable to Generate Key Pair",
-			"The system's random source failed while generating an ed25519 key. Retry the apply.\n\nOriginal error: "+err.Error())
+	own, diags := plan.ownKey()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	pub, priv, diags := keyOrNew(own)
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
 		return
 	}
 	privPEM, err := keys.EncodePrivatePEM(priv)
@@ -166,6 +178,7 @@ func (r *keyPairResource) Create(ctx context.Context, req resource.CreateRequest
 	}
 	state.Keepers = plan.Keepers
 	state.KubernetesSecret = plan.KubernetesSecret
+	state.PrivateKeyFile, state.OwnPrivateKeyPEM = plan.PrivateKeyFile, plan.OwnPrivateKeyPEM
 
 	if s := plan.KubernetesSecret; s != nil {
 		resp.Diagnostics.Append(r.writeSecret(ctx, s, privPEM, state.FingerprintSHA256.ValueString())...)
@@ -219,6 +232,7 @@ func (r *keyPairResource) Read(ctx context.Context, req resource.ReadRequest, re
 	}
 	fromSecret.Keepers = state.Keepers
 	fromSecret.KubernetesSecret = state.KubernetesSecret
+	fromSecret.PrivateKeyFile, fromSecret.OwnPrivateKeyPEM = state.PrivateKeyFile, state.OwnPrivateKeyPEM
 	if fromSecret.KubernetesSecret.CreateNamespace.IsNull() {
 		fromSecret.KubernetesSecret.CreateNamespace = types.BoolValue(false)
 	}
@@ -227,14 +241,24 @@ func (r *keyPairResource) Read(ctx context.Context, req resource.ReadRequest, re
 }
 
 // ModifyPlan plans a rotation when keepers change: the key's attributes become unknown, since
-// Update generates a new key in place.
+// Update generates a new key in place. A key brought in (key_pair_own.go) is planned from it.
 func (r *keyPairResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
-	if req.State.Raw.IsNull() || req.Plan.Raw.IsNull() {
+	if req.Plan.Raw.IsNull() {
 		return
 	}
 	var state, plan keyPairModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if plan.bringsKey() {
+		planOwnKey(ctx, plan, resp)
+		return
+	}
+	if req.State.Raw.IsNull() {
+		return
+	}
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
 	if resp.Diagnostics.HasError() || !rotates(state, plan) {
 		return
 	}
@@ -251,9 +275,10 @@ func rotates(state, plan keyPairModel) bool {
 	return !(len(state.Keepers.Elements()) == 0 && len(plan.Keepers.Elements()) == 0) && !state.Keepers.Equal(plan.Keepers)
 }
 
-// Update rotates the key when keepers changed (see rotate); otherwise only
-// kubernetes_secret.create_namespace changed, which matters only when the Secret is written,
-// and the plan is stored.
+// Update rotates the key when keepers changed, or when the key brought in is another one (see
+// rotate); otherwise only kubernetes_secret.create_namespace changed, which matters only when
+// the Secret is written, or a key brought in came under another path or as text, and the plan
+// is stored.
 func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var plan, state keyPairModel
 	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
@@ -261,11 +286,16 @@ func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if !rotates(state, plan) {
+	own, diags := plan.ownKey()
+	resp.Diagnostics.Append(diags...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if (own == nil && !rotates(state, plan)) || (own != nil && sameKey(own, state)) {
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		return
 	}
-	next, diags := r.rotate(ctx, state, plan)
+	next, diags := r.rotate(ctx, state, plan, own)
 	resp.Diagnostics.Append(diags...)
 	if resp.Diagnostics.HasError() {
 		return
@@ -273,16 +303,14 @@ func (r *keyPairResource) Update(ctx context.Context, req resource.UpdateRequest
 	resp.Diagnostics.Append(resp.State.Set(ctx, next)...)
 }
 
-// rotate generates the key that replaces the one in state. With kubernetes_secret the Secret is
-// rewritten in place with the new key and, under keys.SecretKeyPrevious, the one it replaces:
-// an agent watching the Secret picks both up at once, signs with whichever the orchestrator
-// accepts, and still recognises the Jobs it sealed with the old key.
-func (r *keyPairResource) rotate(ctx context.Context, state, plan keyPairModel) (keyPairModel, diag.Diagnostics) {
-	var diags diag.Diagnostics
-	pub, priv, err := keys.Generate()
-	if err != nil {
-		diags.AddError("Unable to Generate Key Pair",
-			"The system's random source failed while generating an ed25519 key. Retry the apply.\n\nOriginal error: "+err.Error())
+// rotate replaces the key in state with own, or with a generated one when own is nil. With
+// kubernetes_secret the Secret is rewritten in place with the new key and, under
+// keys.SecretKeyPrevious, the one it replaces: an agent watching the Secret picks both up at
+// once, signs with whichever the orchestrator accepts, and still recognises the Jobs it sealed
+// with the old key.
+func (r *keyPairResource) rotate(ctx context.Context, state, plan keyPairModel, own ed25519.PrivateKey) (keyPairModel, diag.Diagnostics) {
+	pub, priv, diags := keyOrNew(own)
+	if diags.HasError() {
 		return keyPairModel{}, diags
 	}
 	privPEM, err := keys.EncodePrivatePEM(priv)
@@ -298,6 +326,7 @@ func (r *keyPairResource) rotate(ctx context.Context, state, plan keyPairModel) 
 		return keyPairModel{}, diags
 	}
 	next.Keepers, next.KubernetesSecret = plan.Keepers, plan.KubernetesSecret
+	next.PrivateKeyFile, next.OwnPrivateKeyPEM = plan.PrivateKeyFile, plan.OwnPrivateKeyPEM
 	if plan.KubernetesSecret == nil {
 		next.PrivateKeyPEM = types.StringValue(privPEM)
 		return next, diags

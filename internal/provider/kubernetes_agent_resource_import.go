@@ -1,8 +1,6 @@
 package provider
 
 import (
-	"encoding/json"
-
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
@@ -55,35 +53,13 @@ func (m *kubernetesAgentModel) setInputsFromValues(vals map[string]any) diag.Dia
 
 	m.ServiceAccountAnnotations = v.sub("serviceAccount").strMap("annotations", &diags)
 	m.NodeSelector = v.strMap("nodeSelector", &diags)
-	env := map[string]string{}
-	if list, ok := v["extraEnv"].([]any); ok {
-		for _, e := range list {
-			if ev, ok := e.(map[string]any); ok {
-				if name, ok := ev["name"].(string); ok {
-					value, _ := ev["value"].(string)
-					env[name] = value
-				}
-			}
-		}
-	}
-	extra, d := stringMapValue(env)
-	diags.Append(d...)
-	m.ExtraEnv = extra
-	m.Tolerations = types.StringNull()
-	if list, ok := v["tolerations"].([]any); ok && len(list) > 0 {
-		if b, err := json.Marshal(list); err == nil {
-			m.Tolerations = types.StringValue(string(b))
-		}
-	}
 	if img := v.sub("image"); len(img) > 0 {
 		m.Image = &agentImageModel{
 			Registry: img.strOrNull("registry"), Repository: img.strOrNull("repository"), Tag: img.strOrNull("tag"),
 			Digest: img.strOrNull("digest"), PullPolicy: img.strOrNull("pullPolicy"),
 		}
 	}
-	if res := v.sub("resources"); len(res) > 0 {
-		m.Resources = &resourcesModel{Requests: res.strMap("requests", &diags), Limits: res.strMap("limits", &diags)}
-	}
+	m.setFromValues(v, &diags)
 	return diags
 }
 

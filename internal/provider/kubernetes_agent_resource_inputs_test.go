@@ -84,11 +84,11 @@ func TestAgentChartValuesCoverEveryInput(t *testing.T) {
 		}
 		seen[top] = true
 		// Pairs of values of the attribute's type; strings try a plain word, a JSON list, a YAML
-		// map and a pod template, for attributes that must parse as one of them.
+		// map, a pod template and a PEM certificate, for attributes that must parse as one of them.
 		pairs := [][2]tftypes.Value{{sampleValue(v.Type(), false), sampleValue(v.Type(), true)}}
 		if v.Type().Is(tftypes.String) {
 			for _, pair := range [][2]string{{`[{"key":"a"}]`, `[{"key":"b"}]`}, {"a: 1", "a: 2"},
-				{`{"metadata":{"labels":{"a":"1"}}}`, `{"metadata":{"labels":{"a":"2"}}}`}} {
+				{`{"metadata":{"labels":{"a":"1"}}}`, `{"metadata":{"labels":{"a":"2"}}}`}, {testCAPEM(t, "a"), testCAPEM(t, "b")}} {
 				pairs = append(pairs, [2]tftypes.Value{tftypes.NewValue(tftypes.String, pair[0]), tftypes.NewValue(tftypes.String, pair[1])})
 			}
 		}

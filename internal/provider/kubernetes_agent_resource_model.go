@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 
 	"github.com/hashicorp/terraform-plugin-framework-timeouts/resource/timeouts"
 	"github.com/hashicorp/terraform-plugin-framework/attr"
@@ -35,9 +34,7 @@ type kubernetesAgentModel struct {
 	LogLevel                     types.String           `tfsdk:"log_level"`
 	Replicas                     types.Int64            `tfsdk:"replicas"`
 	ImageRegistry                types.String           `tfsdk:"image_registry"`
-	ExtraEnv                     types.Map              `tfsdk:"extra_env"`     //< string
 	NodeSelector                 types.Map              `tfsdk:"node_selector"` //< string
-	Tolerations                  types.String           `tfsdk:"tolerations"`
 	Values                       types.String           `tfsdk:"values"`
 	WaitForConnection            types.Bool             `tfsdk:"wait_for_connection"`
 	PrivateKeySecret             *privateKeySecretModel `tfsdk:"private_key_secret"`
@@ -45,8 +42,10 @@ type kubernetesAgentModel struct {
 	NetworkPolicy                *networkPolicyModel    `tfsdk:"network_policy"`
 	Image                        *agentImageModel       `tfsdk:"image"`
 	JobImage                     *jobImageModel         `tfsdk:"job_image"`
-	Resources                    *resourcesModel        `tfsdk:"resources"`
 	Timeouts                     timeouts.Value         `tfsdk:"timeouts"`
+	// The settings of the Jobs and the network, and the agent pods' tolerations, environment
+	// and resources (kubernetes_agent_resource_jobs.go).
+	agentJobsModel
 
 	// Computed attributes
 	ChartVersion  types.String `tfsdk:"chart_version"`
@@ -85,9 +84,12 @@ type resourcesModel struct {
 // errUnknownValues means a chart value depends on something not known yet (at plan time).
 var errUnknownValues = errors.New("some chart values are not known yet")
 
-// chartValues builds the chart values from the model, the user's `values` merged last. It
-// returns errUnknownValues while any input is unknown. Defaults the plan fills in (namespaces,
-// api_url, org_id) must be set before.
+// chartValues builds the chart values from the model and the user's `values`: the attributes
+// win over `values`, except those that have a default (api_url, org_id, job_namespace,
+// state_namespace, job_service_account, serve_state, log_level, replicas and
+// private_key_secret.key), over which `values` wins, so a value set there is never undone by
+// a default. It returns errUnknownValues while any input is unknown. Defaults the plan fills in
+// (namespaces, api_url, org_id) must be set before.
 func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 	r := &valuesReader{}
 	policy, automount, template := m.JobPodPolicy.chartValues(r)
@@ -114,7 +116,7 @@ func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 		"cli":          r.str(m.CLI),
 		"logLevel":     r.str(m.LogLevel),
 		"replicaCount": r.int(m.Replicas),
-		"jobs":         nonEmpty(jobs),
+		"jobs":         jobs,
 		"state": nonEmpty(map[string]any{
 			"enabled":   r.boolean(m.ServeState),
 			"namespace": r.str(m.StateNamespace),
@@ -122,10 +124,10 @@ func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 		"serviceAccount": nonEmpty(map[string]any{"annotations": r.strMap(m.ServiceAccountAnnotations)}),
 		"global":         nonEmpty(map[string]any{"imageRegistry": r.str(m.ImageRegistry)}),
 		"nodeSelector":   r.strMap(m.NodeSelector),
-		"extraEnv":       r.envList(m.ExtraEnv),
-		"tolerations":    r.namedJSONList("tolerations", m.Tolerations),
 		"networkPolicy":  m.NetworkPolicy.chartValues(r),
 	}
+	m.agentJobsModel.chartValues(r, v, jobs)
+	v["jobs"] = nonEmpty(jobs)
 	if s := m.PrivateKeySecret; s != nil {
 		v["privateKey"] = nonEmpty(map[string]any{"existingSecret": r.str(s.Name), "secretKey": r.str(s.Key)})
 	}
@@ -134,9 +136,6 @@ func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 			"registry": r.str(img.Registry), "repository": r.str(img.Repository), "tag": r.str(img.Tag),
 			"digest": r.str(img.Digest), "pullPolicy": r.str(img.PullPolicy),
 		})
-	}
-	if res := m.Resources; res != nil {
-		v["resources"] = nonEmpty(map[string]any{"requests": r.strMap(res.Requests), "limits": r.strMap(res.Limits)})
 	}
 	v = nonEmpty(v)
 	if r.unknown {
@@ -152,7 +151,71 @@ func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return helm.MergeValues(v, extra), nil
+	defaults := splitDefaulted(v)
+	return helm.MergeValues(helm.MergeValues(defaults, extra), v), nil
+}
+
+// defaultedValues are the chart values of the attributes that have a default, by path.
+var defaultedValues = [][]string{
+	{"apiUrl"}, {"orgId"}, {"logLevel"}, {"replicaCount"}, {"jobs", "namespace"}, {"jobs", "serviceAccount", "name"},
+	{"state", "enabled"}, {"state", "namespace"}, {"privateKey", "secretKey"},
+}
+
+// splitDefaulted moves the values of defaultedValues out of v into the map it returns, dropping
+// maps of v they leave empty.
+func splitDefaulted(v map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, p := range defaultedValues {
+		src, dst := v, out
+		var parents []map[string]any
+		for _, k := range p[:len(p)-1] {
+			next, ok := src[k].(map[string]any)
+			if !ok {
+				src = nil
+				break
+			}
+			parents = append(parents, src)
+			src = next
+			d, ok := dst[k].(map[string]any)
+			if !ok {
+				d = map[string]any{}
+				dst[k] = d
+			}
+			dst = d
+		}
+		last := p[len(p)-1]
+		if src == nil {
+			continue
+		}
+		if val, ok := src[last]; ok {
+			dst[last] = val
+			delete(src, last)
+		}
+		// Drop the maps the move emptied, innermost first.
+		for i := len(parents) - 1; i >= 0; i-- {
+			if m, ok := parents[i][p[i]].(map[string]any); ok && len(m) == 0 {
+				delete(parents[i], p[i])
+			}
+		}
+	}
+	return nonEmptyDeep(out)
+}
+
+// nonEmptyDeep drops empty maps at any depth (nil when nothing is left).
+func nonEmptyDeep(m map[string]any) map[string]any {
+	for k, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			if sub = nonEmptyDeep(sub); sub == nil {
+				delete(m, k)
+			} else {
+				m[k] = sub
+			}
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
 
 // valuesReader turns framework values into chart values, remembering whether any was unknown.
@@ -221,24 +284,6 @@ func (r *valuesReader) strMap(v types.Map) any {
 	out := make(map[string]any, len(els))
 	for k, s := range els {
 		out[k] = s
-	}
-	return out
-}
-
-// envList turns a map into Kubernetes EnvVar objects, sorted by name so the values are stable.
-func (r *valuesReader) envList(v types.Map) any {
-	els := r.elements(v)
-	if len(els) == 0 {
-		return nil
-	}
-	names := make([]string, 0, len(els))
-	for k := range els {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	out := make([]any, 0, len(names))
-	for _, n := range names {
-		out = append(out, map[string]any{"name": n, "value": els[n]})
 	}
 	return out
 }

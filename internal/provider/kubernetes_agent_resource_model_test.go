@@ -32,12 +32,17 @@ func minimalAgentModel() kubernetesAgentModel {
 		LogLevel:                     types.StringValue(defaultLogLevel),
 		Replicas:                     types.Int64Value(defaultReplicas),
 		ImageRegistry:                types.StringNull(),
-		ExtraEnv:                     types.MapNull(types.StringType),
 		NodeSelector:                 types.MapNull(types.StringType),
-		Tolerations:                  types.StringNull(),
 		Values:                       types.StringNull(),
 		WaitForConnection:            types.BoolValue(true),
 		PrivateKeySecret:             &privateKeySecretModel{Name: types.StringValue("key"), Key: types.StringValue(secretKeyPrivate)},
+		agentJobsModel: agentJobsModel{
+			ForwardEnv:   types.ListNull(types.StringType),
+			JobResources: types.ObjectNull(resourcesObjectType.AttrTypes),
+			Tolerations:  types.ListNull(tolerationObjectType),
+			ExtraEnv:     types.ListNull(envObjectType),
+			Resources:    types.ObjectNull(resourcesObjectType.AttrTypes),
+		},
 	}
 }
 
@@ -84,12 +89,10 @@ func fullAgentModel(t *testing.T) kubernetesAgentModel {
 	m.CLI = types.StringValue("tofu")
 	m.Replicas = types.Int64Value(1)
 	m.ImageRegistry = types.StringValue("mirror.example.com")
-	m.ExtraEnv = stringMap(t, map[string]string{"NO_PROXY": ".internal", "HTTPS_PROXY": "http://proxy:3128"})
 	m.NodeSelector = stringMap(t, map[string]string{"kubernetes.io/os": "linux"})
-	m.Tolerations = types.StringValue(`[{"effect":"NoSchedule","key":"k","operator":"Exists"}]`)
+	m.agentJobsModel = fullAgentJobs(t)
 	m.Image = &agentImageModel{Registry: types.StringNull(), Repository: types.StringValue("repo/agent"), Tag: types.StringValue("1.2"), Digest: types.StringNull(), PullPolicy: types.StringValue("Always")}
 	m.JobImage = &jobImageModel{Registry: types.StringNull(), Repository: types.StringValue("repo/job"), Tag: types.StringNull(), Digest: types.StringNull()}
-	m.Resources = &resourcesModel{Requests: stringMap(t, map[string]string{"cpu": "100m"}), Limits: types.MapNull(types.StringType)}
 	cidrs, _ := types.ListValue(types.StringType, []attr.Value{types.StringValue("169.254.169.254/32")})
 	m.NetworkPolicy = &networkPolicyModel{Enabled: types.BoolValue(true), BlockedCIDRs: cidrs,
 		MetricsFrom: types.StringValue(`[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`), ExtraEgress: types.StringNull()}
@@ -120,8 +123,8 @@ func TestChartValuesFull(t *testing.T) {
 		t.Errorf("values must merge into the attributes' maps: jobs %v", jobs)
 	case got["replicaCount"] != nil:
 		t.Errorf("a null in values must remove the key: replicaCount %v", got["replicaCount"])
-	case len(env) != 2 || firstEnv["name"] != "HTTPS_PROXY":
-		t.Errorf("extraEnv must be sorted by name: %v", env)
+	case len(env) != 2 || firstEnv["name"] != "AWS_REGION":
+		t.Errorf("extraEnv must keep the order of extra_env: %v", env)
 	case global["imageRegistry"] != "mirror.example.com":
 		t.Errorf("global %v", global)
 	}

@@ -144,16 +144,12 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 				Validators:          []validator.Int64{int64validator.Between(1, 10)},
 			},
 			"image_registry": optional("Registry for every image of the chart (agent and Jobs), for mirrors in air-gapped clusters (`global.imageRegistry`)."),
-			"extra_env":      stringMap("Extra environment variables of the agent, e.g. `HTTPS_PROXY` and `NO_PROXY`."),
 			"node_selector":  stringMap("Node selector of the agent pods."),
-			"tolerations": schema.StringAttribute{
-				MarkdownDescription: "Tolerations of the agent pods as a JSON list (use `jsonencode([...])`).",
-				Optional:            true,
-				Validators:          []validator.String{jsonListValidator()},
-			},
 			"values": schema.StringAttribute{
-				MarkdownDescription: "Further chart values as YAML or JSON, merged last (they win over every attribute above). " +
-					"See the chart's README for the values; unknown keys are refused by the chart's schema.",
+				MarkdownDescription: "Further chart values as YAML or JSON: the last resort, for chart values no attribute sets " +
+					"(see the chart's README; unknown keys are refused by the chart's schema, at plan time). Every attribute you set " +
+					"wins over the same key here; `values` wins only over the defaults of `api_url`, `org_id`, `job_namespace`, " +
+					"`state_namespace`, `job_service_account`, `serve_state`, `log_level`, `replicas` and `private_key_secret.key`.",
 				Optional:   true,
 				Validators: []validator.String{valuesValidator()},
 			},
@@ -203,15 +199,14 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 			"image":          imageBlock("agent", true),
 			"job_image": imageBlock("Job `main` container when the runner's pod template names none (default: `ghcr.io/outpost-dev/outpost-job`, with OpenTofu; "+
 				"any image with `tofu` or `terraform` works, because the job runner is copied into the pod from the agent image; Terraform is not shipped for licence reasons, see the chart README)", false),
-			"resources": schema.SingleNestedBlock{
-				MarkdownDescription: "Resources of the agent container, merged into the chart's defaults (requests 50m CPU / 128Mi, limit 256Mi).",
-				Attributes: map[string]schema.Attribute{
-					"requests": stringMap("Resource requests, e.g. `{ cpu = \"100m\", memory = \"128Mi\" }`."),
-					"limits":   stringMap("Resource limits, e.g. `{ memory = \"512Mi\" }`."),
-				},
-			},
 			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 		},
+	}
+	for name, a := range agentJobsAttributes() {
+		resp.Schema.Attributes[name] = a
+	}
+	for name, b := range agentJobsBlocks() {
+		resp.Schema.Blocks[name] = b
 	}
 }
 

@@ -100,17 +100,17 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
   replicas            = 1
   log_level           = "debug"
   cli                 = "tofu"
-  extra_env           = { HTTPS_PROXY = "http://proxy.example.com:3128", NO_PROXY = ".internal" }
+  extra_env           = [{ name = "HTTPS_PROXY", value = "http://proxy.example.com:3128" }, { name = "NO_PROXY", value = ".internal" }]
   job_pod_labels      = { "azure.workload.identity/use" = "true" }
   job_service_account_annotations = { "iam.gke.io/gcp-service-account" = "deployer@p.iam.gserviceaccount.com" }
   service_account_annotations     = { "example.com/owner" = "platform" }
   node_selector       = { "kubernetes.io/os" = "linux" }
-  tolerations         = jsonencode([{ key = "dedicated", operator = "Equal", value = "outpost", effect = "NoSchedule" }])
+  tolerations         = [{ key = "dedicated", operator = "Equal", value = "outpost", effect = "NoSchedule" }]
   image {
     repository = "registry.example.com/outpost/agent"
     tag        = "0.1.0-test"
   }
-  resources {
+  resources = {
     requests = { cpu = "100m" }
   }
   values = yamlencode({ podAnnotations = { "example.com/audit" = "yes" } })
@@ -364,12 +364,39 @@ resource "outpost_kubernetes_agent" "test" {
 		{Config: agent(secret + `values = "- a list"`), ExpectError: allPhrases("Invalid Chart Values", "must be a map of chart values")},
 		{Config: agent(secret + `values = yamlencode({ bogus = 1 })`), ExpectError: allPhrases("Invalid Chart Values", "refuses these values", "bogus")},
 		{Config: agent(secret + `replicas = 0`), ExpectError: errorPhrase("must be between 1 and 10")},
-		{Config: agent(secret + `tolerations = "{"`), ExpectError: allPhrases("Invalid JSON List", "jsonencode")},
+		{Config: agent(secret + `tolerations = [{ operator = "Maybe" }]`), ExpectError: errorPhrase("value must be one of")},
 		{Config: agent(secret + `release_name = "Bad_Name"`), ExpectError: errorPhrase("must be a DNS-1123 label of at most 53 characters")},
 		{Config: agent(secret + `cli = "bash"`), ExpectError: errorPhrase("value must be one of")},
 		{Config: agent(secret + `api_url = "ftp://x"`), ExpectError: errorPhrase("must be an http(s) URL")},
 		{Config: agent(secret + `job_namespace = "Bad_NS"`), ExpectError: errorPhrase("is not valid as a Kubernetes namespace")},
 		{Config: agent(`private_key_secret { key = "k" }`), ExpectError: allPhrases("Missing Required Attribute", "name")},
+		// The typed job and network settings, checked at plan.
+		{Config: agent(secret + `proxy { https = "proxy.corp:3128" }`), ExpectError: errorPhrase("must be an http://, https:// or socks5:// URL")},
+		{Config: agent(secret + `proxy {
+  https = "http://p:3128"
+  no_proxy = [".corp, .internal"]
+}`), ExpectError: errorPhrase("without spaces or commas")},
+		{Config: agent(secret + `proxy {}`), ExpectError: allPhrases("Incomplete Block", "https or http")},
+		{Config: agent(secret + `ca_bundle { pem = "-----BEGIN PUBLIC KEY-----" }`), ExpectError: allPhrases("Invalid CA Bundle", "no PEM certificate")},
+		{Config: agent(secret + `ca_bundle {}`), ExpectError: allPhrases("Incomplete Block", "pem or secret_name")},
+		{Config: agent(secret + `ca_bundle { secret_key = "ca.pem" }`), ExpectError: errorPhrase("secret_name")},
+		{Config: agent(secret + `job_history { failed = 1001 }`), ExpectError: errorPhrase("must be between 0 and 1000")},
+		{Config: agent(secret + `plugin_cache { volume = jsonencode({ nfs = {}, hostPath = {} }) }`), ExpectError: errorPhrase("names 2 volume types")},
+		{Config: agent(secret + `plugin_cache {
+  claim_name = "a"
+  volume = "{}"
+}`), ExpectError: errorPhrase("cannot be specified when")},
+		{Config: agent(secret + `provider_installation {
+  network_mirror { url = "http://mirror.corp" }
+}`), ExpectError: errorPhrase("must be an https:// URL ending in /")},
+		{Config: agent(secret + `provider_installation {
+  filesystem_mirror { include = ["a"] }
+}`), ExpectError: allPhrases("Missing Required Attribute", "path")},
+		{Config: agent(secret + `forward_env = ["HTTPS_PROXY"]`), ExpectError: allPhrases("Variable Not Forwardable", "proxy block")},
+		{Config: agent(secret + `forward_env = ["OUTPOST_TOKEN"]`), ExpectError: errorPhrase("set by the agent itself")},
+		{Config: agent(secret + `extra_env = [{ name = "1BAD" }]`), ExpectError: errorPhrase("must be an environment variable name")},
+		{Config: agent(secret + `resources = { limits = { memory = "lots" } }`), ExpectError: errorPhrase("must be a Kubernetes quantity")},
+		{Config: agent(secret + `job_resources = { requests = { cpu = "1 core" } }`), ExpectError: errorPhrase("must be a Kubernetes quantity")},
 	}
 	for i := range steps {
 		steps[i].PlanOnly = true

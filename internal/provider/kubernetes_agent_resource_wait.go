@@ -126,7 +126,7 @@ func (r *kubernetesAgentResource) notConnectedDetail(ctx context.Context, conn *
 		fmt.Fprintf(&b, "- that Secret %s/%s holds, under %q, the private key whose public key is in the runner's public_keys "+
 			"(compare outpost_key_pair.fingerprint_sha256 with the runner's agent_key_fingerprint)\n", ns, secret, key)
 	}
-	fmt.Fprintf(&b, "- that the agent pods can reach %s (network egress, NetworkPolicies; set HTTPS_PROXY and NO_PROXY through extra_env behind a proxy)\n", plan.APIURL.ValueString())
+	fmt.Fprintf(&b, "- that the agent pods can reach %s (network egress, NetworkPolicies; behind a proxy, set the proxy block)\n", plan.APIURL.ValueString())
 	b.WriteString("\nSet wait_for_connection = false to install without waiting, or raise timeouts.create / timeouts.update.")
 	return b.String()
 }

@@ -8,8 +8,11 @@ module "names" {
 
 locals {
   # Bring your own key: with public_key set, no key pair is generated and the agent reads the
-  # private key from the Secret named in private_key_secret.
+  # private key from the Secret named in private_key_secret. With private_key_file or
+  # private_key_pem, the key pair resource takes that key instead of generating one and writes
+  # it into its Secret.
   generate_key = var.public_key == null
+  own_key      = var.private_key_file != null || var.private_key_pem != null
 
   # pod_template takes what jsonencode() gives (a JSON string, as the Humanitec module took it)
   # or the object itself.
@@ -23,9 +26,12 @@ locals {
 }
 
 # The runner's identity. The private key is written straight into a Secret of the agent's
-# namespace and never enters Terraform state.
+# namespace and never enters Terraform state (unless given as private_key_pem).
 resource "outpost_key_pair" "this" {
   count = local.generate_key ? 1 : 0
+
+  private_key_file    = var.private_key_file
+  own_private_key_pem = var.private_key_pem
 
   kubernetes_secret {
     namespace        = var.agent_namespace
@@ -73,12 +79,20 @@ resource "outpost_kubernetes_agent_runner" "this" {
     namespace       = var.job_namespace
     service_account = var.job_service_account
     pod_template    = local.pod_template
+    resources       = var.job_resources
+    tolerations     = var.job_tolerations
+    env             = var.job_env
+    node_selector   = var.job_node_selector
   }
 
   lifecycle {
     precondition {
       condition     = (var.public_key == null) == (var.private_key_secret == null)
       error_message = "public_key and private_key_secret go together: set both to bring your own key pair (the public half here, the Secret in agent_namespace holding the private half), or neither to let the module generate one."
+    }
+    precondition {
+      condition     = !(local.own_key && var.public_key != null) && !(var.private_key_file != null && var.private_key_pem != null)
+      error_message = "Give one private key: private_key_file or private_key_pem (the module derives the public key and writes the Secret), or public_key with private_key_secret (a Secret that exists)."
     }
   }
 }
@@ -92,6 +106,12 @@ resource "outpost_kubernetes_agent" "this" {
   job_service_account             = var.job_service_account
   job_service_account_annotations = var.job_service_account_annotations
   job_pod_labels                  = var.job_pod_labels
+  service_account_annotations     = var.agent_service_account_annotations
+  node_selector                   = var.agent_node_selector
+  tolerations                     = var.agent_tolerations
+  extra_env                       = var.agent_extra_env
+  resources                       = var.agent_resources
+  forward_env                     = var.forward_env
   serve_state                     = var.serve_state
   state_namespace                 = var.state_namespace
   values                          = local.agent_values
@@ -154,6 +174,68 @@ resource "outpost_kubernetes_agent" "this" {
       allowed_secrets             = job_pod_policy.value.allowed_secrets
       allowed_config_maps         = job_pod_policy.value.allowed_config_maps
       pod_template                = job_pod_policy.value.pod_template == null ? null : (can(tostring(job_pod_policy.value.pod_template)) ? tostring(job_pod_policy.value.pod_template) : jsonencode(job_pod_policy.value.pod_template))
+    }
+  }
+  dynamic "proxy" {
+    for_each = var.proxy == null ? [] : [var.proxy]
+    content {
+      https    = proxy.value.https
+      http     = proxy.value.http
+      no_proxy = proxy.value.no_proxy
+    }
+  }
+
+  dynamic "ca_bundle" {
+    for_each = var.ca_bundle == null ? [] : [var.ca_bundle]
+    content {
+      pem         = ca_bundle.value.pem
+      secret_name = ca_bundle.value.secret_name
+      secret_key  = ca_bundle.value.secret_key
+    }
+  }
+
+  dynamic "job_history" {
+    for_each = var.job_history == null ? [] : [var.job_history]
+    content {
+      succeeded = job_history.value.succeeded
+      failed    = job_history.value.failed
+    }
+  }
+
+  dynamic "plugin_cache" {
+    for_each = var.plugin_cache == null ? [] : [var.plugin_cache]
+    content {
+      claim_name = plugin_cache.value.claim_name
+      volume     = plugin_cache.value.volume == null ? null : (can(tostring(plugin_cache.value.volume)) ? tostring(plugin_cache.value.volume) : jsonencode(plugin_cache.value.volume))
+    }
+  }
+
+  dynamic "provider_installation" {
+    for_each = var.provider_installation == null ? [] : [var.provider_installation]
+    content {
+      dynamic "network_mirror" {
+        for_each = provider_installation.value.network_mirror == null ? [] : [provider_installation.value.network_mirror]
+        content {
+          url     = network_mirror.value.url
+          include = network_mirror.value.include
+          exclude = network_mirror.value.exclude
+        }
+      }
+      dynamic "filesystem_mirror" {
+        for_each = provider_installation.value.filesystem_mirror == null ? [] : [provider_installation.value.filesystem_mirror]
+        content {
+          path    = filesystem_mirror.value.path
+          include = filesystem_mirror.value.include
+          exclude = filesystem_mirror.value.exclude
+        }
+      }
+      dynamic "direct" {
+        for_each = provider_installation.value.direct == null ? [] : [provider_installation.value.direct]
+        content {
+          include = direct.value.include
+          exclude = direct.value.exclude
+        }
+      }
     }
   }
 }

@@ -4,7 +4,7 @@ output "runner_id" {
 }
 
 output "key_fingerprint" {
-  description = "SHA-256 fingerprint of the runner's public key (the generated one; null with public_key)."
+  description = "SHA-256 fingerprint of the runner's key pair (generated, or from private_key_file or private_key_pem; null with public_key)."
   value       = one(outpost_key_pair.this[*].fingerprint_sha256)
 }
 
@@ -26,4 +26,14 @@ output "agent_release_revision" {
 output "org_id" {
   description = "Organisation the runner is registered in (and the agent serves)."
   value       = outpost_kubernetes_agent_runner.this.org_id
+}
+
+output "agent_chart_version" {
+  description = "Version of the agent chart installed (the one the provider embeds)."
+  value       = outpost_kubernetes_agent.this.chart_version
+}
+
+output "public_key_pem" {
+  description = "The public key the runner is registered with (PEM)."
+  value       = local.generate_key ? outpost_key_pair.this[0].public_key_pem : var.public_key
 }

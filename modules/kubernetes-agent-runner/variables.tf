@@ -99,7 +99,7 @@ variable "key_rotation" {
 
 variable "agent_values" {
   type        = string
-  description = "Further chart values (YAML or JSON) for the agent, merged last."
+  description = "Further chart values (YAML or JSON) for the agent: the last resort, for values no input sets. The inputs win over the same keys here (agent_values still wins over agent_service_account_name)."
   default     = null
 }
 
@@ -211,5 +211,164 @@ variable "network_policy" {
     extra_egress  = optional(any)
   })
   description = "The chart's NetworkPolicies (on by default): job pods may not reach `blocked_cidrs` (the cloud metadata service); only job pods reach the agent's state port, and only `metrics_from` (a list of Kubernetes NetworkPolicyPeer objects, or the JSON string jsonencode() gives) its metrics port. `extra_egress` adds egress rules for the job pods. Null keeps the chart's defaults. See `outpost_kubernetes_agent`'s `network_policy`."
+  default     = null
+}
+
+variable "private_key_file" {
+  type        = string
+  description = "Bring your own key from a file: the path of the ed25519 private key (PEM, PKCS#8, as `openssl genpkey -algorithm ed25519` writes it), relative to the directory Terraform runs in. The provider reads it and writes it into a new Secret `<runner_id>-key` in `agent_namespace`; only the path enters the state. The public key is derived from it. Not with `public_key`."
+  default     = null
+}
+
+variable "private_key_pem" {
+  type        = string
+  description = "Bring your own key as PEM text (e.g. from a secret manager), written into a new Secret `<runner_id>-key` in `agent_namespace`. Kept in the state as a sensitive value; `private_key_file` keeps it out. Not with `public_key` or `private_key_file`."
+  default     = null
+  sensitive   = true
+}
+
+variable "agent_service_account_annotations" {
+  type        = map(string)
+  description = "Annotations of the agent's own service account (chart `serviceAccount.annotations`). The agent needs no cloud identity; give cloud roles to the Jobs (`job_service_account_annotations`)."
+  default     = {}
+}
+
+variable "agent_node_selector" {
+  type        = map(string)
+  description = "Node selector of the agent pods."
+  default     = null
+}
+
+variable "agent_tolerations" {
+  type = list(object({
+    key                = optional(string)
+    operator           = optional(string)
+    value              = optional(string)
+    effect             = optional(string)
+    toleration_seconds = optional(number)
+  }))
+  description = "Taints the agent pods tolerate; the shape of `job_tolerations` and of `outpost_kubernetes_agent.tolerations`."
+  default     = null
+}
+
+variable "agent_extra_env" {
+  type = list(object({
+    name               = string
+    value              = optional(string)
+    secret_key_ref     = optional(object({ name = string, key = string, optional = optional(bool) }))
+    config_map_key_ref = optional(object({ name = string, key = string, optional = optional(bool) }))
+  }))
+  description = "Extra environment variables of the agent: a literal `value`, or a key of a Secret or ConfigMap in `agent_namespace`; the shape of `job_env`. Hand them on to the Jobs with `forward_env`. For a proxy use `proxy`."
+  default     = null
+}
+
+variable "agent_resources" {
+  type = object({
+    requests = optional(map(string))
+    limits   = optional(map(string))
+  })
+  description = "Resources of the agent container, merged into the chart's defaults (requests 50m CPU and 128Mi, limit 256Mi); the shape of `job_resources`."
+  default     = null
+}
+
+variable "job_resources" {
+  type = object({
+    requests = optional(map(string))
+    limits   = optional(map(string))
+  })
+  description = "Requests and limits of the Jobs' `main` container (the runner's `job.resources`), e.g. `{ requests = { cpu = \"500m\", memory = \"1Gi\" } }`."
+  default     = null
+}
+
+variable "job_tolerations" {
+  type = list(object({
+    key                = optional(string)
+    operator           = optional(string)
+    value              = optional(string)
+    effect             = optional(string)
+    toleration_seconds = optional(number)
+  }))
+  description = "Taints the job pods tolerate (the runner's `job.tolerations`)."
+  default     = null
+}
+
+variable "job_env" {
+  type = list(object({
+    name               = string
+    value              = optional(string)
+    secret_key_ref     = optional(object({ name = string, key = string, optional = optional(bool) }))
+    config_map_key_ref = optional(object({ name = string, key = string, optional = optional(bool) }))
+  }))
+  description = "Environment variables of the Jobs' `main` container (the runner's `job.env`): a literal `value`, or a key of a Secret or ConfigMap in `job_namespace` (which `job_pod_policy` must allow)."
+  default     = null
+}
+
+variable "job_node_selector" {
+  type        = map(string)
+  description = "Node labels the job pods must run on (the runner's `job.node_selector`)."
+  default     = null
+}
+
+variable "proxy" {
+  type = object({
+    https    = optional(string)
+    http     = optional(string)
+    no_proxy = optional(list(string))
+  })
+  description = "HTTP(S) proxy of the agent and its job pods; `no_proxy` adds to the cluster-internal addresses. See `outpost_kubernetes_agent`'s `proxy`."
+  default     = null
+
+  validation {
+    condition     = var.proxy == null ? true : alltrue([for u in compact([try(var.proxy.https, null), try(var.proxy.http, null)]) : can(regex("^(https?|socks5h?)://[^\\s]+$", u))])
+    error_message = "proxy.https and proxy.http must be http://, https:// or socks5:// URLs, e.g. http://proxy.corp:3128."
+  }
+}
+
+variable "ca_bundle" {
+  type = object({
+    pem         = optional(string)
+    secret_name = optional(string)
+    secret_key  = optional(string)
+  })
+  description = "Extra CA certificates for the agent and the job pods: `pem` (the chart writes a Secret in both namespaces) or `secret_name` of a Secret you keep in both. See `outpost_kubernetes_agent`'s `ca_bundle`."
+  default     = null
+
+  validation {
+    condition     = var.ca_bundle == null ? true : (try(var.ca_bundle.pem, null) == null) != (try(var.ca_bundle.secret_name, null) == null)
+    error_message = "ca_bundle needs exactly one of pem (the certificates) and secret_name (a Secret in agent_namespace and job_namespace)."
+  }
+}
+
+variable "job_history" {
+  type = object({
+    succeeded = optional(number)
+    failed    = optional(number)
+  })
+  description = "How many finished Jobs of each outcome stay in the cluster (0 to 1000; the chart's default is 10 each)."
+  default     = null
+}
+
+variable "plugin_cache" {
+  type = object({
+    claim_name = optional(string)
+    volume     = optional(any)
+  })
+  description = "Provider plugin cache of the job pods: `claim_name` of a PersistentVolumeClaim in `job_namespace`, or any Kubernetes VolumeSource as `volume` (an object, or the JSON string jsonencode() gives)."
+  default     = null
+}
+
+variable "provider_installation" {
+  type = object({
+    network_mirror    = optional(object({ url = string, include = optional(list(string)), exclude = optional(list(string)) }))
+    filesystem_mirror = optional(object({ path = string, include = optional(list(string)), exclude = optional(list(string)) }))
+    direct            = optional(object({ include = optional(list(string)), exclude = optional(list(string)) }))
+  })
+  description = "Where the job pods' Terraform/OpenTofu install providers from (a provider mirror for clusters without registry access). See `outpost_kubernetes_agent`'s `provider_installation`."
+  default     = null
+}
+
+variable "forward_env" {
+  type        = list(string)
+  description = "Names of the agent's environment variables (`agent_extra_env`) handed on to every job pod."
   default     = null
 }

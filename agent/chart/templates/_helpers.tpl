@@ -265,3 +265,25 @@ runs them.
 {{- fail (printf "jobs.rbac.rules give the jobs access to %s in namespace %s, which holds the Terraform states: a job could read or change any state. Keep the states in a namespace of their own (state.namespace), or drop those rules" $reach $jobsNamespace) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Secret holding the extra CA certificates: caBundle.existingSecret, or the one the chart makes
+from caBundle.pem (in the release namespace and in jobs.namespace); empty without a CA bundle.
+*/}}
+{{- define "outpost-agent.caSecretName" -}}
+{{- if and .Values.caBundle.existingSecret .Values.caBundle.pem }}
+{{- fail "caBundle: set existingSecret (a Secret you create in the release namespace and jobs.namespace) or pem (the chart creates the Secrets), not both" }}
+{{- end }}
+{{- if .Values.caBundle.existingSecret }}
+{{- .Values.caBundle.existingSecret }}
+{{- else if .Values.caBundle.pem }}
+{{- printf "%s-ca-bundle" (include "outpost-agent.fullname" .) | trunc 253 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The key of the PEM bundle in that Secret: caBundle.secretKey, or ca.crt in the chart's own.
+*/}}
+{{- define "outpost-agent.caSecretKey" -}}
+{{- if .Values.caBundle.existingSecret }}{{ .Values.caBundle.secretKey }}{{ else }}ca.crt{{ end }}
+{{- end }}

@@ -44,9 +44,36 @@ resource "outpost_kubernetes_agent" "prod" {
     "eks.amazonaws.com/role-arn" = "arn:aws:iam::123456789012:role/outpost-deployer"
   }
 
-  extra_env = {
-    HTTPS_PROXY = "http://proxy.internal:3128"
-    NO_PROXY    = ".internal"
+  # Behind an egress proxy: the agent and its job pods use it; the cluster's own addresses never do.
+  proxy {
+    https    = "http://proxy.internal:3128"
+    no_proxy = [".internal"]
+  }
+
+  # The TLS-intercepting proxy's CA, trusted by the agent, Terraform/OpenTofu and git in job pods:
+  # a Secret kept in both namespaces, or `pem = file("corp-ca.pem")` for the chart to write one.
+  ca_bundle {
+    secret_name = "corp-ca"
+  }
+
+  # Providers from the company's mirror only.
+  provider_installation {
+    network_mirror {
+      url = "https://mirror.internal/terraform/providers/"
+    }
+  }
+
+  # The agent's own variables, and which of them job pods get too.
+  extra_env = [
+    { name = "AWS_REGION", value = "eu-west-1" },
+    { name = "TF_REGISTRY_CLIENT_TIMEOUT", value = "30" },
+  ]
+  forward_env = ["AWS_REGION", "TF_REGISTRY_CLIENT_TIMEOUT"]
+
+  # The last 20 failed Jobs stay for `kubectl logs`; succeeded ones go at once.
+  job_history {
+    succeeded = 0
+    failed    = 20
   }
 
   # What the runner's pod template may ask for beyond Pod Security "restricted": here, one
@@ -56,7 +83,7 @@ resource "outpost_kubernetes_agent" "prod" {
     allowed_secrets = ["cloud-credentials"]
   }
 
-  # Any other chart value, merged last.
+  # Any other chart value: the last resort; the attributes above win over the same keys.
   values = yamlencode({
     podAnnotations = { "example.com/team" = "platform" }
   })
