@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -203,7 +202,7 @@ func (e *podsEnv) rotateUnderLoad(t *testing.T, runnerID, agentNS, keySecret str
 	if err != nil {
 		t.Fatalf("the rotated Secret's %s: %v", keys.SecretKeyPrevious, err)
 	}
-	if fp := keys.Fingerprint(old.Public().(ed25519.PublicKey)); fp != before.Status.KeyFingerprint {
+	if fp := agentauth.NewSigner(e.c.Org, runnerID, old).Fingerprint(); fp != before.Status.KeyFingerprint {
 		t.Errorf("the Secret's previous key is %s, want the key the agent signed with before, %s", fp, before.Status.KeyFingerprint)
 	}
 	stale, err := client.NewAgentClient(e.apiURL, agentauth.NewSigner(e.c.Org, runnerID, old), client.AllowInsecureHTTP(),

@@ -272,7 +272,8 @@ func (r *keyPairResource) ModifyPlan(ctx context.Context, req resource.ModifyPla
 
 // rotates tells whether a plan changes keepers (a null map and an empty one are the same).
 func rotates(state, plan keyPairModel) bool {
-	return !(len(state.Keepers.Elements()) == 0 && len(plan.Keepers.Elements()) == 0) && !state.Keepers.Equal(plan.Keepers)
+	bothEmpty := len(state.Keepers.Elements()) == 0 && len(plan.Keepers.Elements()) == 0
+	return !bothEmpty && !state.Keepers.Equal(plan.Keepers)
 }
 
 // Update rotates the key when keepers changed, or when the key brought in is another one (see

@@ -49,7 +49,7 @@ resource "outpost_key_pair" "test" {
 					fingerprints.AddStateValue(addr, tfjsonpath.New("fingerprint_sha256")),
 					privateKeyInState{},
 				},
-				Check:            checkKeyPairConsistent(addr),
+				Check:            checkKeyPairConsistent(),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			{
@@ -61,7 +61,7 @@ resource "outpost_key_pair" "test" {
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{fingerprints.AddStateValue(addr, tfjsonpath.New("fingerprint_sha256"))},
-				Check:             checkKeyPairConsistent(addr),
+				Check:             checkKeyPairConsistent(),
 			},
 		},
 	})
@@ -99,7 +99,7 @@ resource "outpost_key_pair" "test" {
 					noPrivateKeyInState{},
 					sameKey.AddStateValue(addr, tfjsonpath.New("fingerprint_sha256")),
 				},
-				Check:            resource.ComposeTestCheckFunc(checkKeyPairConsistent(addr), e.checkSecretMatches(ns, "runner-key")),
+				Check:            resource.ComposeTestCheckFunc(checkKeyPairConsistent(), e.checkSecretMatches(ns, "runner-key")),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
 			// ImportState testing: from the Secret, with the CLI and with an import block
@@ -118,7 +118,7 @@ resource "outpost_key_pair" "test" {
 			},
 			// Rotation: the same Secret gets the new key, and keeps the replaced one beside it.
 			{
-				PreConfig: func() { before = e.secretFingerprint(t, ns, "runner-key", secretKeyPrivate) },
+				PreConfig: func() { before = e.keyFingerprint(t, ns, secretKeyPrivate) },
 				Config:    rotated("1"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{
 					PreApply: []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate),
@@ -126,9 +126,9 @@ resource "outpost_key_pair" "test" {
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
 				ConfigStateChecks: []statecheck.StateCheck{noPrivateKeyInState{}},
-				Check: resource.ComposeTestCheckFunc(checkKeyPairConsistent(addr), e.checkSecretMatches(ns, "runner-key"),
+				Check: resource.ComposeTestCheckFunc(checkKeyPairConsistent(), e.checkSecretMatches(ns, "runner-key"),
 					func(*terraform.State) error {
-						if got := e.secretFingerprint(t, ns, "runner-key", keys.SecretKeyPrevious); got != before {
+						if got := e.keyFingerprint(t, ns, keys.SecretKeyPrevious); got != before {
 							return fmt.Errorf("the Secret's previous key is %s, want the replaced key %s", got, before)
 						}
 						return nil
@@ -137,7 +137,7 @@ resource "outpost_key_pair" "test" {
 			// A Secret an earlier provider wrote immutable is replaced, and still rotates.
 			{
 				PreConfig: func() {
-					before = e.secretFingerprint(t, ns, "runner-key", secretKeyPrivate)
+					before = e.keyFingerprint(t, ns, secretKeyPrivate)
 					e.makeImmutable(t, ns, "runner-key")
 				},
 				Config: rotated("2"),
@@ -145,9 +145,9 @@ resource "outpost_key_pair" "test" {
 					PreApply:             []plancheck.PlanCheck{plancheck.ExpectResourceAction(addr, plancheck.ResourceActionUpdate)},
 					PostApplyPostRefresh: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()},
 				},
-				Check: resource.ComposeTestCheckFunc(checkKeyPairConsistent(addr), e.checkSecretMatches(ns, "runner-key"),
+				Check: resource.ComposeTestCheckFunc(checkKeyPairConsistent(), e.checkSecretMatches(ns, "runner-key"),
 					func(*terraform.State) error {
-						if got := e.secretFingerprint(t, ns, "runner-key", keys.SecretKeyPrevious); got != before {
+						if got := e.keyFingerprint(t, ns, keys.SecretKeyPrevious); got != before {
 							return fmt.Errorf("the Secret's previous key is %s, want the replaced key %s", got, before)
 						}
 						return nil
@@ -247,7 +247,8 @@ func TestKeyPair_invalid(t *testing.T) {
 }
 
 // checkKeyPairConsistent checks that the public attributes all describe the same key.
-func checkKeyPairConsistent(addr string) resource.TestCheckFunc {
+func checkKeyPairConsistent() resource.TestCheckFunc {
+	const addr = "outpost_key_pair.test"
 	return func(s *terraform.State) error {
 		rs, ok := s.RootModule().Resources[addr]
 		if !ok {
@@ -315,9 +316,10 @@ func (e *accEnv) checkSecretGone(ns, name string) resource.TestCheckFunc {
 	}
 }
 
-// secretFingerprint is the fingerprint of the private key under data key key of a Secret.
-func (e *accEnv) secretFingerprint(t *testing.T, ns, name, key string) string {
+// keyFingerprint is the fingerprint of the private key under data key key of Secret runner-key.
+func (e *accEnv) keyFingerprint(t *testing.T, ns, key string) string {
 	t.Helper()
+	const name = "runner-key"
 	secret, err := e.kube().CoreV1().Secrets(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +328,11 @@ func (e *accEnv) secretFingerprint(t *testing.T, ns, name, key string) string {
 	if err != nil {
 		t.Fatalf("Secret %s/%s, data key %s: %v", ns, name, key, err)
 	}
-	return keys.Fingerprint(priv.Public().(ed25519.PublicKey))
+	pub, ok := priv.Public().(ed25519.PublicKey)
+	if !ok {
+		t.Fatal("not an ed25519 key")
+	}
+	return keys.Fingerprint(pub)
 }
 
 // makeImmutable rewrites a Secret as an earlier provider wrote it: immutable, same content.

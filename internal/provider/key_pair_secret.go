@@ -112,7 +112,8 @@ func (r *keyPairResource) rotateSecret(ctx context.Context, s *keyPairSecretMode
 		return diags
 	}
 	old, err := keys.ParsePrivatePEM(cur.Data[secretKeyPrivate])
-	if err != nil || keys.Fingerprint(old.Public().(ed25519.PublicKey)) != oldFP {
+	oldPub, _ := old.Public().(ed25519.PublicKey)
+	if err != nil || keys.Fingerprint(oldPub) != oldFP {
 		diags.AddError("Key Secret Changed Outside Terraform",
 			fmt.Sprintf("Secret %s/%s no longer holds this key pair's key (%s), so it is not overwritten. Refresh (terraform apply -refresh-only) "+
 				"to see what it holds, or delete the Secret to have a new key pair generated.", ns, name, oldFP))

@@ -77,13 +77,13 @@ func (c *collect) report(err error) {
 	c.errs = append(c.errs, err)
 }
 
-func (c *collect) last() (error, int) {
+func (c *collect) last() (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.errs) == 0 {
-		return nil, 0
+		return 0, nil
 	}
-	return c.errs[len(c.errs)-1], len(c.errs)
+	return len(c.errs), c.errs[len(c.errs)-1]
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
@@ -107,8 +107,8 @@ func TestFileSource(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	go FileSource{Path: path, Interval: 10 * time.Millisecond}.Run(ctx, r, c.report)
-	waitUntil(t, "a report", func() bool { _, n := c.last(); return n > 0 })
-	err, _ := c.last()
+	waitUntil(t, "a report", func() bool { n, _ := c.last(); return n > 0 })
+	_, err := c.last()
 	if err == nil || strings.Contains(err.Error(), "SECRET-MATERIAL") || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "--private-key-file") {
 		t.Fatalf("a file without a key: %v (must name the file and the flag, never the content)", err)
 	}
@@ -126,18 +126,18 @@ func TestFileSource(t *testing.T) {
 	if ks := r.Keys(); !ks[0].Equal(k2) || !ks[1].Equal(k1) {
 		t.Fatal("want the current key, then the previous one")
 	}
-	if err, _ := c.last(); err != nil {
+	if _, err := c.last(); err != nil {
 		t.Fatalf("last report %v after the keys were loaded", err)
 	}
-	_, n := c.last()
+	n, _ := c.last()
 	time.Sleep(50 * time.Millisecond)
-	if _, m := c.last(); m != n {
+	if m, _ := c.last(); m != n {
 		t.Fatalf("%d more reports with nothing changed; a report is for a change of outcome", m-n)
 	}
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the missing file to be reported", func() bool { err, _ := c.last(); return err != nil })
+	waitUntil(t, "the missing file to be reported", func() bool { _, err := c.last(); return err != nil })
 	if ks := r.Keys(); len(ks) != 2 {
 		t.Fatal("a key file that went away must leave the keys held in place")
 	}
@@ -153,8 +153,8 @@ func TestSecretSourceFollowsTheSecret(t *testing.T) {
 	defer cancel()
 	go src.Run(ctx, r, c.report)
 
-	waitUntil(t, "a report", func() bool { _, n := c.last(); return n > 0 })
-	if err, _ := c.last(); err == nil || !strings.Contains(err.Error(), "outpost/runner-key does not exist") || !strings.Contains(err.Error(), "privateKey.existingSecret") {
+	waitUntil(t, "a report", func() bool { n, _ := c.last(); return n > 0 })
+	if _, err := c.last(); err == nil || !strings.Contains(err.Error(), "outpost/runner-key does not exist") || !strings.Contains(err.Error(), "privateKey.existingSecret") {
 		t.Fatalf("a missing Secret: %v", err)
 	}
 	sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "runner-key", Namespace: "outpost"}, Data: map[string][]byte{"private-key.pem": p1}}
@@ -181,14 +181,14 @@ func TestSecretSourceFollowsTheSecret(t *testing.T) {
 	if _, err := cs.CoreV1().Secrets("outpost").Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the bad key to be reported", func() bool { err, _ := c.last(); return err != nil })
-	if err, _ := c.last(); strings.Contains(err.Error(), "SECRET-MATERIAL") || !strings.Contains(err.Error(), `data key "private-key.pem"`) {
+	waitUntil(t, "the bad key to be reported", func() bool { _, err := c.last(); return err != nil })
+	if _, err := c.last(); strings.Contains(err.Error(), "SECRET-MATERIAL") || !strings.Contains(err.Error(), `data key "private-key.pem"`) {
 		t.Fatalf("a Secret without a key: %v", err)
 	}
 	if err := cs.CoreV1().Secrets("outpost").Delete(ctx, "runner-key", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the delete to be reported", func() bool { err, _ := c.last(); return err != nil && strings.Contains(err.Error(), "deleted") })
+	waitUntil(t, "the delete to be reported", func() bool { _, err := c.last(); return err != nil && strings.Contains(err.Error(), "deleted") })
 	if !r.Current().Equal(k2) {
 		t.Fatal("the keys held must stay when the Secret goes")
 	}

@@ -127,7 +127,12 @@ func TestAnIdleAgentMovesOntoARotatedKeyAtOnce(t *testing.T) {
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- s.Run(runCtx) }()
-			defer func() { cancel(); <-done }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("session: %v", err)
+				}
+			}()
 			waitFor(t, "the agent connected", func() bool {
 				r, err := admin.GetRunner(ctx, "r1")
 				return err == nil && r.Status.KeyFingerprint == signer.Fingerprint()
