@@ -7,11 +7,20 @@ import "fmt"
 // releases work together as long as their ranges overlap. Each side states the range it speaks;
 // the orchestrator picks the highest version both speak on every poll and refuses the poll with
 // CodeIncompatibleProtocol when there is none.
+//
+// The versions:
+//   - 1: the first.
+//   - 2: a poll may state the runner keys the agent holds (key_fingerprints), and its answer
+//     names the runner's current keys. An orchestrator of version 1 refuses a poll with the
+//     field, so an agent states it only once an answer chose 2 (ProtocolKeyFingerprints).
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 1
+	AgentProtocol = 2
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
+	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
+	// answers.
+	ProtocolKeyFingerprints = 2
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
@@ -16,6 +17,8 @@ import (
 type AgentClient struct {
 	t      *transport
 	signer *agentauth.Signer
+	// protocol is the agent protocol version the last poll answer chose (0 before the first).
+	protocol atomic.Int32
 }
 
 // NewAgentClient returns a client that signs requests with signer. The HTTP timeout must exceed
@@ -56,16 +59,22 @@ func (c *AgentClient) Poll(ctx context.Context, req api.PollRequest) (*api.PollR
 	if req.Protocol == (api.ProtocolRange{}) {
 		req.Protocol = api.AgentProtocols()
 	}
-	if req.KeyFingerprints == nil {
+	if req.KeyFingerprints == nil && int(c.protocol.Load()) >= api.ProtocolKeyFingerprints && req.Protocol.Max >= api.ProtocolKeyFingerprints {
+		// Only once an answer chose a version that has the field: an older orchestrator
+		// refuses a poll with a field it does not know.
 		req.KeyFingerprints = c.signer.Fingerprints()
 	}
 	resp, err := roundTrip[api.PollResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/poll", retryable: retry.Idempotent}, req)
-	if err == nil && resp.KeyFingerprints != nil {
+	if err != nil {
+		return nil, err
+	}
+	c.protocol.Store(int32(resp.Protocol))
+	if resp.KeyFingerprints != nil {
 		// The runner's current keys: the next requests are signed with the newest of ours
 		// among them (an orchestrator from before rotation says nothing, and nothing changes).
 		c.signer.Registered(resp.KeyFingerprints)
 	}
-	return resp, err
+	return resp, nil
 }
 
 // Claim claims an offered attempt of a deployment. It is idempotent for the same instance;

@@ -110,7 +110,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 				writeJSON(w, http.StatusOK, api.PollResponse{
 					Offers: a.offers, Directives: directives, MaxConcurrency: a.maxConcurrency, ServerTime: s.store.timeNow(),
 					Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
-					KeyFingerprints: a.keyFingerprints,
+					KeyFingerprints: keyFingerprintsFor(protocol, a.keyFingerprints),
 				})
 				answered = true
 			}
@@ -129,6 +129,15 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 			return nil
 		}
 	}
+}
+
+// keyFingerprintsFor is the answer's key_fingerprints in the chosen protocol: none before the
+// version that has them.
+func keyFingerprintsFor(protocol int, fps []string) []string {
+	if protocol < api.ProtocolKeyFingerprints {
+		return nil
+	}
+	return fps
 }
 
 // startPoll decodes and checks a poll and negotiates its agent protocol.

@@ -46,9 +46,13 @@ func TestReplacedKeysRetireWhenTheAgentMoves(t *testing.T) {
 	}
 
 	// The agent that has not moved yet still polls, and learns which keys are current.
-	ans := old.poll(api.PollRequest{Instance: "a", WaitSeconds: 0})
+	ans := old.poll(api.PollRequest{Instance: "a", WaitSeconds: 0, Protocol: api.AgentProtocols()})
 	if len(ans.KeyFingerprints) != 1 || ans.KeyFingerprints[0] != fingerprintOf(t, newPEM) {
 		t.Fatalf("poll answer key_fingerprints = %v, want the new key's only", ans.KeyFingerprints)
+	}
+	// An agent of protocol 1 gets no field it does not know.
+	if v1 := old.poll(api.PollRequest{Instance: "a", WaitSeconds: 0, Protocol: api.ProtocolRange{Min: 1, Max: 1}}); v1.KeyFingerprints != nil {
+		t.Fatalf("an answer in protocol 1 carries key_fingerprints %v", v1.KeyFingerprints)
 	}
 	if h.deploymentRunner(t).RetiringKeys == nil {
 		t.Fatal("a poll signed with the retiring key retired it")
@@ -119,13 +123,13 @@ func TestPollAnsweredAtOnceWhenTheAgentCanMove(t *testing.T) {
 	h.replaceKeys(false, newPEM)
 	newFP := fingerprintOf(t, newPEM)
 
-	held := old.goPost("/api/v1/agent/poll", api.PollRequest{Instance: "a", WaitSeconds: 30, KeyFingerprints: []string{old.signer.Fingerprint()}})
+	held := old.goPost("/api/v1/agent/poll", api.PollRequest{Instance: "a", WaitSeconds: 30, Protocol: api.AgentProtocols(), KeyFingerprints: []string{old.signer.Fingerprint()}})
 	select {
 	case r := <-held:
 		t.Fatalf("a poll from an agent without the new key was answered at once (HTTP %d %s)", r.code, r.body)
 	case <-time.After(500 * time.Millisecond):
 	}
-	moving := old.goPost("/api/v1/agent/poll", api.PollRequest{Instance: "a", WaitSeconds: 30, KeyFingerprints: []string{newFP, old.signer.Fingerprint()}})
+	moving := old.goPost("/api/v1/agent/poll", api.PollRequest{Instance: "a", WaitSeconds: 30, Protocol: api.AgentProtocols(), KeyFingerprints: []string{newFP, old.signer.Fingerprint()}})
 	select {
 	case r := <-moving:
 		if r.err != nil || r.code != http.StatusOK {
@@ -145,7 +149,7 @@ func TestPollAnsweredAtOnceWhenItsKeyIsRevoked(t *testing.T) {
 	h := newHarness(t)
 	old := h.setupRunner("acme", "r1", 1)
 	newPEM, _ := newKey(t)
-	held := old.goPost("/api/v1/agent/poll", api.PollRequest{Instance: "a", WaitSeconds: 30, KeyFingerprints: []string{old.signer.Fingerprint()}})
+	held := old.goPost("/api/v1/agent/poll", api.PollRequest{Instance: "a", WaitSeconds: 30, Protocol: api.AgentProtocols(), KeyFingerprints: []string{old.signer.Fingerprint()}})
 	time.Sleep(200 * time.Millisecond) // the poll waits
 	h.replaceKeys(true, newPEM)
 	select {
