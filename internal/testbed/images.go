@@ -47,28 +47,10 @@ const podBinary = "testbed-pod"
 // path. The image is named ref through the annotation containerd's importer uses, so it needs no
 // --base-name. Both built-in images share their one layer, so the node stores it once.
 func writeImageArchive(path, ref, binary string, entrypoint []string) error {
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return fileLayer(binary, podBinary) },
-		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
+	img, err := podImage(binary, entrypoint)
 	if err != nil {
-		return fmt.Errorf("building the layer of %s: %w", ref, err)
+		return fmt.Errorf("building %s: %w", ref, err)
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
-	if err != nil {
-		return err
-	}
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
-	cfg.Config.Entrypoint = entrypoint
-	cfg.Config.Env = []string{"PATH=/"}
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
-		return err
-	}
-
 	dir := path + ".layout"
 	defer os.RemoveAll(dir)
 	p, err := layout.Write(dir, empty.Index)
@@ -86,6 +68,30 @@ func writeImageArchive(path, ref, binary string, entrypoint []string) error {
 		return fmt.Errorf("writing the OCI layout of %s: %w", ref, err)
 	}
 	return tarDir(dir, path)
+}
+
+// podImage is a single-layer OCI image holding the file binary as /testbed-pod, with the given
+// entrypoint, for this machine's architecture.
+func podImage(binary string, entrypoint []string) (v1.Image, error) {
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return fileLayer(binary, podBinary) },
+		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("building the layer: %w", err)
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	if err != nil {
+		return nil, err
+	}
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
+	cfg.Config.Entrypoint = entrypoint
+	cfg.Config.Env = []string{"PATH=/"}
+	return mutate.ConfigFile(img, cfg)
 }
 
 // fileLayer returns a layer tar holding the file at src as /name, mode 0755, with a fixed
