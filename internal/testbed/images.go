@@ -219,3 +219,18 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	}
 	return nil
 }
+
+// RemoveImage removes an image from the real node's containerd (`ctr images rm`), so the next
+// Pod that names it pulls it again: a test of a pull that an earlier Pod on the node made
+// unnecessary. Containers running from it keep running. An image the node does not have is no
+// error.
+func (c *Cluster) RemoveImage(ctx context.Context, ref string) error {
+	if c.containerdSocket == "" {
+		return errors.New("testbed: RemoveImage: this test bed runs no real node (testbed.Options{Node: true})")
+	}
+	cmd := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket, "--namespace", "k8s.io", "images", "rm", ref)
+	if out, err := cmd.CombinedOutput(); err != nil && !strings.Contains(string(out), "not found") {
+		return fmt.Errorf("testbed: removing %s from the node's containerd: %w: %s", ref, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

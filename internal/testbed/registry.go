@@ -74,12 +74,14 @@ func (r *Registry) Transport() (*http.Transport, error) {
 	if !pool.AppendCertsFromPEM(r.CAData) {
 		return nil, errors.New("testbed: the registry's CA is not valid PEM")
 	}
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	// The registry is on this machine's own address: never send its traffic through a proxy
-	// from the environment.
-	t.Proxy = nil
-	return t, nil
+	// The registry is on this machine's own address: no proxy from the environment (Proxy nil).
+	return &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		ForceAttemptHTTP2:   true,
+		MaxIdleConnsPerHost: 8,
+		IdleConnTimeout:     90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second,
+	}, nil
 }
 
 // RemoteOptions are the go-containerregistry options that push to and read from the registry:

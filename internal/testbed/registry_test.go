@@ -42,7 +42,7 @@ func TestRegistryPullNeedsThePullSecret(t *testing.T) {
 		}
 		return ref
 	}
-	pod := func(name, image, secret string) *corev1.Pod {
+	pod := func(name, image, secret string) {
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 			Spec: corev1.PodSpec{
@@ -57,7 +57,6 @@ func TestRegistryPullNeedsThePullSecret(t *testing.T) {
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		return p
 	}
 
 	ok := push("ok")
