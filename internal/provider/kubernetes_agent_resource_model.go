@@ -45,6 +45,7 @@ type kubernetesAgentModel struct {
 	NetworkPolicy                *networkPolicyModel    `tfsdk:"network_policy"`
 	Image                        *agentImageModel       `tfsdk:"image"`
 	JobImage                     *jobImageModel         `tfsdk:"job_image"`
+	ImagePullSecret              *imagePullSecretModel  `tfsdk:"image_pull_secret"`
 	Resources                    *resourcesModel        `tfsdk:"resources"`
 	Timeouts                     timeouts.Value         `tfsdk:"timeouts"`
 
@@ -125,6 +126,8 @@ func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 		"extraEnv":       r.envList(m.ExtraEnv),
 		"tolerations":    r.namedJSONList("tolerations", m.Tolerations),
 		"networkPolicy":  m.NetworkPolicy.chartValues(r),
+		// The agent hands the chart's imagePullSecrets on to the job pods.
+		"imagePullSecrets": m.ImagePullSecret.chartValues(r),
 	}
 	if s := m.PrivateKeySecret; s != nil {
 		v["privateKey"] = nonEmpty(map[string]any{"existingSecret": r.str(s.Name), "secretKey": r.str(s.Key)})
