@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -268,4 +269,29 @@ func joinNamespaces(nss []string) string {
 		return "namespace " + nss[0]
 	}
 	return "namespaces " + nss[0] + " and " + nss[1]
+}
+
+// imagePullAdvice is the line of the not-connected diagnostic for agent pods that cannot pull
+// their image (pod lines of podSummary), or "": it names the registry settings and the login.
+func imagePullAdvice(pods []string, plan kubernetesAgentModel) string {
+	pulling := false
+	for _, p := range pods {
+		if strings.Contains(p, "ErrImagePull") || strings.Contains(p, "ImagePullBackOff") {
+			pulling = true
+		}
+	}
+	if !pulling {
+		return ""
+	}
+	login := "no image_pull_secret is set: a private registry needs one"
+	if s := plan.ImagePullSecret; s != nil && !s.Name.IsNull() {
+		login = fmt.Sprintf("the login in Secret %s/%s (image_pull_secret) must be valid for that registry", plan.Namespace.ValueString(), s.Name.ValueString())
+	}
+	registry := "the images' own registry, ghcr.io"
+	if !plan.ImageRegistry.IsNull() && plan.ImageRegistry.ValueString() != "" {
+		registry = plan.ImageRegistry.ValueString()
+	}
+	return fmt.Sprintf("- the agent pods cannot pull their image (above): check that image_registry (%s) holds the release's images "+
+		"(IMAGES.md, \"Mirroring a release\"), that the nodes reach and trust it, and that %s; a 401 or 403 above is the registry refusing the login\n",
+		registry, login)
 }

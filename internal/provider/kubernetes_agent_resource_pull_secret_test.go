@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-framework/types"
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
@@ -179,5 +180,26 @@ func (e *accEnv) checkPullSecretGone(ns, name string) resource.TestCheckFunc {
 			return errors.Join(fmt.Errorf("image pull Secret %s/%s: want it deleted", ns, name), err)
 		}
 		return nil
+	}
+}
+
+// The not-connected diagnostic names the registry and the login when an agent pod cannot pull.
+func TestImagePullAdvice(t *testing.T) {
+	t.Parallel()
+	plan := kubernetesAgentModel{Namespace: types.StringValue("outpost-system"), ImageRegistry: types.StringValue("registry.example.com/outpost"),
+		ImagePullSecret: &imagePullSecretModel{Name: types.StringValue("outpost-registry"), DockerConfigJSON: types.StringNull()}}
+	pods := []string{`pod outpost-agent-1: Pending (agent waiting: ImagePullBackOff Back-off pulling image "registry.example.com/outpost/outpost-dev/outpost-agent:0.1.0": ErrImagePull: … 401 Unauthorized)`}
+	got := imagePullAdvice(pods, plan)
+	for _, want := range []string{"cannot pull their image", "image_registry (registry.example.com/outpost)", "Secret outpost-system/outpost-registry (image_pull_secret)", "401"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("advice %q lacks %q", got, want)
+		}
+	}
+	if got := imagePullAdvice([]string{"pod outpost-agent-1: Running"}, plan); got != "" {
+		t.Errorf("advice for pods that pulled: %q", got)
+	}
+	plan.ImagePullSecret, plan.ImageRegistry = nil, types.StringNull()
+	if got := imagePullAdvice(pods, plan); !strings.Contains(got, "no image_pull_secret is set") || !strings.Contains(got, "ghcr.io") {
+		t.Errorf("advice without a login: %q", got)
 	}
 }
