@@ -26,9 +26,10 @@ import (
 )
 
 // Images the test bed builds from the testbed-pod program (internal/testbed/cmd/testbed-pod) and
-// imports into the real node's containerd at start-up. No registry is reachable, so nothing is
-// ever pulled: the names use the reserved .invalid domain, and a Pod that names an image the node
-// does not have fails with ErrImagePull at once instead of reaching out.
+// imports into the real node's containerd at start-up (why these two are imported, not pulled
+// from the test bed's registry: registry.go). The names use the reserved .invalid domain, so a
+// Pod that names an image the node does not have fails with ErrImagePull at once instead of
+// reaching out.
 const (
 	// PauseImage is the sandbox ("pause") image of the real node's Pods.
 	PauseImage = "testbed.outpost.invalid/pause:1"
@@ -206,8 +207,9 @@ func (c *Cluster) importBuiltinImages(ctx context.Context, ctrd *process, binary
 // ImportImage imports an image archive into the real node's containerd, where the kubelet finds
 // it by the names it carries: an OCI image layout tar (names from the annotation
 // io.containerd.image.name of index.json) or a `docker save` tar, as `ctr images import` reads
-// them. Pods using it need an imagePullPolicy other than Always (no registry is reachable), and
-// their image name must match the imported one exactly.
+// them. Pods using it need an imagePullPolicy other than Always (no registry has it), and their
+// image name must match the imported one exactly. Tests of what users do push to Cluster.Registry
+// instead, so the node pulls.
 func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	if c.containerdSocket == "" {
 		return errors.New("testbed: ImportImage: this test bed runs no real node (testbed.Options{Node: true})")
