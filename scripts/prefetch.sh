@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Downloads into the Go module cache every module a cold `.ci/run` goes on to build: the
-# product's, the test bed's (Kubernetes, etcd, CoreDNS, kwok) and the tools' (OpenTofu, helm,
+# product's, the test bed's (Kubernetes, etcd, CoreDNS, the registry, kwok) and the tools' (OpenTofu, helm,
 # golangci-lint, goreleaser, tfplugindocs, deadcode, actionlint, cosign). .ci/run starts it in the background first,
 # so the downloads overlap the CPU-bound builds of the first steps instead of each build waiting
 # for its own; on a warm machine it finds everything present in a few seconds.
@@ -41,6 +41,7 @@ tool "github.com/hashicorp/terraform-plugin-docs@$TFPLUGINDOCS_VERSION"
 in_module .
 in_module internal/testbed/components
 in_module internal/testbed/coredns
+in_module internal/testbed/registry
 tool "sigs.k8s.io/kwok@$KWOK_VERSION"
 tool "github.com/opentofu/opentofu@$TOFU_VERSION"
 tool "helm.sh/helm/v3@$HELM_VERSION"

@@ -2,7 +2,8 @@
 # Builds the parts of the local Kubernetes test bed from Go sources: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, and for the real node the kubelet and kube-proxy (from
 # the wrapper module internal/testbed/components, which keeps k8s.io/kubernetes out of the
-# product's go.mod), CoreDNS (its own wrapper module internal/testbed/coredns), kwok (fake nodes
+# product's go.mod), CoreDNS (its own wrapper module internal/testbed/coredns), the OCI registry
+# the node pulls from (distribution's, its own wrapper module internal/testbed/registry), kwok (fake nodes
 # and pods, for scale) and testbed-pod (the one program of the node's pause and toolbox images).
 #
 # The real node also runs containerd, runc and the CNI plugins from Debian's packages; run as root,
@@ -161,6 +162,17 @@ if [[ "$("$bin/coredns" -version 2>/dev/null | head -1)" != "CoreDNS-${COREDNS_V
 	(cd "$root/internal/testbed/coredns" && GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$tmp" .)
 	install_binary coredns "$tmp"
 	echo "testbed-build: built coredns in $((SECONDS - start))s"
+fi
+
+# The registry: rebuilt when the binary reports another version (its module pins REGISTRY_VERSION).
+if [[ "$("$bin/registry" --version 2>/dev/null | awk '{print $3}')" != "${REGISTRY_VERSION}+unknown" ]]; then
+	echo "testbed-build: building registry (distribution $REGISTRY_VERSION) from source (about 1-3 min on 2 cores, cached afterwards)..."
+	tmp="$bin/.registry.tmp.$$"
+	tmpfiles+=("$tmp")
+	start=$SECONDS
+	(cd "$root/internal/testbed/registry" && GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$tmp" .)
+	install_binary registry "$tmp"
+	echo "testbed-build: built registry in $((SECONDS - start))s"
 fi
 
 # testbed-pod is part of this repository, so it is rebuilt every time (under a second when

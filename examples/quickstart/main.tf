@@ -64,6 +64,17 @@ resource "outpost_kubernetes_agent" "quickstart" {
     name = outpost_key_pair.runner.kubernetes_secret.name
   }
 
+  # A private mirror of the images (IMAGES.md), and the login every pod pulls with: the provider
+  # keeps it as a Secret in the agent and jobs namespaces.
+  image_registry = var.image_registry
+  dynamic "image_pull_secret" {
+    for_each = var.image_pull_secret_name == null ? [] : [var.image_pull_secret_name]
+    content {
+      name               = image_pull_secret.value
+      docker_config_json = var.image_pull_secret_docker_config_json
+    }
+  }
+
   values              = var.agent_values
   wait_for_connection = var.wait_for_connection
 }

@@ -39,3 +39,22 @@ variable "key_rotation" {
   description = "Change this value to rotate the runner's key in one apply: the key Secret gets a new key, the runner the new public key, and the agent moves onto it without a restart (see outpost_key_pair, \"Rotating the key\")."
   default     = "1"
 }
+
+variable "image_registry" {
+  type        = string
+  description = "Registry (and path) of a private mirror of the Outpost images, e.g. registry.example.com/outpost (IMAGES.md says how to mirror a release). Null: the images' own registry, ghcr.io. `make demo` points it at the test bed's registry."
+  default     = null
+}
+
+variable "image_pull_secret_name" {
+  type        = string
+  description = "Name of the Secret holding the login to image_registry, in the agent and jobs namespaces. Null: no login (a public registry)."
+  default     = null
+}
+
+variable "image_pull_secret_docker_config_json" {
+  type        = string
+  description = "The Secret's .dockerconfigjson, jsonencode({auths = {\"<host>\" = {username = ..., password = ..., auth = base64encode(\"<username>:<password>\")}}}): the provider writes it into both namespaces. Null: the Secrets exist already."
+  default     = null
+  sensitive   = true
+}

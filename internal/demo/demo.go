@@ -1,7 +1,8 @@
 // Package demo runs the whole product end to end on one machine: the local Kubernetes test bed
-// with a real node, the Outpost images built and imported into that node, the reference
-// orchestrator, `terraform apply` (or `tofu apply`) of examples/quickstart with the locally built
-// provider, which installs the agent chart whose pods then run the agent, and two deployments that
+// with a real node, the Outpost images built and pushed into the test bed's registry, the
+// reference orchestrator, `terraform apply` (or `tofu apply`) of examples/quickstart with the
+// locally built provider, which writes the registry's pull Secret and installs the agent chart
+// whose pods then pull and run the agent, and two deployments that
 // run in real job pods, whose live log, job pod, outputs and state Secrets it prints. Where the
 // node cannot run (no root, no cgroups), or with the process executor asked for, the agent runs as
 // a local process and runs the deployments as local processes instead. `make demo` and `make

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -113,16 +114,19 @@ func testDemoOnPods(t *testing.T) {
 	}
 	wantOutput(t, text,
 		"the Terraform state holds no private key: checked",
-		"ghcr.io/outpost-dev/outpost-agent:", "imported into node "+testbed.RealNodeName,
+		"/outpost-dev/outpost-agent:", "pushed to the test bed's registry", "pulls them with the login in Secret "+pullSecretName,
 		"connected: agent",
-		"agent pod ", "on node "+testbed.RealNodeName+", image ghcr.io/outpost-dev/outpost-agent:",
-		"ran in job pod outpost-jobs/", "on node "+testbed.RealNodeName+" (main's image ghcr.io/outpost-dev/outpost-job:",
+		"agent pod ", "on node "+testbed.RealNodeName+", image "+registryHost(text)+"/outpost-dev/outpost-agent:",
+		"ran in job pod outpost-jobs/", "on node "+testbed.RealNodeName+" (main's image "+registryHost(text)+"/outpost-dev/outpost-job:",
 		"==> tofu apply", // the job image's CLI, not the host's
 		`greeting = "hello from outpost"`,
 		"api_token = (sensitive)",
 		"state key quickstart/hello",
 		"no changes",
 	)
+	if strings.Contains(text, "image ghcr.io/outpost-dev/") {
+		t.Errorf("a pod ran an image named ghcr.io/outpost-dev/…; every one must come from the test bed's registry")
+	}
 	if strings.Count(text, "ran in job pod ") != 2 {
 		t.Errorf("want two deployments each in a job pod; the output says %d", strings.Count(text, "ran in job pod "))
 	}
@@ -242,4 +246,14 @@ func checkDown(ctx context.Context, t *testing.T, c Config) {
 	if ps, err := exec.CommandContext(ctx, "pgrep", "-f", c.Dir).Output(); err == nil && len(bytes.TrimSpace(ps)) > 0 {
 		t.Errorf("processes of the demo still run after down: %s", ps)
 	}
+}
+
+// registryHost is the test bed registry's host:port as the demo printed it when it pushed the
+// images ("10.247.0.1:40123/outpost-dev/outpost-agent:0.1.0 (…) pushed to …"), or "<none>".
+func registryHost(text string) string {
+	m := regexp.MustCompile(`(\d+\.\d+\.\d+\.\d+:\d+)/outpost-dev/outpost-agent:\S+ \(.*pushed to the test bed's registry`).FindStringSubmatch(text)
+	if m == nil {
+		return "<none>"
+	}
+	return m[1]
 }

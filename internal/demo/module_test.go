@@ -208,6 +208,9 @@ module "runner" {
   }
   agent_image  = { registry = "mirror.example.com", tag = "1.2.3" }
   job_image    = { repository = "mirror.example.com/outpost/job", tag = "1.2.3" }
+  image_registry         = "mirror.example.com"
+  image_pull_secret_name = "mirror-login"
+  image_pull_secret_docker_config_json = jsonencode({ auths = { "mirror.example.com" = { auth = base64encode("robot:secret") } } })
   agent_values = yamlencode({ serviceAccount = { annotations = { "example.com/owner" = "platform" } } })
   network_policy = {
     metrics_from = [{ namespaceSelector = { matchLabels = { "kubernetes.io/metadata.name" = "monitoring" } } }]
@@ -275,8 +278,17 @@ output "fingerprint" {
 				t.Errorf("ca_bundle.pem did not reach Secret %s/outpost-agent-ca-bundle: %v", ns, err)
 			}
 		}
+		// The pull Secret is in both namespaces, and the agent pods (and through the agent, the
+		// job pods) pull with it.
+		for _, ns := range []string{"mod-system", "mod-jobs"} {
+			s, err := e.kube.CoreV1().Secrets(ns).Get(e.ctx, "mirror-login", metav1.GetOptions{})
+			if err != nil || !strings.Contains(string(s.Data[".dockerconfigjson"]), "cm9ib3Q6c2VjcmV0") {
+				t.Errorf("image pull Secret %s/mirror-login: %v", ns, err)
+			}
+		}
 		d := e.deploymentJSON("mod-system")
-		for _, want := range []string{`"serviceAccountName":"mod-agent"`, `"image":"mirror.example.com/outpost-dev/outpost-agent:1.2.3"`,
+		for _, want := range []string{`"imagePullSecrets":[{"name":"mirror-login"}]`, `"name":"OUTPOST_JOB_IMAGE_PULL_SECRETS","value":"mirror-login"`,
+			`"serviceAccountName":"mod-agent"`, `"image":"mirror.example.com/outpost-dev/outpost-agent:1.2.3"`,
 			"mirror.example.com/outpost/job:1.2.3", `"name":"OUTPOST_ORG_ID","value":"acme"`,
 			`"name":"HTTPS_PROXY","value":"http://proxy.corp:3128"`, `"name":"NO_PROXY","value":".corp,`,
 			`"name":"OUTPOST_JOB_CA_SECRET","value":"outpost-agent-ca-bundle"`,

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -21,20 +23,28 @@ import (
 )
 
 // imageRegistry is where the chart's default images live; the demo builds them under these very
-// names, so the chart installs as it would in any cluster and the node finds them imported.
+// names and pushes them into the test bed's registry under the same path, so the quickstart
+// installs the chart as from any private mirror: global.imageRegistry names the registry's host.
 const imageRegistry = "ghcr.io/outpost-dev"
 
-// builtImage is one image the demo imported into the node.
+// builtImage is one image the demo pushed into the test bed's registry.
 type builtImage struct {
-	ref        string
-	index      string    // digest of the image index
-	digest     string    // digest of this platform's image manifest
-	importedAt time.Time // when the node had it
+	ref      string    // as the chart names it, in the test bed's registry
+	index    string    // digest of the image index
+	digest   string    // digest of this platform's image manifest
+	pushedAt time.Time // when the registry had it
 }
 
+// pullSecretName is the image pull Secret the quickstart has the provider write.
+const pullSecretName = "outpost-registry"
+
 // buildImages builds the outpost-agent and outpost-job images for this machine's platform, as
-// `make images` does, and imports them into the test bed's node.
+// `make images` does, pushes them into the test bed's registry, and removes earlier builds of the
+// same tags from the node, so its next pods pull these.
 func buildImages(ctx context.Context, c *Config, s *stepper, tc *testbed.Cluster) ([]builtImage, error) {
+	if tc.Registry == nil {
+		return nil, fmt.Errorf("%w: the running test bed has no image registry (an older build started it); stop it with `make demo-down` and run `make demo` again", errPrereq)
+	}
 	tofuVersion, err := recipe.VersionsEnv(c.Repo, "TOFU_VERSION")
 	if err != nil {
 		return nil, err
@@ -57,16 +67,28 @@ func buildImages(ctx context.Context, c *Config, s *stepper, tc *testbed.Cluster
 	if err != nil {
 		return nil, fmt.Errorf("build the images (`make images` builds them alone, with the same messages): %w", err)
 	}
+	opts, err := tc.Registry.RemoteOptions(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var imgs []builtImage
 	for _, b := range built {
-		if err := tc.ImportImage(ctx, b.Archive); err != nil {
+		ref, err := name.NewTag(tc.Registry.Host + strings.TrimPrefix(b.Ref, "ghcr.io"))
+		if err != nil {
+			return nil, err
+		}
+		if err := remote.WriteIndex(ref, b.Index(), opts...); err != nil {
+			return nil, fmt.Errorf("push %s to the test bed's registry: %w", ref, err)
+		}
+		if err := tc.RemoveImage(ctx, ref.String()); err != nil {
 			return nil, err
 		}
 		p := b.Platforms[0]
-		s.info("%s (%s, %.1f MiB) imported into node %s", b.Ref, shortDigest(p.Digest), float64(p.Size)/(1<<20), testbed.RealNodeName)
-		imgs = append(imgs, builtImage{ref: b.Ref, index: b.Digest, digest: p.Digest, importedAt: time.Now()})
+		s.info("%s (%s, %.1f MiB) pushed to the test bed's registry", ref, shortDigest(p.Digest), float64(p.Size)/(1<<20))
+		imgs = append(imgs, builtImage{ref: ref.String(), index: b.Digest, digest: p.Digest, pushedAt: time.Now()})
 	}
-	s.info("built and imported in %s; archives in %s", time.Since(start).Round(100*time.Millisecond), out)
+	s.info("built and pushed in %s; archives in %s; node %s pulls them with the login in Secret %s", time.Since(start).Round(100*time.Millisecond),
+		out, testbed.RealNodeName, pullSecretName)
 	return imgs, nil
 }
 
@@ -80,9 +102,9 @@ func shortDigest(d string) string {
 // agentPodSelector selects the chart's agent pods.
 const agentPodSelector = "app.kubernetes.io/component=agent"
 
-// restartStaleAgentPods deletes the agent pods of an earlier run (created before the import) that
+// restartStaleAgentPods deletes the agent pods of an earlier run (created before the push) that
 // may run an older build of the agent image (same tag), so their Deployment starts them again
-// from the image just imported.
+// from the image just pushed.
 func restartStaleAgentPods(ctx context.Context, kc kubernetes.Interface, ns string, imgs []builtImage, s *stepper) error {
 	var agent builtImage
 	for _, i := range imgs {
@@ -95,8 +117,8 @@ func restartStaleAgentPods(ctx context.Context, kc kubernetes.Interface, ns stri
 		return fmt.Errorf("list the agent pods: %w", err)
 	}
 	for _, p := range pods.Items {
-		if !p.CreationTimestamp.Time.Before(agent.importedAt) {
-			continue // started from the image just imported (pull policy IfNotPresent)
+		if !p.CreationTimestamp.Time.Before(agent.pushedAt) {
+			continue // pulled the image just pushed (buildImages removed the node's older copy)
 		}
 		for _, cs := range p.Status.ContainerStatuses {
 			if !strings.HasSuffix(cs.ImageID, agent.digest) && !strings.HasSuffix(cs.ImageID, agent.index) {

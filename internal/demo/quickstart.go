@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // insecureHTTPEnv is the provider's opt-in to a plain-http orchestrator URL whose host is not
@@ -25,7 +27,9 @@ type quickstartOutputs struct {
 	Fingerprint      string
 }
 
-func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig, apiURL, token string) (*quickstartOutputs, error) {
+// applyQuickstart applies examples/quickstart; registry, when not nil, is where the agent pods
+// and job pods pull the images from, with the login the provider writes into a pull Secret.
+func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig, apiURL, token string, registry *testbed.Registry) (*quickstartOutputs, error) {
 	work := filepath.Join(c.Dir, "quickstart-"+c.CLI)
 	if err := copyTF(filepath.Join(c.Repo, "examples", "quickstart"), work); err != nil {
 		return nil, err
@@ -51,6 +55,11 @@ func applyQuickstart(ctx context.Context, c *Config, s *stepper, cli, kubeconfig
 		// leads only into the node's network namespace: plain http that never leaves this
 		// machine, which the provider, the agent and its job runner each refuse unless told.
 		env = append(env, insecureHTTPEnv+"=true", "TF_VAR_agent_values=insecureAllowHttp: true")
+	}
+	if registry != nil {
+		// The login goes through the environment, not argv, so `ps` does not show it.
+		env = append(env, "TF_VAR_image_registry="+registry.Host, "TF_VAR_image_pull_secret_name="+pullSecretName,
+			"TF_VAR_image_pull_secret_docker_config_json="+string(registry.DockerConfigJSON(registry.Username, registry.Password)))
 	}
 	if c.Executor == ExecutorProcess {
 		// The chart is installed for real, but its pods are simulated (no real node); the demo

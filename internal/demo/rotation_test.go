@@ -290,7 +290,7 @@ func testKeyRotationOnPods(t *testing.T, c Config) {
 			qc := c
 			qc.Out = &log
 			qc.quickstartVars = map[string]string{"key_rotation": "2"}
-			_, err := applyQuickstart(ctx, &qc, &stepper{out: &log}, cli, e.tc.Kubeconfig, e.apiURL, e.token)
+			_, err := applyQuickstart(ctx, &qc, &stepper{out: &log}, cli, e.tc.Kubeconfig, e.apiURL, e.token, e.tc.Registry)
 			if err != nil {
 				return fmt.Errorf("%w\n%s", err, log.String())
 			}

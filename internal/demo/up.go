@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
 // Up runs the demo. It is idempotent: parts already running are reused, the quickstart apply
@@ -57,7 +58,7 @@ func Up(ctx context.Context, c Config) (err error) {
 
 	var imgs []builtImage
 	if pods {
-		s.step("Building the outpost-agent and outpost-job images without a container daemon, and importing them into the node (about 1 min)")
+		s.step("Building the outpost-agent and outpost-job images without a container daemon, and pushing them to the test bed's registry (about 1 min)")
 		if imgs, err = buildImages(ctx, &c, s, tc); err != nil {
 			return err
 		}
@@ -94,7 +95,11 @@ func Up(ctx context.Context, c Config) (err error) {
 	} else {
 		s.step("Applying examples/quickstart with %s and the locally built provider (key pair, state storage, runner, agent chart)", c.CLI)
 	}
-	outputs, err := applyQuickstart(ctx, &c, s, cli, kubeconfig, apiURL, token)
+	var registry *testbed.Registry
+	if pods {
+		registry = tc.Registry
+	}
+	outputs, err := applyQuickstart(ctx, &c, s, cli, kubeconfig, apiURL, token, registry)
 	if err != nil {
 		return err
 	}
@@ -104,7 +109,7 @@ func Up(ctx context.Context, c Config) (err error) {
 	}
 
 	if pods {
-		s.step("The agent runs in the chart's pods, from the image built above")
+		s.step("The agent runs in the chart's pods, from the image built above, pulled from the test bed's registry")
 		if err := restartStaleAgentPods(ctx, kc, outputs.AgentNamespace, imgs, s); err != nil {
 			return err
 		}

@@ -54,8 +54,26 @@ func (r *kubernetesAgentResource) Update(ctx context.Context, req resource.Updat
 	if resp.Diagnostics.HasError() {
 		return
 	}
+	var prior kubernetesAgentModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
 	if !plan.Revision.IsUnknown() {
-		// Only attributes that do not reach the chart changed (wait_for_connection, timeouts, ...).
+		// Only attributes that do not reach the chart changed (wait_for_connection, timeouts,
+		// the image pull Secret's content, ...).
+		if managesPullSecret(plan) || managesPullSecret(prior) {
+			conn, diags := r.data.kubeConnect(ctx)
+			resp.Diagnostics.Append(diags...)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+			resp.Diagnostics.Append(r.applyPullSecret(ctx, conn, plan)...)
+			resp.Diagnostics.Append(r.deletePullSecrets(ctx, conn, prior, &plan)...)
+			if resp.Diagnostics.HasError() {
+				return
+			}
+		}
 		resp.Diagnostics.Append(resp.State.Set(ctx, plan)...)
 		return
 	}
@@ -69,6 +87,10 @@ func (r *kubernetesAgentResource) Update(ctx context.Context, req resource.Updat
 	state, diags := r.apply(ctx, plan, false, timeout)
 	resp.Diagnostics.Append(diags...)
 	if state != nil {
+		if conn, d := r.data.kubeConnect(ctx); !d.HasError() {
+			// After the upgrade: the pods of the new revision pull with the new Secret.
+			resp.Diagnostics.Append(r.deletePullSecrets(ctx, conn, prior, state)...)
+		}
 		resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
 	}
 }
@@ -103,6 +125,10 @@ func (r *kubernetesAgentResource) apply(ctx context.Context, plan kubernetesAgen
 		return nil, diags
 	}
 	diags.Append(r.prepareNamespaces(ctx, conn, plan, vals)...)
+	if diags.HasError() {
+		return nil, diags
+	}
+	diags.Append(r.applyPullSecret(ctx, conn, plan)...)
 	if diags.HasError() {
 		return nil, diags
 	}
@@ -243,6 +269,7 @@ func (r *kubernetesAgentResource) Read(ctx context.Context, req resource.ReadReq
 		resp.Diagnostics.Append(state.setInputsFromValues(rel.Config)...)
 	}
 	resp.Diagnostics.Append(state.setRelease(rel)...)
+	resp.Diagnostics.Append(readPullSecret(ctx, conn, &state)...)
 	drift, err := helm.LiveDrift(ctx, conn.clientset, rel)
 	if err != nil {
 		resp.Diagnostics.AddWarning("Unable to Check Live Drift",
@@ -286,6 +313,7 @@ func (r *kubernetesAgentResource) Delete(ctx context.Context, req resource.Delet
 		return
 	}
 	tflog.Info(ctx, "uninstalled the agent chart", map[string]any{"namespace": ns, "release": name})
+	resp.Diagnostics.Append(r.deletePullSecrets(ctx, conn, state, nil)...)
 }
 
 // setRelease copies what the release says into the computed attributes.

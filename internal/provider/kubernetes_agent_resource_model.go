@@ -42,6 +42,7 @@ type kubernetesAgentModel struct {
 	NetworkPolicy                *networkPolicyModel    `tfsdk:"network_policy"`
 	Image                        *agentImageModel       `tfsdk:"image"`
 	JobImage                     *jobImageModel         `tfsdk:"job_image"`
+	ImagePullSecret              *imagePullSecretModel  `tfsdk:"image_pull_secret"`
 	Timeouts                     timeouts.Value         `tfsdk:"timeouts"`
 	// The settings of the Jobs and the network, and the agent pods' tolerations, environment
 	// and resources (kubernetes_agent_resource_jobs.go).
@@ -125,6 +126,8 @@ func (m kubernetesAgentModel) chartValues() (map[string]any, error) {
 		"global":         nonEmpty(map[string]any{"imageRegistry": r.str(m.ImageRegistry)}),
 		"nodeSelector":   r.strMap(m.NodeSelector),
 		"networkPolicy":  m.NetworkPolicy.chartValues(r),
+		// The agent hands the chart's imagePullSecrets on to the job pods.
+		"imagePullSecrets": m.ImagePullSecret.chartValues(r),
 	}
 	m.agentJobsModel.chartValues(r, v, jobs)
 	v["jobs"] = nonEmpty(jobs)

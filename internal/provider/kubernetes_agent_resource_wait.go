@@ -114,9 +114,11 @@ func (r *kubernetesAgentResource) notConnectedDetail(ctx context.Context, conn *
 	}
 	b.WriteString("\nCheck:\n")
 	fmt.Fprintf(&b, "- the agent's logs: kubectl -n %s logs deployment/%s\n", ns, agentFullname(rel.Name))
-	for _, line := range podSummary(ctx, conn, ns, rel.Name) {
+	pods := podSummary(ctx, conn, ns, rel.Name)
+	for _, line := range pods {
 		fmt.Fprintf(&b, "  %s\n", line)
 	}
+	b.WriteString(imagePullAdvice(pods, plan))
 	secret, key := plan.PrivateKeySecret.Name.ValueString(), plan.PrivateKeySecret.Key.ValueString()
 	_, err := conn.clientset.CoreV1().Secrets(ns).Get(ctx, secret, metav1.GetOptions{})
 	switch {

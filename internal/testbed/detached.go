@@ -29,9 +29,10 @@ type detachedState struct {
 
 // detachedNode is what StopDir and Reuse need to know about a detached test bed's real node.
 type detachedNode struct {
-	HostIP           string `json:"hostIP"`
-	ContainerdSocket string `json:"containerdSocket"`
-	nodeLeftovers           // cleaned up by StopDir
+	HostIP           string    `json:"hostIP"`
+	ContainerdSocket string    `json:"containerdSocket"`
+	Registry         *Registry `json:"registry,omitempty"` // for Reuse; the file is readable by its owner only
+	nodeLeftovers              // cleaned up by StopDir
 }
 
 // detachedProcess identifies one process: the pid, and the executable so a pid reused by an
@@ -45,7 +46,7 @@ type detachedProcess struct {
 func (c *Cluster) writeState() error {
 	st := detachedState{Kubeconfig: c.Kubeconfig, Host: c.Host, Jobs: c.Jobs, Started: time.Now().UTC()}
 	if c.node != nil {
-		st.Node = &detachedNode{HostIP: c.HostIP, ContainerdSocket: c.node.files.socket,
+		st.Node = &detachedNode{HostIP: c.HostIP, ContainerdSocket: c.node.files.socket, Registry: c.Registry,
 			nodeLeftovers: c.node.leftovers()}
 	}
 	for _, p := range c.procs {

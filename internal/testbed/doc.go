@@ -22,9 +22,10 @@
 // Options.Node: a real node (node.go) where containers really run: containerd and runc from
 // Debian, the kubelet and kube-proxy (iptables) built from Kubernetes' sources, CoreDNS, and the
 // CNI bridge, all in PID, mount and network namespaces of their own, so stopping the test bed
-// leaves nothing behind. No registry is reachable: images are imported with Cluster.ImportImage
-// (PauseImage and ToolboxImage are built in), and Pods reach servers of the test at
-// Cluster.HostIP. With both options, the real node is tainted (RealNodeTaint) and only Pods that
+// leaves nothing behind. The node pulls images from the test bed's own OCI registry
+// (Cluster.Registry, registry.go: HTTPS with the test bed's CA, basic auth, so a Pod pulls only
+// with an imagePullSecret that logs in); Cluster.ImportImage imports an archive instead
+// (PauseImage and ToolboxImage are built in). Pods reach servers of the test at Cluster.HostIP. With both options, the real node is tainted (RealNodeTaint) and only Pods that
 // OnRealNode marked go there. A machine that cannot run the node (not root, no cgroups, no
 // overlayfs, a Debian package missing) makes Start fail with a NodeUnavailableError saying what
 // is missing; Main then runs the tests without it and RequireNode skips those that need it,
@@ -43,7 +44,8 @@
 //	func TestRealPod(t *testing.T) {
 //		c := testbed.Shared(t)
 //		testbed.RequireNode(t, c)
-//		if err := c.ImportImage(t.Context(), "agent-image.tar"); err != nil { ... }
+//		ref, err := c.PushToolbox(t.Context(), "test/toolbox:1") // or remote.Write with c.Registry.RemoteOptions
+//		// a Pod pulling ref with an imagePullSecret of c.Registry.DockerConfigJSON(...)
 //		spec := corev1.PodSpec{...}
 //		testbed.OnRealNode(&spec)
 //	}

@@ -21,6 +21,7 @@ var consts = []struct{ name, env, doc string }{
 	{"EtcdVersion", "ETCD_VERSION", "is the version of etcd; Debian's etcd-server package is too old (3.4)."},
 	{"KwokVersion", "KWOK_VERSION", "is the version of kwok, which simulates kubelets for fake Nodes."},
 	{"CoreDNSVersion", "COREDNS_VERSION", "is the version of CoreDNS, the real node's cluster DNS."},
+	{"RegistryVersion", "REGISTRY_VERSION", "is the version of distribution's registry, the real node's OCI registry."},
 }
 
 func main() {

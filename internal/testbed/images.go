@@ -26,9 +26,10 @@ import (
 )
 
 // Images the test bed builds from the testbed-pod program (internal/testbed/cmd/testbed-pod) and
-// imports into the real node's containerd at start-up. No registry is reachable, so nothing is
-// ever pulled: the names use the reserved .invalid domain, and a Pod that names an image the node
-// does not have fails with ErrImagePull at once instead of reaching out.
+// imports into the real node's containerd at start-up (why these two are imported, not pulled
+// from the test bed's registry: registry.go). The names use the reserved .invalid domain, so a
+// Pod that names an image the node does not have fails with ErrImagePull at once instead of
+// reaching out.
 const (
 	// PauseImage is the sandbox ("pause") image of the real node's Pods.
 	PauseImage = "testbed.outpost.invalid/pause:1"
@@ -47,28 +48,10 @@ const podBinary = "testbed-pod"
 // path. The image is named ref through the annotation containerd's importer uses, so it needs no
 // --base-name. Both built-in images share their one layer, so the node stores it once.
 func writeImageArchive(path, ref, binary string, entrypoint []string) error {
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return fileLayer(binary, podBinary) },
-		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
+	img, err := podImage(binary, entrypoint)
 	if err != nil {
-		return fmt.Errorf("building the layer of %s: %w", ref, err)
+		return fmt.Errorf("building %s: %w", ref, err)
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
-	if err != nil {
-		return err
-	}
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	cfg, err := img.ConfigFile()
-	if err != nil {
-		return err
-	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
-	cfg.Config.Entrypoint = entrypoint
-	cfg.Config.Env = []string{"PATH=/"}
-	if img, err = mutate.ConfigFile(img, cfg); err != nil {
-		return err
-	}
-
 	dir := path + ".layout"
 	defer os.RemoveAll(dir)
 	p, err := layout.Write(dir, empty.Index)
@@ -86,6 +69,30 @@ func writeImageArchive(path, ref, binary string, entrypoint []string) error {
 		return fmt.Errorf("writing the OCI layout of %s: %w", ref, err)
 	}
 	return tarDir(dir, path)
+}
+
+// podImage is a single-layer OCI image holding the file binary as /testbed-pod, with the given
+// entrypoint, for this machine's architecture.
+func podImage(binary string, entrypoint []string) (v1.Image, error) {
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return fileLayer(binary, podBinary) },
+		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, fmt.Errorf("building the layer: %w", err)
+	}
+	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	if err != nil {
+		return nil, err
+	}
+	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
+	cfg.Config.Entrypoint = entrypoint
+	cfg.Config.Env = []string{"PATH=/"}
+	return mutate.ConfigFile(img, cfg)
 }
 
 // fileLayer returns a layer tar holding the file at src as /name, mode 0755, with a fixed
@@ -200,8 +207,9 @@ func (c *Cluster) importBuiltinImages(ctx context.Context, ctrd *process, binary
 // ImportImage imports an image archive into the real node's containerd, where the kubelet finds
 // it by the names it carries: an OCI image layout tar (names from the annotation
 // io.containerd.image.name of index.json) or a `docker save` tar, as `ctr images import` reads
-// them. Pods using it need an imagePullPolicy other than Always (no registry is reachable), and
-// their image name must match the imported one exactly.
+// them. Pods using it need an imagePullPolicy other than Always (no registry has it), and their
+// image name must match the imported one exactly. Tests of what users do push to Cluster.Registry
+// instead, so the node pulls.
 func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	if c.containerdSocket == "" {
 		return errors.New("testbed: ImportImage: this test bed runs no real node (testbed.Options{Node: true})")
@@ -210,6 +218,21 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 		"images", "import", archive)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("testbed: importing %s into the node's containerd: %w: %s", archive, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// RemoveImage removes an image from the real node's containerd (`ctr images rm`), so the next
+// Pod that names it pulls it again: a test of a pull that an earlier Pod on the node made
+// unnecessary. Containers running from it keep running. An image the node does not have is no
+// error.
+func (c *Cluster) RemoveImage(ctx context.Context, ref string) error {
+	if c.containerdSocket == "" {
+		return errors.New("testbed: RemoveImage: this test bed runs no real node (testbed.Options{Node: true})")
+	}
+	cmd := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket, "--namespace", "k8s.io", "images", "rm", ref)
+	if out, err := cmd.CombinedOutput(); err != nil && !strings.Contains(string(out), "not found") {
+		return fmt.Errorf("testbed: removing %s from the node's containerd: %w: %s", ref, err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

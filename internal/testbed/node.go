@@ -65,7 +65,7 @@ func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bo
 	}
 	sweepStaleCgroups()
 	n := &node{dir: c.path("node"), imports: make(chan error, 1)}
-	for _, d := range []string{"cni", "cni-ipam", "containerd", "kubelet", "pod-logs", "images"} {
+	for _, d := range []string{"cni", "cni-ipam", "containerd", "kubelet", "pod-logs", "images", "certs.d"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
 			return fmt.Errorf("testbed: %w", err)
 		}

@@ -28,7 +28,8 @@ func (f nodeFiles) path(name string) string { return f.dir + "/" + name }
 // CAP_SYS_RESOURCE, so the negative oom_score_adj the kubelet asks for would fail every sandbox
 // ("can't get final child's PID from pipe: EOF"). netns_mounts_under_state_dir keeps the Pods'
 // network namespace files out of the host's /run/netns. Plugins that would probe other
-// snapshotters or write to /opt are disabled or redirected.
+// snapshotters or write to /opt are disabled or redirected. config_path holds a hosts.toml for the
+// test bed's registry (the CA it trusts; writeRegistryHosts), read at every pull.
 func (f nodeFiles) containerdConfig() string {
 	return fmt.Sprintf(`version = 2
 root = %q
@@ -63,8 +64,10 @@ disabled_plugins = [
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %q
     conf_dir = %q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
 `, f.path("containerd/root"), f.path("containerd/state"), f.socket, f.path("containerd/opt"),
-		PauseImage, cniBinDir, f.path("cni"))
+		PauseImage, cniBinDir, f.path("cni"), f.registryHostsDir())
 }
 
 // cniBinDir is where Debian's containernetworking-plugins installs the plugins.

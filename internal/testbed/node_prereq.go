@@ -13,7 +13,7 @@ import (
 )
 
 // nodeBinaryNames are the test bed binaries the real node needs on top of binaryNames.
-var nodeBinaryNames = []string{"kubelet", "kube-proxy", "coredns", podBinary}
+var nodeBinaryNames = []string{"kubelet", "kube-proxy", "coredns", "registry", podBinary}
 
 // nodePackages maps each host program the real node runs to the Debian package that installs it
 // (scripts/testbed-build.sh installs them when missing).

@@ -33,6 +33,19 @@ type pki struct {
 	saKey      []byte // PEM, service account token signing key
 	saPub      []byte // PEM, its public key
 	token      string // bearer token of the admin (system:masters) in the token file
+
+	ca    *x509.Certificate // the CA, for serving certificates of other servers (the registry)
+	caKey *ecdsa.PrivateKey
+	now   time.Time
+}
+
+// serving makes a serving certificate and key (PEM) signed by the CA for the given addresses.
+func (p *pki) serving(cn string, ips ...net.IP) (certPEM, keyPEM []byte, err error) {
+	return leaf(p.ca, p.caKey, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: ips,
+	}, p.now)
 }
 
 // newPKI makes the key material; bindIP is the address the API server listens on, which its
@@ -62,6 +75,7 @@ func newPKI(bindIP string) (*pki, error) {
 		return nil, err
 	}
 	p.caCert = pemBlock("CERTIFICATE", caDER)
+	p.ca, p.caKey, p.now = ca, caKey, now
 
 	p.servingCrt, p.servingKey, err = leaf(ca, caKey, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},

@@ -30,14 +30,16 @@ type Options struct {
 	// Node also runs a real node: containerd, runc, the kubelet, kube-proxy (iptables) and CoreDNS
 	// in namespaces of their own (node.go), with kube-controller-manager and kube-scheduler, so
 	// Pods really run: a Job's container exits with its own exit code, `kubectl logs` works,
-	// Services and cluster DNS resolve. Images come from ImportImage (PauseImage and ToolboxImage
-	// are there from the start). The API server then listens on HostIP instead of 127.0.0.1,
+	// Services and cluster DNS resolve. Images come from the test bed's registry (Cluster.Registry,
+	// with a pull secret) or ImportImage (PauseImage and ToolboxImage are there from the start).
+	// The API server and the registry then listen on HostIP instead of 127.0.0.1,
 	// because the node's network namespace cannot reach this machine's loopback. It needs root,
 	// cgroups, overlayfs and Debian's containerd, runc and CNI plugins: Start fails with a
 	// *NodeUnavailableError saying exactly what is missing, and Main then skips the tests that
 	// call RequireNode (fails them under CI=true). With Jobs too, both nodes run and only Pods
 	// that tolerate the real node's taint (OnRealNode) go there; the rest keep kwok's simulation.
-	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 250 MiB.
+	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 250 MiB
+	// (the registry ~20 MiB of it).
 	Node bool
 
 	// Dir is the directory for the test bed's files (certificates, kubeconfig, etcd data, logs).
@@ -80,6 +82,9 @@ type Cluster struct {
 	// net.Listen("tcp", net.JoinHostPort(c.HostIP, "0")). It is on a veth that leads only into the
 	// node's network namespace, so nothing off this machine reaches it. Empty without a node.
 	HostIP string
+	// Registry is the OCI registry the real node pulls from (registry.go): push images there
+	// and give Pods an imagePullSecret that logs in. Nil without a node.
+	Registry *Registry
 	// Dir holds the test bed's files, including logs/<component>.log. Empty for a reused test bed.
 	Dir string
 
@@ -180,6 +185,14 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 	}
 	c.RESTConfig = c.restConfig()
 
+	var registry *process
+	if opts.Node {
+		// Started first and waited for last: it serves within a second, while etcd and the API
+		// server start.
+		if registry, err = c.startRegistry(binDir, p, opts.Detach); err != nil {
+			return c, err
+		}
+	}
 	if err := c.startEtcd(ctx, binDir, etcdPort, etcdPeerPort, opts.Detach); err != nil {
 		return c, err
 	}
@@ -216,7 +229,13 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 	if nodeErr != nil {
 		return c, nodeErr
 	}
-	return c, kwokErr
+	if kwokErr != nil {
+		return c, kwokErr
+	}
+	if registry != nil {
+		return c, c.waitRegistryReady(ctx, registry)
+	}
+	return c, nil
 }
 
 // track records a started process. For a detached test bed it also rewrites the state file at

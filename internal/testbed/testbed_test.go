@@ -356,7 +356,7 @@ func TestVersions(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"K8S_VERSION": testbed.KubernetesVersion, "ETCD_VERSION": testbed.EtcdVersion, "KWOK_VERSION": testbed.KwokVersion,
-		"COREDNS_VERSION": testbed.CoreDNSVersion,
+		"COREDNS_VERSION": testbed.CoreDNSVersion, "REGISTRY_VERSION": testbed.RegistryVersion,
 	} {
 		m := regexp.MustCompile(`(?m)^` + name + `=(\S+)$`).FindSubmatch(env)
 		if m == nil {
@@ -380,6 +380,13 @@ func TestVersions(t *testing.T) {
 	}
 	if req := "github.com/coredns/coredns " + testbed.CoreDNSVersion; !strings.Contains(string(dnsmod), req) {
 		t.Errorf("coredns/go.mod does not require %s", req)
+	}
+	regmod, err := os.ReadFile(filepath.Join("registry", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req := "github.com/distribution/distribution/v3 " + testbed.RegistryVersion; !strings.Contains(string(regmod), req) {
+		t.Errorf("registry/go.mod does not require %s", req)
 	}
 }
 

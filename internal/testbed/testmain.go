@@ -181,7 +181,7 @@ func Reuse(ctx context.Context, kubeconfig string) (*Cluster, error) {
 		// A test bed from `outpost-testbed up` records where its node's containerd listens
 		// beside its kubeconfig; ImportImage needs it.
 		if st, _ := readState(filepath.Dir(kubeconfig)); st != nil && st.Node != nil {
-			c.HostIP, c.containerdSocket = st.Node.HostIP, st.Node.ContainerdSocket
+			c.HostIP, c.containerdSocket, c.Registry = st.Node.HostIP, st.Node.ContainerdSocket, st.Node.Registry
 		}
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("looking for the real Node: %w", err)

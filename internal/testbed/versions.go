@@ -13,4 +13,6 @@ const (
 	KwokVersion = "v0.7.0"
 	// CoreDNSVersion is the version of CoreDNS, the real node's cluster DNS.
 	CoreDNSVersion = "v1.12.4"
+	// RegistryVersion is the version of distribution's registry, the real node's OCI registry.
+	RegistryVersion = "v3.1.2"
 )

@@ -143,6 +143,15 @@ resource "outpost_kubernetes_agent" "this" {
     }
   }
 
+  image_registry = var.image_registry
+  dynamic "image_pull_secret" {
+    for_each = var.image_pull_secret_name == null ? [] : [var.image_pull_secret_name]
+    content {
+      name               = image_pull_secret.value
+      docker_config_json = var.image_pull_secret_docker_config_json
+    }
+  }
+
   lifecycle {
     precondition {
       condition     = var.org_id == null || var.org_id == outpost_kubernetes_agent_runner.this.org_id

@@ -161,6 +161,30 @@ variable "job_image" {
   }
 }
 
+variable "image_registry" {
+  type        = string
+  description = "Registry (and path) of a private mirror of the Outpost images, for every image of the chart (`global.imageRegistry`): `registry.example.com/outpost` pulls `registry.example.com/outpost/outpost-dev/outpost-agent`. IMAGES.md says how to mirror a release. Null: the images' own registry."
+  default     = null
+}
+
+variable "image_pull_secret_name" {
+  type        = string
+  description = "Name of the `kubernetes.io/dockerconfigjson` Secret, in `agent_namespace` and `job_namespace`, that the agent pods and the job pods pull with. Null: no login."
+  default     = null
+}
+
+variable "image_pull_secret_docker_config_json" {
+  type        = string
+  description = "Content of that Secret (`jsonencode({auths = {\"<host>\" = {username, password, auth}}})`): the provider writes it into both namespaces and keeps it in Terraform state (sensitive). Null: the Secrets exist already."
+  default     = null
+  sensitive   = true
+
+  validation {
+    condition     = var.image_pull_secret_docker_config_json == null || var.image_pull_secret_name != null
+    error_message = "image_pull_secret_docker_config_json needs image_pull_secret_name, the name of the Secret to write it into."
+  }
+}
+
 variable "public_key" {
   type        = string
   description = "Bring your own key pair: the ed25519 public key in PEM form (`-----BEGIN PUBLIC KEY-----`, e.g. `file(\"runner_public_key.pem\")` made with `openssl pkey -pubout`). The module then generates no key; `private_key_secret` must name the Secret holding the private half. Null: the module generates the key pair."

@@ -67,16 +67,19 @@ func TestApplyPlanDestroy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			images(t, testbed.Shared(t))
-			wantImage, tpl := jobImage, ""
+			tpl := ""
 			if tc.template {
-				wantImage = terraformImage
-				tpl = `{"metadata": {"labels": {"team": "infra"}}, "spec": {"containers": [{"name": "main", "image": "` + terraformImage + `"}]}}`
+				tpl = `{"metadata": {"labels": {"team": "infra"}}, "spec": {"containers": [{"name": "main", "image": "` + registryVar + "/" + pushed.terraform + `"}]}}`
 			}
 			values := ""
 			if tc.history {
 				values = "jobs: {history: {succeeded: 1, failed: 1}}"
 			}
 			e := newEnv(t, envOptions{podTemplate: tpl, values: values})
+			wantImage := e.jobImage
+			if tc.template {
+				wantImage = e.terraformImage
+			}
 
 			apply, pod := e.deployWatchingPod(api.OperationApply, greeting, "app")
 			if apply.d.Status != api.StatusSucceeded || apply.d.ExitCode == nil || *apply.d.ExitCode != 0 {
@@ -88,7 +91,7 @@ func TestApplyPlanDestroy(t *testing.T) {
 			if got := e.outputs(apply.d.ID)["greeting"]; got != `"hello from a real pod"` {
 				t.Errorf("output greeting = %s", got)
 			}
-			checkJobPod(t, pod, wantImage)
+			e.checkJobPod(pod, wantImage)
 			t.Logf("%s: enqueue to the CLI's first log line %s, apply done after %s", tc.cliBinary,
 				apply.firstCLILine.Round(10*time.Millisecond), apply.took.Round(10*time.Millisecond))
 
@@ -228,7 +231,8 @@ func (e *env) watchPods(id string) *podWatch {
 
 // checkJobPod checks that the job pod ran main from wantImage with the job runner the injecting
 // init container copied in from the agent image.
-func checkJobPod(t *testing.T, pod *corev1.Pod, wantImage string) {
+func (e *env) checkJobPod(pod *corev1.Pod, wantImage string) {
+	t := e.t
 	t.Helper()
 	if pod == nil {
 		t.Fatal("never saw the deployment's job pod")
@@ -243,8 +247,8 @@ func checkJobPod(t *testing.T, pod *corev1.Pod, wantImage string) {
 		t.Errorf("main container %+v; want image %s running %v", main, wantImage, kubeexec.JobCommand)
 	}
 	ics := pod.Spec.InitContainers
-	if len(ics) == 0 || ics[0].Name != kubeexec.InjectContainer || ics[0].Image != agentImage {
-		t.Fatalf("init containers %+v; want %s from %s first", ics, kubeexec.InjectContainer, agentImage)
+	if len(ics) == 0 || ics[0].Name != kubeexec.InjectContainer || ics[0].Image != e.agentImage {
+		t.Fatalf("init containers %+v; want %s from %s first", ics, kubeexec.InjectContainer, e.agentImage)
 	}
 	st := pod.Status.InitContainerStatuses
 	if len(st) == 0 || st[0].State.Terminated == nil || st[0].State.Terminated.ExitCode != 0 {

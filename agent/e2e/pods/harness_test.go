@@ -13,6 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"k8s.io/apimachinery/pkg/util/rand"
+
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
@@ -44,11 +48,24 @@ type env struct {
 	// stateNS holds the states, apart from the key and the jobs, as the chart's defaults want.
 	stateNS string
 	jobsNS  string
+	// registry is the chart's global.imageRegistry: a path of the env's own in the test bed's
+	// registry ("<host>/e-<random>") that mirror filled, so no node has these images yet.
+	registry string
+	// The images as the env's pods name them, under registry.
+	agentImage, jobImage, terraformImage, toolboxImage string
 }
 
+// pullSecret is the kubernetes.io/dockerconfigjson Secret every env creates in its agent and jobs
+// namespaces, logging in to the test bed's registry, and names in the chart's imagePullSecrets.
+const pullSecret = "registry-login"
+
+// registryVar in a podTemplate stands for the env's registry path (env.registry), so a template
+// can name an image of the env's mirror ("$REGISTRY/outpost-test/terraform:1.11.4").
+const registryVar = "$REGISTRY"
+
 type envOptions struct {
-	// podTemplate is the runner's job.pod_template (JSON); empty leaves main's image to the
-	// chart's jobs.image.
+	// podTemplate is the runner's job.pod_template (JSON), registryVar replaced; empty leaves
+	// main's image to the chart's jobs.image.
 	podTemplate string
 	// values are chart values (YAML) over the harness's own.
 	values string
@@ -77,6 +94,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e.agentNS, e.jobsNS, e.stateNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
 	// Registered after the namespaces, so it runs before they are deleted.
 	t.Cleanup(e.dumpOnFailure)
+	e.mirror()
+	login := c.Registry.DockerConfigJSON(c.Registry.Username, c.Registry.Password)
+	for _, ns := range []string{e.agentNS, e.jobsNS} {
+		e.createPullSecret(ns, pullSecret, login)
+	}
 
 	pub, priv, err := keys.Generate()
 	if err != nil {
@@ -91,7 +113,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	if _, err := e.admin.CreateRunner(ctx, api.RunnerInput{ID: runnerID, PublicKeys: []string{pubPEM}, StateStorageID: "k8s",
 		MaxConcurrency: 4, JobTimeoutSeconds: 900,
-		Job: api.RunnerJob{Namespace: e.jobsNS, ServiceAccount: jobServiceAccount, PodTemplate: o.podTemplate}}); err != nil {
+		Job: api.RunnerJob{Namespace: e.jobsNS, ServiceAccount: jobServiceAccount, PodTemplate: strings.ReplaceAll(o.podTemplate, registryVar, e.registry)}}); err != nil {
 		t.Fatal(err)
 	}
 	if o.before != nil {
@@ -104,8 +126,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	return e
 }
 
-// install installs the embedded chart as a user would, with the agent image imported into the
-// node (pull policy IfNotPresent, the chart's default).
+// install installs the embedded chart as a user would from a private mirror: global.imageRegistry
+// is the env's path in the test bed's registry and imagePullSecrets its login (pull policy
+// IfNotPresent, the chart's default; the node has no image of that path before).
 func (e *env) install(o envOptions) {
 	e.t.Helper()
 	replicas := max(o.replicas, 1)
@@ -125,7 +148,9 @@ terminationGracePeriodSeconds: 30
 resources: {requests: {cpu: 10m, memory: 64Mi}, limits: {memory: 256Mi}}
 jobs: {namespace: %s, startupTimeout: %s}
 state: {namespace: %s}
-`, apiURL, org, runnerID, replicas, e.jobsNS, startupTimeout, e.stateNS))
+global: {imageRegistry: %q}
+imagePullSecrets: [%s]
+`, apiURL, org, runnerID, replicas, e.jobsNS, startupTimeout, e.stateNS, e.registry, pullSecret))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -165,6 +190,65 @@ func (e *env) waitConnected() {
 	})
 	if r.Status.AgentVersion != imagesVersion {
 		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, imagesVersion)
+	}
+}
+
+// mirror copies the pushed images into a path of the env's own in the registry, as `crane copy`
+// would (the blobs are mounted from the first path, not uploaded again), and sets the env's image
+// names: the pods of every env pull, never find the image on the node already.
+func (e *env) mirror() {
+	e.t.Helper()
+	ctx := e.t.Context()
+	r := e.c.Registry
+	e.registry = r.Host + "/e-" + rand.String(8)
+	opts, err := r.RemoteOptions(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, p := range []struct {
+		path string
+		to   *string
+	}{{pushed.agent, &e.agentImage}, {pushed.job, &e.jobImage}, {pushed.terraform, &e.terraformImage}, {pushed.toolbox, &e.toolboxImage}} {
+		from, err := name.NewTag(r.Host + "/" + p.path)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		to, err := name.NewTag(e.registry + "/" + p.path)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		desc, err := remote.Get(from, opts...)
+		if err != nil {
+			e.t.Fatalf("reading %s from the registry: %v", from, err)
+		}
+		if desc.MediaType.IsIndex() {
+			idx, err := desc.ImageIndex()
+			if err == nil {
+				err = remote.WriteIndex(to, idx, opts...)
+			}
+			if err != nil {
+				e.t.Fatalf("copying %s to %s: %v", from, to, err)
+			}
+		} else {
+			img, err := desc.Image()
+			if err == nil {
+				err = remote.Write(to, img, opts...)
+			}
+			if err != nil {
+				e.t.Fatalf("copying %s to %s: %v", from, to, err)
+			}
+		}
+		*p.to = to.String()
+	}
+}
+
+// createPullSecret creates a kubernetes.io/dockerconfigjson Secret.
+func (e *env) createPullSecret(ns, name string, dockerConfigJSON []byte) {
+	e.t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: corev1.SecretTypeDockerConfigJson,
+		Data: map[string][]byte{corev1.DockerConfigJsonKey: dockerConfigJSON}}
+	if _, err := e.c.Client().CoreV1().Secrets(ns).Create(e.t.Context(), s, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
 	}
 }
 

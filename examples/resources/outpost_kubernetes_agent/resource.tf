@@ -83,6 +83,22 @@ resource "outpost_kubernetes_agent" "prod" {
     allowed_secrets = ["cloud-credentials"]
   }
 
+  # Pull every image (agent pods, job pods' init container and main) from a private mirror of
+  # the release (IMAGES.md); the provider keeps the login Secret in the agent and jobs namespaces.
+  image_registry = "registry.example.com/outpost"
+  image_pull_secret {
+    name = "outpost-registry"
+    docker_config_json = jsonencode({
+      auths = {
+        "registry.example.com" = {
+          username = var.registry_username
+          password = var.registry_password
+          auth     = base64encode("${var.registry_username}:${var.registry_password}")
+        }
+      }
+    })
+  }
+
   # Any other chart value: the last resort; the attributes above win over the same keys.
   values = yamlencode({
     podAnnotations = { "example.com/team" = "platform" }
@@ -96,4 +112,15 @@ resource "outpost_kubernetes_agent" "prod" {
 
   # The Secret must exist before the agent starts.
   depends_on = [outpost_key_pair.runner]
+}
+
+variable "registry_username" {
+  type    = string
+  default = "outpost-puller"
+}
+
+variable "registry_password" {
+  type      = string
+  sensitive = true
+  default   = "example-only"
 }

@@ -193,10 +193,6 @@ func (e *Executor) podsOf(j *batchv1.Job) []*corev1.Pod {
 // shows one fails at once instead of after the startup timeout.
 var neverStarts = map[string]bool{"InvalidImageName": true, "ErrImageNeverPull": true}
 
-// imagePullHint says what to do about an image a pod could not get.
-const imagePullHint = "check that the image name and tag exist, and that the node can pull it (registry reachable, " +
-	"imagePullSecrets for a private registry; on a node without registry access, load the image there and use imagePullPolicy IfNotPresent or Never)"
-
 // watchdog fails Jobs whose pod has not started within the startup timeout, or whose pod can
 // never start (neverStarts). Left alone such a Job would wait for activeDeadlineSeconds (the
 // whole job timeout) holding a slot, and the user would learn nothing about why.
@@ -257,8 +253,9 @@ func (e *Executor) startupReason(ctx context.Context, j *batchv1.Job) (string, s
 			if w := cs.State.Waiting; w != nil {
 				switch w.Reason {
 				case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+					image := imageOf(p, cs)
 					return executor.ReasonImagePull, fmt.Sprintf("%s: container %s cannot get image %s: %s; %s",
-						w.Reason, cs.Name, imageOf(p, cs), w.Message, imagePullHint)
+						w.Reason, cs.Name, image, w.Message, imagePullHint(p, image, w.Message))
 				}
 			}
 		}
@@ -267,11 +264,11 @@ func (e *Executor) startupReason(ctx context.Context, j *batchv1.Job) (string, s
 				return executor.ReasonUnschedulable, fmt.Sprintf("%s: %s", c.Reason, c.Message)
 			}
 		}
-		if r, m, ok := e.eventReason(ctx, p.Namespace, "Pod", p.Name); ok {
+		if r, m, ok := e.eventReason(ctx, p, p.Namespace, "Pod", p.Name); ok {
 			return r, m
 		}
 	}
-	if r, m, ok := e.eventReason(ctx, j.Namespace, "Job", j.Name); ok {
+	if r, m, ok := e.eventReason(ctx, nil, j.Namespace, "Job", j.Name); ok {
 		return r, m
 	}
 	if len(pods) == 0 {
@@ -291,7 +288,9 @@ func imageOf(p *corev1.Pod, cs corev1.ContainerStatus) string {
 	return cs.Image
 }
 
-func (e *Executor) eventReason(ctx context.Context, ns, kind, name string) (string, string, bool) {
+// eventReason explains a start-up failure from the newest Warning event of an object; p is the
+// pod (nil for the Job), whose pull secrets an image pull failure's hint names.
+func (e *Executor) eventReason(ctx context.Context, p *corev1.Pod, ns, kind, name string) (string, string, bool) {
 	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}.AsSelector().String()
 	evs, err := e.o.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil || len(evs.Items) == 0 {
@@ -308,7 +307,11 @@ func (e *Executor) eventReason(ctx context.Context, ns, kind, name string) (stri
 		case ev.Reason == "FailedScheduling":
 			return executor.ReasonUnschedulable, "FailedScheduling: " + ev.Message, true
 		case strings.Contains(ev.Message, "pull") || ev.Reason == "ErrImagePull" || ev.Reason == "ImagePullBackOff":
-			return executor.ReasonImagePull, ev.Reason + ": " + ev.Message + "; " + imagePullHint, true
+			hint := imagePullFallbackHint
+			if p != nil {
+				hint = imagePullHint(p, eventImage(ev.Message), ev.Message)
+			}
+			return executor.ReasonImagePull, ev.Reason + ": " + ev.Message + "; " + hint, true
 		default:
 			return executor.ReasonStartFailed, ev.Reason + ": " + ev.Message, true
 		}

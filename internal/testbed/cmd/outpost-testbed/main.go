@@ -118,7 +118,7 @@ func up(dir string, node bool, out io.Writer) error {
 	parts := "etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok"
 	if node {
 		parts = "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and a real node " +
-			"(containerd, kubelet, kube-proxy, CoreDNS)"
+			"(containerd, kubelet, kube-proxy, CoreDNS) with an OCI registry"
 	}
 	fmt.Fprintf(out, "Starting %s...\n", parts)
 	start := time.Now()
@@ -153,6 +153,9 @@ node %[2]s (images: %[3]s, %[4]s; import more with
 ctr --address %[5]s -n k8s.io images import ARCHIVE). Pods reach this machine at %[6]s.
 `, testbed.RealNodeTaint, testbed.RealNodeName, testbed.PauseImage, testbed.ToolboxImage,
 			filepath.Join(dir, "node", "containerd.sock"), c.HostIP)
+		fmt.Fprintf(out, `The node pulls images from the registry at %[1]s (HTTPS, CA %[2]s) with an
+imagePullSecret logging in as %[3]s (the password is node.registry.Password in %[4]s).
+`, c.Registry.Host, filepath.Join(dir, "pki", "ca.crt"), c.Registry.Username, filepath.Join(dir, "testbed.json"))
 	}
 	fmt.Fprintln(out, "Stop it with: make testbed-down")
 }
