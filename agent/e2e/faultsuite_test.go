@@ -79,6 +79,8 @@ func TestFaults(t *testing.T) {
 	run("agent clock 90 s behind", func(t *testing.T) faultRow { return clockSkew(t, 90*time.Second) })
 	run("agent clock 90 s ahead", func(t *testing.T) faultRow { return clockSkew(t, -90*time.Second) })
 	run("captured requests replayed", replay)
+	run("agent upgraded from the previous build", agentUpgrade)
+	run("orchestrator upgraded from the previous build", orchestratorUpgrade)
 
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)

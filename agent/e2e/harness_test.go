@@ -93,6 +93,8 @@ type env struct {
 	apiURL   string
 	// agentEnv is added to the agents' environment.
 	agentEnv []string
+	// binary, when set, is the agent binary startAgent runs (another build's).
+	binary string
 }
 
 // testOrg is the organisation of every test's runner.
@@ -108,13 +110,21 @@ func newEnv(t testing.TB, podTemplate string, maxConcurrency int, orchOpts ...or
 // newEnvWithPod is newEnv with job pod settings on the runner.
 func newEnvWithPod(t testing.TB, podTemplate string, pod *api.JobPod, maxConcurrency int, orchOpts ...orchestratortest.Option) *env {
 	t.Helper()
-	c := testbed.Shared(t)
-	e := &env{t: t, cluster: c, orch: orchestratortest.Start(t, orchOpts...), ns: testbed.NewNamespace(t, c), runnerID: "r1"}
-	e.apiURL = e.orch.URL
-	var err error
-	if e.admin, err = client.NewAdminClient(e.orch.URL, testOrg, e.orch.AdminToken); err != nil {
+	orch := orchestratortest.Start(t, orchOpts...)
+	admin, err := client.NewAdminClient(orch.URL, testOrg, orch.AdminToken)
+	if err != nil {
 		t.Fatal(err)
 	}
+	e := newEnvOn(t, orch.URL, admin, podTemplate, pod, maxConcurrency)
+	e.orch = orch
+	return e
+}
+
+// newEnvOn registers the runner with the orchestrator at apiURL (e.orch stays nil).
+func newEnvOn(t testing.TB, apiURL string, admin *client.AdminClient, podTemplate string, pod *api.JobPod, maxConcurrency int) *env {
+	t.Helper()
+	c := testbed.Shared(t)
+	e := &env{t: t, cluster: c, admin: admin, apiURL: apiURL, ns: testbed.NewNamespace(t, c), runnerID: "r1"}
 	ctx := t.Context()
 	// Job pods are admitted as in a namespace the provider created: Pod Security "restricted".
 	if _, err := c.Client().CoreV1().Namespaces().Patch(ctx, e.ns, types.MergePatchType,
@@ -174,7 +184,11 @@ func (e *env) startAgent(name string, extra ...string) *agent {
 		"--namespace", e.ns, "--pod-name", name, "--health-listen", "127.0.0.1:0", "--state-listen", "127.0.0.1:0",
 		"--poll-wait", "5s", "--log-level", "debug",
 	}, extra...)
-	cmd := exec.CommandContext(context.Background(), agentBinary(e.t), args...)
+	bin := e.binary
+	if bin == "" {
+		bin = agentBinary(e.t)
+	}
+	cmd := exec.CommandContext(context.Background(), bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), e.agentEnv...)
 	if err := cmd.Start(); err != nil {

@@ -319,6 +319,15 @@ variable "key_rotation" {
   type = string
 }
 
+variable "image_registry" {
+  type = string
+}
+
+variable "image_pull_secret_docker_config_json" {
+  type      = string
+  sensitive = true
+}
+
 module "runner" {
   source          = %q
   runner_id       = %q
@@ -328,6 +337,11 @@ module "runner" {
   max_concurrency = 4
   key_rotation    = var.key_rotation
   agent_values    = "insecureAllowHttp: true"
+
+  # The images come from the test bed's registry, as the quickstart's do.
+  image_registry                       = var.image_registry
+  image_pull_secret_name               = "registry-login"
+  image_pull_secret_docker_config_json = var.image_pull_secret_docker_config_json
 }
 `, rel, runnerID, ns)
 		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(main), 0o644); err != nil {
@@ -341,7 +355,9 @@ module "runner" {
 			cmd := exec.CommandContext(ctx, cli, "apply", "-auto-approve", "-input=false", "-no-color")
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "OUTPOST_API_URL="+e.apiURL, "OUTPOST_ORG_ID="+c.Org,
-				"OUTPOST_TOKEN="+e.token, "KUBE_CONFIG_PATH="+e.tc.Kubeconfig, insecureHTTPEnv+"=true", "TF_VAR_key_rotation="+rotation)
+				"OUTPOST_TOKEN="+e.token, "KUBE_CONFIG_PATH="+e.tc.Kubeconfig, insecureHTTPEnv+"=true", "TF_VAR_key_rotation="+rotation,
+				"TF_VAR_image_registry="+e.tc.Registry.Host,
+				"TF_VAR_image_pull_secret_docker_config_json="+string(e.tc.Registry.DockerConfigJSON(e.tc.Registry.Username, e.tc.Registry.Password)))
 			out, err := cmd.CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("%s apply: %w\n%s", c.CLI, err, out)
