@@ -200,7 +200,7 @@ func (r *kubernetesAgentResource) Schema(ctx context.Context, _ resource.SchemaR
 			"job_image": imageBlock("Job `main` container when the runner's pod template names none (default: `ghcr.io/outpost-dev/outpost-job`, with OpenTofu; "+
 				"any image with `tofu` or `terraform` works, because the job runner is copied into the pod from the agent image; Terraform is not shipped for licence reasons, see the chart README)", false),
 			"image_pull_secret": imagePullSecretBlock(),
-			"timeouts": timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
+			"timeouts":          timeouts.Block(ctx, timeouts.Opts{Create: true, Update: true, Delete: true}),
 		},
 	}
 	for name, a := range agentJobsAttributes() {
