@@ -151,6 +151,11 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 				Identity: cfg.Instance(), Logger: log, OnChange: func(v bool) {
 					readiness.SetLeader(v)
 					m.Leader.Set(boolFloat(v))
+					if v {
+						// Until the session has registered the grants of the attempts it takes
+						// over, an unknown credential may be one of them: 503, not 401.
+						p.tokens.Adopting()
+					}
 					p.forwarder.SetLeading(v)
 					if !v {
 						// The attempts are the next leader's: a standby authorises nothing and

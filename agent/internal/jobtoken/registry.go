@@ -31,6 +31,10 @@ var (
 	ErrUnauthenticated = errors.New("invalid credentials")
 	// ErrForbidden: valid credentials, but not for this state key.
 	ErrForbidden = errors.New("not allowed to access this state")
+	// ErrAdopting: the credentials are not known (yet) while this replica is still taking over
+	// the attempts of the one before (Adopting); the state backend answers 503, which the CLI
+	// retries, instead of a 401 it would fail on.
+	ErrAdopting = errors.New("the agent is taking over the running attempts; retry")
 )
 
 // StateTokenPrefix starts every state credential, so one is recognisable in a leak report.
@@ -83,6 +87,8 @@ type Registry struct {
 	keys    [][]byte
 	m       map[string]entry
 	watcher Watcher
+	// adopting is set from Adopting until Adopted.
+	adopting bool
 }
 
 type entry struct {
@@ -196,6 +202,22 @@ func (r *Registry) Delete(deploymentID string, attempt int) {
 	}
 }
 
+// Adopting says this replica starts taking over the attempts the executor holds (it became the
+// leader, or its session starts): until Adopted, an unknown credential is ErrAdopting, not
+// ErrUnauthenticated, since its grant may just not be registered yet.
+func (r *Registry) Adopting() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.adopting = true
+}
+
+// Adopted says the grants of every attempt the executor held are registered.
+func (r *Registry) Adopted() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.adopting = false
+}
+
 // Clear forgets every grant: the replica lost leadership, and the attempts are the next
 // leader's. Their state locks are left to it (it resumes renewing them).
 func (r *Registry) Clear() {
@@ -213,8 +235,11 @@ func (r *Registry) Clear() {
 func (r *Registry) Authorize(_ context.Context, username, password, stateKey string) (Access, error) {
 	r.mu.RLock()
 	h, ok := r.m[username]
-	keys := r.keys
+	keys, adopting := r.keys, r.adopting
 	r.mu.RUnlock()
+	if (!ok || h.Token == "") && adopting {
+		return Access{}, ErrAdopting
+	}
 	if !ok || h.Token == "" {
 		return Access{}, ErrUnauthenticated
 	}

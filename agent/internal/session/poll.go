@@ -29,6 +29,9 @@ func (s *Session) pollLoop(ctx context.Context) error {
 	defer claims.Wait()
 	for ctx.Err() == nil {
 		began := time.Now()
+		if _, err := s.adoptUnregistered(ctx); err != nil {
+			s.log.Warn("list attempts to adopt", "err", err)
+		}
 		req, err := s.pollRequest(ctx)
 		if err != nil {
 			s.log.Error("list attempts for the poll", "err", err)

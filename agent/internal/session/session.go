@@ -178,9 +178,11 @@ func (s *Session) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.attempts = map[executor.AttemptKey]*attemptState{}
 	s.mu.Unlock()
+	s.o.Tokens.Adopting()
 	if err := s.adopt(ctx); err != nil {
 		return err
 	}
+	s.o.Tokens.Adopted()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.pollLoop(gctx) })
 	g.Go(func() error { return s.eventLoop(gctx) })
@@ -209,9 +211,26 @@ func (s *Session) RunAndRestart(ctx context.Context) {
 // previous leader. Their job tokens are recovered so the state backend admits their job runners'
 // requests again.
 func (s *Session) adopt(ctx context.Context) error {
-	statuses, err := s.o.Executor.List(ctx)
+	n, err := s.adoptUnregistered(ctx)
 	if err != nil {
 		return err
+	}
+	if n > 0 {
+		s.o.Metrics.Readopted.Add(float64(n))
+		s.log.Info("re-adopted running attempts", "count", n)
+	}
+	return nil
+}
+
+// adoptUnregistered registers the grant of every running attempt the executor holds whose job
+// token the registry lacks, and returns how many running attempts it holds. Run at the start of
+// a term and before every poll: the previous leader may still create a Job whose claim it was
+// answering when it stepped down, after this term's first adoption, and its job runner must get
+// its state all the same.
+func (s *Session) adoptUnregistered(ctx context.Context) (int, error) {
+	statuses, err := s.o.Executor.List(ctx)
+	if err != nil {
+		return 0, err
 	}
 	n := 0
 	for _, st := range statuses {
@@ -221,36 +240,44 @@ func (s *Session) adopt(ctx context.Context) error {
 		if err := validHeld(api.HeldAttempt{DeploymentID: st.DeploymentID, Attempt: st.Attempt, Fencing: st.Fencing}); err != nil {
 			continue // left out of the polls too (pollRequest says why)
 		}
+		s.mu.Lock()
+		att := s.attempts[st.Key()]
+		done := att != nil && att.acked // its finished event acknowledged, or forgotten: it is being cleaned up
+		s.mu.Unlock()
+		if done {
+			continue
+		}
 		n++
 		if s.o.Tokens.Has(st.DeploymentID, st.Attempt) {
 			continue
 		}
-		g := jobtoken.Grant{StateKey: st.StateKey, StateNamespace: st.StateNamespace, Operation: st.Operation}
-		token, err := s.o.Executor.JobToken(ctx, st.DeploymentID, st.Attempt)
-		if err != nil {
-			// Re-claiming is idempotent for the same instance and returns the same token.
-			c, cerr := s.o.Client.Claim(ctx, st.DeploymentID, api.ClaimRequest{Attempt: st.Attempt, Instance: s.o.Instance})
-			if cerr != nil {
-				s.log.Warn("cannot recover the job token of an adopted attempt; its state requests will be refused", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", errors.Join(err, cerr))
-				continue
-			}
-			g = grantOf(c)
-			token = c.JobToken
-			// The token was not stored with the attempt (the agent stopped between creating the
-			// Job and its token Secret): starting again adopts the Job and stores the token, so
-			// the job pod waiting for it goes on.
-			if err := s.o.Executor.Start(ctx, c, s.o.Tokens.StateToken(c.DeploymentID, c.Attempt, c.JobToken)); err != nil {
-				s.log.Warn("cannot store the recovered job token with an adopted attempt", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", err)
-			}
+		s.adoptAttempt(ctx, st)
+	}
+	return n, nil
+}
+
+// adoptAttempt recovers the job token of one attempt the executor holds and registers its grant.
+func (s *Session) adoptAttempt(ctx context.Context, st executor.AttemptStatus) {
+	g := jobtoken.Grant{StateKey: st.StateKey, StateNamespace: st.StateNamespace, Operation: st.Operation}
+	token, err := s.o.Executor.JobToken(ctx, st.DeploymentID, st.Attempt)
+	if err != nil {
+		// Re-claiming is idempotent for the same instance and returns the same token.
+		c, cerr := s.o.Client.Claim(ctx, st.DeploymentID, api.ClaimRequest{Attempt: st.Attempt, Instance: s.o.Instance})
+		if cerr != nil {
+			s.log.Warn("cannot recover the job token of an adopted attempt; its state requests will be refused", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", errors.Join(err, cerr))
+			return
 		}
-		g.Token = token
-		s.o.Tokens.Put(st.DeploymentID, st.Attempt, g)
+		g = grantOf(c)
+		token = c.JobToken
+		// The token was not stored with the attempt (the agent stopped between creating the
+		// Job and its token Secret): starting again adopts the Job and stores the token, so
+		// the job pod waiting for it goes on.
+		if err := s.o.Executor.Start(ctx, c, s.o.Tokens.StateToken(c.DeploymentID, c.Attempt, c.JobToken)); err != nil {
+			s.log.Warn("cannot store the recovered job token with an adopted attempt", "deployment_id", st.DeploymentID, "attempt", st.Attempt, "err", err)
+		}
 	}
-	if n > 0 {
-		s.o.Metrics.Readopted.Add(float64(n))
-		s.log.Info("re-adopted running attempts", "count", n)
-	}
-	return nil
+	g.Token = token
+	s.o.Tokens.Put(st.DeploymentID, st.Attempt, g)
 }
 
 // grantOf is the state access a claim grants its job runner.

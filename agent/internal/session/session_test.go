@@ -743,3 +743,36 @@ func TestFinishedEventsDoNotWaitForCleanups(t *testing.T) {
 	close(ex.cleanupGate)
 	stop()
 }
+
+// TestALateJobIsAdopted: a Job that appears after the term began (the previous leader created it
+// while it stepped down) gets its grant registered before the next poll, so its job runner's
+// state requests are admitted; while a term takes over, an unknown credential is "retry", not
+// "refused".
+func TestALateJobIsAdopted(t *testing.T) {
+	orch := &fakeOrch{max: 5}
+	ex := newFakeExec()
+	tokens := jobtoken.New(nil)
+	s := New(Options{Client: orch, Executor: ex, Tokens: tokens, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", PollWait: 100 * time.Millisecond})
+	tokens.Adopting() // as the agent does when it becomes the leader
+	if _, err := tokens.Authorize(t.Context(), "late", "opst_x", "k/late"); !errors.Is(err, jobtoken.ErrAdopting) {
+		t.Fatalf("an unknown credential while taking over: %v, want ErrAdopting", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "the first poll", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.polls) > 0 })
+	if _, err := tokens.Authorize(t.Context(), "late", "opst_x", "k/late"); !errors.Is(err, jobtoken.ErrUnauthenticated) {
+		t.Fatalf("an unknown credential once the term took over: %v, want ErrUnauthenticated", err)
+	}
+
+	ex.mu.Lock()
+	ex.attempts["late"] = &executor.AttemptStatus{DeploymentID: "late", Attempt: 1, Fencing: 2, Status: api.StatusClaimed}
+	ex.mu.Unlock()
+	ex.n.Notify()
+	waitFor(t, "the late Job's grant", func() bool { return tokens.Has("late", 1) })
+	if _, err := tokens.Authorize(t.Context(), "late", s.o.Tokens.StateToken("late", 1, "opj_late"), "k/late"); err != nil {
+		t.Fatalf("the late Job's state credential: %v", err)
+	}
+}

@@ -185,6 +185,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, jobtoken.ErrForbidden):
 		writeError(rw, http.StatusForbidden, "forbidden", fmt.Sprintf("not allowed to access state %q", key))
 		return
+	case errors.Is(err, jobtoken.ErrAdopting):
+		rw.Header().Set("Retry-After", "1")
+		writeError(rw, http.StatusServiceUnavailable, "taking_over", err.Error())
+		return
 	case err != nil:
 		h.log.LogAttrs(r.Context(), slog.LevelError, "state authorization failed", slog.String("state_key", key), slog.String("error", err.Error()))
 		writeError(rw, http.StatusServiceUnavailable, "authorizer_unavailable", "could not check credentials; retry")
