@@ -134,6 +134,7 @@ func testDemoOnPods(t *testing.T) {
 		t.Logf("--- output ---\n%s", text)
 	}
 	t.Run("key rotation", func(t *testing.T) { testKeyRotationOnPods(t, c) })
+	t.Run("provider upgrade", func(t *testing.T) { testProviderUpgradeOnPods(t, c) })
 
 	// What demo-down must remove, recorded while it runs.
 	bed, err := testbed.TraceDir(filepath.Join(c.Dir, "testbed"))

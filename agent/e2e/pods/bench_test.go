@@ -31,7 +31,7 @@ func BenchmarkCLIStart(b *testing.B) {
 	began := time.Now()
 	images(b, testbed.Shared(b))
 	e := newEnv(b, envOptions{})
-	e.waitConnected()
+	e.waitConnected(imagesVersion)
 	var lat []time.Duration
 	for i := 0; i < b.N; i++ {
 		lat = lat[:0]

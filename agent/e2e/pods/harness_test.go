@@ -1,6 +1,7 @@
 package pods
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v3/pkg/chart"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -77,6 +79,10 @@ type envOptions struct {
 	apiURL string
 	// unconnected skips the wait for the agent to connect, for an agent that is not meant to.
 	unconnected bool
+	// chart, when set, is installed instead of the tree's (loadChart): another build's, whose
+	// agent reports version.
+	chart   *chart.Chart
+	version string
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -121,7 +127,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	e.install(o)
 	if !o.unconnected {
-		e.waitConnected()
+		e.waitConnected(cmp.Or(o.version, imagesVersion))
 	}
 	return e
 }
@@ -130,6 +136,27 @@ func newEnv(t testing.TB, o envOptions) *env {
 // is the env's path in the test bed's registry and imagePullSecrets its login (pull policy
 // IfNotPresent, the chart's default; the node has no image of that path before).
 func (e *env) install(o envOptions) {
+	e.t.Helper()
+	vals := e.values(o)
+	cfg, err := helm.NewConfiguration(helm.NewRESTClientGetter(e.c.RESTConfig, e.agentNS), e.agentNS, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	chrt := o.chart
+	if chrt == nil {
+		if chrt, err = loadChart(); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(e.t.Context(), 2*time.Minute)
+	defer cancel()
+	if _, err := helm.Install(ctx, cfg, chrt, vals, helm.InstallOptions{ReleaseName: releaseName, Namespace: e.agentNS, Timeout: time.Minute}); err != nil {
+		e.t.Fatalf("installing the chart: %v", err)
+	}
+}
+
+// values are the chart values of the env's release: the harness's own, then o.values.
+func (e *env) values(o envOptions) map[string]any {
 	e.t.Helper()
 	replicas := max(o.replicas, 1)
 	apiURL := e.orch.URL
@@ -161,24 +188,12 @@ imagePullSecrets: [%s]
 		}
 		vals = helm.MergeValues(vals, over)
 	}
-	cfg, err := helm.NewConfiguration(helm.NewRESTClientGetter(e.c.RESTConfig, e.agentNS), e.agentNS, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	chrt, err := loadChart()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(e.t.Context(), 2*time.Minute)
-	defer cancel()
-	if _, err := helm.Install(ctx, cfg, chrt, vals, helm.InstallOptions{ReleaseName: releaseName, Namespace: e.agentNS, Timeout: time.Minute}); err != nil {
-		e.t.Fatalf("installing the chart: %v", err)
-	}
+	return vals
 }
 
 // waitConnected waits until the agent, running in its pod, has polled the orchestrator, and
-// checks that it reports the images' version (stamped into the binary by the image build).
-func (e *env) waitConnected() {
+// checks that it reports version (stamped into the binary by the image build).
+func (e *env) waitConnected(version string) {
 	e.t.Helper()
 	var r *api.Runner
 	testbed.WaitFor(e.t, 2*time.Minute, "the agent pod to connect to the orchestrator", func() (bool, string) {
@@ -188,8 +203,8 @@ func (e *env) waitConnected() {
 		}
 		return r.Status.Connected && r.Status.AgentVersion != "", fmt.Sprintf("runner status %+v", r.Status)
 	})
-	if r.Status.AgentVersion != imagesVersion {
-		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, imagesVersion)
+	if r.Status.AgentVersion != version {
+		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, version)
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -26,9 +28,13 @@ type Previous struct {
 	// Version is stamped into every binary, the images' tags and the chart's version and
 	// appVersion: 0.0.0-previous-<7 hex digits>, so it never collides with the build under test.
 	Version string
-	// Dir holds bin/, images/ and chart/.
+	// Dir holds bin/, images/, chart/ and quickstart/.
 	Dir string
 }
+
+// previousLayout names what a cached previous build holds; raised when that changes, so an
+// older cache entry is built again.
+const previousLayout = "2"
 
 // Bin is the path of one of the previous build's binaries: terraform-provider-outpost,
 // outpost-orchestrator or outpost-agent.
@@ -39,6 +45,10 @@ func (p Previous) ImagesDir() string { return filepath.Join(p.Dir, "images") }
 
 // ChartDir is the previous build's agent chart, a chart directory with Version set.
 func (p Previous) ChartDir() string { return filepath.Join(p.Dir, "chart") }
+
+// QuickstartDir is the previous build's examples/quickstart, the configuration its provider
+// applies (a user upgrading changes the provider version and then their configuration).
+func (p Previous) QuickstartDir() string { return filepath.Join(p.Dir, "quickstart") }
 
 // ReadPreviousCommit reads PreviousCommitVar from the repository's scripts/versions.env.
 func ReadPreviousCommit(repo string) (string, error) {
@@ -66,14 +76,15 @@ func ReadPreviousCommit(repo string) (string, error) {
 // first time: the commit's tree is exported (git archive, so no worktree is left behind), its
 // provider, orchestrator and agent built with the version stamped as a release build stamps it,
 // its images built with its own image builder for linux/amd64, and its chart copied with the
-// version set. The result is kept in cacheDir/previous/<commit> (about 150 MB); later calls
+// version set, and its examples/quickstart kept. The result is kept in
+// cacheDir/previous/<commit>-<layout> (about 150 MB); later calls
 // return it at once. logf reports the steps of a build.
 func BuildPrevious(ctx context.Context, repo, cacheDir string, logf func(string, ...any)) (Previous, error) {
 	commit, err := ReadPreviousCommit(repo)
 	if err != nil {
 		return Previous{}, err
 	}
-	p := Previous{Commit: commit, Version: "0.0.0-previous-" + commit[:7], Dir: filepath.Join(cacheDir, "previous", commit)}
+	p := Previous{Commit: commit, Version: "0.0.0-previous-" + commit[:7], Dir: filepath.Join(cacheDir, "previous", commit+"-"+previousLayout)}
 	if _, err := os.Stat(filepath.Join(p.Dir, "done")); err == nil {
 		return p, nil
 	}
@@ -124,6 +135,9 @@ func BuildPrevious(ctx context.Context, repo, cacheDir string, logf func(string,
 	}
 	logf("previous build: images built after %s", time.Since(start).Round(time.Second))
 	if err := copyChart(filepath.Join(src, "agent", "chart"), filepath.Join(tmp, "chart"), p.Version); err != nil {
+		return Previous{}, err
+	}
+	if err := os.Rename(filepath.Join(src, "examples", "quickstart"), filepath.Join(tmp, "quickstart")); err != nil {
 		return Previous{}, err
 	}
 	if err := os.RemoveAll(src); err != nil {
@@ -195,4 +209,34 @@ func run(ctx context.Context, dir string, env []string, name string, args ...str
 		return fmt.Errorf("%s %s (in %s): %w\n%s", name, strings.Join(args, " "), dir, err, out)
 	}
 	return nil
+}
+
+var (
+	previousOnce  sync.Once
+	previousBuild Previous
+	previousErr   error
+)
+
+// PreviousForTest is BuildPrevious for tests, once per test binary: repo is the repository's
+// root, the cache the user's ($OUTPOST_CACHE, else <user cache dir>/outpost, as the Makefile's).
+func PreviousForTest(t testing.TB, repo string) Previous {
+	t.Helper()
+	previousOnce.Do(func() {
+		cache := os.Getenv("OUTPOST_CACHE")
+		if cache == "" {
+			dir, err := os.UserCacheDir()
+			if err != nil {
+				previousErr = err
+				return
+			}
+			cache = filepath.Join(dir, "outpost")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+		defer cancel()
+		previousBuild, previousErr = BuildPrevious(ctx, repo, cache, t.Logf)
+	})
+	if previousErr != nil {
+		t.Fatal(previousErr)
+	}
+	return previousBuild
 }
