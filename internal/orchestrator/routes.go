@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // routeTable is the whole API surface. internal/api/openapi.yaml documents exactly these routes;
@@ -52,7 +54,7 @@ func (s *Server) routeTable() []route {
 
 		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
 		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},
-		{pattern: "PUT /api/v1/job/outputs", auth: authJob, body: bodyJSON, limit: limitDefault, h: s.putOutputs},
+		{pattern: "PUT /api/v1/job/outputs", auth: authJob, body: bodyJSON, limit: api.MaxOutputsBytes, h: s.putOutputs},
 	}
 }
 
