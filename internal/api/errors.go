@@ -23,6 +23,9 @@ var (
 	// ErrIncompatibleProtocol: the agent and the orchestrator speak no agent protocol version in
 	// common (the message names both releases and ranges).
 	ErrIncompatibleProtocol = errors.New("incompatible agent protocol")
+	// ErrOrgNotFound: the organisation of an admin request does not exist on the orchestrator
+	// (a mistyped --org). It is an ErrNotFound too.
+	ErrOrgNotFound = errors.New("no such organisation")
 )
 
 // Error codes in the JSON error body.
@@ -45,6 +48,9 @@ const (
 	// CodeRequestTimeout answers a request whose body did not arrive within the server's read
 	// timeout (HTTP 408, retried like any other "later").
 	CodeRequestTimeout = "request_timeout"
+	// CodeOrgNotFound answers an admin request about an organisation in which nothing was ever
+	// created (HTTP 404), so a mistyped organisation is not shown as an empty one.
+	CodeOrgNotFound = "org_not_found"
 )
 
 // ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.
@@ -116,6 +122,8 @@ func (e *Error) Is(target error) bool {
 		return e.StatusCode == http.StatusUnsupportedMediaType
 	case ErrIncompatibleProtocol:
 		return e.Code == CodeIncompatibleProtocol
+	case ErrOrgNotFound:
+		return e.Code == CodeOrgNotFound
 	}
 	return false
 }

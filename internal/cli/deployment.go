@@ -221,7 +221,7 @@ asks whether to cancel the deployment or detach.`,
 			}
 		}
 	})
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the log until the deployment ends and exit with its result")
+	followFlag(cmd, &follow)
 	return cmd
 }
 
