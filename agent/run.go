@@ -222,6 +222,11 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	}
 	tokens := jobtoken.New(jobtoken.StateCredentialKey(ring.Current()))
 	p := &parts{exec: exec, tokens: tokens}
+	if cfg.LeaderElect {
+		p.forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
+	}
+	var noStateBackend string
+	p.state, noStateBackend = newStateServer(cfg, kube, tokens, p.forwarder, log)
 	var recorder session.ConnectionRecorder
 	if kube != nil && cfg.Namespace != "" {
 		p.connection = connection.NewRecorder(connection.RecorderOptions{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName,
@@ -231,7 +236,7 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	p.session = session.New(session.Options{
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Connection: recorder, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
-		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout,
+		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout, NoStateBackend: noStateBackend,
 		LimitChanged: func(n int) {
 			limiter.SizeFor(n)
 			log.Info("Kubernetes client burst sized for the runner's max_concurrency", "max_concurrency", n, "burst", limiter.Burst(), "qps", limiter.QPS())
@@ -239,10 +244,6 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	})
 	log.Info("agent starting", "version", config.Version, "runner", cfg.RunnerID, "org", cfg.OrgID,
 		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElect)
-	if cfg.LeaderElect {
-		p.forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
-	}
-	p.state = newStateServer(cfg, kube, tokens, p.forwarder, log)
 	followKeys(ring, signer, exec, tokens, p.session, m, log)
 	return p, nil
 }
@@ -327,26 +328,30 @@ func newLimiter(cfg *config.Config) *kubeclient.Limiter {
 	return kubeclient.NewLimiter(float32(cfg.KubeQPS), cfg.KubeBurst)
 }
 
-// newStateServer returns the state backend, or nil when the agent has no cluster to keep states
-// in.
-func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobtoken.Registry, fw *statebackend.Forwarder, log *slog.Logger) *statebackend.Server {
+// newStateServer returns the state backend, or nil and why not (with the setting that would
+// make the agent serve it) when the agent has no cluster to keep states in.
+func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobtoken.Registry, fw *statebackend.Forwarder, log *slog.Logger) (*statebackend.Server, string) {
 	if kube == nil {
-		log.Info("no Kubernetes client; the state backend is not served (set --kubeconfig to serve it)")
-		return nil
+		why := fmt.Sprintf("the agent has no Kubernetes client to keep states in; give it one with --kubeconfig (%s), "+
+			"or give the runner a state storage of type s3, gcs or azurerm", config.EnvName("kubeconfig"))
+		log.Info("the state backend is not served: deployments with kubernetes state storage are refused", "why", why)
+		return nil, why
 	}
 	key, err := cfg.LoadStateEncryptionKey()
 	if err != nil {
 		// Validate already checked the file; a change since then must not silently store
 		// plaintext, so the backend is not served and the log says why.
+		why := fmt.Sprintf("the state encryption key is unreadable (%v); fix --state-encryption-key-file (%s; the chart's state.encryption.existingSecret) and restart the agent",
+			err, config.EnvName("state-encryption-key-file"))
 		log.Error("state encryption key unreadable; the state backend is not served", "err", err)
-		return nil
+		return nil, why
 	}
 	if key != nil {
 		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.StateEncryptionKeyFile)
 	}
 	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens, Org: cfg.OrgID,
 		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log,
-		Limits: statebackend.Limits{MaxBodyBytes: cfg.StateMaxBodyBytes, MaxRequests: cfg.StateMaxRequests, MaxRequestsPerJob: cfg.StateMaxRequestsPerJob}})
+		Limits: statebackend.Limits{MaxBodyBytes: cfg.StateMaxBodyBytes, MaxRequests: cfg.StateMaxRequests, MaxRequestsPerJob: cfg.StateMaxRequestsPerJob}}), ""
 }
 
 func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {

@@ -149,7 +149,7 @@ func TestCLIDeployFollowOnARealAgent(t *testing.T) {
 	c.must("deployment", "events", id)
 
 	// The same state again, as a plan: nothing to change.
-	plan := c.run(nil, "deploy", src, "--runner", "web", "--state-key", "apps/cli", "--var", "name=hello", "--plan", "-f")
+	plan := c.run(nil, "deploy", src, "--runner", "web", "--state-key", "apps/cli", "--var", "name=hello", "--plan", "--follow")
 	if plan.code != cli.ExitOK || !strings.Contains(plan.stdout, "No changes.") {
 		t.Fatalf("plan of the applied state: exit %d\n%s%s", plan.code, plan.stdout, plan.stderr)
 	}

@@ -4,9 +4,12 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -58,13 +61,13 @@ func (b *stateBody) Read(p []byte) (int, error) {
 }
 
 // upload streams a state to the agent's state backend without a Content-Length, the way a
-// hostile job would to get past an early size check, retrying 429 and 503 as the CLIs do.
+// hostile job would to get past an early size check, retrying 429 and 503 as the CLIs do. Its
+// detail starts with the SHA-256 of the body when the transport read all of it ("-" otherwise).
 func upload(t *testing.T, addr, key, user, token, lineage string, size int64) (int, string) {
 	t.Helper()
 	for try := 0; ; try++ {
-		h := sha256.New()
-		body := io.TeeReader(newStateBody(lineage, size), h)
-		req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+addr+"/v1/states/"+key, io.NopCloser(body))
+		body := &hashingBody{r: newStateBody(lineage, size), h: sha256.New()}
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+addr+"/v1/states/"+key, body)
 		req.ContentLength = -1
 		req.SetBasicAuth(user, token)
 		resp, err := http.DefaultClient.Do(req)
@@ -77,8 +80,42 @@ func upload(t *testing.T, addr, key, user, token, lineage string, size int64) (i
 			time.Sleep(time.Second)
 			continue
 		}
-		return resp.StatusCode, hex.EncodeToString(h.Sum(nil)) + " " + string(b)
+		return resp.StatusCode, body.sum() + " " + string(b)
 	}
+}
+
+// hashingBody is a request body that hashes what the transport reads of it. The transport may
+// go on reading after Do returned (a server that answers before the body's end, as with 413),
+// so hashing and taking the sum share a lock: a sum taken while the transport wrote into the
+// hash once panicked inside crypto/sha256 ("d.nx != 0").
+type hashingBody struct {
+	r   io.Reader
+	mu  sync.Mutex
+	h   hash.Hash
+	eof bool
+}
+
+func (b *hashingBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.h.Write(p[:n])
+	if errors.Is(err, io.EOF) {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *hashingBody) Close() error { return nil }
+
+// sum is the hex SHA-256 of the body once it was read to its end, else "-".
+func (b *hashingBody) sum() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.eof {
+		return "-"
+	}
+	return hex.EncodeToString(b.h.Sum(nil))
 }
 
 // peakRSS is the process's peak resident set (VmHWM) in bytes.
@@ -211,5 +248,32 @@ func checkHealthz(t *testing.T, addr string) {
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("/healthz: %d", resp.StatusCode)
+	}
+}
+
+// TestUploadDoesNotRaceTheTransport: a server that refuses an upload before reading its body
+// (as the state backend does with 413) answers while the HTTP client still sends it. upload must
+// not take the body's hash meanwhile: under -race the old TeeReader version fails here, and
+// without it the sum once panicked inside crypto/sha256 in `make test`.
+func TestUploadDoesNotRaceTheTransport(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.CopyN(io.Discard, r.Body, 64<<10)
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for range 20 {
+		code, detail := upload(t, addr, "k", "u", "t", "l", 8<<20)
+		if code != http.StatusRequestEntityTooLarge || !strings.HasPrefix(detail, "- ") {
+			t.Fatalf("upload refused early: %d %q, want 413 with no hash", code, detail)
+		}
+	}
+	whole := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}))
+	defer whole.Close()
+	code, detail := upload(t, strings.TrimPrefix(whole.URL, "http://"), "k", "u", "t", "l", 1<<20)
+	if sum, _, _ := strings.Cut(detail, " "); code != http.StatusOK || len(sum) != 64 {
+		t.Fatalf("upload read to its end: %d %q, want 200 with the body's SHA-256", code, detail)
 	}
 }

@@ -6,12 +6,16 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
@@ -107,5 +111,61 @@ func checkHealth(t *testing.T, addr string) {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestAgentWithoutStateBackendRefusesKubernetesState runs the agent as a user would without a
+// cluster (process executor, no --kubeconfig): it serves no state backend, so a deployment whose
+// state storage is kubernetes fails at once, reason no_state_backend, with a message naming the
+// flag that fixes it. Before, the job ran and `terraform init` retried the unreachable backend
+// for about five minutes.
+func TestAgentWithoutStateBackendRefusesKubernetesState(t *testing.T) {
+	t.Parallel()
+	orch := orchestratortest.Start(t)
+	admin, priv := orch.RegisterRunner(t.Context(), t)
+	privPEM, err := keys.EncodePrivatePEM(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "private-key.pem")
+	if err := os.WriteFile(keyFile, []byte(privPEM), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stateAddr := freeAddr(t)
+	var logs clienttest.Buffer
+	cmd := exec.CommandContext(t.Context(), agentBinary(t), "--api-url", orch.URL, "--org-id", testOrg, "--runner-id", "r1",
+		"--private-key-file", keyFile, "--executor", "process", "--leader-elect=false", "--work-dir", t.TempDir(),
+		"--agent-binary", agentBinary(t), "--cli", "/usr/local/bin/terraform", "--state-listen", stateAddr,
+		"--state-url", "http://"+stateAddr, "--health-listen", "127.0.0.1:0", "--poll-wait", "5s")
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Env = append(os.Environ(), "KUBECONFIG=")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("agent log:\n%s", logs.String())
+		}
+	})
+	d, err := admin.CreateDeployment(t.Context(), api.DeploymentInput{RunnerID: "r1", Operation: api.OperationApply,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": `resource "terraform_data" "x" {}`})}}, StateKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *api.Deployment
+	testbed.WaitFor(t, 60*time.Second, "the deployment to end", func() (bool, string) {
+		got, err = admin.GetDeployment(t.Context(), d.ID)
+		if err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Terminal(), string(got.Status)
+	})
+	if got.Status != api.StatusFailed || got.Reason != "no_state_backend" || !strings.Contains(got.Message, "--kubeconfig") {
+		t.Fatalf("deployment %s, reason %q: %s; want failed, reason no_state_backend, naming --kubeconfig", got.Status, got.Reason, got.Message)
+	}
+	if got.StartedAt != nil {
+		t.Errorf("the refused attempt started its CLI at %s", got.StartedAt)
 	}
 }

@@ -56,8 +56,13 @@ func TestRunGeneratesTokenServesAndStops(t *testing.T) {
 	if code := get(t, "http://"+addr+"/healthz", ""); code != http.StatusOK {
 		t.Fatalf("healthz: HTTP %d", code)
 	}
-	if code := get(t, "http://"+addr+"/api/v1/orgs/acme/runners", token); code != http.StatusOK {
-		t.Fatalf("admin request with the generated token: HTTP %d", code)
+	// The token is taken (a refused one gets 401): on a fresh server organisation acme does not
+	// exist yet, which is a 404 (org_not_found).
+	if code := get(t, "http://"+addr+"/api/v1/orgs/acme/runners", token); code != http.StatusNotFound {
+		t.Fatalf("admin request with the generated token: HTTP %d, want 404 (no such organisation)", code)
+	}
+	if code := get(t, "http://"+addr+"/api/v1/orgs/acme/runners", token+"x"); code != http.StatusUnauthorized {
+		t.Fatalf("admin request with another token: HTTP %d, want 401", code)
 	}
 	if err := srv.stop(); err != nil {
 		t.Fatalf("run after shutdown: %v", err)

@@ -28,8 +28,9 @@ func TestServesTLSFromCertificateFiles(t *testing.T) {
 		t.Fatalf("HTTPS with the test CA: %v", err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName != "orchestrator" {
-		t.Fatalf("HTTPS answer %d, TLS %v; want 200 with the test certificate", resp.StatusCode, resp.TLS != nil)
+	// 404: the API answered, about an organisation that does not exist on a fresh server.
+	if resp.StatusCode != http.StatusNotFound || resp.TLS == nil || resp.TLS.PeerCertificates[0].Subject.CommonName != "orchestrator" {
+		t.Fatalf("HTTPS answer %d, TLS %v; want the API's 404 (no such organisation) with the test certificate", resp.StatusCode, resp.TLS != nil)
 	}
 	// Plain HTTP on the same port gets net/http's refusal, never the API.
 	plainReq, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+srv.addr+"/healthz", nil)

@@ -41,3 +41,49 @@ func TestObserveServerDate(t *testing.T) {
 		t.Error("an answer without a valid Date changed the learnt offset")
 	}
 }
+
+// A long poll's Date is the orchestrator's time when the request arrived (or, behind a proxy,
+// when the answer left): either end of the call, never its midpoint. Held 30 s on one machine,
+// it must not make up a difference; with a real one it keeps the offset learnt from a short
+// request, and an offset it proves wrong moves only as far as the call allows.
+func TestObserveServerDateOfALongPoll(t *testing.T) {
+	sent := time.Date(2026, 11, 23, 12, 0, 0, 300_000_000, time.UTC)
+	received := sent.Add(30 * time.Second)
+	for _, c := range []struct {
+		name       string
+		start      time.Duration // the offset before
+		stamped    time.Time     // when, by this machine's clock, the orchestrator read its clock
+		ahead      time.Duration // how far the orchestrator's clock really is ahead
+		want       time.Duration
+		shortAfter bool // a short request follows, and must give the whole difference
+	}{
+		{"same clock, stamped on arrival", 0, sent.Add(time.Millisecond), 0, 0, false},
+		{"same clock, stamped on the answer", 0, received.Add(-time.Millisecond), 0, 0, false},
+		{"90 s ahead, learnt before", 90 * time.Second, sent.Add(time.Millisecond), 90 * time.Second, 90 * time.Second, false},
+		{"90 s behind, learnt before", -90 * time.Second, sent.Add(time.Millisecond), -90 * time.Second, -90 * time.Second, false},
+		{"90 s ahead, not learnt yet", 0, sent.Add(time.Millisecond), 90 * time.Second, 60 * time.Second, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewSigner("acme", "r1", fuzzKey)
+			if c.start != 0 {
+				now := sent.Add(-time.Minute)
+				s.ObserveServerDate(now.Add(c.start).Format(http.TimeFormat), now.Add(-50*time.Millisecond), now.Add(50*time.Millisecond))
+				if got := s.ClockOffset(); (got - c.start).Abs() > time.Second {
+					t.Fatalf("offset learnt from a short request %s, want about %s", got, c.start)
+				}
+			}
+			date := c.stamped.Add(c.ahead).Format(http.TimeFormat)
+			got := s.ObserveServerDate(date, sent, received)
+			if (got - c.want).Abs() > time.Second {
+				t.Errorf("after a 30 s poll: offset %s, want about %s", got, c.want)
+			}
+			if c.shortAfter {
+				now := received.Add(time.Second)
+				s.ObserveServerDate(now.Add(c.ahead).Format(http.TimeFormat), now.Add(-50*time.Millisecond), now.Add(50*time.Millisecond))
+				if got := s.ClockOffset(); (got - c.ahead).Abs() > time.Second {
+					t.Errorf("after a short request: offset %s, want about %s", got, c.ahead)
+				}
+			}
+		})
+	}
+}

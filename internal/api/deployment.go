@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -108,17 +109,21 @@ type Deployment struct {
 	Status         Status                     `json:"status"`
 	// Attempt counts from 1; it grows when an expired job lease returns the deployment to the
 	// queue.
-	Attempt         int        `json:"attempt"`
-	CancelRequested bool       `json:"cancel_requested,omitempty"`
-	ExitCode        *int       `json:"exit_code,omitempty"`
-	Reason          string     `json:"reason,omitempty"`
-	Message         string     `json:"message,omitempty"`
-	LogSize         int64      `json:"log_size"`
-	LogTruncated    bool       `json:"log_truncated,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	ClaimedAt       *time.Time `json:"claimed_at,omitempty"`
-	StartedAt       *time.Time `json:"started_at,omitempty"`
-	FinishedAt      *time.Time `json:"finished_at,omitempty"`
+	Attempt         int    `json:"attempt"`
+	CancelRequested bool   `json:"cancel_requested,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Reason          string `json:"reason,omitempty"`
+	Message         string `json:"message,omitempty"`
+	LogSize         int64  `json:"log_size"`
+	LogTruncated    bool   `json:"log_truncated,omitempty"`
+	// OutputsOmitted counts the Terraform outputs the job runner (or the orchestrator) left out
+	// of the stored outputs to keep within MaxOutputs and MaxOutputsBytes; the deployment's
+	// result does not depend on it.
+	OutputsOmitted int        `json:"outputs_omitted,omitempty"`
+	CreatedAt      time.Time  `json:"created_at"`
+	ClaimedAt      *time.Time `json:"claimed_at,omitempty"`
+	StartedAt      *time.Time `json:"started_at,omitempty"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
 	// SourcePurgedAt is when the orchestrator's retention deleted the source and the variables
 	// (they can hold secrets); Source and Variables are empty from then on.
 	SourcePurgedAt *time.Time `json:"source_purged_at,omitempty"`
@@ -136,6 +141,43 @@ type Output struct {
 
 // Outputs maps output names to values.
 type Outputs map[string]Output
+
+// Limits of a deployment's stored outputs. The outputs come after the apply has changed the
+// infrastructure, so going over them never fails a deployment: what does not fit is left out
+// (Outputs.Cap) and counted in Deployment.OutputsOmitted.
+const (
+	// MaxOutputs is the most outputs a deployment keeps.
+	MaxOutputs = 1000
+	// MaxOutputsBytes is the largest JSON body of the outputs a job runner uploads.
+	MaxOutputsBytes = 1 << 20
+	// OutputsOmittedParam is the query parameter of the outputs upload that says how many
+	// outputs the job runner left out.
+	OutputsOmittedParam = "omitted"
+)
+
+// Cap returns the outputs that fit within maxCount outputs and maxBytes of JSON, taken in name
+// order and skipping any that would not fit (one large output does not push out every later
+// one), and the names of those left out, in name order.
+func (o Outputs) Cap(maxCount, maxBytes int) (kept Outputs, omitted []string) {
+	names := make([]string, 0, len(o))
+	for n := range o {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	kept = Outputs{}
+	size := len("{}")
+	for _, n := range names {
+		entry, err := json.Marshal(map[string]Output{n: o[n]})
+		// entry is {"name":{…}}: the braces stand for the comma between entries.
+		if err != nil || len(kept) >= maxCount || size+len(entry)-1 > maxBytes {
+			omitted = append(omitted, n)
+			continue
+		}
+		kept[n] = o[n]
+		size += len(entry) - 1
+	}
+	return kept, omitted
+}
 
 // Event is what the agent says happened to an attempt (the body of EventRequest without the
 // fencing number); the admin API lists the recorded ones.

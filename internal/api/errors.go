@@ -26,6 +26,9 @@ var (
 	// ErrUnknownKey: the orchestrator has no key of the runner that matches the agent token's
 	// key (HTTP 401 with CodeUnknownKey). Also an ErrUnauthorized.
 	ErrUnknownKey = errors.New("unknown agent key")
+	// ErrOrgNotFound: the organisation of an admin request does not exist on the orchestrator
+	// (a mistyped --org). It is an ErrNotFound too.
+	ErrOrgNotFound = errors.New("no such organisation")
 )
 
 // Error codes in the JSON error body.
@@ -51,6 +54,9 @@ const (
 	// CodeUnknownKey refuses an agent request signed with a key the runner does not have (HTTP
 	// 401): the agent tries another key it holds, and otherwise says which key to register.
 	CodeUnknownKey = "unknown_key"
+	// CodeOrgNotFound answers an admin request about an organisation in which nothing was ever
+	// created (HTTP 404), so a mistyped organisation is not shown as an empty one.
+	CodeOrgNotFound = "org_not_found"
 )
 
 // ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.
@@ -124,6 +130,8 @@ func (e *Error) Is(target error) bool {
 		return e.Code == CodeIncompatibleProtocol
 	case ErrUnknownKey:
 		return e.Code == CodeUnknownKey
+	case ErrOrgNotFound:
+		return e.Code == CodeOrgNotFound
 	}
 	return false
 }

@@ -90,6 +90,7 @@ type app struct {
 
 type globalFlags struct {
 	configFile, profile, apiURL, org, output string
+	insecureAllowHTTP                        bool
 }
 
 // Run runs the command line with args (without the program name) and returns the exit code.
@@ -177,6 +178,8 @@ failed; 4 it was canceled; 5 it was lost; 130 interrupted, or detached from a de
 	f.StringVar(&a.global.apiURL, "api-url", "", "orchestrator URL (overrides OUTPOST_API_URL and the profile)")
 	f.StringVar(&a.global.org, "org", "", "organisation (overrides OUTPOST_ORG_ID and the profile)")
 	f.StringVarP(&a.global.output, "output", "o", "table", "output format: table, json or yaml")
+	f.BoolVar(&a.global.insecureAllowHTTP, "insecure-allow-http", false,
+		"allow a plain http:// orchestrator URL that is not loopback: the token then crosses the network unencrypted (default $"+envInsecureAllowHTTP+")")
 	_ = root.RegisterFlagCompletionFunc("output", fixedCompletion("table", "json", "yaml"))
 	_ = root.RegisterFlagCompletionFunc("profile", a.completeProfiles)
 	root.AddGroup(&cobra.Group{ID: "deploy", Title: "Deployments:"}, &cobra.Group{ID: "register", Title: "Runners and state storages:"},

@@ -13,7 +13,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Environment variables the command line reads. The first four are the Terraform provider's too.
+// Environment variables the command line reads. The first four and the last are the Terraform
+// provider's too.
 const (
 	envAPIURL    = "OUTPOST_API_URL"
 	envOrg       = "OUTPOST_ORG_ID"
@@ -21,6 +22,8 @@ const (
 	envTokenFile = "OUTPOST_TOKEN_FILE"
 	envProfile   = "OUTPOST_PROFILE"
 	envConfig    = "OUTPOST_CONFIG"
+	// envInsecureAllowHTTP is the provider's and the agent's opt-in to plain http off loopback.
+	envInsecureAllowHTTP = "OUTPOST_INSECURE_ALLOW_HTTP"
 )
 
 // configFile is the config file: named profiles and the current one.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/cli"
 )
 
@@ -56,6 +57,10 @@ func TestConfigProfilesAndTokenSources(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(asJSON.stdout), &v); err != nil || v.CurrentProfile != "default" || v.Effective.Token.Value != "(hidden)" {
 		t.Errorf("config view -o json: %+v, %v\n%s", v, err, asJSON.stdout)
+	}
+	if _, err := h.admin().CreateStateStorage(t.Context(), api.StateStorageInput{ID: "s", Type: api.StateStorageKubernetes,
+		Kubernetes: &api.KubernetesStateSpec{Namespace: "x"}}); err != nil {
+		t.Fatal(err)
 	}
 	h.must("runner", "list")
 

@@ -67,6 +67,11 @@ func (d *Deployer) Queue(ctx context.Context, req DeployRequest) (*api.Deploymen
 	default:
 		return nil, &usageError{errors.New("nothing to deploy: give a directory (outpost deploy ./infra) or --git URL")}
 	}
+	if req.RunnerID != "" {
+		if err := idProblem("--runner", req.RunnerID); err != nil {
+			return nil, err
+		}
+	}
 	if err := in.Validate(); err != nil {
 		return nil, flagProblem(err)
 	}
@@ -174,9 +179,23 @@ func describeArchive(a *sourcearchive.Archive) string {
 	}
 	s += fmt.Sprintf(", %s (%s compressed)", size(a.Bytes), size(int64(len(a.Data))))
 	if len(a.Skipped) > 0 {
-		s += "; left out " + strings.Join(a.Skipped, ", ")
+		s += "; left out " + sample(a.Skipped, skippedShown)
+	}
+	if a.IgnoreFile != "" {
+		s += " (read " + a.IgnoreFile + ")"
 	}
 	return s
+}
+
+// skippedShown is how many left-out paths deploy names before it counts the rest.
+const skippedShown = 20
+
+// sample joins up to n items, then says how many more there are.
+func sample(items []string, n int) string {
+	if len(items) <= n {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(items[:n], ", "), len(items)-n)
 }
 
 func plural(n int, noun string) string {

@@ -27,9 +27,12 @@ func (a *app) deployCommand() *cobra.Command {
 plan, --destroy to destroy.
 
 DIR is packed as the deployment's inline source: a deterministic tar.gz of the directory without
-.terraform/, .git/ and local state files (the state lives in the runner's state storage).
-Symlinks must stay inside the directory. The packed size is printed; the limit is 12 MiB
-compressed. With --git the runner's job fetches the source itself.
+.terraform/, .git/ and local state files (the state lives in the runner's state storage), and
+without what the directory's .outpostignore names (.gitignore syntax; when there is none, a
+.terraformignore is read, as HCP Terraform does). What was left out is printed. Symlinks must
+stay inside the directory. The packed size is printed; the limit is 12 MiB compressed, and a
+source over it is refused naming its largest files. With --git the runner's job fetches the
+source itself.
 
 Without --follow, deploy prints the new deployment's id (-o json: the deployment) and exits. With
 --follow it streams the log live until the deployment ends, and exits with its result: 0
@@ -38,11 +41,11 @@ from it (detached, it keeps running; without a terminal, Ctrl-C detaches) and ex
 detached. Lost connections are retried for up to 10 minutes; the log resumes where it stopped.
 With -o json the log goes to stderr and stdout gets the final deployment.`,
 		Example: `  outpost deploy ./infra --runner eu-1 --state-key apps/web --follow
-  outpost deploy ./infra --runner eu-1 --state-key apps/web --plan --var image_tag=v1.4.2 -f
+  outpost deploy ./infra --runner eu-1 --state-key apps/web --plan --var image_tag=v1.4.2 --follow
   outpost deploy --git https://github.com/acme/infra.git --ref main --path stacks/web \
       --runner eu-1 --state-key apps/web --var-file prod.tfvars
   outpost deploy ./infra --runner eu-1 --state-key apps/web --destroy --follow
-  id=$(outpost deploy ./infra --runner eu-1 --state-key apps/web) && outpost deployment logs "$id" -f`,
+  id=$(outpost deploy ./infra --runner eu-1 --state-key apps/web) && outpost deployment logs "$id" --follow`,
 		GroupID: "deploy",
 		Args:    rangeArgs(0, 1, "at most one directory"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -89,12 +92,20 @@ With -o json the log goes to stderr and stdout gets the final deployment.`,
 	f.StringArrayVar(&o.vars, "var", nil, "set a Terraform variable: NAME=VALUE (repeatable; a string, as terraform -var)")
 	f.StringArrayVar(&o.varFiles, "var-file", nil, "read variables from a .tfvars, .json or .yaml file (repeatable; --var wins)")
 	f.DurationVar(&o.timeout, "timeout", 0, "bound the run, e.g. 30m (default: the runner's job timeout)")
-	f.BoolVarP(&o.follow, "follow", "f", false, "stream the log until the deployment ends and exit with its result")
+	followFlag(cmd, &o.follow)
 	cmd.MarkFlagsMutuallyExclusive("plan", "destroy")
 	_ = cmd.MarkFlagFilename("var-file", "tfvars", "json", "yaml", "yml")
 	_ = cmd.RegisterFlagCompletionFunc("runner", a.completeIDs(runnerResource().ids))
 	_ = cmd.RegisterFlagCompletionFunc("state-key", cobra.NoFileCompletions)
 	return cmd
+}
+
+// followFlag adds --follow. Each short flag means one thing in every command, and -f is --file
+// (create, update), so --follow has no short form; -f still follows here, with a note, until a
+// later release.
+func followFlag(cmd *cobra.Command, follow *bool) {
+	cmd.Flags().BoolVarP(follow, "follow", "f", false, "stream the log until the deployment ends and exit with its result")
+	_ = cmd.Flags().MarkShorthandDeprecated("follow", "use --follow: -f means --file (in create and update), and will stop meaning --follow in a later release")
 }
 
 // request turns the flags into a DeployRequest.

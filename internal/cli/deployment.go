@@ -221,7 +221,7 @@ asks whether to cancel the deployment or detach.`,
 			}
 		}
 	})
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "stream the log until the deployment ends and exit with its result")
+	followFlag(cmd, &follow)
 	return cmd
 }
 
@@ -241,6 +241,10 @@ print that output's value alone: a string as it is, anything else as JSON.`,
 		outs, err := s.GetOutputs(ctx, args[0])
 		if err != nil {
 			return err
+		}
+		if dep, err := s.GetDeployment(ctx, args[0]); err == nil && dep.OutputsOmitted > 0 {
+			fmt.Fprintf(a.env.Stderr, "Note: %s left out of the deployment's outputs (a deployment keeps at most %d outputs and %d MiB of them); its log names them.\n",
+				plural(dep.OutputsOmitted, "output"), api.MaxOutputs, api.MaxOutputsBytes>>20)
 		}
 		if len(args) == 2 {
 			return printOutput(a.env.Stdout, outs, args[0], args[1])

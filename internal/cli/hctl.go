@@ -245,7 +245,7 @@ func ensureStorage(ctx context.Context, s *session, tr *translation, in *api.Run
 		return nil
 	}
 	have, err := s.ListStateStorages(ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, api.ErrOrgNotFound) { // a new organisation has none to reuse
 		return err
 	}
 	for i := range have {

@@ -34,7 +34,10 @@ func publicKeyFile(h *harness, name string) (string, string) {
 // overrides and `get -o yaml` output fed back to update.
 func TestRegisterRunnersAndStateStorages(t *testing.T) {
 	h := configured(t)
-	h.expect(0, []string{"state-storage", "list"}, "No state storages in org acme yet")
+	// A fresh organisation does not exist yet: the error says so and how to begin it (a mistyped
+	// organisation gets the same answer, not an empty list).
+	h.expect(cli.ExitError, []string{"state-storage", "list"}, `no such organisation "acme"`, "outpost state-storage create -f FILE", "--org")
+	h.expect(cli.ExitError, []string{"runner", "get", "eu-1"}, `no such organisation "acme"`)
 
 	// State storages, from YAML and from JSON on stdin.
 	ss := h.write("storage.yaml", "id: eu-1-states\ntype: kubernetes\nkubernetes:\n  namespace: outpost-states\n")

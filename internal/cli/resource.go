@@ -82,7 +82,7 @@ func (r *resource[T, In]) getCommand(a *app) *cobra.Command {
 		Use:               "get ID",
 		Short:             fmt.Sprintf("Show a %s", r.kind),
 		Example:           fmt.Sprintf("  outpost %s get ID\n  outpost %s get ID -o yaml > %s.yaml   # edit, then: outpost %s update ID -f %s.yaml", r.command, r.command, r.command, r.command, r.command),
-		Args:              oneArg("the " + r.kind + "'s id"),
+		Args:              idArgs(1, 1, "the "+r.kind+"'s id", r.kind+" id"),
 		ValidArgsFunction: a.completeIDs(r.ids),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			item, err := r.get(ctx, s, args[0])
@@ -109,7 +109,7 @@ A file, e.g. %s.yaml:
 %s`, r.kind, r.command, indent(r.example)),
 		Example: fmt.Sprintf("  outpost %s create -f %s.yaml\n  outpost %s create -f %s.yaml --set id=eu-2 --set description='second cluster'",
 			r.command, r.command, r.command, r.command),
-		Args: rangeArgs(0, 1, "at most one id"),
+		Args: idArgs(0, 1, "at most one id", r.kind+" id"),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			if m.file == "" && len(m.sets) == 0 {
 				return &usageError{errors.New("nothing to create from: give -f FILE and/or --set PATH=VALUE")}
@@ -145,7 +145,7 @@ leaves out takes its default), then --set applies. Without -f, --set changes the
 now and keeps everything else.`, r.kind, r.kind),
 		Example: fmt.Sprintf("  outpost %s update ID -f %s.yaml\n  outpost %s update ID --set description='moved to eu-west-1'",
 			r.command, r.command, r.command),
-		Args:              oneArg("the " + r.kind + "'s id"),
+		Args:              idArgs(1, 1, "the "+r.kind+"'s id", r.kind+" id"),
 		ValidArgsFunction: a.completeIDs(r.ids),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			if m.file == "" && len(m.sets) == 0 {
@@ -186,7 +186,7 @@ func (r *resource[T, In]) deleteCommand(a *app) *cobra.Command {
 		Short:             fmt.Sprintf("Delete %ss", r.kind),
 		Long:              fmt.Sprintf("Delete %ss. %s", r.kind, r.removed),
 		Example:           fmt.Sprintf("  outpost %s delete ID", r.command),
-		Args:              rangeArgs(1, -1, "the id of the "+r.kind+" to delete"),
+		Args:              idArgs(1, -1, "the id of the "+r.kind+" to delete", r.kind+" id"),
 		ValidArgsFunction: a.completeIDs(r.ids),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
 			for _, id := range args {
@@ -217,6 +217,9 @@ func (r *resource[T, In]) input(a *app, m manifest, base map[string]any, args []
 	}
 	if *r.id(&in) == "" {
 		return in, nil, &usageError{fmt.Errorf("the %s has no id: add `id: NAME` to the file, an ID argument, or --set id=NAME", r.kind)}
+	}
+	if err := idProblem(r.kind+" id", *r.id(&in)); err != nil {
+		return in, nil, err
 	}
 	return in, tr, nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,17 +125,48 @@ func (a *app) connect(opts ...client.Option) (*session, error) {
 	if err := s.missing(); err != nil {
 		return nil, err
 	}
+	if err := idProblem("the organisation (from "+s.org.From+")", s.org.Value); err != nil {
+		return nil, err
+	}
+	allowHTTP, err := a.insecureAllowHTTP()
+	if err != nil {
+		return nil, err
+	}
+	if err := client.CheckPlainHTTP(s.apiURL.Value, allowHTTP, "--insecure-allow-http (or "+envInsecureAllowHTTP+"=true)"); err != nil {
+		return nil, fmt.Errorf("%w (the URL is from %s)", err, s.apiURL.From)
+	}
 	// The client's timeout bounds one try; a large inline source needs its time on a slow link.
 	hc, _, err := client.NewHTTPClient(s.caBundle.Value, 10*time.Minute)
 	if err != nil {
 		return nil, fmt.Errorf("ca_bundle_file (%s): %w", s.caBundle.From, err)
 	}
-	all := append([]client.Option{client.WithHTTPClient(hc), client.WithUserAgent("outpost-cli/" + version.Version)}, opts...)
+	all := []client.Option{client.WithHTTPClient(hc), client.WithUserAgent("outpost-cli/" + version.Version)}
+	if allowHTTP {
+		all = append(all, client.AllowInsecureHTTP())
+	}
+	all = append(all, opts...)
 	c, err := client.NewAdminClient(s.apiURL.Value, s.org.Value, s.token.Value, all...)
 	if err != nil {
 		return nil, fmt.Errorf("%w (the URL is from %s, the organisation from %s)", err, cmp.Or(s.apiURL.From, "nowhere"), cmp.Or(s.org.From, "nowhere"))
 	}
 	return &session{AdminClient: c, s: s}, nil
+}
+
+// insecureAllowHTTP is --insecure-allow-http, else OUTPOST_INSECURE_ALLOW_HTTP, as the provider
+// and the agent take it.
+func (a *app) insecureAllowHTTP() (bool, error) {
+	if a.global.insecureAllowHTTP {
+		return true, nil
+	}
+	raw := strings.TrimSpace(a.env.Getenv(envInsecureAllowHTTP))
+	if raw == "" {
+		return false, nil
+	}
+	allow, err := strconv.ParseBool(raw)
+	if err != nil {
+		return false, &usageError{fmt.Errorf("%s=%q is not true or false; unset it, or set it to true only if plain http to the orchestrator is acceptable", envInsecureAllowHTTP, raw)}
+	}
+	return allow, nil
 }
 
 func listOrNone(names []string) string {

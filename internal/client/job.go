@@ -45,11 +45,16 @@ func (c *JobClient) AppendLog(ctx context.Context, offset int64, data []byte) (*
 	return &out, nil
 }
 
-// PutOutputs uploads the deployment's Terraform outputs.
-func (c *JobClient) PutOutputs(ctx context.Context, outputs api.Outputs) error {
+// PutOutputs uploads the deployment's Terraform outputs, saying how many were left out of them
+// to keep within api.MaxOutputs and api.MaxOutputsBytes (api.Outputs.Cap).
+func (c *JobClient) PutOutputs(ctx context.Context, outputs api.Outputs, omitted int) error {
 	body, err := jsonBody(outputs)
 	if err != nil {
 		return err
 	}
-	return c.t.do(ctx, call{method: http.MethodPut, path: "/api/v1/job/outputs", body: body, retryable: retry.Idempotent})
+	cl := call{method: http.MethodPut, path: "/api/v1/job/outputs", body: body, retryable: retry.Idempotent}
+	if omitted > 0 {
+		cl.query = url.Values{api.OutputsOmittedParam: {strconv.Itoa(omitted)}}
+	}
+	return c.t.do(ctx, cl)
 }

@@ -253,7 +253,7 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	if _, err := job.AppendLog(ctx, int64(len(first)), second); err != nil {
 		t.Fatal(err)
 	}
-	if err := job.PutOutputs(ctx, api.Outputs{"name": {Value: json.RawMessage(`"x"`), Type: json.RawMessage(`"string"`)}, "secret": {Value: json.RawMessage(`"s"`), Sensitive: true}}); err != nil {
+	if err := job.PutOutputs(ctx, api.Outputs{"name": {Value: json.RawMessage(`"x"`), Type: json.RawMessage(`"string"`)}, "secret": {Value: json.RawMessage(`"s"`), Sensitive: true}}, 2); err != nil {
 		t.Fatalf("put outputs: %v", err)
 	}
 	zero := 0
@@ -268,7 +268,8 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 
 	// Admin reads of the finished deployment.
 	got, err := admin.GetDeployment(ctx, dep.ID)
-	if err != nil || got.Status != api.StatusSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.StartedAt == nil || got.FinishedAt == nil {
+	if err != nil || got.Status != api.StatusSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.StartedAt == nil || got.FinishedAt == nil ||
+		got.OutputsOmitted != 2 {
 		t.Fatalf("deployment after run: %+v, %v", got, err)
 	}
 	logs, err := admin.GetLogs(ctx, dep.ID, 0, 0)

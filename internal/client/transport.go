@@ -124,7 +124,8 @@ func newTransport(baseURL string, auth authorizer, opts []Option) (*transport, e
 	for _, o := range opts {
 		o(t)
 	}
-	if err := CheckPlainHTTP(baseURL, t.allowInsecureHTTP, "the insecure opt-in (client.AllowInsecureHTTP)"); err != nil {
+	if err := CheckPlainHTTP(baseURL, t.allowInsecureHTTP, "the insecure opt-in to plain http (the provider's insecure_allow_http, --insecure-allow-http of the outpost command line and the agent, or "+
+		"OUTPOST_INSECURE_ALLOW_HTTP=true for any of them)"); err != nil {
 		return nil, err
 	}
 	if t.retry.MaxTries < 1 {

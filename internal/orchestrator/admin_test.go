@@ -56,13 +56,23 @@ func TestRunnerAndStorageCRUD(t *testing.T) {
 	if len(list.Items) != 1 || list.Items[0].Description != "production" {
 		t.Fatalf("list %+v", list)
 	}
-	// Another organisation sees nothing of acme.
+	// Another organisation sees nothing of acme: one in which nothing was created does not
+	// exist (not an empty list, which a mistyped name would show), and one that exists lists
+	// only its own.
+	for _, path := range []string{"/runners", "/runners/eks-prod", "/state-storages", "/deployments"} {
+		if r := h.admin(http.MethodGet, orgPath("other")+path, nil); r.code != http.StatusNotFound || r.err(t).Code != api.CodeOrgNotFound ||
+			!strings.Contains(r.err(t).Message, `no such organisation "other"`) {
+			t.Fatalf("GET %s of an organisation never created: HTTP %d %s, want 404 org_not_found", path, r.code, r.body)
+		}
+	}
+	h.mustAdmin(http.MethodPost, orgPath("other")+"/state-storages", api.StateStorageInput{ID: "s", Type: api.StateStorageKubernetes,
+		Kubernetes: &api.KubernetesStateSpec{Namespace: "x"}}, http.StatusCreated, nil)
 	h.mustAdmin(http.MethodGet, orgPath("other")+"/runners", nil, http.StatusOK, &list)
 	if len(list.Items) != 0 {
 		t.Fatalf("org other sees %+v", list.Items)
 	}
-	if code := h.admin(http.MethodGet, orgPath("other")+"/runners/eks-prod", nil).code; code != http.StatusNotFound {
-		t.Fatalf("other org's GET: HTTP %d, want 404", code)
+	if r := h.admin(http.MethodGet, orgPath("other")+"/runners/eks-prod", nil); r.code != http.StatusNotFound || r.err(t).Code != api.CodeNotFound {
+		t.Fatalf("other org's GET: HTTP %d %s, want 404 not_found", r.code, r.body)
 	}
 
 	// A state storage in use cannot go; the message names the runner.
@@ -217,10 +227,9 @@ func TestAdminTokenRefusedAndCounted(t *testing.T) {
 	if got := authFailures(h, authReasonAdminToken) - before; got != 3 {
 		t.Fatalf("admin_token failures grew by %v, want 3", got)
 	}
-	var list api.List[api.StateStorage]
-	h.mustAdmin(http.MethodGet, orgPath("acme")+"/state-storages", nil, http.StatusOK, &list)
-	if len(list.Items) != 0 {
-		t.Fatalf("refused creates stored %+v", list.Items)
+	// Nothing was stored: the organisation was not even created.
+	if r := h.admin(http.MethodGet, orgPath("acme")+"/state-storages", nil); r.code != http.StatusNotFound || r.err(t).Code != api.CodeOrgNotFound {
+		t.Fatalf("refused creates left something: HTTP %d %s", r.code, r.body)
 	}
 }
 

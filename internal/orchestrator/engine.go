@@ -82,6 +82,8 @@ type storeTx interface {
 	listDocs(k docKind, org string, each func(data []byte) (more bool, err error)) error
 	// ensureOrg records an organisation the first time something is created in it.
 	ensureOrg(org string, now time.Time) error
+	// hasOrg reports whether an organisation was ever recorded.
+	hasOrg(org string) (bool, error)
 
 	putOrgToken(rec *orgTokenRecord) error
 	deleteOrgToken(rec *orgTokenRecord) error

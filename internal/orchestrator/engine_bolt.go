@@ -191,6 +191,10 @@ func (t boltTx) ensureOrg(org string, now time.Time) error {
 	return putJSON(b, []byte(org), orgRecord{CreatedAt: now})
 }
 
+func (t boltTx) hasOrg(org string) (bool, error) {
+	return t.tx.Bucket(bOrgs).Get([]byte(org)) != nil, nil
+}
+
 var docBuckets = map[docKind][]byte{
 	kindRunner: bRunners, kindStorage: bStorages, kindOrgToken: bOrgTokens, kindSource: bSources, kindOutputs: bOutputs,
 }

@@ -96,6 +96,11 @@ func (t *pgTx) ensureOrg(org string, now time.Time) error {
 	return t.exec("INSERT INTO orgs (org, created_at) VALUES ($1, $2) ON CONFLICT DO NOTHING", org, now)
 }
 
+func (t *pgTx) hasOrg(org string) (bool, error) {
+	var one int
+	return t.one("SELECT 1 FROM orgs WHERE org = $1", []any{org}, &one)
+}
+
 func (t *pgTx) putOrgToken(rec *orgTokenRecord) error {
 	data, err := json.Marshal(rec)
 	if err != nil {

@@ -8,10 +8,10 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// Limits of uploaded outputs.
-const maxOutputs = 1000
-
-var outputName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]*$`)
+// outputName is an HCL identifier, as Terraform and OpenTofu take output names: a Unicode
+// letter or '_', then letters, digits, combining marks, connector punctuation or '-' (output
+// "größe" is valid, and refusing its upload would fail a deployment after its apply).
+var outputName = regexp.MustCompile(`^[\p{L}\p{Nl}_][\p{L}\p{Nl}\p{Mn}\p{Mc}\p{Nd}\p{Pc}-]*$`)
 
 func (s *Server) jobSpec(w http.ResponseWriter, r *http.Request, c *call) error {
 	out, err := s.store.jobSpec(r.Context(), c.job, s.cfg.JobTokenGrace)
@@ -40,6 +40,10 @@ func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, c *call) erro
 	return nil
 }
 
+// putOutputs stores the outputs of a deployment. Over api.MaxOutputs (a job runner of a release
+// that did not cap them) the rest is left out rather than refused: the apply already ran, and
+// the deployment must not fail over what it reports. ?omitted=N counts what the job runner
+// itself left out.
 func (s *Server) putOutputs(w http.ResponseWriter, r *http.Request, c *call) error {
 	var outputs api.Outputs
 	if err := decodeJSON(c.body, &outputs); err != nil {
@@ -48,8 +52,13 @@ func (s *Server) putOutputs(w http.ResponseWriter, r *http.Request, c *call) err
 	if outputs == nil {
 		return invalid("", "outputs must be a JSON object of name → {value, type, sensitive}")
 	}
-	if len(outputs) > maxOutputs {
-		return invalid("", "%d outputs; at most %d", len(outputs), maxOutputs)
+	omitted := 0
+	if raw := r.URL.Query().Get(api.OutputsOmittedParam); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 0 {
+			return invalid(api.OutputsOmittedParam, "%q is not a non-negative integer", raw)
+		}
+		omitted = n
 	}
 	for name, o := range outputs {
 		if !outputName.MatchString(name) {
@@ -59,7 +68,12 @@ func (s *Server) putOutputs(w http.ResponseWriter, r *http.Request, c *call) err
 			return invalid(name+".value", "is required (as `terraform output -json` prints it)")
 		}
 	}
-	if err := s.store.putOutputs(r.Context(), c.job, outputs, s.cfg.JobTokenGrace); err != nil {
+	if len(outputs) > api.MaxOutputs {
+		var dropped []string
+		outputs, dropped = outputs.Cap(api.MaxOutputs, api.MaxOutputsBytes)
+		omitted += len(dropped)
+	}
+	if err := s.store.putOutputs(r.Context(), c.job, outputs, omitted, s.cfg.JobTokenGrace); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

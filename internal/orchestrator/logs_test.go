@@ -2,6 +2,7 @@ package orchestrator
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -149,5 +150,50 @@ func TestLogOfARetriedAttemptIsMarked(t *testing.T) {
 	want := "first try\n\n[outpost: attempt 2 starts here; the lines above are from earlier attempts]\nsecond try\n"
 	if log != want {
 		t.Fatalf("log %q, want %q", log, want)
+	}
+}
+
+// Outputs beyond the cap are cut, not refused: they arrive after the apply changed the
+// infrastructure, so a refusal would fail a deployment for something that already happened.
+// A job runner that caps them itself says how many it left out; one that does not (an older
+// release) sends them all and the orchestrator keeps the first api.MaxOutputs by name. Names are
+// HCL identifiers, as Terraform takes them, Unicode letters included.
+func TestOutputsBeyondTheCapAreCutNotRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 1)
+	d := h.deploy(api.OperationApply)
+	tok := a.claim(d.ID, 1, "pod").JobToken
+
+	outs := api.Outputs{"größe": {Value: json.RawMessage(`1`)}}
+	for i := range api.MaxOutputs + 200 {
+		outs[fmt.Sprintf("o%04d", i)] = api.Output{Value: json.RawMessage(`"v"`)}
+	}
+	if r := h.job(tok, http.MethodPut, "/api/v1/job/outputs", "application/json", jsonBytes(t, outs)); r.code != http.StatusNoContent {
+		t.Fatalf("put %d outputs: HTTP %d %s", len(outs), r.code, r.body)
+	}
+	var got api.Outputs
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/outputs", nil, http.StatusOK, &got)
+	_, last := got["o0998"]
+	_, next := got["o0999"]
+	if len(got) != api.MaxOutputs || !last || next {
+		t.Fatalf("%d outputs stored (o0998 among them: %v, o0999: %v), want the first %d by name (größe, o0000 … o0998)", len(got), last, next, api.MaxOutputs)
+	}
+	if dep := h.deployment(d.ID); dep.OutputsOmitted != 201 {
+		t.Fatalf("outputs_omitted %d, want 201", dep.OutputsOmitted)
+	}
+
+	// A job runner that left 3 out itself; "größe" is a valid name.
+	few := api.Outputs{"größe": {Value: json.RawMessage(`1`)}, "url": {Value: json.RawMessage(`"https://x"`)}}
+	if r := h.job(tok, http.MethodPut, "/api/v1/job/outputs?omitted=3", "application/json", jsonBytes(t, few)); r.code != http.StatusNoContent {
+		t.Fatalf("put outputs with omitted=3: HTTP %d %s", r.code, r.body)
+	}
+	got = nil
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/outputs", nil, http.StatusOK, &got)
+	if dep := h.deployment(d.ID); len(got) != 2 || dep.OutputsOmitted != 3 {
+		t.Fatalf("%d outputs, outputs_omitted %d; want 2 and 3", len(got), dep.OutputsOmitted)
+	}
+	if r := h.job(tok, http.MethodPut, "/api/v1/job/outputs?omitted=-1", "application/json", jsonBytes(t, few)); r.code != http.StatusBadRequest || r.err(t).Field != "omitted" {
+		t.Fatalf("omitted=-1: HTTP %d %s", r.code, r.body)
 	}
 }

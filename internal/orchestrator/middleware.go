@@ -52,9 +52,12 @@ type route struct {
 	// bootstrap restricts an admin route to the bootstrap admin token (organisation tokens get
 	// 403): the routes that manage organisation tokens.
 	bootstrap bool
-	body      string
-	limit     int64
-	h         func(w http.ResponseWriter, r *http.Request, c *call) error
+	// newOrg marks the admin routes that may be the first thing done in an organisation (they
+	// create it); every other one refuses an organisation that does not exist (org_not_found).
+	newOrg bool
+	body   string
+	limit  int64
+	h      func(w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 // call is what the middleware established before the handler runs.
@@ -277,6 +280,13 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 			}
 			if err := api.ValidateID("org", c.org); err != nil {
 				return err
+			}
+			// An organisation token's organisation exists (the token is in it); the bootstrap
+			// token reaches any name, so a mistyped one would read as an empty organisation.
+			if p.bootstrap && !rt.newOrg {
+				if err := s.store.checkOrg(r.Context(), c.org); err != nil {
+					return err
+				}
 			}
 		}
 		if rt.bootstrap && !p.bootstrap {

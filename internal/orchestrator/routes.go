@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // routeTable is the whole API surface. internal/api/openapi.yaml documents exactly these routes;
@@ -18,23 +20,28 @@ func (s *Server) routeTable() []route {
 		rt.bootstrap = true
 		return rt
 	}
+	// creating is a route that creates an object, and with it its organisation.
+	creating := func(rt route) route {
+		rt.newOrg = true
+		return rt
+	}
 	return []route{
 		{pattern: "GET /healthz", h: s.handleHealth},
 		{pattern: "GET /metrics", h: s.handleMetrics},
 
-		admin("POST "+orgs+"/runners", bodyJSON, limitDefault, s.createRunner),
+		creating(admin("POST "+orgs+"/runners", bodyJSON, limitDefault, s.createRunner)),
 		admin("GET "+orgs+"/runners", bodyNone, 0, s.listRunners),
 		admin("GET "+orgs+"/runners/{id}", bodyNone, 0, s.getRunner),
 		admin("PUT "+orgs+"/runners/{id}", bodyJSON, limitDefault, s.updateRunner),
 		admin("DELETE "+orgs+"/runners/{id}", bodyNone, 0, s.deleteRunner),
 
-		admin("POST "+orgs+"/state-storages", bodyJSON, limitDefault, s.createStorage),
+		creating(admin("POST "+orgs+"/state-storages", bodyJSON, limitDefault, s.createStorage)),
 		admin("GET "+orgs+"/state-storages", bodyNone, 0, s.listStorages),
 		admin("GET "+orgs+"/state-storages/{id}", bodyNone, 0, s.getStorage),
 		admin("PUT "+orgs+"/state-storages/{id}", bodyJSON, limitDefault, s.updateStorage),
 		admin("DELETE "+orgs+"/state-storages/{id}", bodyNone, 0, s.deleteStorage),
 
-		admin("POST "+orgs+"/deployments", bodyJSON, limitDeployment, s.createDeployment),
+		creating(admin("POST "+orgs+"/deployments", bodyJSON, limitDeployment, s.createDeployment)),
 		admin("GET "+orgs+"/deployments", bodyNone, 0, s.listDeployments),
 		admin("GET "+orgs+"/deployments/{id}", bodyNone, 0, s.getDeployment),
 		admin("GET "+orgs+"/deployments/{id}/logs", bodyNone, 0, s.getLogs),
@@ -42,7 +49,7 @@ func (s *Server) routeTable() []route {
 		admin("GET "+orgs+"/deployments/{id}/events", bodyNone, 0, s.listEvents),
 		admin("POST "+orgs+"/deployments/{id}/cancel", bodyNone, 0, s.cancelDeployment),
 
-		bootstrap("POST "+orgs+"/tokens", bodyJSON, limitDefault, s.createOrgToken),
+		creating(bootstrap("POST "+orgs+"/tokens", bodyJSON, limitDefault, s.createOrgToken)),
 		bootstrap("GET "+orgs+"/tokens", bodyNone, 0, s.listOrgTokens),
 		bootstrap("DELETE "+orgs+"/tokens/{id}", bodyNone, 0, s.revokeOrgToken),
 
@@ -52,7 +59,7 @@ func (s *Server) routeTable() []route {
 
 		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
 		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},
-		{pattern: "PUT /api/v1/job/outputs", auth: authJob, body: bodyJSON, limit: limitDefault, h: s.putOutputs},
+		{pattern: "PUT /api/v1/job/outputs", auth: authJob, body: bodyJSON, limit: api.MaxOutputsBytes, h: s.putOutputs},
 	}
 }
 

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // store is the orchestrator's persistent state: the rules of the API over a storage engine.
@@ -128,6 +131,23 @@ func createOrgObject[T any](ctx context.Context, s *store, k docKind, org, id, w
 		return nil, err
 	}
 	return &out, nil
+}
+
+// checkOrg refuses an organisation in which nothing was ever created: with the bootstrap admin
+// token any name reaches one, and a mistyped name would otherwise read as an empty organisation.
+func (s *store) checkOrg(ctx context.Context, org string) error {
+	var ok bool
+	if err := s.view(ctx, func(tx storeTx) (err error) {
+		ok, err = tx.hasOrg(org)
+		return err
+	}); err != nil {
+		return err
+	}
+	if !ok {
+		return refuse(http.StatusNotFound, api.CodeOrgNotFound, "no such organisation %q on this orchestrator: nothing was ever created in it. "+
+			"Check the name; an organisation begins with its first state storage, runner or organisation token", org)
+	}
+	return nil
 }
 
 // updateOrgObject changes a stored object of an organisation; change applies the input to it at

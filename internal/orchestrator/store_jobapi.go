@@ -36,11 +36,18 @@ func (s *store) checkJobGrant(ctx context.Context, c jobTokenPayload, grace time
 	})
 }
 
-// putOutputs replaces a deployment's outputs.
-func (s *store) putOutputs(ctx context.Context, c jobTokenPayload, outputs api.Outputs, grace time.Duration) error {
+// putOutputs replaces a deployment's outputs, and the count of those left out of them.
+func (s *store) putOutputs(ctx context.Context, c jobTokenPayload, outputs api.Outputs, omitted int, grace time.Duration) error {
 	return s.update(ctx, func(tx storeTx) error {
-		if _, err := s.grantedDeployment(tx, c, grace); err != nil {
+		rec, err := s.grantedDeployment(tx, c, grace)
+		if err != nil {
 			return err
+		}
+		if rec.D.OutputsOmitted != omitted {
+			rec.D.OutputsOmitted = omitted
+			if err := tx.saveDeployment(rec); err != nil {
+				return err
+			}
 		}
 		return tx.putDoc(kindOutputs, c.Org, c.Deployment, outputs)
 	})

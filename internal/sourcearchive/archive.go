@@ -5,7 +5,8 @@
 // no owners, modes reduced to 0644/0755), so a deployment's source can be compared and cached.
 // What must not travel is left out: .terraform/ (providers and modules the job runner downloads
 // itself), .git/, and local state files, which may hold secrets and which the state storage
-// replaces. What the job runner would refuse is refused here, before anything is uploaded:
+// replaces; and what the directory's .outpostignore (else .terraformignore) names, in .gitignore
+// syntax. What the job runner would refuse is refused here, before anything is uploaded:
 // symlinks that leave the directory (or dangle), and special files.
 package sourcearchive
 
@@ -50,9 +51,24 @@ type Archive struct {
 	Files, Dirs, Symlinks int
 	Bytes                 int64
 	// Skipped lists what was left out, as slash-separated paths relative to the directory
-	// (directories end in "/").
+	// (directories end in "/"): what is never packed, and what the ignore file names.
 	Skipped []string
+	// IgnoreFile is the ignore file that was read (OutpostIgnoreFile or TerraformIgnoreFile), ""
+	// when the directory has none.
+	IgnoreFile string
+	// Largest are the largest files packed, largest first (at most five), for a message about
+	// an archive that is too large.
+	Largest []File
 }
+
+// File is a packed file and its size.
+type File struct {
+	Name string
+	Size int64
+}
+
+// largestKept is how many of the largest files an Archive names.
+const largestKept = 5
 
 // Pack packs dir. It fails, naming the path at fault, on a symlink that leaves dir, dangles or
 // points into a skipped directory, and on anything but files, directories and symlinks.
@@ -72,7 +88,14 @@ func Pack(dir string) (*Archive, error) {
 	if err != nil {
 		return nil, fmt.Errorf("source directory: %w", err)
 	}
-	p := &packer{root: realRoot, a: &Archive{}}
+	ignore, err := readIgnoreFile(realRoot)
+	if err != nil {
+		return nil, err
+	}
+	p := &packer{root: realRoot, a: &Archive{}, ignore: ignore}
+	if ignore != nil {
+		p.a.IgnoreFile = ignore.file
+	}
 	var buf bytes.Buffer
 	gz, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
 	if err != nil {
@@ -95,9 +118,10 @@ func Pack(dir string) (*Archive, error) {
 }
 
 type packer struct {
-	root string
-	tw   *tar.Writer
-	a    *Archive
+	root   string
+	tw     *tar.Writer
+	a      *Archive
+	ignore *ignoreRules
 }
 
 func (p *packer) visit(full string, d fs.DirEntry, walkErr error) error {
@@ -116,6 +140,14 @@ func (p *packer) visit(full string, d fs.DirEntry, walkErr error) error {
 	// character here, so the job runner refuses such names, and so does Pack, before uploading.
 	if strings.ContainsRune(name, '\\') {
 		return fmt.Errorf("%s has a backslash in its name, which the job runner refuses; rename it", name)
+	}
+	if p.ignore.ignored(name, d.IsDir()) {
+		if d.IsDir() {
+			p.a.Skipped = append(p.a.Skipped, name+"/")
+			return filepath.SkipDir
+		}
+		p.a.Skipped = append(p.a.Skipped, name)
+		return nil
 	}
 	switch typ := d.Type(); {
 	case d.IsDir():
@@ -161,7 +193,25 @@ func (p *packer) file(full, name string) error {
 	}
 	p.a.Files++
 	p.a.Bytes += n
+	p.a.noteSize(name, n)
 	return nil
+}
+
+// noteSize keeps name among the largest files when it is one of them.
+func (a *Archive) noteSize(name string, size int64) {
+	i := len(a.Largest)
+	for i > 0 && a.Largest[i-1].Size < size {
+		i--
+	}
+	if i >= largestKept {
+		return
+	}
+	a.Largest = append(a.Largest, File{})
+	copy(a.Largest[i+1:], a.Largest[i:])
+	a.Largest[i] = File{Name: name, Size: size}
+	if len(a.Largest) > largestKept {
+		a.Largest = a.Largest[:largestKept]
+	}
 }
 
 // symlink packs a link whose target resolves inside the directory. The link is kept as a link
@@ -221,11 +271,30 @@ func kind(m fs.FileMode) string {
 // ErrTooLarge is returned by Check for an archive beyond MaxBytes.
 var ErrTooLarge = errors.New("source archive too large")
 
-// Check refuses an archive the API would refuse for its size, saying what to do instead.
+// Check refuses an archive the API would refuse for its size, naming the largest files and
+// saying what to do instead.
 func (a *Archive) Check() error {
 	if len(a.Data) <= MaxBytes {
 		return nil
 	}
-	return fmt.Errorf("%w: %d bytes compressed, more than the %d MiB a deployment can carry; "+
-		"leave large files out of the directory, or deploy from git (--git URL --ref R --path P)", ErrTooLarge, len(a.Data), MaxBytes>>20)
+	largest := make([]string, len(a.Largest))
+	for i, f := range a.Largest {
+		largest[i] = fmt.Sprintf("%s (%s)", f.Name, mib(f.Size))
+	}
+	return fmt.Errorf("%w: %d bytes compressed, more than the %d MiB a deployment can carry; the largest files: %s. "+
+		"Leave files out with a %s in the directory (.gitignore syntax; a %s is read when there is none), "+
+		"or deploy from git (--git URL --ref R --path P)", ErrTooLarge, len(a.Data), MaxBytes>>20, strings.Join(largest, ", "),
+		OutpostIgnoreFile, TerraformIgnoreFile)
+}
+
+// mib is a size in MiB with one decimal, below one MiB in KiB, below one KiB in bytes.
+func mib(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	}
 }

@@ -29,6 +29,7 @@ const (
 	ReasonStartupTimeout     = "startup_timeout"
 	ReasonInvalidTemplate    = "invalid_pod_template"
 	ReasonPodPolicy          = "pod_policy"
+	ReasonNoStateBackend     = "no_state_backend"
 	ReasonStartFailed        = "start_failed"
 	ReasonEvicted            = "evicted"
 	ReasonCanceled           = "canceled"

@@ -3,6 +3,8 @@ package jobrun
 import (
 	"fmt"
 	"strings"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // uploadOutputs reads the outputs from the new state and uploads them. After an apply these are
@@ -22,9 +24,16 @@ func (j *attemptRun) uploadOutputs(cli, cliPath, configDir string, env []string)
 		fmt.Fprintf(j.out, "==> error: %v; the outputs were not uploaded\n", err)
 		return ExitOutputsFailed
 	}
+	// The apply has run: outputs beyond what the orchestrator keeps are left out, never a reason
+	// to fail the deployment. Their names go to the log (never their values).
+	outs, omitted := outs.Cap(api.MaxOutputs, api.MaxOutputsBytes)
+	if len(omitted) > 0 {
+		fmt.Fprintf(j.out, "==> warning: %d outputs left out, beyond the %d outputs or %d MiB of JSON a deployment keeps "+
+			"(the deployment's outputs_omitted says so): %s\n", len(omitted), api.MaxOutputs, api.MaxOutputsBytes>>20, namesSample(omitted, 20))
+	}
 	ctx, cancel := boundedContext(outputsTimeout, j.st)
 	defer cancel()
-	if err := j.client.PutOutputs(ctx, outs); err != nil {
+	if err := j.client.PutOutputs(ctx, outs, len(omitted)); err != nil {
 		fmt.Fprintf(j.out, "==> error: upload the outputs: %v\n", err)
 		return ExitOutputsFailed
 	}
@@ -36,4 +45,12 @@ func (j *attemptRun) uploadOutputs(cli, cliPath, configDir string, env []string)
 	}
 	fmt.Fprintf(j.out, "uploaded %d outputs (%d sensitive)\n", len(outs), sensitive)
 	return 0
+}
+
+// namesSample lists up to n names, then how many more there are.
+func namesSample(names []string, n int) string {
+	if len(names) <= n {
+		return strings.Join(names, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(names[:n], ", "), len(names)-n)
 }

@@ -57,6 +57,9 @@ func outpostMirror(t *testing.T) (string, string) {
 	mirror := t.TempDir()
 	bin := filepath.Join(t.TempDir(), "terraform-provider-outpost")
 	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/outpost-dev/terraform-provider-outpost")
+	// Static, as every build of the Makefile: under `go test -race` (CGO_ENABLED=1) the provider
+	// would otherwise be compiled a second time, with cgo, for nothing.
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the provider: %v\n%s", err, out)
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -117,26 +118,17 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	// ours, and a created Job is found again by the next leader.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout+30*time.Second)
 	defer cancel()
-	back := retry.Backoff{Base: time.Second, Max: 8 * time.Second}
-	for try := 1; ; try++ {
-		err = s.o.Executor.Start(sctx, c, stateToken)
-		if err == nil {
-			log.Info("attempt started")
-			return
-		}
-		if errors.Is(err, executor.ErrInvalidJob) || try >= 4 || sctx.Err() != nil {
-			break
-		}
-		log.Warn("start failed; retrying", "err", err, "try", try)
-		if retry.Sleep(sctx, back.Next(0)) != nil {
-			break
-		}
+	if err = s.start(sctx, c, stateToken, log); err == nil {
+		log.Info("attempt started")
+		return
 	}
 	reason := executor.ReasonStartFailed
 	result := "start_failed"
 	switch {
 	case errors.Is(err, executor.ErrPolicy):
 		reason, result = executor.ReasonPodPolicy, "refused"
+	case errors.Is(err, errNoStateBackend):
+		reason, result = executor.ReasonNoStateBackend, "refused"
 	case errors.Is(err, executor.ErrInvalidJob):
 		reason, result = executor.ReasonInvalidTemplate, "invalid"
 	}
@@ -149,4 +141,28 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	s.mu.Unlock()
 	// Best effort: a Job may exist after all (a create that timed out); it must not run on.
 	_ = s.o.Executor.Cleanup(sctx, c.DeploymentID, c.Attempt)
+}
+
+// errNoStateBackend refuses an attempt whose state storage is kubernetes on an agent that serves
+// no state backend (Options.NoStateBackend).
+var errNoStateBackend = errors.New("this agent serves no state backend for kubernetes state storage")
+
+// start starts a claimed attempt with the executor, retrying what a retry can fix. An attempt
+// this agent cannot serve is refused before anything is created: without the state backend,
+// the CLI's init would retry its http backend for five minutes and then fail.
+func (s *Session) start(ctx context.Context, c *api.Claim, stateToken string, log *slog.Logger) error {
+	if c.Placement.StateStorage.Type == api.StateStorageKubernetes && s.o.NoStateBackend != "" {
+		return fmt.Errorf("%w: %s", errNoStateBackend, s.o.NoStateBackend)
+	}
+	back := retry.Backoff{Base: time.Second, Max: 8 * time.Second}
+	for try := 1; ; try++ {
+		err := s.o.Executor.Start(ctx, c, stateToken)
+		if err == nil || errors.Is(err, executor.ErrInvalidJob) || try >= 4 || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("start failed; retrying", "err", err, "try", try)
+		if retry.Sleep(ctx, back.Next(0)) != nil {
+			return err
+		}
+	}
 }

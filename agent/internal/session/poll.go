@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
@@ -303,15 +304,26 @@ func (s *Session) directives(ctx context.Context, ds []api.Directive) {
 }
 
 // logClockOffset says once per change that this machine's clock differs from the orchestrator's,
-// which the client corrects for when it signs (agentauth.Signer.ObserveServerDate).
+// which the client corrects for when it signs (agentauth.Signer.ObserveServerDate): a warning
+// from agentauth.NotableClockOffset on, below that for information only.
 func (s *Session) logClockOffset() {
 	c, ok := s.o.Client.(interface{ ClockOffset() time.Duration })
 	if !ok {
 		return
 	}
-	if d := c.ClockOffset(); d != s.clockOffset {
-		s.clockOffset = d
+	d := c.ClockOffset()
+	if d == s.clockOffset {
+		return
+	}
+	s.clockOffset = d
+	switch {
+	case d == 0:
+		s.log.Info("this machine's clock agrees with the orchestrator's again; signing requests with this machine's time")
+	case d.Abs() >= agentauth.NotableClockOffset:
 		s.log.Warn("this machine's clock differs from the orchestrator's; signing requests with the orchestrator's time (check NTP on the node)",
+			"orchestrator_ahead_by", d.String())
+	default:
+		s.log.Info("this machine's clock differs slightly from the orchestrator's; signing requests with the orchestrator's time",
 			"orchestrator_ahead_by", d.String())
 	}
 }

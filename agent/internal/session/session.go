@@ -67,6 +67,11 @@ type Options struct {
 	EventBackoff retry.Backoff
 	// PollBackoff paces polls after errors (default 1 s … 30 s).
 	PollBackoff retry.Backoff
+	// NoStateBackend, when set, says why this agent serves no state backend and which setting
+	// would make it serve one. Attempts whose state storage is kubernetes are then refused at
+	// claim time (reason no_state_backend) with this text, instead of running a CLI that cannot
+	// reach its state.
+	NoStateBackend string
 	// PollGap is the least time from a poll to the next when its answer brought nothing new
 	// (default minPollGap).
 	PollGap time.Duration

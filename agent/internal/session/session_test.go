@@ -34,6 +34,8 @@ type fakeOrch struct {
 	hold time.Duration
 	// pollErr, when set, fails every poll.
 	pollErr error
+	// storage is the state storage type of the claims' placements, by deployment (none unset).
+	storage map[string]string
 }
 
 func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
@@ -69,7 +71,9 @@ func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResp
 }
 
 func (f *fakeOrch) Claim(_ context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
-	return &api.Claim{DeploymentID: deploymentID, Attempt: req.Attempt, JobToken: "opj_" + deploymentID, Lease: api.Lease{Fencing: 3}, Placement: api.Placement{StateKey: "k/" + deploymentID}}, nil
+	c := &api.Claim{DeploymentID: deploymentID, Attempt: req.Attempt, JobToken: "opj_" + deploymentID, Lease: api.Lease{Fencing: 3}, Placement: api.Placement{StateKey: "k/" + deploymentID}}
+	c.Placement.StateStorage.Type = f.storage[deploymentID]
+	return c, nil
 }
 
 func (f *fakeOrch) Event(_ context.Context, deploymentID string, req api.EventRequest) (*api.EventResponse, error) {
@@ -774,5 +778,32 @@ func TestALateJobIsAdopted(t *testing.T) {
 	waitFor(t, "the late Job's grant", func() bool { return tokens.Has("late", 1) })
 	if _, err := tokens.Authorize(t.Context(), "late", s.o.Tokens.StateToken("late", 1, "opj_late"), "k/late"); err != nil {
 		t.Fatalf("the late Job's state credential: %v", err)
+	}
+}
+
+// An agent that serves no state backend refuses the attempts whose state storage is kubernetes
+// (failed, reason no_state_backend, the reason it was given) without starting them, and starts
+// the others.
+func TestAgentWithoutStateBackendRefusesKubernetesState(t *testing.T) {
+	orch := &fakeOrch{max: 5, offers: []api.Offer{{DeploymentID: "in-cluster", Attempt: 1}, {DeploymentID: "in-s3", Attempt: 1}},
+		storage: map[string]string{"in-cluster": api.StateStorageKubernetes, "in-s3": api.StateStorageS3}}
+	ex := newFakeExec()
+	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: time.Second,
+		NoStateBackend: "give it one with --kubeconfig"})
+	stop := run(t, s)
+	defer stop()
+	waitFor(t, "the refusal of in-cluster", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.events["in-cluster"]) == 1 })
+	orch.mu.Lock()
+	ev := orch.events["in-cluster"][0].Event
+	orch.mu.Unlock()
+	if ev.Type != api.EventFinished || ev.Result != api.StatusFailed || ev.Reason != executor.ReasonNoStateBackend ||
+		!strings.Contains(ev.Message, "give it one with --kubeconfig") {
+		t.Errorf("event of the kubernetes-state attempt: %+v", ev)
+	}
+	waitFor(t, "in-s3 started", func() bool { l, _ := ex.List(context.Background()); return len(l) == 1 })
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if len(ex.starts) != 1 || !strings.HasPrefix(ex.starts[0], "in-s3") {
+		t.Errorf("starts %v, want only in-s3", ex.starts)
 	}
 }

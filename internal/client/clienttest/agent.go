@@ -123,7 +123,7 @@ func (r *Run) Log(t testing.TB, text string) {
 // Outputs uploads the deployment's outputs.
 func (r *Run) Outputs(t testing.TB, outs api.Outputs) {
 	t.Helper()
-	if err := r.job.PutOutputs(context.Background(), outs); err != nil {
+	if err := r.job.PutOutputs(context.Background(), outs, 0); err != nil {
 		t.Fatalf("clienttest: put outputs: %v", err)
 	}
 }
