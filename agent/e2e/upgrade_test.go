@@ -27,33 +27,8 @@ import (
 // upgradeTemplate: each Job's pod runs 6 s on kwok, so a good share runs across the switch.
 const upgradeTemplate = `{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":"6s"}},"spec":{"containers":[{"name":"main"}]}}`
 
-var (
-	previousOnce  sync.Once
-	previousBuild releasetest.Previous
-	previousErr   error
-)
-
-// previous builds (or finds in the cache) the previous build, once per test binary.
-func previous(t testing.TB) releasetest.Previous {
-	t.Helper()
-	previousOnce.Do(func() {
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			previousErr = err
-			return
-		}
-		if c := os.Getenv("OUTPOST_CACHE"); c != "" {
-			cache = filepath.Dir(c) // OUTPOST_CACHE is <cache>/outpost
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		defer cancel()
-		previousBuild, previousErr = releasetest.BuildPrevious(ctx, "../..", filepath.Join(cache, "outpost"), t.Logf)
-	})
-	if previousErr != nil {
-		t.Fatal(previousErr)
-	}
-	return previousBuild
-}
+// previous is the previous build (built once per test binary, then cached).
+func previous(t testing.TB) releasetest.Previous { return releasetest.PreviousForTest(t, "../..") }
 
 // agentUpgrade: the previous build's agent runs the deployments; while its Jobs run it is
 // stopped (SIGTERM, as a rolling update does) and the agent of the tree under test takes over
