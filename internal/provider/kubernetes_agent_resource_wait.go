@@ -33,6 +33,7 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, admin *
 	start := time.Now()
 	ticker := time.NewTicker(connectionPollInterval)
 	defer ticker.Stop()
+	want := expectedAgentVersion(rel)
 	var last *api.Runner
 	for {
 		runner, err := admin.GetRunner(ctx, id)
@@ -40,7 +41,14 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, admin *
 		case err == nil:
 			last = runner
 			// A status from before this install (an earlier agent that has since stopped) does not
-			// count: the orchestrator must have heard from an agent since the wait began.
+			// count: the orchestrator must have heard from an agent since the wait began. After an
+			// upgrade, the agent of the version installed must be the one polling: the previous
+			// one goes on polling until the rollout has replaced it.
+			if want != "" && runner.Status.Connected && runner.Status.AgentVersion != want {
+				tflog.Debug(ctx, "an agent of another version still polls; waiting for the rollout", map[string]any{
+					"runner_id": id, "agent_version": runner.Status.AgentVersion, "installed_version": want})
+				break
+			}
 			if runner.Status.Connected && seenSince(runner.Status.LastSeenAt, start) {
 				fields["waited_ms"] = time.Since(start).Milliseconds()
 				fields["agent_version"] = runner.Status.AgentVersion
@@ -60,11 +68,32 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, admin *
 		select {
 		case <-ctx.Done():
 			detail := r.notConnectedDetail(ctx, conn, plan, rel, last, timeout)
+			if last != nil && last.Status.Connected && want != "" && last.Status.AgentVersion != want {
+				detail = fmt.Sprintf("The agent that polls still reports version %q: the pods of the installed version %s have not taken over yet "+
+					"(kubectl -n %s rollout status deployment/%s).\n\n%s", last.Status.AgentVersion, want, rel.Namespace, agentFullname(rel.Name), detail)
+			}
 			diags.AddError("Agent Did Not Connect", fmt.Sprintf("%s\n\nOriginal error: waiting for runner %q to connect: %v", detail, id, ctx.Err()))
 			return diags
 		case <-ticker.C:
 		}
 	}
+}
+
+// expectedAgentVersion is the version the agent installed by rel reports: the chart's appVersion,
+// the tag of the image it deploys by default. Empty when the release pins another image
+// (image.tag or image.digest in its values), or has no chart (tests), so any version counts.
+func expectedAgentVersion(rel *release.Release) string {
+	if rel == nil || rel.Chart == nil || rel.Chart.Metadata == nil {
+		return ""
+	}
+	if img, ok := rel.Config["image"].(map[string]any); ok {
+		for _, k := range []string{"tag", "digest"} {
+			if v, _ := img[k].(string); v != "" {
+				return ""
+			}
+		}
+	}
+	return rel.Chart.Metadata.AppVersion
 }
 
 // agentVersionMismatch says, when the connected agent's version is not the one this provider
