@@ -140,15 +140,8 @@ func (e *env) outcome(ids []string, c *creations, since time.Time, timeout time.
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		started, finished := 0, 0
-		for _, ev := range evs {
-			switch ev.Type {
-			case api.EventStarted:
-				started++
-			case api.EventFinished:
-				finished++
-			}
-		}
+		n := orchestratortest.EventCounts(evs)
+		started, finished := n[api.EventStarted], n[api.EventFinished]
 		if started != 1 || finished != 1 {
 			r.eventsLost++
 			e.t.Logf("deployment %s: %d started and %d finished events: %+v", id, started, finished, evs)

@@ -182,10 +182,7 @@ func testProviderUpgradeOnPods(t *testing.T, c Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		counts := map[api.EventType]int{}
-		for _, ev := range evs {
-			counts[ev.Type]++
-		}
+		counts := orchestratortest.EventCounts(evs)
 		chunk, err := e.admin.GetLogs(ctx, id, 0, 1<<20)
 		if err != nil || counts[api.EventStarted] != 1 || counts[api.EventFinished] != 1 || !chunk.Complete {
 			eventsLost++

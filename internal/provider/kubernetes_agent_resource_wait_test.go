@@ -28,20 +28,9 @@ func TestWaitForConnectionWarnsOfAnotherAgentVersion(t *testing.T) {
 		warn         bool
 	}{{installed, false}, {"0.0.9", true}} {
 		t.Run(c.agentVersion, func(t *testing.T) {
-			inst := orchestratortest.Start(t)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			admin, priv := inst.RegisterRunner(ctx, t)
-			agent, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The agent polls from now on, as an installed agent would.
-			go func() {
-				for ctx.Err() == nil {
-					_, _ = agent.Poll(ctx, api.PollRequest{AgentVersion: c.agentVersion, Instance: "agent-0", WaitSeconds: 1})
-				}
-			}()
+			admin := pollingAgent(ctx, t, func() string { return c.agentVersion })
 			plan := kubernetesAgentModel{RunnerID: types.StringValue("r1")}
 			rel := &release.Release{Name: "outpost-agent", Namespace: "outpost-system", Version: 1}
 			diags := (&kubernetesAgentResource{}).waitForConnection(ctx, admin, nil, plan, rel, 30*time.Second)
@@ -66,25 +55,11 @@ func TestWaitForConnectionWarnsOfAnotherAgentVersion(t *testing.T) {
 // agent goes on polling while the rollout replaces it, and an apply must not end before. A
 // release that pins another image takes whichever agent connects.
 func TestWaitForConnectionWaitsForTheUpgradedAgent(t *testing.T) {
-	inst := orchestratortest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	admin, priv := inst.RegisterRunner(ctx, t)
-	agent, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	polling := "0.0.9" // the previous agent
-	go func() {
-		for ctx.Err() == nil {
-			mu.Lock()
-			v := polling
-			mu.Unlock()
-			_, _ = agent.Poll(ctx, api.PollRequest{AgentVersion: v, Instance: "agent-" + v, WaitSeconds: 0})
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	admin := pollingAgent(ctx, t, func() string { mu.Lock(); defer mu.Unlock(); return polling })
 	plan := kubernetesAgentModel{RunnerID: types.StringValue("r1")}
 	rel := &release.Release{Name: "outpost-agent", Namespace: "outpost-system", Version: 2,
 		Chart: &helmchart.Chart{Metadata: &helmchart.Metadata{AppVersion: "1.0.0"}}}
@@ -105,4 +80,24 @@ func TestWaitForConnectionWaitsForTheUpgradedAgent(t *testing.T) {
 	if r, _ := admin.GetRunner(ctx, "r1"); r.Status.AgentVersion != "1.0.0" {
 		t.Fatalf("the wait ended with agent %q polling, want the installed 1.0.0", r.Status.AgentVersion)
 	}
+}
+
+// pollingAgent registers runner r1 with a real orchestrator and polls it from now on until ctx
+// ends, as an installed agent would, reporting version(); it returns the admin client.
+func pollingAgent(ctx context.Context, t *testing.T, version func() string) *client.AdminClient {
+	t.Helper()
+	inst := orchestratortest.Start(t)
+	admin, priv := inst.RegisterRunner(ctx, t)
+	agent, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for ctx.Err() == nil {
+			v := version()
+			_, _ = agent.Poll(ctx, api.PollRequest{AgentVersion: v, Instance: "agent-" + v, WaitSeconds: 0})
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return admin
 }

@@ -216,15 +216,8 @@ func (e *env) checkEachRanOnce(ids []string) {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		started, finished := 0, 0
-		for _, ev := range evs {
-			switch ev.Type {
-			case api.EventStarted:
-				started++
-			case api.EventFinished:
-				finished++
-			}
-		}
+		n := orchestratortest.EventCounts(evs)
+		started, finished := n[api.EventStarted], n[api.EventFinished]
 		if started != 1 || finished != 1 || !strings.Contains(r.log, "==> ") {
 			eventsLost++
 			e.t.Errorf("deployment %s: %d started and %d finished events, log of %d bytes", id, started, finished, len(r.log))

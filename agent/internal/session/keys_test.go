@@ -1,8 +1,6 @@
 package session
 
 import (
-	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -46,15 +44,7 @@ func TestARefusedKeyShowsInReadinessWithinOnePoll(t *testing.T) {
 	s := New(Options{Client: ac, Executor: newFakeExec(), Metrics: m, Health: readiness,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)), Instance: "agent-0", Version: "1.0.0",
 		PollWait: time.Second, PollBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- s.Run(runCtx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("session: %v", err)
-		}
-	}()
+	defer run(t, s)()
 
 	waitFor(t, "the first poll to fail", func() bool {
 		return value(m.PollFailures.WithLabelValues("unknown_key")) >= 1
@@ -124,15 +114,7 @@ func TestAnIdleAgentMovesOntoARotatedKeyAtOnce(t *testing.T) {
 			m := metrics.New("test")
 			s := New(Options{Client: ac, Executor: newFakeExec(), Metrics: m, Health: health.NewState(time.Minute, nil),
 				Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: 30 * time.Second})
-			runCtx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- s.Run(runCtx) }()
-			defer func() {
-				cancel()
-				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("session: %v", err)
-				}
-			}()
+			defer run(t, s)()
 			waitFor(t, "the agent connected", func() bool {
 				r, err := admin.GetRunner(ctx, "r1")
 				return err == nil && r.Status.KeyFingerprint == signer.Fingerprint()

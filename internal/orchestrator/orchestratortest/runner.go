@@ -38,3 +38,13 @@ func (i *Instance) RegisterRunner(ctx context.Context, t testing.TB) (*client.Ad
 	}
 	return admin, priv
 }
+
+// EventCounts counts a deployment's events by type: a deployment that ran once has one started
+// and one finished event.
+func EventCounts(evs []api.Event) map[api.EventType]int {
+	n := map[api.EventType]int{}
+	for _, ev := range evs {
+		n[ev.Type]++
+	}
+	return n
+}
