@@ -1,9 +1,15 @@
 package pods
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,12 +17,14 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/helm"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/release"
@@ -42,8 +50,8 @@ resource "terraform_data" "slow" {
 
 // TestHelmUpgradeWithWorkInFlight installs the previous build's chart and images (PREVIOUS_COMMIT
 // in scripts/versions.env, built from the repository's history), queues applies that run for a
-// while and plans, and upgrades the release to this tree's chart with `helm upgrade` while they
-// run, as a user moves to a new release. Every deployment must end succeeded in its first
+// while and plans, and upgrades the release to this tree's chart from an OCI registry with the
+// helm CLI while they run, as a user moves to a new release. Every deployment must end succeeded in its first
 // attempt, with one started and one finished event and its whole log; deployments queued during
 // the upgrade measure how long the runner was without a polling agent.
 func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
@@ -109,17 +117,7 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 	}()
 
 	start := time.Now()
-	cfg, err := helm.NewConfiguration(helm.NewRESTClientGetter(e.c.RESTConfig, e.agentNS), e.agentNS, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chrt, err := loadChart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := helm.Upgrade(ctx, cfg, chrt, e.values(envOptions{replicas: 2}), helm.InstallOptions{ReleaseName: releaseName, Namespace: e.agentNS, Timeout: 2 * time.Minute}); err != nil {
-		t.Fatalf("helm upgrade to this tree's chart: %v", err)
-	}
+	helmUpgradeFromOCI(t, e, e.values(envOptions{replicas: 2}))
 	e.waitAgentsOn(e.agentImage, 2)
 	e.waitConnected(imagesVersion)
 	took := time.Since(start)
@@ -140,6 +138,50 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 	}
 	t.Logf("helm upgrade %s → %s with %d deployments in flight (%d more queued during it): the new agent pods led %s after the upgrade began; "+
 		"the longest wait from enqueue to claim during the upgrade was %s", prev.Version, imagesVersion, len(ids), len(probes), took.Round(100*time.Millisecond), longest.Round(10*time.Millisecond))
+}
+
+// helmUpgradeFromOCI upgrades the env's release to this tree's chart the way a user upgrades
+// from the registry the release publishes it to: the chart package (the release build's, or the
+// embedded chart packaged here) pushed to an OCI registry on loopback, then `helm upgrade
+// oci://…` with the helm CLI and vals as a values file.
+func helmUpgradeFromOCI(t *testing.T, e *env, vals map[string]any) {
+	t.Helper()
+	bin := helmPath(t)
+	if bin == "" {
+		t.Fatalf("%s is not set: build the helm CLI with scripts/tools.sh helm and export it (make test does)", releasetest.HelmEnv)
+	}
+	tgz := dist.Chart()
+	if dist.Dir == "" {
+		chrt, err := loadChart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tgz, err = chartutil.Save(chrt, t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	host := strings.TrimPrefix(reg.URL, "http://")
+	var pushLog bytes.Buffer
+	pushed, err := release.PushChart(tgz, "oci://"+host+"/charts", release.Credentials{}, true, &pushLog)
+	if err != nil {
+		t.Fatalf("pushing the chart: %v\n%s", err, pushLog.String())
+	}
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	b, err := yaml.Marshal(vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(values, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	version := pushed.Ref[strings.LastIndex(pushed.Ref, ":")+1:]
+	cmd := releasetest.HelmCommand(t.Context(), bin, t.TempDir(), e.c.Kubeconfig, "upgrade", releaseName, "oci://"+host+"/charts/outpost-agent",
+		"--version", version, "--plain-http", "--namespace", e.agentNS, "--values", values)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm upgrade to this tree's chart from %s: %v\n%s", pushed.Ref, err, out)
+	}
 }
 
 // pushPrevious pushes the previous build's images into the env's registry path, tagged with its
