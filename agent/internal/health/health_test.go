@@ -75,4 +75,3 @@ func TestReadiness(t *testing.T) {
 		t.Error("metrics lack the claim request")
 	}
 }
-
