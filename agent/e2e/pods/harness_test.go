@@ -196,16 +196,15 @@ imagePullSecrets: [%s]
 func (e *env) waitConnected(version string) {
 	e.t.Helper()
 	var r *api.Runner
-	testbed.WaitFor(e.t, 2*time.Minute, "the agent pod to connect to the orchestrator", func() (bool, string) {
+	testbed.WaitFor(e.t, 2*time.Minute, "the agent pod of version "+version+" to connect to the orchestrator", func() (bool, string) {
 		var err error
 		if r, err = e.admin.GetRunner(context.Background(), runnerID); err != nil {
 			return false, err.Error()
 		}
-		return r.Status.Connected && r.Status.AgentVersion != "", fmt.Sprintf("runner status %+v", r.Status)
+		// After an upgrade the previous agent may report until the new one polls.
+		return r.Status.Connected && r.Status.AgentVersion == version,
+			fmt.Sprintf("runner status %+v; want the images' and the chart's appVersion %q", r.Status, version)
 	})
-	if r.Status.AgentVersion != version {
-		e.t.Errorf("the agent reports version %q, want the images' and the chart's appVersion %q", r.Status.AgentVersion, version)
-	}
 }
 
 // mirror copies the pushed images into a path of the env's own in the registry, as `crane copy`

@@ -61,7 +61,11 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOptions{chart: prevChart, version: prev.Version, replicas: 2, before: func(e *env) { e.pushPrevious(prev) }})
+	// A startup timeout for a loaded node: every deployment's pod starts at once here, beside
+	// the two agents of each version during the rollout, and a pod waits for the token Secret
+	// its agent writes after the Job.
+	const values = "jobs: {startupTimeout: 3m}"
+	e := newEnv(t, envOptions{chart: prevChart, version: prev.Version, replicas: 2, values: values, before: func(e *env) { e.pushPrevious(prev) }})
 	ctx := t.Context()
 	// Room for every deployment at once, so a deployment queued during the upgrade waits for an
 	// agent to poll, not for a free slot,
@@ -92,8 +96,8 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 		return running >= 3, fmt.Sprintf("%d running", running)
 	})
 
-	// Deployments queued every second across the upgrade: their wait for a claim is how long
-	// the runner had no agent polling.
+	// Deployments queued every 2 s across the upgrade: their wait for a claim is how long the
+	// runner had no agent polling.
 	var mu sync.Mutex
 	var probes []string
 	stop := make(chan struct{})
@@ -111,13 +115,13 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Second):
+			case <-time.After(2 * time.Second):
 			}
 		}
 	}()
 
 	start := time.Now()
-	helmUpgradeFromOCI(t, e, e.values(envOptions{replicas: 2}))
+	helmUpgradeFromOCI(t, e, e.values(envOptions{replicas: 2, values: values}))
 	e.waitAgentsOn(e.agentImage, 2)
 	e.waitConnected(imagesVersion)
 	took := time.Since(start)
