@@ -859,8 +859,8 @@ networkPolicy:
 	if !mapsEqual(np.Spec.PodSelector.MatchLabels, wantSelector) || len(np.Spec.PodSelector.MatchExpressions) != 0 {
 		t.Errorf("podSelector = %+v, want %v", np.Spec.PodSelector, wantSelector)
 	}
-	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) {
-		t.Errorf("policyTypes = %v, want [Egress] only", np.Spec.PolicyTypes)
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) || len(np.Spec.Ingress) != 0 {
+		t.Errorf("policyTypes = %v, ingress %v; want [Ingress Egress] with no ingress rule (job pods take no connections)", np.Spec.PolicyTypes, np.Spec.Ingress)
 	}
 
 	var blocks []networkingv1.IPBlock
