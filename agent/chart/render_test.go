@@ -390,9 +390,12 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_KUBE_QPS":               "50",
 		"OUTPOST_KUBE_BURST":             "100",
 		"OUTPOST_LOG_LEVEL":              "info",
-		// The job pod policy refuses everything beyond Pod Security "restricted" by default.
-		"OUTPOST_JOB_POD_POLICY": `{"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
-			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowedCapabilities":[],"allowedConfigMaps":[],"allowedSecrets":[],"allowedVolumeTypes":[]}`,
+		// The job pod policy refuses everything beyond Pod Security "restricted" by default, and
+		// job pods with the labels of the agent Service's selector.
+		"OUTPOST_JOB_POD_POLICY": `{"agentSelector":{"app.kubernetes.io/component":"agent","app.kubernetes.io/instance":"outpost-agent","app.kubernetes.io/name":"outpost-agent"},` +
+			`"allowAgentLabels":false,"allowClaimSources":false,"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
+			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowTolerateAll":false,"allowedCapabilities":[],"allowedClaims":[],"allowedConfigMaps":[],` +
+			`"allowedPriorityClasses":[],"allowedRuntimeClasses":[],"allowedSecrets":[],"allowedSysctls":[],"allowedVolumeTypes":[],"podSecurityLevel":""}`,
 		"OUTPOST_JOB_POD_SECURITY_CONTEXT":   `{"fsGroup":65532,"runAsGroup":65532,"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}}`,
 		"OUTPOST_JOB_SECURITY_CONTEXT":       `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}`,
 		"OUTPOST_STATE_MAX_BODY_BYTES":       "67108864",

@@ -349,3 +349,13 @@ func mergeLabels(base, over map[string]string) map[string]string {
 	}
 	return out
 }
+
+// owned is what the options put into every job pod, for the job pod policy: the attempt's token
+// Secret, the CA bundle, the image pull Secrets and the plugin cache's claim.
+func (o PodOptions) owned(tokenSecret string) Owned {
+	own := Owned{Secrets: append([]string{tokenSecret, o.CASecret}, o.ImagePullSecrets...)}
+	if o.PluginCache != nil && o.PluginCache.PersistentVolumeClaim != nil {
+		own.Claims = append(own.Claims, o.PluginCache.PersistentVolumeClaim.ClaimName)
+	}
+	return own
+}
