@@ -34,14 +34,15 @@ const netcheckImage = "outpost-test/netcheck:1"
 //
 //   - the job pod cannot reach the metadata stand-in on 169.254.169.254, another deployment's
 //     job pod, or the agent's metrics port;
-//   - it reaches the agent's state port (and the deployment writes its state there) and the
-//     orchestrator;
+//   - it reaches the agent's state ports, TLS and plain (its deployment's state goes through the
+//     TLS one), and the orchestrator;
 //   - a pod of another namespace, and a pod of the jobs namespace that is not this runner's job
-//     pod, cannot reach the agent's state port.
+//     pod, cannot reach either state port.
 //
 // With networkPolicy.enabled=false every one of the "cannot" lines reads "ok" and the test fails
-// (checked once when it was written: all seven refusals failed, the metadata stand-in answered,
-// and so did the other job's listener and the metrics and state ports).
+// (checked once when it was written, before the TLS port existed: all seven refusals failed, the
+// metadata stand-in answered, and so did the other job's listener and the metrics and state
+// ports).
 func TestNetworkPolicyOnRealPods(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOptions{
@@ -55,6 +56,7 @@ func TestNetworkPolicyOnRealPods(t *testing.T) {
 		return agentIP != "", "no IP yet"
 	})
 	stateSvc := fmt.Sprintf("http://%s.%s.svc:8080/", releaseName, e.agentNS)
+	stateTLSSvc := fmt.Sprintf("%s.%s.svc:8443", releaseName, e.agentNS)
 	orch, err := url.Parse(e.orch.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +79,9 @@ resource "terraform_data" "listen" {
 	otherJob := "http://" + net.JoinHostPort(listenerIP, "8081") + "/"
 	metrics := "http://" + net.JoinHostPort(agentIP, "9090") + "/metrics"
 	statePort := net.JoinHostPort(agentIP, "8080")
+	stateTLSPort := net.JoinHostPort(agentIP, "8443")
 	refused := []string{metadata, otherJob, metrics}
-	reached := []string{statePort, stateSvc, orch.Host}
+	reached := []string{statePort, stateTLSPort, stateSvc, stateTLSSvc, orch.Host}
 
 	probe := e.deploy(api.OperationApply, map[string]string{"main.tf": `
 resource "terraform_data" "probe" {
@@ -103,14 +106,15 @@ resource "terraform_data" "probe" {
 	other := testbed.NewNamespace(t, e.c)
 	e.createPullSecret(other, pullSecret, e.c.Registry.DockerConfigJSON(e.c.Registry.Username, e.c.Registry.Password))
 	for _, ns := range []string{other, e.jobsNS} {
-		out := e.runToolbox(ns, "reach", "-after", "3s", statePort, stateSvc)
+		out := e.runToolbox(ns, "reach", "-after", "3s", statePort, stateTLSPort, stateSvc, stateTLSSvc)
 		where := "a pod of namespace " + ns
 		if ns == e.jobsNS {
 			where = "a pod of the jobs namespace that is not a job pod"
 		}
 		t.Logf("from %s:\n%s", where, reachLines(out))
-		expectReach(t, where, out, statePort, false)
-		expectReach(t, where, out, stateSvc, false)
+		for _, target := range []string{statePort, stateTLSPort, stateSvc, stateTLSSvc} {
+			expectReach(t, where, out, target, false)
+		}
 	}
 }
 
