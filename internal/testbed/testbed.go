@@ -40,8 +40,8 @@ type Options struct {
 	// *NodeUnavailableError saying exactly what is missing, and Main then skips the tests that
 	// call RequireNode (fails them under CI=true). With Jobs too, both nodes run and only Pods
 	// that tolerate the real node's taint (OnRealNode) go there; the rest keep kwok's simulation.
-	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 250 MiB
-	// (the registry ~20 MiB of it).
+	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 300 MiB
+	// (the registry ~20 MiB of it, kube-network-policies ~45 MiB and about 0.3 s).
 	Node bool
 
 	// Dir is the directory for the test bed's files (certificates, kubeconfig, etcd data, logs).
