@@ -376,7 +376,7 @@ func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobto
 func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey, stateCA string) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
 		return process.New(process.Options{WorkDir: cfg.WorkDir, AgentBinary: cfg.AgentBinary, APIURL: cfg.APIURL,
-			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
+			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, StateCA: stateCA, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
 		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
