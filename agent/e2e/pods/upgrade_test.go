@@ -22,7 +22,11 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
@@ -120,6 +124,19 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 		}
 	}()
 
+	// The previous agent's Jobs reach the state backend at http://…:8080; they keep that URL
+	// across the upgrade and write their state at the end through this tree's agent, which
+	// serves plain HTTP there for them this release (state.tls.plainHTTP).
+	inFlight := e.jobStateURLs()
+	for id, u := range inFlight {
+		if !strings.HasPrefix(u, "http://") || !strings.HasSuffix(u, ":8080") {
+			t.Errorf("the previous agent's Job of %s has state URL %q, want its plain http://…:8080", id, u)
+		}
+	}
+	if len(inFlight) == 0 {
+		t.Error("no Job of the previous agent runs across the upgrade")
+	}
+
 	start := time.Now()
 	helmUpgradeFromOCI(t, e, e.values(envOptions{replicas: 2, values: values}))
 	e.waitAgentsOn(e.agentImage, 2)
@@ -128,6 +145,16 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	close(stop)
 	<-done
+	// A Job this tree's agent creates reaches the state backend over TLS.
+	late := e.enqueueVars(api.OperationApply, longApply, "upgrade-late", 99).ID
+	ids = append(ids, late)
+	testbed.WaitFor(t, 2*time.Minute, "the Job of "+late, func() (bool, string) {
+		u, ok := e.jobStateURLs()[late]
+		if ok && !strings.HasPrefix(u, "https://") {
+			t.Fatalf("this tree's agent gave the Job of %s the state URL %q, want https://", late, u)
+		}
+		return ok, "no Job yet"
+	})
 
 	e.checkEachRanOnce(append(ids, probes...))
 	var longest time.Duration
@@ -289,3 +316,24 @@ func (e *env) enqueueVars(op api.Operation, files map[string]string, stateKey st
 
 // archiveOf is the inline source archive of files.
 func archiveOf(t testing.TB, files map[string]string) []byte { return orchestratortest.TarGz(t, files) }
+
+// jobStateURLs maps the deployment of every Job in the jobs namespace to the state URL its main
+// container was given.
+func (e *env) jobStateURLs() map[string]string {
+	e.t.Helper()
+	jobs, err := e.c.Client().BatchV1().Jobs(e.jobsNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, j := range jobs.Items {
+		for _, c := range j.Spec.Template.Spec.Containers {
+			for _, v := range c.Env {
+				if v.Name == jobenv.StateURL {
+					out[j.Labels[kubeexec.LabelDeploymentID]] = v.Value
+				}
+			}
+		}
+	}
+	return out
+}
