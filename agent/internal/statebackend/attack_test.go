@@ -207,3 +207,64 @@ func TestRequestsAreAdmittedWithinLimits(t *testing.T) {
 		t.Errorf("once the turn is free: %d %s", code, body)
 	}
 }
+
+// TestATurnIsHeldForABoundedTime: a job that trickles its upload holds its turn only until the
+// request deadline, then its connection is cut, nothing is stored, and the next request gets the
+// turn; a waiting request of a job without a turn goes before the second of a job with one.
+func TestATurnIsHeldForABoundedTime(t *testing.T) {
+	e := newEnv(t, statestore.Options{}, WithLimits(Limits{MaxRequests: 1, MaxRequestsPerJob: 2, QueueWait: 5 * time.Second, RequestTimeout: 700 * time.Millisecond}))
+	e.authz.add("slow", "pw-s")
+	e.authz.add("other", "pw-o")
+	u := e.url("k")
+	if code, body, _ := doReq(t, "POST", u, "other", "pw-o", stateDoc(1, "before")); code != 200 {
+		t.Fatalf("first write: %d %s", code, body)
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", u, pr)
+	req.SetBasicAuth("slow", "pw-s")
+	start := time.Now()
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			err = fmt.Errorf("answered %d", resp.StatusCode)
+		}
+		slow <- err
+	}()
+	go func() { // a byte every 100 ms, for ever
+		for {
+			if _, err := pw.Write([]byte(" ")); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	// Waiting behind it: slow's second request, then other's. Other goes first.
+	order := make(chan string, 2)
+	go func() {
+		code, _, _ := doReq(t, "GET", u, "slow", "pw-s", nil)
+		order <- fmt.Sprintf("slow %d", code)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	go func() {
+		code, _, _ := doReq(t, "GET", u, "other", "pw-o", nil)
+		order <- fmt.Sprintf("other %d", code)
+	}()
+	err := <-slow
+	held := time.Since(start)
+	t.Logf("a trickled upload held its turn %v (request timeout 700ms) and ended with: %v", held.Round(time.Millisecond), err)
+	if held > 2*time.Second {
+		t.Errorf("the trickled upload held its turn %v", held)
+	}
+	first, second := <-order, <-order
+	if first != "other 200" || second != "slow 200" {
+		t.Errorf("turns went to %q, then %q; want the job without a turn first", first, second)
+	}
+	if got, gen := storedBytes(t, e, "k"); !bytes.Equal(got, stateDoc(1, "before")) || gen != 1 {
+		t.Errorf("the state changed: generation %d", gen)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -82,6 +83,13 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set("X-Outpost-Forwarded-By", f.self)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// The leader checked the credential: the connection is the job's, as on the leader.
+			if user, _, ok := r.BasicAuth(); ok && resp.StatusCode != http.StatusUnauthorized {
+				connguard.Authenticated(r.Context(), "forwarded/"+user)
+			}
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
 			f.forget(leader) // the pod may have a new IP; look it up again next time

@@ -57,6 +57,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 )
 
 // PathPrefix is where the handler serves states: PathPrefix + url.PathEscape(key).
@@ -190,6 +191,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusServiceUnavailable, "authorizer_unavailable", "could not check credentials; retry")
 		return
 	}
+	// The connection is this job's from now on: a refused one is closed after its answer, so no
+	// client without a credential keeps a connection (package connguard).
+	connguard.Authenticated(r.Context(), holder)
 
 	release, why := h.limits.admit(r.Context(), holder)
 	switch why {
@@ -205,6 +209,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	// A turn is held at most RequestTimeout: the body must have arrived and the answer gone
+	// out by then, else the connection is cut and the turn goes to the next request.
+	deadline := time.Now().Add(h.limits.l.RequestTimeout)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	r = r.WithContext(ctx)
 
 	switch r.Method {
 	case http.MethodGet:
@@ -328,9 +341,10 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key, holder str
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": key})
 }
 
-// readBody reads at most limit bytes of the request body; it answers 413 (and returns false)
-// when the body is larger.
-func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+// readLockBody reads a LOCK or UNLOCK body, at most maxLockBodyBytes; it answers 413 (and
+// returns false) when the body is larger.
+func (h *Handler) readLockBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	const limit = maxLockBodyBytes
 	if r.ContentLength > limit {
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit))
 		return nil, false

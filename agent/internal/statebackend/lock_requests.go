@@ -14,7 +14,7 @@ import (
 // The LOCK and UNLOCK requests of the http backend, and what a caller may see of a lock.
 
 func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder string) {
-	body, ok := h.readBody(w, r, maxLockBodyBytes)
+	body, ok := h.readLockBody(w, r)
 	if !ok {
 		return
 	}
@@ -33,7 +33,7 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder strin
 }
 
 func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder string) {
-	body, ok := h.readBody(w, r, maxLockBodyBytes)
+	body, ok := h.readLockBody(w, r)
 	if !ok {
 		return
 	}
