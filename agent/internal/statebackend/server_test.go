@@ -105,7 +105,7 @@ func TestServerFollowsTheRegistry(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	creds["dep-b"] = tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_dep-b", StateKey: "b", StateNamespace: ns, Operation: api.OperationPlan})
+	creds["dep-b"] = tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_dep-b", StateKey: "b", StateNamespace: ns, Operation: api.OperationApply})
 	if code := lock("dep-b", "b", "lock-b"); code != http.StatusOK {
 		t.Fatalf("LOCK: %d", code)
 	}
