@@ -24,6 +24,7 @@ func envName(flagName string) string {
 // options are the settings of `outpost-orchestrator` (serve).
 type options struct {
 	listen, dataDir, databaseURL, adminToken, externalURL, logFormat, logCap string
+	databaseInsecureTLS                                                      bool
 	tlsCertFile, tlsKeyFile, signingSecretFile                               string
 	leaseDuration                                                            time.Duration
 	limits                                                                   orchestrator.HTTPLimits
@@ -71,6 +72,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8700", "address to listen on")
 	fs.StringVar(&o.dataDir, "data-dir", "./orchestrator-data", "directory of the database")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL (postgres://user:password@host:5432/db?sslmode=verify-full) instead of --data-dir, for several replicas; prefer the environment variable, the URL can hold a password")
+	fs.BoolVar(&o.databaseInsecureTLS, "database-insecure-tls", false, "let --database-url reach PostgreSQL off loopback without verified TLS (sslmode other than verify-full): only on a network you trust, the password and every stored record cross it")
 	fs.StringVar(&o.adminToken, "admin-token", "", "the bootstrap admin token: every organisation, and organisation tokens; prefer the environment variable; empty = generate one into <data-dir>/admin-token")
 	fs.StringVar(&o.externalURL, "external-url", "", "base URL agents use to reach this server, e.g. https://outpost.example.com; empty = taken from each request's Host")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate (and chain) to serve HTTPS with; reloaded when it changes; needs --tls-key-file")

@@ -144,7 +144,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 	}
 	srv, err := orchestrator.New(orchestrator.Config{
-		DataDir: o.dataDir, DatabaseURL: o.databaseURL, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
+		DataDir: o.dataDir, DatabaseURL: o.databaseURL, DatabaseInsecureTLS: o.databaseInsecureTLS, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
 		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention,
 	})
 	if err != nil {

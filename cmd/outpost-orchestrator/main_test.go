@@ -217,3 +217,24 @@ func TestGCPercent(t *testing.T) {
 		t.Errorf("GC percent %d with GOGC set, want it left alone (100)", got)
 	}
 }
+
+// TestDatabaseURLWithoutVerifiedTLSIsRefused (N6): serve and migrate-store refuse a database URL
+// off loopback without sslmode=verify-full, naming the opt-in, before connecting and without
+// repeating the password.
+func TestDatabaseURLWithoutVerifiedTLSIsRefused(t *testing.T) {
+	env := map[string]string{
+		"OUTPOST_ORCHESTRATOR_DATABASE_URL": "postgres://outpost:s3cret-pw@db.invalid:5432/outpost",
+		"OUTPOST_ORCHESTRATOR_ADMIN_TOKEN":  "a-long-enough-admin-token",
+		"OUTPOST_ORCHESTRATOR_LISTEN":       "127.0.0.1:0",
+	}
+	getenv := func(k string) string { return env[k] }
+	err := run(t.Context(), nil, getenv, &clienttest.Buffer{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--database-insecure-tls") || !strings.Contains(err.Error(), "verify-full") || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("serve: %v", err)
+	}
+	t.Logf("serve: %v", err)
+	err = runMigrateStore(t.Context(), []string{"--from", t.TempDir()}, getenv, &clienttest.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--database-insecure-tls") || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("migrate-store: %v", err)
+	}
+}

@@ -93,6 +93,9 @@ type Config struct {
 	// DatabaseURL, when set, keeps everything in PostgreSQL instead of DataDir (a libpq URL or
 	// keyword/value string), so that several replicas can serve the same organisations.
 	DatabaseURL string
+	// DatabaseInsecureTLS lets DatabaseURL reach a server off loopback without verified TLS
+	// (sslmode other than verify-full); only when the operator asked for it by name.
+	DatabaseInsecureTLS bool
 	// SigningSecretFile holds the secret that signs job tokens, apart from the database; empty
 	// means SigningSecretFile in DataDir. It is created on first start unless it exists (a
 	// mounted Secret, say).

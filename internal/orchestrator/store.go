@@ -29,7 +29,7 @@ type orgRecord struct {
 func openStore(ctx context.Context, cfg Config) (*store, error) {
 	var eng engine
 	if cfg.DatabaseURL != "" {
-		pg, err := openPG(ctx, cfg.DatabaseURL, cfg.Logger)
+		pg, err := openPG(ctx, cfg.DatabaseURL, cfg.DatabaseInsecureTLS, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
