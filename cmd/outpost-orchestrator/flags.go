@@ -24,7 +24,9 @@ func envName(flagName string) string {
 // options are the settings of `outpost-orchestrator` (serve).
 type options struct {
 	listen, dataDir, databaseURL, adminToken, externalURL, logFormat, logCap string
+	maxLogBytes                                                              string
 	databaseInsecureTLS                                                      bool
+	quotas                                                                   orchestrator.Quotas
 	tlsCertFile, tlsKeyFile, signingSecretFile                               string
 	leaseDuration                                                            time.Duration
 	limits                                                                   orchestrator.HTTPLimits
@@ -82,6 +84,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.logCap, "log-cap", "16MiB", "most log bytes kept per deployment, e.g. 16MiB, 512KiB or 1048576")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", orchestrator.DefaultLeaseDuration, "how long a claim or a poll's renewal keeps a job lease")
 	fs.IntVar(&o.limits.MaxConnections, "max-connections", orchestrator.DefaultMaxConnections, "most connections open at once (every agent holds one for its long poll); more wait to be accepted")
+	fs.IntVar(&o.quotas.Runners, "max-runners-per-org", orchestrator.DefaultMaxRunners, "most runners of one organisation; more are refused with 403 quota_exceeded")
+	fs.IntVar(&o.quotas.StateStorages, "max-state-storages-per-org", orchestrator.DefaultMaxStateStorages, "most state storages of one organisation")
+	fs.IntVar(&o.quotas.QueuedDeployments, "max-queued-deployments-per-org", orchestrator.DefaultMaxQueuedDeployments, "most deployments of one organisation waiting in its runners' queues")
+	fs.StringVar(&o.maxLogBytes, "max-log-bytes-per-org", "10GiB", "most log bytes one organisation's deployments keep until they are purged; beyond it new deployments are refused, e.g. 10GiB")
 	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", orchestrator.DefaultReadHeaderTimeout, "time a request's headers may take to arrive")
 	fs.DurationVar(&o.limits.ReadTimeout, "read-timeout", orchestrator.DefaultReadTimeout, "time a whole request may take to arrive, body included (only requests with valid credentials get their body read)")
 	fs.DurationVar(&o.limits.WriteTimeout, "write-timeout", orchestrator.DefaultWriteTimeout, "time from a request's headers to the end of its answer; above the 30s a long poll is held")

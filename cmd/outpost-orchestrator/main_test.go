@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 )
 
 func noEnv(string) string { return "" }
@@ -236,5 +237,18 @@ func TestDatabaseURLWithoutVerifiedTLSIsRefused(t *testing.T) {
 	err = runMigrateStore(t.Context(), []string{"--from", t.TempDir()}, getenv, &clienttest.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--database-insecure-tls") || strings.Contains(err.Error(), "s3cret-pw") {
 		t.Fatalf("migrate-store: %v", err)
+	}
+}
+
+// TestQuotaFlags: the per-organisation quotas come from flags or the environment, with defaults.
+func TestQuotaFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--max-runners-per-org", "5"}, func(k string) string {
+		return map[string]string{"OUTPOST_ORCHESTRATOR_MAX_QUEUED_DEPLOYMENTS_PER_ORG": "7"}[k]
+	}, &clienttest.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.quotas.Runners != 5 || o.quotas.QueuedDeployments != 7 || o.quotas.StateStorages != orchestrator.DefaultMaxStateStorages || o.maxLogBytes != "10GiB" {
+		t.Errorf("quotas %+v, log bytes %q", o.quotas, o.maxLogBytes)
 	}
 }

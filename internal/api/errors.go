@@ -51,6 +51,9 @@ const (
 	// CodeUnknownKey refuses an agent request signed with a key the runner does not have (HTTP
 	// 401): the agent tries another key it holds, and otherwise says which key to register.
 	CodeUnknownKey = "unknown_key"
+	// CodeQuotaExceeded refuses a create that would take an organisation beyond one of the
+	// orchestrator's quotas (HTTP 403; the message names the quota, the count and the flag).
+	CodeQuotaExceeded = "quota_exceeded"
 )
 
 // ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.

@@ -122,6 +122,8 @@ type Config struct {
 	SweepInterval time.Duration
 	// Retention says how long ended deployments, their sources, logs and events are kept.
 	Retention Retention
+	// Quotas bound what one organisation can store.
+	Quotas Quotas
 	// PurgeBatch is the most keys one purge transaction deletes (DefaultPurgeBatch when zero),
 	// so a large purge never holds the database's write lock for long.
 	PurgeBatch int
