@@ -16,6 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// forwardedByHeader names the replica that forwarded a request; a request carrying it is never
+// forwarded again.
+const forwardedByHeader = "X-Outpost-Forwarded-By"
+
 // Forwarder sends state-backend requests that reach a standby replica on to the leader. Both
 // replicas are ready (so rollouts and drains are not blocked), the Service spreads job pods'
 // requests over both, and only the leader holds the grants that authorise a request (see
@@ -67,6 +71,14 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 	if leading || leader == f.self {
 		return false
 	}
+	if by := r.Header.Get(forwardedByHeader); by != "" {
+		// Forwarded once already, by a replica that took this one for the leader: the two views
+		// of the election differ for a moment. Forwarding again could send the request back and
+		// forth; the CLI retries, and by then the election has settled.
+		w.Header().Set("Retry-After", "2")
+		http.Error(w, "forwarded by "+by+" to a replica that does not lead; retry", http.StatusServiceUnavailable)
+		return true
+	}
 	if leader == "" {
 		// Mid-election: the CLI's http backend retries, by then a leader exists.
 		w.Header().Set("Retry-After", "2")
@@ -82,7 +94,7 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Header.Set("X-Outpost-Forwarded-By", f.self)
+			pr.Out.Header.Set(forwardedByHeader, f.self)
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			// The leader checked the credential: the connection is the job's, as on the leader.
