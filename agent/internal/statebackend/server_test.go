@@ -148,9 +148,10 @@ func TestServerKeepsStatesOnlyInItsNamespace(t *testing.T) {
 	}
 	for _, m := range []string{"GET", "POST", "LOCK", "DELETE"} {
 		var body []byte
-		if m == "POST" {
+		switch m {
+		case "POST":
 			body = stateDoc(1, "elsewhere")
-		} else if m == "LOCK" {
+		case "LOCK":
 			body = lockBody("l")
 		}
 		code, got, _ := doReq(t, m, u, "dep-b", stB, body)
