@@ -36,6 +36,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statebackend"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
@@ -395,12 +396,19 @@ type serverLimits struct {
 	connections                   int
 	headerBytes                   int
 	readHeader, read, write, idle time.Duration
+	// guard, when set, shares the connections between clients (package connguard) instead of
+	// letting the first comers hold them.
+	guard *connguard.Limits
 }
 
 var (
 	// stateServerLimits let a 64 MiB state upload or download take minutes on a slow link.
+	// Job pods run code the cluster owner does not control: a job without a credential keeps
+	// no connection beyond its answer, and one that holds connections idle (or never finishes
+	// its headers) gives them up to whoever needs one; one job keeps at most 4 open.
 	stateServerLimits = serverLimits{connections: 64, headerBytes: 64 << 10,
-		readHeader: 10 * time.Second, read: 5 * time.Minute, write: 5 * time.Minute, idle: 90 * time.Second}
+		readHeader: 10 * time.Second, read: 5 * time.Minute, write: 5 * time.Minute, idle: 90 * time.Second,
+		guard: &connguard.Limits{MaxConns: 64, MaxUnauthenticated: 32, MaxPerIdentity: 4}}
 	healthServerLimits = serverLimits{connections: 16, headerBytes: 16 << 10,
 		readHeader: 5 * time.Second, read: 10 * time.Second, write: 30 * time.Second, idle: 60 * time.Second}
 )
@@ -413,12 +421,18 @@ func serve(ctx context.Context, name, addr string, h http.Handler, lim serverLim
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
-	ln = netutil.LimitListener(ln, lim.connections)
-	if tlsCfg != nil {
-		ln = tls.NewListener(ln, tlsCfg)
-	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write,
 		IdleTimeout: lim.idle, MaxHeaderBytes: lim.headerBytes}
+	if lim.guard != nil {
+		connguard.Install(srv)
+		ln = connguard.Listen(ln, *lim.guard)
+	} else {
+		ln = netutil.LimitListener(ln, lim.connections)
+	}
+	if tlsCfg != nil {
+		// Over the guard, which counts the TCP connections (connguard.Install unwraps TLS).
+		ln = tls.NewListener(ln, tlsCfg)
+	}
 	log.Info("listening", "server", name, "addr", ln.Addr().String())
 	go func() {
 		<-ctx.Done()

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
@@ -66,7 +65,7 @@ func orchestratorUpgrade(t *testing.T) faultRow {
 	testbed.WaitFor(t, 2*time.Minute, "the first Jobs", func() (bool, string) { return c.jobs() >= 3, "" })
 	switched, before := time.Now(), c.jobs()
 	stop()
-	orchestratortest.StartOn(t, addr, func(cfg *orchestrator.Config) { cfg.DataDir, cfg.AdminToken = dataDir, token })
+	orchestratortest.StartOn(t, addr, orchestratortest.WithData(dataDir, token))
 	r := e.outcome(ids, c, switched, 5*time.Minute)
 	r.note = fmt.Sprintf("orchestrator %s → this tree after %d Jobs", prev.Version, before)
 	return r

@@ -24,6 +24,9 @@ func envName(flagName string) string {
 // options are the settings of `outpost-orchestrator` (serve).
 type options struct {
 	listen, dataDir, databaseURL, adminToken, externalURL, logFormat, logCap string
+	maxLogBytes                                                              string
+	databaseInsecureTLS                                                      bool
+	quotas                                                                   orchestrator.Quotas
 	tlsCertFile, tlsKeyFile, signingSecretFile                               string
 	leaseDuration                                                            time.Duration
 	limits                                                                   orchestrator.HTTPLimits
@@ -71,6 +74,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8700", "address to listen on")
 	fs.StringVar(&o.dataDir, "data-dir", "./orchestrator-data", "directory of the database")
 	fs.StringVar(&o.databaseURL, "database-url", "", "PostgreSQL connection URL (postgres://user:password@host:5432/db?sslmode=verify-full) instead of --data-dir, for several replicas; prefer the environment variable, the URL can hold a password")
+	fs.BoolVar(&o.databaseInsecureTLS, "database-insecure-tls", false, "let --database-url reach PostgreSQL off loopback without verified TLS (sslmode other than verify-full): only on a network you trust, the password and every stored record cross it")
 	fs.StringVar(&o.adminToken, "admin-token", "", "the bootstrap admin token: every organisation, and organisation tokens; prefer the environment variable; empty = generate one into <data-dir>/admin-token")
 	fs.StringVar(&o.externalURL, "external-url", "", "base URL agents use to reach this server, e.g. https://outpost.example.com; empty = taken from each request's Host")
 	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "PEM certificate (and chain) to serve HTTPS with; reloaded when it changes; needs --tls-key-file")
@@ -80,6 +84,10 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.logCap, "log-cap", "16MiB", "most log bytes kept per deployment, e.g. 16MiB, 512KiB or 1048576")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", orchestrator.DefaultLeaseDuration, "how long a claim or a poll's renewal keeps a job lease")
 	fs.IntVar(&o.limits.MaxConnections, "max-connections", orchestrator.DefaultMaxConnections, "most connections open at once (every agent holds one for its long poll); more wait to be accepted")
+	fs.IntVar(&o.quotas.Runners, "max-runners-per-org", orchestrator.DefaultMaxRunners, "most runners of one organisation; more are refused with 403 quota_exceeded")
+	fs.IntVar(&o.quotas.StateStorages, "max-state-storages-per-org", orchestrator.DefaultMaxStateStorages, "most state storages of one organisation")
+	fs.IntVar(&o.quotas.QueuedDeployments, "max-queued-deployments-per-org", orchestrator.DefaultMaxQueuedDeployments, "most deployments of one organisation waiting in its runners' queues")
+	fs.StringVar(&o.maxLogBytes, "max-log-bytes-per-org", "10GiB", "most log bytes one organisation's deployments keep until they are purged; beyond it new deployments are refused, e.g. 10GiB")
 	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", orchestrator.DefaultReadHeaderTimeout, "time a request's headers may take to arrive")
 	fs.DurationVar(&o.limits.ReadTimeout, "read-timeout", orchestrator.DefaultReadTimeout, "time a whole request may take to arrive, body included (only requests with valid credentials get their body read)")
 	fs.DurationVar(&o.limits.WriteTimeout, "write-timeout", orchestrator.DefaultWriteTimeout, "time from a request's headers to the end of its answer; above the 30s a long poll is held")

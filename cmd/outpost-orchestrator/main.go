@@ -133,6 +133,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	if err != nil {
 		return err
 	}
+	if o.quotas.LogBytes, err = parseSize(o.maxLogBytes); err != nil {
+		return fmt.Errorf("--max-log-bytes-per-org: %w", err)
+	}
 	tok, err := adminToken(o, log)
 	if err != nil {
 		return err
@@ -144,8 +147,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		}
 	}
 	srv, err := orchestrator.New(orchestrator.Config{
-		DataDir: o.dataDir, DatabaseURL: o.databaseURL, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
-		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention,
+		DataDir: o.dataDir, DatabaseURL: o.databaseURL, DatabaseInsecureTLS: o.databaseInsecureTLS, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
+		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention, Quotas: o.quotas,
 	})
 	if err != nil {
 		return err
@@ -164,7 +167,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 		store = []any{"store", "postgresql"} // never the URL: it can hold a password
 	}
 	log.Info("orchestrator listening", append(store, "version", version.Version, "address", ln.Addr().String(), "tls", hs.TLSConfig != nil, "external_url", o.externalURL,
-		"max_connections", o.limits.MaxConnections, "source_retention", retentionValue{&o.retention.Sources}.String(),
+		"max_connections", o.limits.MaxConnections, "quotas", o.quotas.String(), "source_retention", retentionValue{&o.retention.Sources}.String(),
 		"log_retention", retentionValue{&o.retention.Logs}.String(), "deployment_retention", retentionValue{&o.retention.Deployments}.String())...)
 	if ready != nil {
 		ready <- ln.Addr().String()

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 )
 
 func noEnv(string) string { return "" }
@@ -220,5 +221,39 @@ func TestGCPercent(t *testing.T) {
 	setGCPercent(func(k string) string { return map[string]string{"GOGC": "200"}[k] })
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Errorf("GC percent %d with GOGC set, want it left alone (100)", got)
+	}
+}
+
+// TestDatabaseURLWithoutVerifiedTLSIsRefused (N6): serve and migrate-store refuse a database URL
+// off loopback without sslmode=verify-full, naming the opt-in, before connecting and without
+// repeating the password.
+func TestDatabaseURLWithoutVerifiedTLSIsRefused(t *testing.T) {
+	env := map[string]string{
+		"OUTPOST_ORCHESTRATOR_DATABASE_URL": "postgres://outpost:s3cret-pw@db.invalid:5432/outpost",
+		"OUTPOST_ORCHESTRATOR_ADMIN_TOKEN":  "a-long-enough-admin-token",
+		"OUTPOST_ORCHESTRATOR_LISTEN":       "127.0.0.1:0",
+	}
+	getenv := func(k string) string { return env[k] }
+	err := run(t.Context(), nil, getenv, &clienttest.Buffer{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--database-insecure-tls") || !strings.Contains(err.Error(), "verify-full") || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("serve: %v", err)
+	}
+	t.Logf("serve: %v", err)
+	err = runMigrateStore(t.Context(), []string{"--from", t.TempDir()}, getenv, &clienttest.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--database-insecure-tls") || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("migrate-store: %v", err)
+	}
+}
+
+// TestQuotaFlags: the per-organisation quotas come from flags or the environment, with defaults.
+func TestQuotaFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--max-runners-per-org", "5"}, func(k string) string {
+		return map[string]string{"OUTPOST_ORCHESTRATOR_MAX_QUEUED_DEPLOYMENTS_PER_ORG": "7"}[k]
+	}, &clienttest.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.quotas.Runners != 5 || o.quotas.QueuedDeployments != 7 || o.quotas.StateStorages != orchestrator.DefaultMaxStateStorages || o.maxLogBytes != "10GiB" {
+		t.Errorf("quotas %+v, log bytes %q", o.quotas, o.maxLogBytes)
 	}
 }

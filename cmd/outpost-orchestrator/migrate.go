@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 )
@@ -27,6 +28,7 @@ func runMigrateStore(ctx context.Context, args []string, getenv func(string) str
 	fs.SetOutput(stderr)
 	from := fs.String("from", "", "the bbolt data directory to copy (env "+envName("data-dir")+")")
 	to := fs.String("to", "", "the PostgreSQL connection URL to copy into (env "+envName("database-url")+"); prefer the environment variable, the URL can hold a password")
+	insecureTLS := fs.Bool("database-insecure-tls", false, "let --to reach PostgreSQL off loopback without verified TLS (sslmode other than verify-full) (env "+envName("database-insecure-tls")+")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), migrateUsage)
 		fs.PrintDefaults()
@@ -40,6 +42,13 @@ func runMigrateStore(ctx context.Context, args []string, getenv func(string) str
 	if *to == "" {
 		*to = getenv(envName("database-url"))
 	}
+	if v := getenv(envName("database-insecure-tls")); v != "" && !*insecureTLS {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("migrate-store: %s=%q is not true or false", envName("database-insecure-tls"), v)
+		}
+		*insecureTLS = b
+	}
 	switch {
 	case fs.NArg() > 0:
 		return fmt.Errorf("migrate-store: unexpected argument %q; see --help", fs.Arg(0))
@@ -47,7 +56,7 @@ func runMigrateStore(ctx context.Context, args []string, getenv func(string) str
 		return errors.New("migrate-store: set both --from (the data directory) and --to (the PostgreSQL URL); see --help")
 	}
 	fmt.Fprintf(stderr, "copying %s into PostgreSQL...\n", *from)
-	n, err := orchestrator.CopyStore(ctx, *from, *to, stderr)
+	n, err := orchestrator.CopyStore(ctx, *from, *to, *insecureTLS, stderr)
 	if err != nil {
 		return fmt.Errorf("migrate-store: %w; nothing was written to PostgreSQL", err)
 	}

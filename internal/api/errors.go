@@ -57,6 +57,9 @@ const (
 	// CodeOrgNotFound answers an admin request about an organisation in which nothing was ever
 	// created (HTTP 404), so a mistyped organisation is not shown as an empty one.
 	CodeOrgNotFound = "org_not_found"
+	// CodeQuotaExceeded refuses a create that would take an organisation beyond one of the
+	// orchestrator's quotas (HTTP 403; the message names the quota, the count and the flag).
+	CodeQuotaExceeded = "quota_exceeded"
 )
 
 // ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.

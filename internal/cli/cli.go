@@ -86,6 +86,8 @@ type app struct {
 	stdin *bufio.Reader
 	// settings are the connection settings once a command resolved them (for messages).
 	settings *settings
+	// warned are the files already warned about (warnIfShared).
+	warned map[string]bool
 }
 
 type globalFlags struct {

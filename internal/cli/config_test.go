@@ -104,3 +104,38 @@ func TestConfigProfilesAndTokenSources(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenFilesReadableByOthersAreNamed (N11): a token read from a config file or token file
+// that other users can read is used, with a warning on stderr that says so and how to fix it;
+// the same files kept to their owner give no warning.
+func TestTokenFilesReadableByOthersAreNamed(t *testing.T) {
+	h := newHarness(t)
+	path := h.getenv("OUTPOST_CONFIG")
+	h.must("config", "set", "api_url", h.inst.URL)
+	h.must("config", "set", "org", "acme")
+	h.check(h.run(h.inst.AdminToken+"\n", "config", "set", "token"), 0, []string{"config set token"})
+	if r := h.must("runner", "list"); strings.Contains(r.stderr, "Warning") {
+		t.Errorf("a 0600 config file gave a warning:\n%s", r)
+	}
+	if err := os.Chmod(path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := h.must("runner", "list")
+	if !strings.Contains(r.stderr, "Warning: the config file, which holds a token, "+path+" can be read by other users (mode 0644)") || !strings.Contains(r.stderr, "chmod 600 "+path) {
+		t.Errorf("a world-readable config file with a token:\n%s", r)
+	}
+	if strings.Count(r.stderr, "Warning") != 1 || strings.Contains(r.stderr, h.inst.AdminToken) {
+		t.Errorf("one warning, never the token:\n%s", r)
+	}
+	tokenFile := h.write("token", h.inst.AdminToken+"\n") // 0644
+	h.setenv("OUTPOST_TOKEN_FILE", tokenFile)
+	if r := h.must("runner", "list"); !strings.Contains(r.stderr, "the token file "+tokenFile+" can be read by other users") {
+		t.Errorf("a world-readable token file:\n%s", r)
+	}
+	if err := os.Chmod(tokenFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.must("runner", "list"); strings.Contains(r.stderr, "Warning") {
+		t.Errorf("a 0600 token file gave a warning:\n%s", r)
+	}
+}

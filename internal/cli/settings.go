@@ -70,13 +70,33 @@ func (a *app) resolve() (*settings, error) {
 	case a.env.Getenv(envToken) != "":
 		s.token = setting{a.env.Getenv(envToken), envToken}
 	case a.env.Getenv(envTokenFile) != "":
+		a.warnIfShared(a.env.Getenv(envTokenFile), "the token file")
 		s.token, err = tokenFromFile(a.env.Getenv(envTokenFile), envTokenFile+"="+a.env.Getenv(envTokenFile))
 	case p.Token != "":
+		a.warnIfShared(path, "the config file, which holds a token,")
 		s.token = setting{p.Token, from + " (token)"}
 	case p.TokenFile != "":
+		a.warnIfShared(p.TokenFile, "the token file")
 		s.token, err = tokenFromFile(p.TokenFile, fmt.Sprintf("token_file %s of %s", p.TokenFile, from))
 	}
 	return s, err
+}
+
+// warnIfShared warns once per run, on stderr, that file (what), whose token is about to be
+// used, can be read by other users of the machine: the token is then theirs too. It is a
+// warning, not a refusal, as for ssh's config and git's credential files: the file may sit on a
+// share whose modes mean little.
+func (a *app) warnIfShared(file, what string) {
+	fi, err := os.Stat(file)
+	if err != nil || fi.Mode().Perm()&0o077 == 0 || a.warned[file] {
+		return
+	}
+	if a.warned == nil {
+		a.warned = map[string]bool{}
+	}
+	a.warned[file] = true
+	fmt.Fprintf(a.env.Stderr, "Warning: %s %s can be read by other users (mode %04o): they can use its token; run `chmod 600 %s`\n",
+		what, file, fi.Mode().Perm(), file)
 }
 
 func tokenFromFile(path, from string) (setting, error) {

@@ -25,9 +25,13 @@ type CopyCounts struct {
 // one transaction, so a failed copy leaves the target empty. Everything is copied, the server
 // secret included, so job tokens already handed out stay valid, and so do the agent token ids
 // already seen (a captured token cannot be replayed against the new store). The orchestrator
-// using dir must be stopped first: bbolt's file lock refuses the copy otherwise. progress gets a
-// line per kind of record.
-func CopyStore(ctx context.Context, dir, databaseURL string, progress io.Writer) (*CopyCounts, error) {
+// using dir must be stopped first: bbolt's file lock refuses the copy otherwise. insecureTLS
+// lets databaseURL reach a server off loopback without verified TLS (CheckDatabaseTLS).
+// progress gets a line per kind of record.
+func CopyStore(ctx context.Context, dir, databaseURL string, insecureTLS bool, progress io.Writer) (*CopyCounts, error) {
+	if _, err := parsePGConfig(databaseURL, insecureTLS); err != nil {
+		return nil, err // before the data directory is opened
+	}
 	src, err := openBolt(dir)
 	if err != nil {
 		return nil, err
@@ -45,7 +49,7 @@ func CopyStore(ctx context.Context, dir, databaseURL string, progress io.Writer)
 	if len(secret) == 0 {
 		return nil, fmt.Errorf("data directory %s has no signing secret (%s); copy it from where --signing-secret-file pointed into that file first", dir, SigningSecretFile)
 	}
-	dst, err := openPG(ctx, databaseURL, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dst, err := openPG(ctx, databaseURL, insecureTLS, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err
 	}

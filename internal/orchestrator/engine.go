@@ -103,6 +103,9 @@ type storeTx interface {
 	listDeployments(org, runnerID string, status api.Status, each func(rec *deploymentRecord) (bool, error)) error
 	// queued returns up to limit queued deployment ids of a runner, oldest first.
 	queued(org, runner string, limit int) ([]string, error)
+	// countQueued counts the queued deployments of org's runners, stopping at most; it locks
+	// nothing.
+	countQueued(org string, most int) (int, error)
 	// leased returns the ids of a runner's deployments that hold a job lease.
 	leased(org, runner string) ([]string, error)
 	// expiredLeases returns the deployments whose job lease ran out by now.

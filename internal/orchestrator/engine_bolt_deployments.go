@@ -133,6 +133,15 @@ func (t boltTx) listDeployments(org, runnerID string, status api.Status, each fu
 	})
 }
 
+func (t boltTx) countQueued(org string, most int) (int, error) {
+	n := 0
+	err := scanPrefix(t.tx.Bucket(bQueue), prefix(org), func(_, _ []byte) (bool, error) {
+		n++
+		return n < most, nil
+	})
+	return n, err
+}
+
 func (t boltTx) queued(org, runner string, limit int) ([]string, error) {
 	var out []string
 	if limit <= 0 {

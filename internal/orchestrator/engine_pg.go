@@ -47,12 +47,28 @@ const wakeChannel = "outpost_wake"
 // migrationLock is the advisory lock that keeps replicas starting together from migrating at once.
 const migrationLock = 0x6f7574706f7374 // "outpost"
 
-// openPG connects to the database dsn names and brings its schema up to date.
-func openPG(ctx context.Context, dsn string, log *slog.Logger) (*pgEngine, error) {
+// DatabaseInsecureTLSFlag is the opt-in by name to a database URL without verified TLS.
+const DatabaseInsecureTLSFlag = "--database-insecure-tls"
+
+// parsePGConfig parses dsn and checks its TLS (CheckDatabaseTLS).
+func parsePGConfig(dsn string, insecureTLS bool) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// The parse error can quote the DSN, password included.
 		return nil, errors.New("database URL is not a valid PostgreSQL connection string (postgres://user:password@host:port/database?sslmode=...)")
+	}
+	if err := CheckDatabaseTLS(&cfg.ConnConfig.Config, insecureTLS, DatabaseInsecureTLSFlag+" (OUTPOST_ORCHESTRATOR_DATABASE_INSECURE_TLS=true)"); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// openPG connects to the database dsn names and brings its schema up to date. Off loopback it
+// refuses a URL without verified TLS unless insecureTLS (see CheckDatabaseTLS).
+func openPG(ctx context.Context, dsn string, insecureTLS bool, log *slog.Logger) (*pgEngine, error) {
+	cfg, err := parsePGConfig(dsn, insecureTLS)
+	if err != nil {
+		return nil, err
 	}
 	if !strings.Contains(dsn, "pool_max_conns") {
 		cfg.MaxConns = 16

@@ -109,6 +109,13 @@ func (t *pgTx) listDeployments(org, runnerID string, status api.Status, each fun
 // queued reads the queue oldest first. FOR UPDATE SKIP LOCKED passes over deployments that a
 // claim on another replica is writing right now, so concurrent polls are not all offered the
 // same deployment, and a poll never waits for a claim.
+func (t *pgTx) countQueued(org string, most int) (int, error) {
+	var n int
+	err := t.tx.QueryRow(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM deployments WHERE org = $1 AND status = 'queued' LIMIT $2) q`,
+		org, most).Scan(&n)
+	return n, err
+}
+
 func (t *pgTx) queued(org, runner string, limit int) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil

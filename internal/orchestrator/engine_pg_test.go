@@ -2,11 +2,15 @@ package orchestrator
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestPostgreSQLReplicasStartTogether opens three engines on an empty database at once: the
@@ -20,7 +24,7 @@ func TestPostgreSQLReplicasStartTogether(t *testing.T) {
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i := range engines {
-		wg.Go(func() { engines[i], errs[i] = openPG(t.Context(), pgURL, log) })
+		wg.Go(func() { engines[i], errs[i] = openPG(t.Context(), pgURL, false, log) })
 	}
 	wg.Wait()
 	for i, e := range engines {
@@ -44,7 +48,7 @@ func TestPostgreSQLNewerSchemaIsRefused(t *testing.T) {
 	t.Parallel()
 	pgURL := pgSchema(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e, err := openPG(t.Context(), pgURL, log)
+	e, err := openPG(t.Context(), pgURL, false, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +56,7 @@ func TestPostgreSQLNewerSchemaIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = e.close()
-	_, err = openPG(t.Context(), pgURL, log)
+	_, err = openPG(t.Context(), pgURL, false, log)
 	if err == nil || !strings.Contains(err.Error(), "newer orchestrator (schema 99") {
 		t.Fatalf("open a database of schema 99: %v", err)
 	}
@@ -65,5 +69,58 @@ func TestPostgreSQLURLIsNotEchoed(t *testing.T) {
 	_, err := New(Config{DatabaseURL: "postgres://u:s3cret-pw@host:notaport/db", AdminToken: "admin-token-for-tests-0123456789", SweepInterval: -1})
 	if err == nil || strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), "not a valid PostgreSQL connection string") {
 		t.Fatalf("malformed URL: %v", err)
+	}
+}
+
+// TestDatabaseURLNeedsVerifiedTLSOffLoopback (N6): a database URL that would reach PostgreSQL
+// across the network without verified TLS (pgx's default sslmode=prefer falls back to plain
+// text) is refused before anything is sent, with an error that says why and names the opt-in,
+// and never repeats the password; on loopback, with verify-full or with the opt-in it passes.
+func TestDatabaseURLNeedsVerifiedTLSOffLoopback(t *testing.T) {
+	t.Parallel()
+	const opt = "--database-insecure-tls"
+	for _, c := range []struct {
+		url      string
+		insecure bool
+		refused  bool
+	}{
+		{"postgres://u:s3cret-pw@db.invalid/outpost", false, true},
+		{"postgres://u:s3cret-pw@db.invalid/outpost?sslmode=prefer", false, true},
+		{"postgres://u:s3cret-pw@db.invalid/outpost?sslmode=allow", false, true},
+		{"postgres://u:s3cret-pw@db.invalid/outpost?sslmode=disable", false, true},
+		{"postgres://u:s3cret-pw@db.invalid/outpost?sslmode=require", false, true},
+		{"postgres://u:s3cret-pw@db.invalid/outpost?sslmode=verify-ca", false, true},
+		{"postgres://u:s3cret-pw@10.0.0.5:5432/outpost?sslmode=disable", false, true},
+		{"host=db.invalid user=u password=s3cret-pw dbname=outpost sslmode=require", false, true},
+		// The second host of a multi-host URL counts too.
+		{"postgres://u:s3cret-pw@127.0.0.1:5432,db.invalid:5432/outpost?sslmode=disable", false, true},
+		{"postgres://u:s3cret-pw@db.invalid/outpost?sslmode=verify-full", false, false},
+		{"postgres://u:s3cret-pw@db.invalid/outpost?sslmode=disable", true, false},
+		{"postgres://u:s3cret-pw@127.0.0.1:5432/outpost?sslmode=disable", false, false},
+		{"postgres://u:s3cret-pw@localhost/outpost", false, false},
+		{"postgres://u:s3cret-pw@[::1]:5432/outpost?sslmode=disable", false, false},
+		{"host=/var/run/postgresql user=u dbname=outpost", false, false},
+	} {
+		cfg, err := pgconn.ParseConfig(c.url)
+		if err != nil {
+			t.Fatalf("%s: %v", c.url, err)
+		}
+		err = CheckDatabaseTLS(cfg, c.insecure, opt)
+		if got := errors.Is(err, ErrDatabaseTLS); got != c.refused {
+			t.Errorf("%s (opt-in %v): %v; refused %v, want %v", c.url, c.insecure, err, got, c.refused)
+		}
+		if err != nil && (strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), opt) || !strings.Contains(err.Error(), "verify-full")) {
+			t.Errorf("%s: the error must name verify-full and %s and not the password: %v", c.url, opt, err)
+		}
+	}
+	// Through the server's start: refused before any connection (db.invalid never resolves).
+	start := time.Now()
+	_, err := New(Config{DatabaseURL: "postgres://u:s3cret-pw@db.invalid/outpost", AdminToken: "admin-token-for-tests-0123456789", SweepInterval: -1})
+	if !errors.Is(err, ErrDatabaseTLS) || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Fatalf("start with a database URL without TLS: %v", err)
+	}
+	t.Logf("refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if _, err := CopyStore(t.Context(), t.TempDir(), "postgres://u:s3cret-pw@db.invalid/outpost?sslmode=require", false, io.Discard); !errors.Is(err, ErrDatabaseTLS) {
+		t.Errorf("migrate-store with a database URL without verified TLS: %v", err)
 	}
 }

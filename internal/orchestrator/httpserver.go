@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"golang.org/x/net/netutil"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 )
 
 // Defaults of HTTPLimits.
@@ -24,9 +24,20 @@ const (
 // take to arrive, to be answered and to sit idle between requests. Zero fields take the defaults
 // above.
 type HTTPLimits struct {
-	// MaxConnections is the most connections open at once; more wait in the listen backlog.
-	// Every agent holds one for its long poll.
+	// MaxConnections is the most connections open at once. Every agent holds one for its long
+	// poll. When they are all open, a new connection takes the place of an idle one: first one
+	// that never carried an authenticated request, of the client address holding most of
+	// those, then an idle one of the identity (runner, job, token) holding most (package
+	// connguard); a connection serving a request is never closed for it.
 	MaxConnections int
+	// MaxUnauthenticatedConnections is the most connections open at once that have not carried
+	// an authenticated request (new ones, and ones whose request was refused or went to
+	// /healthz over HTTP/2; over HTTP/1 such an answer closes its connection). Beyond it the
+	// oldest idle one of the address holding most is closed. Default MaxConnections/4.
+	MaxUnauthenticatedConnections int
+	// MaxConnectionsPerIdentity is how many connections one runner, job or token keeps open
+	// between its requests; an answer on one beyond it closes it. Default MaxConnections/8.
+	MaxConnectionsPerIdentity int
 	// ReadHeaderTimeout bounds the arrival of a request's headers.
 	ReadHeaderTimeout time.Duration
 	// ReadTimeout bounds the arrival of a whole request, body included. Only a request whose
@@ -51,6 +62,12 @@ func (l HTTPLimits) WithDefaults() HTTPLimits {
 	if l.MaxConnections <= 0 {
 		l.MaxConnections = DefaultMaxConnections
 	}
+	if l.MaxUnauthenticatedConnections <= 0 {
+		l.MaxUnauthenticatedConnections = max(1, l.MaxConnections/4)
+	}
+	if l.MaxConnectionsPerIdentity <= 0 {
+		l.MaxConnectionsPerIdentity = max(1, l.MaxConnections/8)
+	}
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
@@ -70,12 +87,12 @@ func (l HTTPLimits) Validate() error {
 	return nil
 }
 
-// HTTPServer returns an http.Server serving the orchestrator with the limits' timeouts; serve it
-// on Listener(ln, limits) so the connection limit holds too. errorLog receives net/http's own
-// errors (nil: the standard logger).
+// HTTPServer returns an http.Server serving the orchestrator within the limits' timeouts; serve it
+// on Listener(ln, limits), which shares the connections. errorLog
+// receives net/http's own errors (nil: the standard logger).
 func (s *Server) HTTPServer(l HTTPLimits, errorLog *log.Logger) *http.Server {
 	l = l.WithDefaults()
-	return &http.Server{
+	hs := &http.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
 		ReadTimeout:       l.ReadTimeout,
@@ -84,9 +101,15 @@ func (s *Server) HTTPServer(l HTTPLimits, errorLog *log.Logger) *http.Server {
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		ErrorLog:          errorLog,
 	}
+	connguard.Install(hs)
+	return hs
 }
 
-// Listener limits ln to the limits' connections at once.
+// Listener lets connections of ln in within the limits, fairly between clients (package
+// connguard): a listener that made new connections wait at the limit would let whoever holds
+// the connections keep them.
 func Listener(ln net.Listener, l HTTPLimits) net.Listener {
-	return netutil.LimitListener(ln, l.WithDefaults().MaxConnections)
+	l = l.WithDefaults()
+	return connguard.Listen(ln, connguard.Limits{MaxConns: l.MaxConnections, MaxUnauthenticated: l.MaxUnauthenticatedConnections,
+		MaxPerIdentity: l.MaxConnectionsPerIdentity})
 }

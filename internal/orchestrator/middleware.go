@@ -18,6 +18,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 )
 
 // authKind says who may call a route.
@@ -293,6 +294,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 			return refuse(http.StatusForbidden, api.CodeForbidden,
 				"only the bootstrap admin token (--admin-token) manages organisation tokens; an organisation token cannot")
 		}
+		connguard.Authenticated(r.Context(), "admin "+p.String())
 	case authAgent:
 		v, err := s.verifier.VerifyHeaders(r.Context(), r, s.requestURL(r))
 		if err != nil {
@@ -317,6 +319,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 		}
 		c.job = payload
 		info.principal = fmt.Sprintf("job %s/%s#%d", payload.Org, payload.Deployment, payload.Attempt)
+		connguard.Authenticated(r.Context(), info.principal)
 	}
 	if err := readBody(w, r, rt, c); err != nil {
 		return err
@@ -328,6 +331,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 		}
 		c.agent = id
 		info.principal = "runner " + id.Org + "/" + id.RunnerID
+		connguard.Authenticated(r.Context(), info.principal)
 	}
 	return nil
 }

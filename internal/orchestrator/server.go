@@ -93,6 +93,9 @@ type Config struct {
 	// DatabaseURL, when set, keeps everything in PostgreSQL instead of DataDir (a libpq URL or
 	// keyword/value string), so that several replicas can serve the same organisations.
 	DatabaseURL string
+	// DatabaseInsecureTLS lets DatabaseURL reach a server off loopback without verified TLS
+	// (sslmode other than verify-full); only when the operator asked for it by name.
+	DatabaseInsecureTLS bool
 	// SigningSecretFile holds the secret that signs job tokens, apart from the database; empty
 	// means SigningSecretFile in DataDir. It is created on first start unless it exists (a
 	// mounted Secret, say).
@@ -119,6 +122,8 @@ type Config struct {
 	SweepInterval time.Duration
 	// Retention says how long ended deployments, their sources, logs and events are kept.
 	Retention Retention
+	// Quotas bound what one organisation can store.
+	Quotas Quotas
 	// PurgeBatch is the most keys one purge transaction deletes (DefaultPurgeBatch when zero),
 	// so a large purge never holds the database's write lock for long.
 	PurgeBatch int

@@ -21,6 +21,9 @@ type store struct {
 	now    func() time.Time
 	// logCap is the most log bytes kept per deployment.
 	logCap int64
+	// quotas bound what one organisation stores; logs counts its log bytes for them.
+	quotas Quotas
+	logs   logUsage
 }
 
 type orgRecord struct {
@@ -32,7 +35,7 @@ type orgRecord struct {
 func openStore(ctx context.Context, cfg Config) (*store, error) {
 	var eng engine
 	if cfg.DatabaseURL != "" {
-		pg, err := openPG(ctx, cfg.DatabaseURL, cfg.Logger)
+		pg, err := openPG(ctx, cfg.DatabaseURL, cfg.DatabaseInsecureTLS, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -44,7 +47,7 @@ func openStore(ctx context.Context, cfg Config) (*store, error) {
 		}
 		eng = b
 	}
-	return &store{eng: eng, secret: eng.secret(), now: cfg.Now, logCap: cfg.LogCapBytes}, nil
+	return &store{eng: eng, secret: eng.secret(), now: cfg.Now, logCap: cfg.LogCapBytes, quotas: cfg.Quotas.withDefaults()}, nil
 }
 
 func (s *store) close() error { return s.eng.close() }

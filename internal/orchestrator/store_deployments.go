@@ -84,6 +84,12 @@ func finishDeployment(tx storeTx, rec *deploymentRecord, status api.Status, reas
 
 // createDeployment queues a deployment on a runner of the organisation.
 func (s *store) createDeployment(ctx context.Context, org string, in api.DeploymentInput) (*api.Deployment, error) {
+	if err := s.checkQueueQuota(ctx, org, s.quotas.QueuedDeployments); err != nil {
+		return nil, err
+	}
+	if err := s.checkLogQuota(ctx, org, s.quotas.LogBytes); err != nil {
+		return nil, err
+	}
 	var out api.Deployment
 	err := s.update(ctx, func(tx storeTx) error {
 		var runner api.Runner

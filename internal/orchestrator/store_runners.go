@@ -58,6 +58,9 @@ func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
 			return api.Runner{}, err
 		}
+		if err := checkObjectQuota(tx, kindRunner, org, "runner", "--max-runners-per-org", s.quotas.Runners); err != nil {
+			return api.Runner{}, err
+		}
 		r := api.Runner{CreatedAt: now, UpdatedAt: now}
 		return r, applyRunnerInput(&r, in)
 	})

@@ -11,7 +11,10 @@ import (
 )
 
 func (s *store) createStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
-	return createOrgObject(ctx, s, kindStorage, org, in.ID, "state storage", func(_ storeTx, now time.Time) (api.StateStorage, error) {
+	return createOrgObject(ctx, s, kindStorage, org, in.ID, "state storage", func(tx storeTx, now time.Time) (api.StateStorage, error) {
+		if err := checkObjectQuota(tx, kindStorage, org, "state storage", "--max-state-storages-per-org", s.quotas.StateStorages); err != nil {
+			return api.StateStorage{}, err
+		}
 		return api.StateStorage{StateStorageInput: in, CreatedAt: now, UpdatedAt: now}, nil
 	})
 }

@@ -58,12 +58,19 @@ func Main(m *testing.M, opts Options) {
 	os.Exit(runMain(m, opts))
 }
 
+// fuzzing reports whether the binary runs with -fuzz: a fuzz target explores inputs with fakes,
+// and every fuzz worker process runs TestMain, so each would start a test bed of its own.
+func fuzzing() bool {
+	f := flag.Lookup("test.fuzz")
+	return f != nil && f.Value.String() != ""
+}
+
 func runMain(m *testing.M, opts Options) int {
 	if !flag.Parsed() {
 		flag.Parse() // for testing.Verbose and testing.Short; m.Run parses again harmlessly
 	}
-	if testing.Short() {
-		if err := CheckShortAllowed(); err != nil {
+	if testing.Short() || fuzzing() {
+		if err := CheckShortAllowed(); testing.Short() && err != nil {
 			fmt.Fprintf(os.Stderr, "FAIL: testbed: %v\n", err)
 			return 1
 		}

@@ -84,7 +84,8 @@ type Config struct {
 
 	// StateNamespace is the namespace of the runner's kubernetes state storage (chart value
 	// state.namespace); states of attempts whose claim does not name one (adopted before this
-	// agent knew) are served from it. Empty: learned from claims.
+	// agent knew) are served from it, and when set no other namespace is served. Empty: learned
+	// from claims, bounded only by the agent's RBAC.
 	StateNamespace string
 	// StateEncryptionKeyFile holds a 32-byte key (raw, or base64) that seals state chunks with
 	// AES-256-GCM before they are stored; empty leaves them to the cluster's own encryption at
@@ -192,7 +193,7 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.WorkDir, "work-dir", "", "process executor: directory of the attempts' folders")
 	fs.StringVar(&c.AgentBinary, "agent-binary", "", "process executor: the outpost-agent binary that runs the job runners (default: this one)")
 	fs.StringVar(&c.JobNamespace, "job-namespace", "", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
-	fs.StringVar(&c.StateNamespace, "state-namespace", "", "namespace of the kubernetes state storage (default: from claims)")
+	fs.StringVar(&c.StateNamespace, "state-namespace", "", "namespace of the kubernetes state storage; when set, the only one states are kept in (a claim naming another is refused); empty: from claims, bounded by RBAC")
 	fs.StringVar(&c.StateEncryptionKeyFile, "state-encryption-key-file", "", "file with a 32-byte key (raw or base64) that encrypts state chunks with AES-256-GCM (off when empty)")
 	fs.Int64Var(&c.StateMaxBodyBytes, "state-max-body-bytes", 64<<20, "largest state upload the state backend takes (bodies are streamed: this bounds what is stored, not memory)")
 	fs.IntVar(&c.StateMaxRequests, "state-max-requests", 4, "state backend requests served at once; more wait up to 10s, then get 503")

@@ -44,8 +44,12 @@ func gitSecrets(raw string) []string {
 func displayGitURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil {
-		if i := strings.Index(raw, "@"); i >= 0 && strings.Contains(raw, "://") {
-			return raw[:strings.Index(raw, "://")+3] + "***" + raw[i:]
+		// Unparsed, the credentials may hold '@' themselves ("https://tok@en:pa@ss@host"): hide
+		// everything up to the last '@' (found by FuzzGitURL; an '@' in the path hides more).
+		if s := strings.Index(raw, "://"); s >= 0 {
+			if i := strings.LastIndex(raw, "@"); i > s {
+				return raw[:s+3] + "***" + raw[i:]
+			}
 		}
 		return raw
 	}
@@ -53,6 +57,10 @@ func displayGitURL(raw string) string {
 		u.User = nil
 		s := u.String()
 		return strings.Replace(s, "://", "://***@", 1)
+	}
+	if _, hasPassword := u.User.Password(); u.User != nil && hasPassword {
+		u.User = url.User(u.User.Username()) // an ssh user name is no secret, a password is
+		return u.String()
 	}
 	return raw
 }

@@ -21,7 +21,6 @@ package jobrun
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -116,9 +115,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 	defer st.close()
 	console := &lockedWriter{w: stdout}
 	stream := newLogStreamer(logClient, console, streamerOptions{OnStop: func(reason string) { st.request(nil, reason) }})
-	out := newRedactor(teeWriter{console, stream}, token)
+	out := newRedactor(teeWriter{console, stream}, secretForms(token)...)
 	if stateToken != "" {
-		out.add(stateToken)
+		out.add(secretForms(stateToken)...)
 	}
 
 	j := &attemptRun{cfg: cfg, token: token, stateToken: stateToken, caPEM: string(caPEM), client: orch, out: out, st: st}
@@ -217,7 +216,7 @@ func (j *attemptRun) run() int {
 	}
 	// TF_LOG=trace would print the backend's Basic credentials in this form.
 	if j.stateToken != "" {
-		j.out.add(base64.StdEncoding.EncodeToString([]byte(spec.DeploymentID + ":" + j.stateToken)))
+		j.out.add(secretForms(spec.DeploymentID + ":" + j.stateToken)...)
 	}
 
 	cliPath, err := resolveCLI(j.cfg.CLI, j.cfg.Image)
@@ -267,7 +266,12 @@ func (j *attemptRun) run() int {
 		return j.fail("%v", err)
 	}
 	// Before the CLI prints anything: the values of sensitive variables never reach the log.
-	j.out.add(sensitiveSecrets(configDir, spec.Variables)...)
+	forms, tooShort := sensitiveSecrets(configDir, spec.Variables)
+	j.out.add(forms...)
+	if len(tooShort) > 0 {
+		fmt.Fprintf(j.out, "==> outpost: sensitive variable(s) %s hold a value shorter than %d characters, which this log cannot tell from ordinary words and so does not redact; give secrets at least %d characters\n",
+			strings.Join(tooShort, ", "), minSecretLen, minSecretLen)
+	}
 
 	env := append(append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"}, toolEnv...),
 		backendEnv(spec.StateStorage, spec.DeploymentID, j.stateToken, cmp.Or(j.cfg.StateCA, j.caPEM), j.cfg.StateURL)...)

@@ -3,6 +3,7 @@ package jobrun
 import (
 	"bytes"
 	"io"
+	"slices"
 	"sync"
 )
 
@@ -40,10 +41,13 @@ func (r *redactor) add(secrets ...string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range secrets {
-		if len(s) >= minSecretLen {
+		if len(s) >= minSecretLen && !slices.ContainsFunc(r.secrets, func(b []byte) bool { return string(b) == s }) {
 			r.secrets = append(r.secrets, []byte(s))
 		}
 	}
+	// Longest first: a form inside a longer one (the token inside its Basic-auth pair's JSON
+	// escaping, say) must not break the longer one up before it is matched.
+	slices.SortStableFunc(r.secrets, func(a, b []byte) int { return len(b) - len(a) })
 }
 
 // Write redacts and forwards p, except a tail that might begin a secret. It always reports

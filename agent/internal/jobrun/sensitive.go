@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -71,22 +72,32 @@ func declaredSensitive(configDir string) (names map[string]bool, all bool) {
 	return names, all
 }
 
-// sensitiveSecrets is every form of the sensitive variables' values to redact.
-func sensitiveSecrets(configDir string, vars map[string]json.RawMessage) []string {
+// sensitiveSecrets is every form of the sensitive variables' values to redact, and the names of
+// the sensitive variables with a value (or a string inside it) too short to redact: shorter than
+// minSecretLen, it cannot be told from ordinary words, so the log says so instead (the values
+// stay out of the log by Terraform's own masking only).
+func sensitiveSecrets(configDir string, vars map[string]json.RawMessage) (forms, tooShort []string) {
 	if len(vars) == 0 {
-		return nil
+		return nil, nil
 	}
 	names, all := declaredSensitive(configDir)
-	var out []string
 	for name, raw := range vars {
 		if !all && !names[name] {
 			continue
 		}
+		short := false
 		for _, v := range valueStrings(raw) {
-			out = append(out, secretForms(v)...)
+			if v != "" && len(v) < minSecretLen {
+				short = true
+			}
+			forms = append(forms, secretForms(v)...)
+		}
+		if short {
+			tooShort = append(tooShort, name)
 		}
 	}
-	return out
+	sort.Strings(tooShort)
+	return forms, tooShort
 }
 
 // valueStrings are the strings a variable's value can print as: a string as itself; any other
@@ -125,19 +136,46 @@ func valueStrings(raw json.RawMessage) []string {
 
 // secretForms are the ways a value commonly reaches a log: as is; JSON-escaped with and without
 // HTML escaping (jsonencode, `output -json`); base64 with either alphabet, padded or not
-// (base64encode); URL-escaped (urlencode); hex; and, for a multi-line value, each of its lines
-// (plans print those one per line).
+// (base64encode), and the part of it that stands for the value alone when the value sits at any
+// byte offset inside a larger encoded string (a credential inside an encoded config or header);
+// URL-escaped (urlencode); hex; its characters joined by a separator (join(" ", split("", v)) and
+// the like); and, for a multi-line value, each of its lines (plans print those one per line).
 func secretForms(v string) []string {
 	forms := []string{v, jsonEscaped(v, true), jsonEscaped(v, false),
 		base64.StdEncoding.EncodeToString([]byte(v)), base64.RawStdEncoding.EncodeToString([]byte(v)),
 		base64.URLEncoding.EncodeToString([]byte(v)), base64.RawURLEncoding.EncodeToString([]byte(v)),
 		url.QueryEscape(v), url.PathEscape(v), hex.EncodeToString([]byte(v)), strings.ToUpper(hex.EncodeToString([]byte(v)))}
+	forms = append(forms, base64Inside([]byte(v), base64.RawStdEncoding)...)
+	forms = append(forms, base64Inside([]byte(v), base64.RawURLEncoding)...)
+	if chars := strings.Split(v, ""); len(chars) > 1 {
+		// Not "\n": a line ending in a value's first character would be held back by the
+		// redactor (which keeps a tail that could start a secret) until the next write.
+		for _, sep := range []string{" ", ",", ", ", "-", "_", ".", ":", "|", "/", `","`, `", "`} {
+			forms = append(forms, strings.Join(chars, sep))
+		}
+	}
 	if strings.Contains(v, "\n") {
 		for _, line := range strings.Split(v, "\n") {
 			forms = append(forms, strings.TrimSpace(line))
 		}
 	}
 	return forms
+}
+
+// base64Inside is, for each byte offset of v within a larger string modulo 3, the run of base64
+// characters that depend on v's bytes alone: what the encoding of any string holding v there
+// contains, whatever comes before and after.
+func base64Inside(v []byte, enc *base64.Encoding) []string {
+	var out []string
+	for k := range 3 {
+		s := enc.EncodeToString(append(make([]byte, k), v...))
+		start := (8*k + 5) / 6        // the first character whose bits are all v's
+		end := (8*(k+len(v))-6)/6 + 1 // one past the last such character
+		if end > start && end <= len(s) {
+			out = append(out, s[start:end])
+		}
+	}
+	return out
 }
 
 // jsonEscaped is v as a JSON string without its quotes.

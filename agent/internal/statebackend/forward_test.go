@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -121,4 +122,42 @@ func testAuthority(t *testing.T) *statetls.Authority {
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestForwardedRequestsAreNotForwardedAgain (N11): two replicas that each take the other for the
+// leader for a moment (their views of the election differ) do not send a request back and forth:
+// a request a replica forwarded is answered 503 with Retry-After by a replica that does not lead.
+func TestForwardedRequestsAreNotForwardedAgain(t *testing.T) {
+	var hops atomic.Int64
+	var a, b *Forwarder
+	serve := func(f **Forwarder) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hops.Add(1)
+			if !(*f).forward(w, r) {
+				_, _ = io.WriteString(w, "served")
+			}
+		})
+	}
+	srvA, srvB := httptest.NewServer(serve(&a)), httptest.NewServer(serve(&b))
+	defer srvA.Close()
+	defer srvB.Close()
+	hostA, portA, _ := net.SplitHostPort(srvA.Listener.Addr().String())
+	hostB, portB, _ := net.SplitHostPort(srvB.Listener.Addr().String())
+	kube := fake.NewClientset(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "agent-a"}, Status: corev1.PodStatus{PodIP: hostA}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "agent-b"}, Status: corev1.PodStatus{PodIP: hostB}})
+	a, b = NewForwarder(kube, "ns", "agent-a", ":"+portB), NewForwarder(kube, "ns", "agent-b", ":"+portA)
+	a.SetLeader("agent-b") // a thinks b leads,
+	b.SetLeader("agent-a") // and b thinks a leads
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srvA.URL+"/v1/states/k", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || hops.Load() != 2 {
+		t.Errorf("HTTP %d %q after %d hops; want 503 with Retry-After after 2", resp.StatusCode, body, hops.Load())
+	}
+	t.Logf("after %d hops: HTTP %d %s", hops.Load(), resp.StatusCode, body)
 }

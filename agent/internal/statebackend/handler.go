@@ -23,10 +23,13 @@
 //	        the caller's own attempt.
 //
 // Least privilege: the Authorizer says who the caller is (the lock holder, one attempt) and
-// whether it may only read (a plan). A plan reads its state and takes and releases its own lock;
-// POST, PUT and DELETE answer it 403. Locks are bound to their holder: a write or an unlock with
-// another holder's lock ID is refused, and a 409 or 423 answer shows the current lock's ID only to
-// its own holder, so a job cannot learn another attempt's lock ID from a conflict.
+// whether it may only read (a plan). A plan reads its state and nothing else: its LOCK and
+// UNLOCK are answered 200 and take nothing (a plan never writes, and the state it reads is one
+// whole generation, so a lock would protect nothing; it would only let untrusted plan code hold
+// the applies off), and POST, PUT and DELETE answer it 403. Locks are bound to their holder: a
+// write or an unlock with another holder's lock ID is refused, and a 409 or 423 answer shows
+// other holders only what the agent itself knows of the lock (its holder, operation and time),
+// never the lock ID or the free text (Who, Info, Path) the holder's CLI sent.
 //
 // Authentication is HTTP basic auth (the CLIs' username/password, or TF_HTTP_USERNAME /
 // TF_HTTP_PASSWORD), checked per request by an Authorizer that also decides which state keys
@@ -57,6 +60,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 )
 
 // PathPrefix is where the handler serves states: PathPrefix + url.PathEscape(key).
@@ -194,6 +198,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusServiceUnavailable, "authorizer_unavailable", "could not check credentials; retry")
 		return
 	}
+	// The connection is this job's from now on: a refused one is closed after its answer, so no
+	// client without a credential keeps a connection (package connguard).
+	connguard.Authenticated(r.Context(), holder)
 
 	release, why := h.limits.admit(r.Context(), holder)
 	switch why {
@@ -209,6 +216,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	// A turn is held at most RequestTimeout: the body must have arrived and the answer gone
+	// out by then, else the connection is cut and the turn goes to the next request.
+	deadline := time.Now().Add(h.limits.l.RequestTimeout)
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(deadline)
+	_ = rc.SetWriteDeadline(deadline)
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	r = r.WithContext(ctx)
 
 	switch r.Method {
 	case http.MethodGet:
@@ -224,9 +240,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.put(rw, r, key, holder)
 		}
 	case "LOCK":
-		h.lock(rw, r, key, holder)
+		h.lock(rw, r, key, holder, access.ReadOnly)
 	case "UNLOCK":
-		h.unlock(rw, r, key, holder)
+		h.unlock(rw, r, key, holder, access.ReadOnly)
 	default:
 		rw.Header().Set("Allow", "GET, POST, PUT, DELETE, LOCK, UNLOCK")
 		writeError(rw, http.StatusMethodNotAllowed, "method_not_allowed", "method "+r.Method+" not supported")
@@ -332,9 +348,10 @@ func (h *Handler) delete(w http.ResponseWriter, r *http.Request, key, holder str
 	writeJSON(w, http.StatusOK, map[string]any{"deleted": key})
 }
 
-// readBody reads at most limit bytes of the request body; it answers 413 (and returns false)
-// when the body is larger.
-func (h *Handler) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+// readLockBody reads a LOCK or UNLOCK body, at most maxLockBodyBytes; it answers 413 (and
+// returns false) when the body is larger.
+func (h *Handler) readLockBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	const limit = maxLockBodyBytes
 	if r.ContentLength > limit {
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body of %d bytes exceeds the limit of %d bytes", r.ContentLength, limit))
 		return nil, false

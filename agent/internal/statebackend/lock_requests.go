@@ -13,14 +13,21 @@ import (
 
 // The LOCK and UNLOCK requests of the http backend, and what a caller may see of a lock.
 
-func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder string) {
-	body, ok := h.readBody(w, r, maxLockBodyBytes)
+// lock takes the state lock for holder. A plan (readOnly) gets its lock info echoed and takes
+// nothing: it never writes, and the state it reads is one whole generation, so a lock would
+// protect nothing and only let untrusted plan code hold the applies off.
+func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder string, readOnly bool) {
+	body, ok := h.readLockBody(w, r)
 	if !ok {
 		return
 	}
 	var info statestore.LockInfo
 	if err := json.Unmarshal(body, &info); err != nil || info.ID == "" {
 		writeError(w, http.StatusBadRequest, "invalid_lock_info", "LOCK needs the lock info JSON with an ID")
+		return
+	}
+	if readOnly {
+		writeJSON(w, http.StatusOK, info)
 		return
 	}
 	info.Holder = holder
@@ -32,8 +39,11 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder strin
 	writeJSON(w, http.StatusOK, info)
 }
 
-func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder string) {
-	body, ok := h.readBody(w, r, maxLockBodyBytes)
+// unlock releases holder's lock. A plan (readOnly) holds none: its unlock is answered 200, or
+// 409 when it names the ID of the lock someone else holds (as anyone's would be), so no CLI
+// reports a lock released that is not.
+func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder string, readOnly bool) {
+	body, ok := h.readLockBody(w, r)
 	if !ok {
 		return
 	}
@@ -49,8 +59,13 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder str
 		writeError(w, http.StatusForbidden, "force_unlock_refused", fmt.Sprintf("job runners cannot force-unlock state %q; an operator runs `outpost-agent state force-unlock %s` in the cluster", key, key))
 		return
 	}
-	err := h.store.Unlock(r.Context(), key, info.ID, holder)
-	if err == nil {
+	var err error
+	if readOnly {
+		var held *statestore.HeldLock
+		if held, err = h.store.LockInfo(r.Context(), key); err == nil && held != nil && held.Info.ID == info.ID {
+			err = &statestore.LockMismatchError{Key: key, LockID: info.ID, Lock: held}
+		}
+	} else if err = h.store.Unlock(r.Context(), key, info.ID, holder); err == nil {
 		h.stopRenewal(key, info.ID)
 	}
 	if err != nil && !errors.Is(err, statestore.ErrNotLocked) {
@@ -65,11 +80,25 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder str
 // it. The CLIs print it as the lock's ID, so it says who holds the lock and what to do.
 const HiddenLockIDPrefix = "hidden"
 
-// shownTo is a lock's info as the caller may see it.
+// shownTo is a lock's info as the caller may see it: all of it to the lock's own holder; to
+// anyone else what the agent itself vouches for (the holder, a known operation, when it was
+// taken) and none of the free text the holder's CLI sent (Who, Info, Path, Version), which
+// untrusted deployment code chooses and another job's log would otherwise print.
 func shownTo(l statestore.HeldLock, holder string) statestore.LockInfo {
 	info := l.Info
-	if holder == "" || info.Holder != holder {
-		info.ID = fmt.Sprintf("%s (held by %s; an operator releases a stuck lock with `outpost-agent state force-unlock`)", HiddenLockIDPrefix, info.Holder)
+	if holder != "" && info.Holder == holder {
+		return info
 	}
-	return info
+	op := ""
+	switch info.Operation {
+	case "OperationTypeApply", "OperationTypePlan", "OperationTypeRefresh", "OperationTypeInvalid":
+		op = info.Operation
+	}
+	return statestore.LockInfo{
+		ID:        fmt.Sprintf("%s (held by %s; an operator releases a stuck lock with `outpost-agent state force-unlock`)", HiddenLockIDPrefix, info.Holder),
+		Operation: op,
+		Who:       info.Holder,
+		Created:   info.Created,
+		Holder:    info.Holder,
+	}
 }

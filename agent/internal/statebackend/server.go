@@ -2,6 +2,7 @@ package statebackend
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -20,7 +21,11 @@ type ServerOptions struct {
 	// claim.
 	Tokens *jobtoken.Registry
 	// FallbackNamespace holds the states of attempts whose claim named no namespace (attempts
-	// adopted before this agent knew it; --state-namespace). Empty: such attempts are refused.
+	// adopted before this agent knew it; --state-namespace), and when set it is the only
+	// namespace states are kept in: a claim whose state storage names another is refused (the
+	// namespace comes from the orchestrator, which must not reach Secrets beyond the one the
+	// cluster owner gave the states). Empty: such attempts are refused, and any namespace the
+	// agent's RBAC reaches is served.
 	FallbackNamespace string
 	// EncryptionKey seals state chunks at rest when set (--state-encryption-key-file).
 	EncryptionKey []byte
@@ -67,7 +72,7 @@ var _ jobtoken.Watcher = (*Server)(nil)
 // now on, so the state locks of attempts adopted after a failover are renewed at once (see
 // ResumeRenewals), not only from their job runner's next request.
 func (s *Server) Added(ns string) {
-	if ns == "" {
+	if ns == "" || !s.serves(ns) {
 		return
 	}
 	if _, err := s.handler(ns); err != nil {
@@ -112,6 +117,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ns == "" {
 		ns = s.o.FallbackNamespace
 	}
+	if !s.serves(ns) {
+		s.log.Warn("state request for a namespace this agent does not keep states in", "namespace", ns, "state_namespace", s.o.FallbackNamespace)
+		writeError(w, http.StatusForbidden, "state_namespace", fmt.Sprintf("the runner's state storage names namespace %q, but this agent keeps states only in %q (--state-namespace); "+
+			"point the state storage at %q, or install the agent with the state namespace %q", ns, s.o.FallbackNamespace, s.o.FallbackNamespace, ns))
+		return
+	}
 	if ns == "" {
 		// Unknown caller (or no state storage known yet): let the handler of any namespace
 		// refuse it with the protocol's 401, or answer 401 here when none exists.
@@ -126,6 +137,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.ServeHTTP(w, r)
+}
+
+// serves reports whether states of namespace ns are kept here: any namespace when no
+// --state-namespace is set, else that one alone.
+func (s *Server) serves(ns string) bool {
+	return s.o.FallbackNamespace == "" || ns == s.o.FallbackNamespace
 }
 
 func (s *Server) handler(ns string) (*Handler, error) {

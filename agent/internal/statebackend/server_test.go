@@ -13,6 +13,8 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The server keeps each job's states in the namespace its claim named, and authorises with the
@@ -105,7 +107,7 @@ func TestServerFollowsTheRegistry(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	creds["dep-b"] = tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_dep-b", StateKey: "b", StateNamespace: ns, Operation: api.OperationPlan})
+	creds["dep-b"] = tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_dep-b", StateKey: "b", StateNamespace: ns, Operation: api.OperationApply})
 	if code := lock("dep-b", "b", "lock-b"); code != http.StatusOK {
 		t.Fatalf("LOCK: %d", code)
 	}
@@ -121,5 +123,48 @@ func TestServerFollowsTheRegistry(t *testing.T) {
 	s.mu.Unlock()
 	if n != 0 {
 		t.Errorf("%d handlers (and their lock renewals) still running after leadership was lost", n)
+	}
+}
+
+// TestServerKeepsStatesOnlyInItsNamespace (N10): the namespace of a claim's state storage comes
+// from the orchestrator; with --state-namespace set, a claim naming another namespace gets 403
+// with what to do on every state request, and nothing is read or written there, even where the
+// agent's RBAC would reach.
+func TestServerKeepsStatesOnlyInItsNamespace(t *testing.T) {
+	c := testbed.Shared(t)
+	own, other := testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
+	tokens := jobtoken.New(nil)
+	stA := tokens.Put("dep-a", 1, jobtoken.Grant{Token: "opj_a", StateKey: "k", StateNamespace: own, Operation: api.OperationApply})
+	stB := tokens.Put("dep-b", 1, jobtoken.Grant{Token: "opj_b", StateKey: "k", StateNamespace: other, Operation: api.OperationApply})
+	s := NewServer(ServerOptions{Kube: c.Client(), Tokens: tokens, Org: testOrg, FallbackNamespace: own, Logger: testLogger()})
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() {
+		srv.Close()
+		s.Close()
+	})
+	u := srv.URL + PathPrefix + "k"
+	if code, body, _ := doReq(t, "POST", u, "dep-a", stA, stateDoc(1, "own")); code != http.StatusOK {
+		t.Fatalf("a write to the agent's own state namespace: %d %s", code, body)
+	}
+	for _, m := range []string{"GET", "POST", "LOCK", "DELETE"} {
+		var body []byte
+		switch m {
+		case "POST":
+			body = stateDoc(1, "elsewhere")
+		case "LOCK":
+			body = lockBody("l")
+		}
+		code, got, _ := doReq(t, m, u, "dep-b", stB, body)
+		if code != http.StatusForbidden || !strings.Contains(string(got), other) || !strings.Contains(string(got), "--state-namespace") {
+			t.Errorf("%s with a claim naming namespace %s: %d %s", m, other, code, got)
+		}
+	}
+	secrets, err := c.Client().CoreV1().Secrets(other).List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(secrets.Items) != 0 {
+		t.Errorf("the other namespace holds %d Secrets (%v)", len(secrets.Items), err)
+	}
+	leases, err := c.Client().CoordinationV1().Leases(other).List(t.Context(), metav1.ListOptions{})
+	if err != nil || len(leases.Items) != 0 {
+		t.Errorf("the other namespace holds %d Leases (%v)", len(leases.Items), err)
 	}
 }

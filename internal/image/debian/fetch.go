@@ -1,6 +1,7 @@
 // Package debian puts Debian packages into image layers without installing them: apt resolves
 // and downloads them from the real archive (it checks the archive's signature and every file's
-// hash), the .deb files are kept in a cache keyed by the request, and their files are extracted
+// hash), the .deb files are kept in a cache keyed by the request with the archive's signed index
+// (checked again on every read: verify.go), and their files are extracted
 // straight into a layer. No maintainer script runs, so the layer is a pure function of the .deb
 // files, for any architecture, on a machine that cannot execute that architecture; the little the
 // scripts would have made (the CA bundle) is made here instead.
@@ -114,8 +115,13 @@ func Fetch(ctx context.Context, cacheDir string, req Request, refresh bool, log 
 		return nil, errors.New("debian: a request needs an architecture and packages")
 	}
 	root := filepath.Join(cacheDir, "debian")
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
+	}
+	for _, d := range []string{cacheDir, root} {
+		if err := checkPrivate(d); err != nil {
+			return nil, fmt.Errorf("debian: %w", err)
+		}
 	}
 	key := req.key()
 	dir := filepath.Join(root, key)
@@ -125,7 +131,7 @@ func Fetch(ctx context.Context, cacheDir string, req Request, refresh bool, log 
 	}
 	defer unlock()
 	if !refresh {
-		set, err := readSet(dir, req.Arch)
+		set, err := readSet(ctx, dir, req)
 		if err == nil {
 			return set, nil
 		}
@@ -153,7 +159,7 @@ func Fetch(ctx context.Context, cacheDir string, req Request, refresh bool, log 
 		return nil, err
 	}
 	_ = os.RemoveAll(old)
-	return readSet(dir, req.Arch)
+	return readSet(ctx, dir, req)
 }
 
 func fetchInto(ctx context.Context, tmp string, req Request, log io.Writer) error {
@@ -203,6 +209,9 @@ func fetchInto(ctx context.Context, tmp string, req Request, log io.Writer) erro
 	if err := os.WriteFile(filepath.Join(debs, lockName), []byte(lock.String()), 0o644); err != nil {
 		return err
 	}
+	if err := keepIndexes(filepath.Join(tmp, "apt", "var", "lib", "apt", "lists"), debs); err != nil {
+		return err
+	}
 	fmt.Fprintf(log, "debian: %d packages for %s (%.1f MiB) in %s\n", len(names), req.Arch, float64(total)/(1<<20), time.Since(start).Round(time.Second))
 	return nil
 }
@@ -220,9 +229,21 @@ func hosts(sources []string) string {
 	return strings.Join(out, ", ")
 }
 
-// readSet reads a cached package set and checks every .deb against the digest it was locked
-// with.
-func readSet(dir, arch string) (*Set, error) {
+// readSet reads a cached package set, checks every .deb against the digest it was locked with,
+// and the whole set against the archive's signed index kept with it (verifyIndexes).
+func readSet(ctx context.Context, dir string, req Request) (*Set, error) {
+	set, err := readLock(dir, req.Arch)
+	if err != nil {
+		return nil, err
+	}
+	if err := verifyIndexes(ctx, dir, req.Archive.Keyring, set); err != nil {
+		return nil, err
+	}
+	return set, nil
+}
+
+// readLock reads a package set's lock file and checks every .deb against its digest there.
+func readLock(dir, arch string) (*Set, error) {
 	f, err := os.Open(filepath.Join(dir, lockName))
 	if err != nil {
 		return nil, err

@@ -6,7 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/image"
 )
 
 // The tofu scripts/tools.sh built for the tests is taken as the image's when it was built the
@@ -81,5 +84,17 @@ func TestCacheDir(t *testing.T) {
 	delete(env, "OUTPOST_CACHE")
 	if got := CacheDir(func(k string) string { return env[k] }); got != "/x/outpost" {
 		t.Errorf("with XDG_CACHE_HOME: %s", got)
+	}
+	// N8: without a home, no shared temporary directory: the build asks for OUTPOST_CACHE.
+	t.Setenv("HOME", "")
+	delete(env, "XDG_CACHE_HOME")
+	got := CacheDir(func(k string) string { return env[k] })
+	if got != "" {
+		t.Errorf("without a home: %q, want none (never a shared temporary directory)", got)
+	}
+	_, err := Build(t.Context(), Options{ModuleRoot: ".", Registry: "r", Version: "v", TofuVersion: "v1", OutDir: t.TempDir(), CacheDir: got,
+		Platforms: []image.Platform{{OS: "linux", Architecture: "amd64"}}})
+	if err == nil || !strings.Contains(err.Error(), "OUTPOST_CACHE") {
+		t.Errorf("a build without a cache: %v", err)
 	}
 }

@@ -59,8 +59,12 @@ type Options struct {
 
 func (o *Options) check() error {
 	var problems []string
-	if o.ModuleRoot == "" || o.Registry == "" || o.Version == "" || o.CacheDir == "" || o.OutDir == "" || o.TofuVersion == "" {
-		problems = append(problems, "module root, registry, version, tofu version, cache and output directories are all needed")
+	if o.CacheDir == "" {
+		problems = append(problems, "no cache directory: set OUTPOST_CACHE (or HOME) to a directory of your own; "+
+			"a shared temporary directory is not used, since anyone could change the packages in it")
+	}
+	if o.ModuleRoot == "" || o.Registry == "" || o.Version == "" || o.OutDir == "" || o.TofuVersion == "" {
+		problems = append(problems, "module root, registry, version, tofu version and output directory are all needed")
 	}
 	if len(o.Platforms) == 0 {
 		problems = append(problems, "no platform to build")
@@ -106,7 +110,9 @@ type Built struct {
 }
 
 // CacheDir is the Outpost cache as the GNUmakefile and scripts/tools.sh find it: $OUTPOST_CACHE,
-// else $XDG_CACHE_HOME/outpost, else ~/.cache/outpost (a temporary directory without a home).
+// else $XDG_CACHE_HOME/outpost, else ~/.cache/outpost; without a home directory it is empty (and
+// Build says to set OUTPOST_CACHE): a shared temporary directory is never used, since the
+// packages and builds in it end up in the images and anyone could change them there.
 func CacheDir(getenv func(string) string) string {
 	if c := getenv("OUTPOST_CACHE"); c != "" {
 		return c
@@ -115,8 +121,8 @@ func CacheDir(getenv func(string) string) string {
 		return filepath.Join(c, "outpost")
 	}
 	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "outpost-cache")
+	if err != nil || home == "" {
+		return ""
 	}
 	return filepath.Join(home, ".cache", "outpost")
 }

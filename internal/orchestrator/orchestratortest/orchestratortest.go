@@ -25,19 +25,37 @@ import (
 )
 
 // Option adjusts the server's configuration before it starts.
-type Option func(*orchestrator.Config)
+type Option func(*settings)
+
+// settings are what the options adjust: the server's configuration and how it is served.
+type settings struct {
+	cfg    orchestrator.Config
+	limits *orchestrator.HTTPLimits
+}
+
+// WithHTTPLimits serves the orchestrator as the command does (Server.HTTPServer within l:
+// connection limits, timeouts), not from a bare httptest server.
+func WithHTTPLimits(l orchestrator.HTTPLimits) Option {
+	return func(s *settings) { s.limits = &l }
+}
 
 // WithClock replaces the server's clock (leases, token expiry, timestamps), so a test can move
 // time instead of waiting. Call Instance.Server.Sweep after moving it to settle expired leases
 // at once.
 func WithClock(now func() time.Time) Option {
-	return func(c *orchestrator.Config) { c.Now = now }
+	return func(s *settings) { s.cfg.Now = now }
 }
 
 // WithRelease makes the server stand for another release: its version and the agent protocol
 // versions it speaks.
 func WithRelease(version string, protocols api.ProtocolRange) Option {
-	return func(c *orchestrator.Config) { c.Version, c.AgentProtocols = version, protocols }
+	return func(s *settings) { s.cfg.Version, s.cfg.AgentProtocols = version, protocols }
+}
+
+// WithData starts the server on an existing data directory with its admin token: another
+// orchestrator's (an upgrade test starts this build's where the previous build's ran).
+func WithData(dataDir, adminToken string) Option {
+	return func(s *settings) { s.cfg.DataDir, s.cfg.AdminToken = dataDir, adminToken }
 }
 
 // Instance is a running orchestrator.
@@ -51,10 +69,11 @@ type Instance struct {
 	// Server is the running server; it changes on Restart.
 	Server *orchestrator.Server
 
-	mu   sync.Mutex
-	cfg  orchestrator.Config
-	http *httptest.Server
-	addr string
+	mu     sync.Mutex
+	cfg    orchestrator.Config
+	limits *orchestrator.HTTPLimits
+	http   *httptest.Server
+	addr   string
 }
 
 // Start starts an orchestrator on a free loopback port with a fresh data directory. The
@@ -73,15 +92,16 @@ func StartOn(t testing.TB, addr string, opts ...Option) *Instance {
 	if _, err := rand.Read(b); err != nil {
 		t.Fatalf("orchestratortest: admin token: %v", err)
 	}
-	cfg := orchestrator.Config{
+	set := settings{cfg: orchestrator.Config{
 		DataDir:       t.TempDir(),
 		AdminToken:    "test-admin-" + hex.EncodeToString(b),
 		SweepInterval: 200 * time.Millisecond,
-	}
+	}}
 	for _, o := range opts {
-		o(&cfg)
+		o(&set)
 	}
-	inst := &Instance{AdminToken: cfg.AdminToken, DataDir: cfg.DataDir, cfg: cfg}
+	cfg := set.cfg
+	inst := &Instance{AdminToken: cfg.AdminToken, DataDir: cfg.DataDir, cfg: cfg, limits: set.limits}
 	inst.start(t, addr)
 	t.Cleanup(func() { inst.stop(t) })
 	return inst
@@ -109,6 +129,10 @@ func (i *Instance) start(t testing.TB, addr string) {
 	hs := httptest.NewUnstartedServer(srv.Handler())
 	_ = hs.Listener.Close()
 	hs.Listener = ln
+	if i.limits != nil {
+		hs.Config = srv.HTTPServer(*i.limits, nil)
+		hs.Listener = orchestrator.Listener(ln, *i.limits)
+	}
 	hs.Start()
 	i.mu.Lock()
 	i.Server, i.http, i.addr, i.URL = srv, hs, ln.Addr().String(), hs.URL

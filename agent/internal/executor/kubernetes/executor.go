@@ -139,10 +139,7 @@ func New(o Options) *Executor {
 				obj = d.Obj
 			}
 			if j, ok := obj.(*batchv1.Job); ok {
-				e.mu.Lock()
-				delete(e.tokenSecrets, j.UID)
-				delete(e.expiring, j.UID)
-				e.mu.Unlock()
+				e.forgetJob(j.UID)
 			}
 			e.notify.Notify()
 		},
@@ -197,6 +194,17 @@ func (e *Executor) Run(ctx context.Context) error {
 			e.trimHistory(kubeclient.Deferrable(ctx))
 		}
 	}
+}
+
+// forgetJob drops what the executor remembers of a deleted Job, so nothing grows with the Jobs
+// that come and go (unsealed ones included: anyone who can create Jobs here could otherwise
+// grow the map without end).
+func (e *Executor) forgetJob(uid types.UID) {
+	e.mu.Lock()
+	delete(e.tokenSecrets, uid)
+	delete(e.expiring, uid)
+	delete(e.unsealed, uid)
+	e.mu.Unlock()
 }
 
 func (e *Executor) waitSynced(ctx context.Context) error {

@@ -183,6 +183,21 @@ func TestPluginCacheAndProviderInstallation(t *testing.T) {
 	if _, _, err := New(Options{Pod: o}).build(claim(tpl), "opst_test"); err != nil {
 		t.Errorf("the policy refuses the plugin cache's claim: %v", err)
 	}
+	// N11: a plan never gets the shared cache, so it cannot plant a provider a later apply runs.
+	plan := claim("")
+	plan.Placement.Operation = api.OperationPlan
+	job, _, err = BuildJob(plan, "opst_test", o, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := envValue(mainOf(t, &job.Spec.Template.Spec), jobenv.PluginCacheDir); ok {
+		t.Error("a plan got the plugin cache directory")
+	}
+	for _, v := range job.Spec.Template.Spec.Volumes {
+		if v.Name == pluginCacheVolume {
+			t.Error("a plan's pod mounts the shared plugin cache")
+		}
+	}
 	// Without the options, neither appears.
 	job, _, err = BuildJob(claim(""), "opst_test", opts, time.Unix(0, 0))
 	if err != nil {

