@@ -128,6 +128,67 @@ func TestEvictionsSpareAppliesAndRetryPlans(t *testing.T) {
 	}
 }
 
+// evictions is the fault suite's drain: for a while, every running job pod is evicted through
+// the Eviction API every half second, as `kubectl drain` and the cluster autoscaler's scale-down
+// retry until a pod goes, while half the deployments are applies and half plans, with the
+// chart's budget in place. Every apply must run undisturbed in one pod (each eviction refused
+// with 429), every evicted plan must run again in a new pod of the same Job; so none is lost,
+// none gets a second Job, and each has one started and one finished event. Pods still Pending
+// are left alone: the API server lets any budget's Pending pods go, since they have not started
+// (an apply evicted then fails with the reason evicted and may be queued again).
+func evictions(t *testing.T) faultRow {
+	n, span := scale(12, 40), time.Duration(scale(15, 45))*time.Second
+	e := newEnv(t, evictionTemplate, scale(6, 20))
+	ctx, kube := t.Context(), e.cluster.Client()
+	pdb := jobsBudget(t, e.runnerID, e.ns)
+	if _, err := kube.PolicyV1().PodDisruptionBudgets(e.ns).Create(ctx, pdb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ensureDisruptionController(t, e, pdb.Name)
+	c := e.watchCreations()
+	e.startAgent("agent-0", "--leader-elect=false")
+	var ids []string
+	for i := range n {
+		op := []api.Operation{api.OperationApply, api.OperationPlan}[i%2]
+		d, err := e.admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: e.runnerID, Operation: op,
+			Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive(t)}}, StateKey: fmt.Sprintf("drain-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	refused, evicted := map[string]int{}, map[string]int{}
+	for end := time.Now().Add(span); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		l, err := kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: kubeexec.LabelManagedBy + "=" + kubeexec.ManagedByValue})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range l.Items {
+			if p.Status.Phase != corev1.PodRunning || p.DeletionTimestamp != nil {
+				continue
+			}
+			op := p.Labels[kubeexec.LabelOperation]
+			err := kube.PolicyV1().Evictions(e.ns).Evict(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: e.ns}})
+			switch {
+			case err == nil:
+				evicted[op]++
+			case apierrors.IsTooManyRequests(err):
+				refused[op]++
+			case !apierrors.IsNotFound(err):
+				t.Fatalf("evicting %s's pod %s: %v", op, p.Name, err)
+			}
+		}
+	}
+	r := e.outcome(ids, c, time.Now(), 3*time.Minute)
+	r.Note = fmt.Sprintf("%s of evictions of every running job pod: %d plan pods evicted and run again, %d evictions of apply pods refused (429), %d evicted",
+		span, evicted["plan"], refused["apply"], evicted["apply"]+evicted["destroy"])
+	if evicted["apply"]+evicted["destroy"] > 0 || refused["apply"] == 0 || evicted["plan"] == 0 {
+		t.Errorf("evictions: %d apply pods evicted (want 0), %d refused and %d plan pods evicted (want some of each)",
+			evicted["apply"]+evicted["destroy"], refused["apply"], evicted["plan"])
+	}
+	return r
+}
+
 // runningPod waits until the Job of deployment id has a running pod and returns its name.
 func runningPod(t *testing.T, e *env, id string) string {
 	t.Helper()

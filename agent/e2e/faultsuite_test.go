@@ -48,6 +48,7 @@ func TestFaults(t *testing.T) {
 	s.Run("agent clock 90 s behind", func(t *testing.T) faultRow { return clockSkew(t, 90*time.Second) })
 	s.Run("agent clock 90 s ahead", func(t *testing.T) faultRow { return clockSkew(t, -90*time.Second) })
 	s.Run("captured requests replayed", replay)
+	s.Run("running job pods evicted (Eviction API)", evictions)
 	s.Run("agent upgraded from the previous build", agentUpgrade)
 	s.Run("orchestrator upgraded from the previous build", orchestratorUpgrade)
 	s.Report()
