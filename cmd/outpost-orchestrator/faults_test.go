@@ -81,7 +81,9 @@ func databaseFault(t *testing.T, bins binaries, how string, fault func(*pgtest.S
 		watch := f.watchReplicas()
 		down, err := fault(pg, t.Context())
 		if err != nil {
-			t.Fatal(err)
+			// Not Fatal: this runs in the fault's own goroutine.
+			t.Errorf("%s: %v", how, err)
+			return "the database did not come back"
 		}
 		back := watch(time.Now())
 		return fmt.Sprintf("database refused connections for %s (%s); every replica served reads again %s after (%s)",
@@ -174,9 +176,14 @@ func (f *fleet) createCarefully(admin *client.AdminClient, i, runner int) (strin
 			t.Fatalf("queue deployment %d through the load balancer: %v", i, err)
 		}
 		t.Logf("queue deployment %d: %v; looking it up before sending it again", i, err)
-		ds, lerr := admin.ListDeployments(t.Context(), client.DeploymentFilter{RunnerID: fmt.Sprintf("r%d", runner)})
-		if lerr != nil {
-			t.Fatalf("queue deployment %d: %v; then listing the runner's deployments: %v", i, err, lerr)
+		var ds []api.Deployment
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Second) {
+			var lerr error
+			if ds, lerr = admin.ListDeployments(t.Context(), client.DeploymentFilter{RunnerID: fmt.Sprintf("r%d", runner)}); lerr == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("queue deployment %d: %v; then listing the runner's deployments for 30 s: %v", i, err, lerr)
+			}
 		}
 		for _, d := range ds {
 			if d.StateKey == fmt.Sprintf("run-%d", i) {

@@ -233,14 +233,21 @@ func (s *Server) Crash(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("kill the server's processes: %w", err)
 	}
 	<-s.exited
-	// The postmaster is gone at once; its children may take a moment, and a new postmaster
-	// refuses to start while any of them still holds the shared memory.
-	deadline := time.Now().Add(10 * time.Second)
+	// The postmaster is gone at once; its children may take a while (one killed in the middle
+	// of an fsync ends when the write does), and a new postmaster refuses to start while any of
+	// them still holds the shared memory ("pre-existing shared memory block is still in use"):
+	// wait for them, and start again while it refuses.
+	deadline := time.Now().Add(time.Minute)
 	for groupAlive(s.cmd.Process.Pid) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	err := s.launch(ctx)
-	return time.Since(began), err
+	for {
+		err := s.launch(ctx)
+		if err == nil || !strings.Contains(err.Error(), "still in use") || time.Now().After(deadline) {
+			return time.Since(began), err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // groupAlive reports whether a process of the process group pgid is still running. Zombies do
