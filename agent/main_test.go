@@ -79,7 +79,7 @@ func TestWaitsForAReadableKey(t *testing.T) {
 	// The health server runs from the start (as run starts it); the wait shows up on its /readyz.
 	readiness := health.NewState(time.Second, nil)
 	go func() {
-		_ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), healthServerLimits, log)
+		_ = serve(t.Context(), "health", addr, health.Handler(readiness, metrics.New("test").Registry), healthServerLimits, log, nil)
 	}()
 
 	ring := keyring.New()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -120,7 +121,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	defer cancel()
 	g, gctx := errgroup.WithContext(gctx)
 	g.Go(func() error {
-		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), healthServerLimits, log)
+		return serve(gctx, "health", cfg.HealthListen, health.Handler(readiness, m.Registry), healthServerLimits, log, nil)
 	})
 	ring := keyring.New()
 	src := keySource(cfg, kube)
@@ -133,7 +134,13 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		return wait(ctx, g)
 	}
-	p, err := assemble(cfg, log, kube, limiter, readiness, m, ring)
+	stls, err := loadStateTLS(gctx, cfg, kube, log)
+	if err != nil {
+		cancel()
+		_ = g.Wait()
+		return err
+	}
+	p, err := assemble(cfg, log, kube, limiter, readiness, m, ring, stls)
 	if err != nil {
 		cancel()
 		_ = g.Wait()
@@ -143,7 +150,16 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error { return p.exec.Run(gctx) })
 	if p.state != nil {
 		defer p.state.Close()
-		g.Go(func() error { return serve(gctx, "state backend", cfg.StateListen, p.state, stateServerLimits, log) })
+		if cfg.StateListen != "" {
+			g.Go(func() error {
+				return serve(gctx, "state backend", cfg.StateListen, p.state, stateServerLimits, log, nil)
+			})
+		}
+		if stls != nil {
+			g.Go(func() error {
+				return serve(gctx, "state backend (TLS)", cfg.StateTLSListen, p.state, stateServerLimits, log, stls.server)
+			})
+		}
 	}
 	if cfg.LeaderElect {
 		g.Go(func() error {
@@ -202,7 +218,7 @@ type parts struct {
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
-func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, ring *keyring.Ring) (*parts, error) {
+func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, ring *keyring.Ring, stls *stateTLS) (*parts, error) {
 	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, ring.Keys()...)
 	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
 	if err != nil {
@@ -216,7 +232,7 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	if err != nil {
 		return nil, err
 	}
-	exec, err := newExecutor(cfg, kube, log, ring.Current())
+	exec, err := newExecutor(cfg, kube, log, ring.Current(), stls.caPEM())
 	if err != nil {
 		return nil, err
 	}
@@ -224,6 +240,9 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	p := &parts{exec: exec, tokens: tokens}
 	if cfg.LeaderElect {
 		p.forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
+		if stls != nil {
+			p.forwarder.UseTLS(stls.client, cfg.StateTLSListen)
+		}
 	}
 	var noStateBackend string
 	p.state, noStateBackend = newStateServer(cfg, kube, tokens, p.forwarder, log)
@@ -354,15 +373,15 @@ func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobto
 		Limits: statebackend.Limits{MaxBodyBytes: cfg.StateMaxBodyBytes, MaxRequests: cfg.StateMaxRequests, MaxRequestsPerJob: cfg.StateMaxRequestsPerJob}}), ""
 }
 
-func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey) (runnable, error) {
+func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey, stateCA string) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
 		return process.New(process.Options{WorkDir: cfg.WorkDir, AgentBinary: cfg.AgentBinary, APIURL: cfg.APIURL,
-			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
+			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, StateCA: stateCA, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
 	}
 	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
 		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
 		History: kubeexec.History{Succeeded: cfg.JobHistorySucceeded, Failed: cfg.JobHistoryFailed},
-		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, CLI: cfg.CLI,
+		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, StateCA: stateCA, CLI: cfg.CLI,
 			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey,
 			ProxyEnv: cfg.JobProxyEnv, Resources: cfg.JobResources, ForwardEnv: cfg.JobForwardEnv,
 			PluginCache: cfg.JobPluginCache, ProviderInstallation: cfg.JobProviderInstallation, CancelGrace: cfg.CancelGrace}}), nil
@@ -387,13 +406,17 @@ var (
 )
 
 // serve runs an HTTP server within limits until ctx ends, then gives open requests a few seconds.
-func serve(ctx context.Context, name, addr string, h http.Handler, lim serverLimits, log *slog.Logger) error {
+// With tlsCfg it serves HTTPS only.
+func serve(ctx context.Context, name, addr string, h http.Handler, lim serverLimits, log *slog.Logger, tlsCfg *tls.Config) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s: listen on %s: %w", name, addr, err)
 	}
 	ln = netutil.LimitListener(ln, lim.connections)
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write,
 		IdleTimeout: lim.idle, MaxHeaderBytes: lim.headerBytes}
 	log.Info("listening", "server", name, "addr", ln.Addr().String())

@@ -32,7 +32,7 @@ func TestServeLimits(t *testing.T) {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	go func() { _ = serve(t.Context(), "test", addr, h, lim, slog.New(slog.DiscardHandler)) }()
+	go func() { _ = serve(t.Context(), "test", addr, h, lim, slog.New(slog.DiscardHandler), nil) }()
 	dial := func() net.Conn {
 		t.Helper()
 		var d net.Dialer

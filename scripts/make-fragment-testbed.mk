@@ -16,7 +16,7 @@ $(TOFU) $(GOLANGCI) $(TFPLUGINDOCS) $(GORELEASER) $(HELM) $(ACTIONLINT) $(COSIGN
 	scripts/tools.sh $(notdir $@)
 	@test -x '$@' || { echo "scripts/tools.sh did not build $@: versions come from scripts/versions.env only" >&2; exit 1; }
 
-testbed-build: ## Builds the test bed (control plane, kwok, and the real node's kubelet, kube-proxy, CoreDNS) from source (once, ~10 min cold); installs containerd, runc and CNI plugins with apt-get as root.
+testbed-build: ## Builds the test bed (control plane, kwok, and the real node's kubelet, kube-proxy, CoreDNS, registry, kube-network-policies) from source (once, ~10 min cold); installs containerd, runc, CNI plugins and nftables with apt-get as root.
 	scripts/testbed-build.sh
 
 testbed-up: testbed-build ## Starts a local Kubernetes test bed in the background and prints its kubeconfig (NODE=1: with a real node).

@@ -42,6 +42,7 @@ in_module .
 in_module internal/testbed/components
 in_module internal/testbed/coredns
 in_module internal/testbed/registry
+in_module internal/testbed/netpol
 tool "sigs.k8s.io/kwok@$KWOK_VERSION"
 tool "github.com/opentofu/opentofu@$TOFU_VERSION"
 tool "helm.sh/helm/v3@$HELM_VERSION"

@@ -3,7 +3,8 @@
 # kube-controller-manager, kube-scheduler, and for the real node the kubelet and kube-proxy (from
 # the wrapper module internal/testbed/components, which keeps k8s.io/kubernetes out of the
 # product's go.mod), CoreDNS (its own wrapper module internal/testbed/coredns), the OCI registry
-# the node pulls from (distribution's, its own wrapper module internal/testbed/registry), kwok (fake nodes
+# the node pulls from (distribution's, its own wrapper module internal/testbed/registry), the
+# NetworkPolicy implementation (kube-network-policies, internal/testbed/netpol), kwok (fake nodes
 # and pods, for scale) and testbed-pod (the one program of the node's pause and toolbox images).
 #
 # The real node also runs containerd, runc and the CNI plugins from Debian's packages; run as root,
@@ -27,7 +28,9 @@ set -euo pipefail
 # Debian packages of the real node: containerd 1.6 and runc 1.1 (crun fails on cgroup hybrid
 # hosts), the CNI plugins (bridge, host-local, loopback, portmap), iptables for kube-proxy and the
 # plugins, iproute2 for the node's veth.
-NODE_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2)
+# nftables gives nft, with which the test bed sees kube-network-policies' table (the controller
+# itself programs nftables through netlink).
+NODE_PACKAGES=(containerd runc containernetworking-plugins iptables iproute2 nftables)
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=versions.env
@@ -43,6 +46,12 @@ for req in "k8s.io/kubernetes $K8S_VERSION" "go.etcd.io/etcd/server/v3 $ETCD_VER
 		exit 1
 	}
 done
+
+grep -q "^[[:space:]]*sigs.k8s.io/kube-network-policies $NETPOL_VERSION\$" "$root/internal/testbed/netpol/go.mod" || {
+	echo "testbed-build: internal/testbed/netpol/go.mod does not require sigs.k8s.io/kube-network-policies $NETPOL_VERSION," \
+		"the version scripts/versions.env names; raise it there (go get, then go mod tidy in that directory)" >&2
+	exit 1
+}
 
 command -v go >/dev/null 2>&1 || {
 	echo "testbed-build: Go is not installed; install Go 1.26 or newer from https://go.dev/dl and re-run." >&2
@@ -173,6 +182,31 @@ if [[ "$("$bin/registry" --version 2>/dev/null | awk '{print $3}')" != "${REGIST
 	(cd "$root/internal/testbed/registry" && GOWORK=off CGO_ENABLED=0 go build -trimpath -o "$tmp" .)
 	install_binary registry "$tmp"
 	echo "testbed-build: built registry in $((SECONDS - start))s"
+fi
+
+# kube-network-policies, the real node's NetworkPolicy implementation: rebuilt when the binary's
+# stamp (NETPOL_VERSION and a digest of its wrapper module's files) differs. Its module is built
+# from a copy in a temporary directory whose go.mod replaces github.com/google/nftables with a
+# copy of the module cache's, where expr/queue.go is internal/testbed/netpol/queue.go.overlay:
+# that file says why (kernels without nft_queue). Nothing of either module is kept in the repository
+# but that one file; go build -overlay cannot replace files of the module cache.
+netpol="$root/internal/testbed/netpol"
+netpol_stamp="${NETPOL_VERSION}-$(cat "$netpol/go.mod" "$netpol/go.sum" "$netpol/main.go" "$netpol/queue.go.overlay" | sha256sum | cut -c1-12)"
+if [[ "$("$bin/kube-network-policies" --version 2>/dev/null)" != "$netpol_stamp" ]]; then
+	echo "testbed-build: building kube-network-policies $NETPOL_VERSION from source (about 1 min on 2 cores, cached afterwards)..."
+	start=$SECONDS
+	work="$(mktemp -d "$bin/.netpol.tmp.XXXXXX")"
+	tmpfiles+=("$work")
+	nftables_dir="$(cd "$netpol" && GOWORK=off go list -m -f '{{.Dir}}' github.com/google/nftables)"
+	cp -R "$nftables_dir" "$work/nftables"
+	chmod -R u+w "$work/nftables"
+	cp "$netpol/queue.go.overlay" "$work/nftables/expr/queue.go"
+	mkdir "$work/netpol"
+	cp "$netpol/go.mod" "$netpol/go.sum" "$netpol/main.go" "$work/netpol/"
+	(cd "$work/netpol" && GOWORK=off go mod edit -replace github.com/google/nftables=../nftables &&
+		GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "-X main.stamp=$netpol_stamp" -o "$work/kube-network-policies" .)
+	install_binary kube-network-policies "$work/kube-network-policies"
+	echo "testbed-build: built kube-network-policies in $((SECONDS - start))s"
 fi
 
 # testbed-pod is part of this repository, so it is rebuilt every time (under a second when

@@ -75,7 +75,7 @@ func TestAgentIngressNetworkPolicy(t *testing.T) {
 		if !mapsEqual(np.Spec.PodSelector.MatchLabels, agentLabels) || len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress {
 			t.Errorf("policy selects %v with types %v; want the agent pods, Ingress only", np.Spec.PodSelector.MatchLabels, np.Spec.PolicyTypes)
 		}
-		want := map[int][]string{8080: state, 9090: metrics}
+		want := map[int][]string{8080: state, 8443: state, 9090: metrics}
 		for port, allowed := range want {
 			for key, p := range pods {
 				wantIn := false

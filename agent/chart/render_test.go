@@ -381,20 +381,27 @@ func TestDefaults(t *testing.T) {
 		"OUTPOST_LEASE_NAME":             "outpost-agent",
 		"OUTPOST_STATE_LISTEN":           ":8080",
 		"OUTPOST_HEALTH_LISTEN":          ":9090",
-		"OUTPOST_STATE_URL":              "http://outpost-agent.outpost-system.svc:8080",
-		"OUTPOST_STATE_NAMESPACE":        releaseNamespace + "-state",
-		"OUTPOST_JOB_NAMESPACE":          releaseNamespace + "-jobs",
-		"OUTPOST_JOB_SERVICE_ACCOUNT":    "outpost-job",
-		"OUTPOST_JOB_IMAGE":              jobImage,
-		"OUTPOST_AGENT_IMAGE":            agentImage,
-		"OUTPOST_CLI":                    "",
-		"OUTPOST_STARTUP_TIMEOUT":        "180s",
-		"OUTPOST_KUBE_QPS":               "50",
-		"OUTPOST_KUBE_BURST":             "100",
-		"OUTPOST_LOG_LEVEL":              "info",
-		// The job pod policy refuses everything beyond Pod Security "restricted" by default.
-		"OUTPOST_JOB_POD_POLICY": `{"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
-			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowedCapabilities":[],"allowedConfigMaps":[],"allowedSecrets":[],"allowedVolumeTypes":[]}`,
+		"OUTPOST_STATE_URL":              "https://outpost-agent.outpost-system.svc:8443",
+		"OUTPOST_STATE_TLS_SECRET":       "outpost-agent-state-tls",
+		"OUTPOST_STATE_TLS_LISTEN":       ":8443",
+		"OUTPOST_STATE_TLS_HOSTS": "outpost-agent.outpost-system.svc,outpost-agent.outpost-system.svc.cluster.local," +
+			"outpost-agent.outpost-system,outpost-agent",
+		"OUTPOST_STATE_NAMESPACE":     releaseNamespace + "-state",
+		"OUTPOST_JOB_NAMESPACE":       releaseNamespace + "-jobs",
+		"OUTPOST_JOB_SERVICE_ACCOUNT": "outpost-job",
+		"OUTPOST_JOB_IMAGE":           jobImage,
+		"OUTPOST_AGENT_IMAGE":         agentImage,
+		"OUTPOST_CLI":                 "",
+		"OUTPOST_STARTUP_TIMEOUT":     "180s",
+		"OUTPOST_KUBE_QPS":            "50",
+		"OUTPOST_KUBE_BURST":          "100",
+		"OUTPOST_LOG_LEVEL":           "info",
+		// The job pod policy refuses everything beyond Pod Security "restricted" by default, and
+		// job pods with the labels of the agent Service's selector.
+		"OUTPOST_JOB_POD_POLICY": `{"agentSelector":{"app.kubernetes.io/component":"agent","app.kubernetes.io/instance":"outpost-agent","app.kubernetes.io/name":"outpost-agent"},` +
+			`"allowAgentLabels":false,"allowClaimSources":false,"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
+			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowTolerateAll":false,"allowedCapabilities":[],"allowedClaims":[],"allowedConfigMaps":[],` +
+			`"allowedPriorityClasses":[],"allowedRuntimeClasses":[],"allowedSecrets":[],"allowedSysctls":[],"allowedVolumeTypes":[],"podSecurityLevel":""}`,
 		"OUTPOST_JOB_POD_SECURITY_CONTEXT":   `{"fsGroup":65532,"runAsGroup":65532,"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}}`,
 		"OUTPOST_JOB_SECURITY_CONTEXT":       `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}`,
 		"OUTPOST_STATE_MAX_BODY_BYTES":       "67108864",
@@ -466,8 +473,8 @@ func TestProbesAndService(t *testing.T) {
 	for _, p := range c.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if ports["state"] != 8080 || ports["metrics"] != 9090 || len(ports) != 2 {
-		t.Errorf("container ports = %v, want state 8080 and metrics 9090", ports)
+	if ports["state"] != 8080 || ports["state-tls"] != 8443 || ports["metrics"] != 9090 || len(ports) != 3 {
+		t.Errorf("container ports = %v, want state 8080, state-tls 8443 and metrics 9090", ports)
 	}
 	for name, tc := range map[string]struct {
 		probe *corev1.Probe
@@ -494,7 +501,7 @@ func TestProbesAndService(t *testing.T) {
 	for _, p := range svc.Spec.Ports {
 		svcPorts[p.Name] = p
 	}
-	for name, port := range map[string]int32{"state": 8080, "metrics": 9090} {
+	for name, port := range map[string]int32{"state": 8080, "state-tls": 8443, "metrics": 9090} {
 		p, ok := svcPorts[name]
 		if !ok || p.Port != port || p.TargetPort != intstr.FromString(name) {
 			t.Errorf("Service port %s = %+v, want %d targeting the container port named %s", name, p, port, name)
@@ -896,8 +903,8 @@ networkPolicy:
 	if !mapsEqual(np.Spec.PodSelector.MatchLabels, wantSelector) || len(np.Spec.PodSelector.MatchExpressions) != 0 {
 		t.Errorf("podSelector = %+v, want %v", np.Spec.PodSelector, wantSelector)
 	}
-	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}) {
-		t.Errorf("policyTypes = %v, want [Egress] only", np.Spec.PolicyTypes)
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}) || len(np.Spec.Ingress) != 0 {
+		t.Errorf("policyTypes = %v, ingress %v; want [Ingress Egress] with no ingress rule (job pods take no connections)", np.Spec.PolicyTypes, np.Spec.Ingress)
 	}
 
 	var blocks []networkingv1.IPBlock
@@ -909,7 +916,7 @@ networkPolicy:
 			}
 			if peer.NamespaceSelector != nil && peer.NamespaceSelector.MatchLabels["kubernetes.io/metadata.name"] == releaseNamespace &&
 				peer.PodSelector != nil && peer.PodSelector.MatchLabels["app.kubernetes.io/component"] == "agent" &&
-				len(rule.Ports) == 1 && rule.Ports[0].Port.IntValue() == 8080 {
+				len(rule.Ports) == 2 && rule.Ports[0].Port.IntValue() == 8080 && rule.Ports[1].Port.IntValue() == 8443 {
 				state = true
 			}
 		}
@@ -1142,7 +1149,7 @@ func TestNames(t *testing.T) {
 	}
 	_, c := r.deployment(t)
 	wantEnv(t, c, map[string]string{
-		"OUTPOST_STATE_URL":  "http://agent-eu.outpost-system.svc:8080",
+		"OUTPOST_STATE_URL":  "https://agent-eu.outpost-system.svc:8443",
 		"OUTPOST_LEASE_NAME": "agent-eu",
 	})
 	if role := get[rbacv1.Role](t, r, "Role", releaseNamespace, "agent-eu"); !slices.ContainsFunc(role.Rules, func(p rbacv1.PolicyRule) bool {
@@ -1170,3 +1177,70 @@ func mapsEqual(a, b map[string]string) bool {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestStateTLS: by default the state backend serves TLS on 8443 (job pods get https://) and plain
+// HTTP on 8080 for job pods of the previous release; state.tls.plainHTTP=false drops 8080 from
+// the pod, the Service and both NetworkPolicies, and state.tls.enabled=false serves plain HTTP
+// alone, without the CA Secret's rules.
+func TestStateTLS(t *testing.T) {
+	for _, tc := range []struct {
+		values    string
+		url       string
+		listen    string
+		ports     []int32
+		caSecrets bool
+	}{
+		{"", "https://outpost-agent.outpost-system.svc:8443", ":8080", []int32{8080, 8443}, true},
+		{"state: {tls: {plainHTTP: false}}", "https://outpost-agent.outpost-system.svc:8443", "", []int32{8443}, true},
+		{"state: {tls: {enabled: false}}", "http://outpost-agent.outpost-system.svc:8080", ":8080", []int32{8080}, false},
+	} {
+		t.Run(tc.values, func(t *testing.T) {
+			r := render(t, "jobs: {namespace: outpost-jobs}\n"+tc.values)
+			_, c := r.deployment(t)
+			wantEnv(t, c, map[string]string{"OUTPOST_STATE_URL": tc.url, "OUTPOST_STATE_LISTEN": tc.listen})
+			var pod, svc []int32
+			for _, p := range c.Ports {
+				if p.Name != "metrics" {
+					pod = append(pod, p.ContainerPort)
+				}
+			}
+			for _, p := range get[corev1.Service](t, r, "Service", releaseNamespace, releaseName).Spec.Ports {
+				if p.Name != "metrics" {
+					svc = append(svc, p.Port)
+				}
+			}
+			if !slices.Equal(pod, tc.ports) || !slices.Equal(svc, tc.ports) {
+				t.Errorf("state ports: pod %v, Service %v, want %v", pod, svc, tc.ports)
+			}
+			for _, np := range all[networkingv1.NetworkPolicy](r) {
+				var got []int32
+				for _, rule := range append(np.Spec.Egress, egressOf(np.Spec.Ingress)...) {
+					for _, p := range rule.Ports {
+						if v := p.Port.IntValue(); v == 8080 || v == 8443 {
+							got = append(got, int32(v))
+						}
+					}
+				}
+				if !slices.Equal(got, tc.ports) {
+					t.Errorf("NetworkPolicy %s allows state ports %v, want %v", np.Name, got, tc.ports)
+				}
+			}
+			role := get[rbacv1.Role](t, r, "Role", releaseNamespace, releaseName)
+			has := slices.ContainsFunc(role.Rules, func(p rbacv1.PolicyRule) bool {
+				return slices.Equal(p.ResourceNames, []string{"outpost-agent-state-tls"})
+			})
+			if has != tc.caSecrets {
+				t.Errorf("Role grants the CA Secret: %v, want %v", has, tc.caSecrets)
+			}
+		})
+	}
+}
+
+// egressOf turns ingress rules into egress rules with the same ports, so one loop reads both.
+func egressOf(in []networkingv1.NetworkPolicyIngressRule) []networkingv1.NetworkPolicyEgressRule {
+	out := make([]networkingv1.NetworkPolicyEgressRule, len(in))
+	for i, r := range in {
+		out[i] = networkingv1.NetworkPolicyEgressRule{Ports: r.Ports}
+	}
+	return out
+}

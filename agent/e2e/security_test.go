@@ -32,15 +32,21 @@ const hostileTemplate = `{
   "spec": {
     "hostPID": true, "hostNetwork": true, "hostIPC": true, "nodeName": "control-plane-1",
     "automountServiceAccountToken": true,
-    "securityContext": {"runAsUser": 0},
+    "priorityClassName": "system-node-critical", "runtimeClassName": "unconfined",
+    "tolerations": [{"operator": "Exists"}], "imagePullSecrets": [{"name": "prod-registry-admin"}],
+    "securityContext": {"runAsUser": 0, "sysctls": [{"name": "kernel.msgmax", "value": "65536"}]},
     "initContainers": [{"name": "setup", "image": "busybox:1", "securityContext": {"allowPrivilegeEscalation": true}}],
     "containers": [{"name": "main", "ports": [{"containerPort": 22, "hostPort": 2222}],
       "securityContext": {"privileged": true, "capabilities": {"add": ["SYS_ADMIN"]}},
       "envFrom": [{"secretRef": {"name": "db-credentials"}}],
+      "readinessProbe": {"httpGet": {"host": "169.254.169.254", "port": 80, "path": "/latest/meta-data/"}},
       "volumeMounts": [{"name": "root", "mountPath": "/host"}]}],
     "volumes": [{"name": "root", "hostPath": {"path": "/"}},
       {"name": "key", "secret": {"secretName": "prod-eu-key"}},
-      {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}}]
+      {"name": "token", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+      {"name": "db", "persistentVolumeClaim": {"claimName": "prod-db"}},
+      {"name": "clone", "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"],
+        "dataSource": {"kind": "PersistentVolumeClaim", "name": "prod-db"}, "resources": {"requests": {"storage": "1Gi"}}}}}}]
   }
 }`
 
@@ -69,6 +75,14 @@ func TestHostilePodTemplateIsRefused(t *testing.T) {
 		"spec.volumes[root].hostPath":                                         "jobs.policy.allowedVolumeTypes",
 		"spec.volumes[key].secret.secretName":                                 "jobs.policy.allowedSecrets",
 		"spec.volumes[token].projected.sources[0].serviceAccountToken":        "jobs.serviceAccount.automountToken",
+		"spec.containers[main].readinessProbe.httpGet.host":                   "jobs.policy.allowHostNamespaces",
+		"spec.securityContext.sysctls[kernel.msgmax]":                         "jobs.policy.allowedSysctls",
+		"spec.priorityClassName":                                              "jobs.policy.allowedPriorityClasses",
+		"spec.runtimeClassName":                                               "jobs.policy.allowedRuntimeClasses",
+		"spec.tolerations[0]":                                                 "jobs.policy.allowTolerateAll",
+		"spec.imagePullSecrets[0].name":                                       "jobs.policy.allowedSecrets",
+		"spec.volumes[db].persistentVolumeClaim.claimName":                    "jobs.policy.allowedClaims",
+		"spec.volumes[clone].ephemeral.volumeClaimTemplate.spec.dataSource":   "jobs.policy.allowClaimSources",
 	} {
 		if !strings.Contains(d.Message, field+":") || !strings.Contains(d.Message, "chart value "+value) {
 			t.Errorf("the message does not name %s and %s", field, value)

@@ -201,3 +201,24 @@ func TestSeenSince(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsPodSecurityLevel: the jobs namespace's label follows the level the agent checks job
+// pods at: job_pod_policy.pod_security_level when set, else what the relaxations need (unsafe
+// sysctls need privileged, as Pod Security's own check says).
+func TestJobsPodSecurityLevel(t *testing.T) {
+	for _, tc := range []struct {
+		policy map[string]any
+		want   string
+	}{
+		{nil, podSecurityRestricted},
+		{map[string]any{"allowRunAsRoot": true}, podSecurityBaseline},
+		{map[string]any{"allowedSysctls": []any{"net.ipv4.tcp_keepalive_time"}}, podSecurityRestricted},
+		{map[string]any{"allowedSysctls": []any{"kernel.msgmax"}}, podSecurityPrivileged},
+		{map[string]any{"allowRunAsRoot": true, "podSecurityLevel": "restricted"}, podSecurityRestricted},
+		{map[string]any{"podSecurityLevel": "privileged"}, podSecurityPrivileged},
+	} {
+		if got := jobsPodSecurityLevel(map[string]any{"jobs": map[string]any{"policy": tc.policy}}); got != tc.want {
+			t.Errorf("policy %v: level %s, want %s", tc.policy, got, tc.want)
+		}
+	}
+}

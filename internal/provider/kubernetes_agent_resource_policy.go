@@ -5,10 +5,15 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	psapi "k8s.io/pod-security-admission/api"
+	"k8s.io/pod-security-admission/policy"
 )
 
 // The job pod policy of outpost_kubernetes_agent: what the cluster owner lets a runner's pod
@@ -28,6 +33,14 @@ type jobPodPolicyModel struct {
 	AllowedVolumeTypes       types.List   `tfsdk:"allowed_volume_types"` //< string
 	AllowedSecrets           types.List   `tfsdk:"allowed_secrets"`      //< string
 	AllowedConfigMaps        types.List   `tfsdk:"allowed_config_maps"`  //< string
+	PodSecurityLevel         types.String `tfsdk:"pod_security_level"`
+	AllowedSysctls           types.List   `tfsdk:"allowed_sysctls"` //< string
+	AllowClaimSources        types.Bool   `tfsdk:"allow_claim_sources"`
+	AllowedClaims            types.List   `tfsdk:"allowed_claims"`           //< string
+	AllowedPriorityClasses   types.List   `tfsdk:"allowed_priority_classes"` //< string
+	AllowTolerateAll         types.Bool   `tfsdk:"allow_tolerate_all"`
+	AllowedRuntimeClasses    types.List   `tfsdk:"allowed_runtime_classes"` //< string
+	AllowAgentLabels         types.Bool   `tfsdk:"allow_agent_labels"`
 	PodTemplate              types.String `tfsdk:"pod_template"`
 }
 
@@ -55,6 +68,20 @@ func jobPodPolicyBlock() schema.SingleNestedBlock {
 			"allowed_volume_types":        list("Volume types allowed besides configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim, projected and secret, e.g. `[\"hostPath\"]`."),
 			"allowed_secrets":             list("Secrets of `job_namespace` job pods may read (volumes, env, envFrom), besides the agent's own."),
 			"allowed_config_maps":         list("ConfigMaps of `job_namespace` job pods may read; `kube-root-ca.crt` is always allowed."),
+			"pod_security_level": schema.StringAttribute{
+				MarkdownDescription: "The Pod Security level (`restricted`, `baseline`, `privileged`) at which the agent checks every job pod with " +
+					"Kubernetes' own Pod Security evaluator, on top of this policy's rules, and which namespaces this resource creates are labelled " +
+					"with. Defaults to the level the relaxations here need: `restricted` when nothing is allowed.",
+				Optional:   true,
+				Validators: []validator.String{stringvalidator.OneOf(podSecurityRestricted, podSecurityBaseline, podSecurityPrivileged)},
+			},
+			"allowed_sysctls":          list("Sysctls job pods may set (`securityContext.sysctls`), e.g. `[\"net.ipv4.tcp_keepalive_time\"]`."),
+			"allow_claim_sources":      flag("Allow ephemeral volume claim templates with `volumeName`, `dataSource` or `dataSourceRef`, which bind an existing volume or clone another claim or a snapshot."),
+			"allowed_claims":           list("PersistentVolumeClaims of `job_namespace` job pods may mount by name."),
+			"allowed_priority_classes": list("PriorityClasses job pods may name. By default none: job pods keep the default priority and preempt nothing."),
+			"allow_tolerate_all":       flag("Allow a toleration without `key` and with `operator: Exists`, which tolerates every taint."),
+			"allowed_runtime_classes":  list("RuntimeClasses job pods may name."),
+			"allow_agent_labels":       flag("Allow job pod labels that match the agent Service's selector (the job pod would receive the state backend's traffic)."),
 			"pod_template": schema.StringAttribute{
 				MarkdownDescription: "Pins the pod template of every Job (a JSON Kubernetes PodTemplateSpec with a container named `main`; " +
 					"use `jsonencode`): the runner's template from the orchestrator is then ignored.",
@@ -76,7 +103,11 @@ func (p *jobPodPolicyModel) chartValues(r *valuesReader) (policy map[string]any,
 		"allowPrivilegeEscalation": r.boolean(p.AllowPrivilegeEscalation), "allowRunAsRoot": r.boolean(p.AllowRunAsRoot),
 		"allowNodeName": r.boolean(p.AllowNodeName), "allowedCapabilities": r.strList(p.AllowedCapabilities),
 		"allowedVolumeTypes": r.strList(p.AllowedVolumeTypes), "allowedSecrets": r.strList(p.AllowedSecrets),
-		"allowedConfigMaps": r.strList(p.AllowedConfigMaps),
+		"allowedConfigMaps": r.strList(p.AllowedConfigMaps), "podSecurityLevel": r.str(p.PodSecurityLevel),
+		"allowedSysctls": r.strList(p.AllowedSysctls), "allowClaimSources": r.boolean(p.AllowClaimSources),
+		"allowedClaims": r.strList(p.AllowedClaims), "allowedPriorityClasses": r.strList(p.AllowedPriorityClasses),
+		"allowTolerateAll": r.boolean(p.AllowTolerateAll), "allowedRuntimeClasses": r.strList(p.AllowedRuntimeClasses),
+		"allowAgentLabels": r.boolean(p.AllowAgentLabels),
 	})
 	if s, ok := r.str(p.PodTemplate).(string); ok {
 		var tpl map[string]any
@@ -121,13 +152,19 @@ const (
 
 // jobsPodSecurityLevel is the Pod Security level the jobs namespace needs for what the final
 // chart values' policy allows: the API server must admit what the agent's policy lets through.
+// It is the level the agent checks job pods at (kubernetes.Policy.Level in the agent): the
+// configured one, else the one the relaxations need.
 func jobsPodSecurityLevel(vals map[string]any) string {
 	jobs, _ := vals["jobs"].(map[string]any)
 	p, _ := jobs["policy"].(map[string]any)
 	on := func(k string) bool { b, _ := p[k].(bool); return b }
 	listed := func(k string) []any { l, _ := p[k].([]any); return l }
+	if level, _ := p["podSecurityLevel"].(string); level != "" {
+		return level
+	}
 	switch {
-	case on("allowHostNamespaces"), on("allowPrivileged"), len(listed("allowedCapabilities")) > 0, slices.Contains(listed("allowedVolumeTypes"), any("hostPath")):
+	case on("allowHostNamespaces"), on("allowPrivileged"), len(listed("allowedCapabilities")) > 0, slices.Contains(listed("allowedVolumeTypes"), any("hostPath")),
+		!safeSysctls(listed("allowedSysctls")):
 		return podSecurityPrivileged
 	case on("allowRunAsRoot"), on("allowPrivilegeEscalation"), len(listed("allowedVolumeTypes")) > 0:
 		return podSecurityBaseline
@@ -156,6 +193,12 @@ func policyFromValues(v valuesView, diags *diag.Diagnostics) *jobPodPolicyModel 
 		AllowPrivilegeEscalation: flag("allowPrivilegeEscalation"), AllowRunAsRoot: flag("allowRunAsRoot"), AllowNodeName: flag("allowNodeName"),
 		AllowServiceAccountToken: types.BoolNull(), AllowedCapabilities: list("allowedCapabilities"), AllowedVolumeTypes: list("allowedVolumeTypes"),
 		AllowedSecrets: list("allowedSecrets"), AllowedConfigMaps: list("allowedConfigMaps"), PodTemplate: types.StringNull(),
+		PodSecurityLevel: types.StringNull(), AllowedSysctls: list("allowedSysctls"), AllowClaimSources: flag("allowClaimSources"),
+		AllowedClaims: list("allowedClaims"), AllowedPriorityClasses: list("allowedPriorityClasses"), AllowTolerateAll: flag("allowTolerateAll"),
+		AllowedRuntimeClasses: list("allowedRuntimeClasses"), AllowAgentLabels: flag("allowAgentLabels"),
+	}
+	if level, ok := p["podSecurityLevel"].(string); ok && level != "" {
+		m.PodSecurityLevel = types.StringValue(level)
 	}
 	if hasToken {
 		m.AllowServiceAccountToken = types.BoolValue(automount)
@@ -166,4 +209,23 @@ func policyFromValues(v valuesView, diags *diag.Diagnostics) *jobPodPolicyModel 
 		}
 	}
 	return m
+}
+
+// safeSysctls reports whether Pod Security baseline allows every listed sysctl, asking its own
+// check, as the agent does.
+func safeSysctls(listed []any) bool {
+	if len(listed) == 0 {
+		return true
+	}
+	spec := &corev1.PodSpec{SecurityContext: &corev1.PodSecurityContext{}}
+	for _, v := range listed {
+		s, _ := v.(string)
+		spec.SecurityContext.Sysctls = append(spec.SecurityContext.Sysctls, corev1.Sysctl{Name: s})
+	}
+	e, err := policy.NewEvaluator([]policy.Check{policy.CheckSysctls()}, nil)
+	if err != nil {
+		return false
+	}
+	lv := psapi.LevelVersion{Level: psapi.LevelBaseline, Version: psapi.LatestVersion()}
+	return policy.AggregateCheckResults(e.EvaluatePod(lv, &metav1.ObjectMeta{}, spec)).Allowed
 }

@@ -14,14 +14,16 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
+	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
-// testAgentVersion is what the fake agent of these tests reports.
-const testAgentVersion = "test-agent/1.2.3"
+// testAgentVersion is what the fake agent of these tests reports: the version of the agent the
+// installed chart deploys, for which the provider's wait_for_connection waits.
+var testAgentVersion = agentchart.AppVersion
 
 // TestAccKubernetesAgentRunnerDataSource reads a runner before and after its "agent" (a signed
 // poll made by the test, as the real agent would) connects.

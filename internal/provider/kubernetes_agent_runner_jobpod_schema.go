@@ -26,7 +26,7 @@ func jobPodAttributes() map[string]schema.Attribute {
 			"name. When neither this nor the pod template sets any, `main` gets the chart's `jobs.resources` (requests " +
 			"`250m` CPU and `512Mi` memory, a `2Gi` memory limit)."),
 		"node_selector": stringMap("Node labels the job pods must run on, merged key by key over the template's."),
-		"tolerations":   tolerationsAttribute("Taints the job pods tolerate, added to the template's."),
+		"tolerations":   tolerationsAttribute("Taints the job pods tolerate, added to the template's. One without `key` and with `operator = \"Exists\"` tolerates every taint; the agent's job pod policy refuses it unless `job_pod_policy.allow_tolerate_all`."),
 		"affinity": schema.StringAttribute{
 			MarkdownDescription: "A Kubernetes `Affinity` (`nodeAffinity`, `podAffinity`, `podAntiAffinity`) as JSON " +
 				"(`jsonencode({ nodeAffinity = {...} })`), replacing the template's. Key order and whitespace do not matter.",
@@ -62,8 +62,9 @@ func jobPodAttributes() map[string]schema.Attribute {
 			}},
 		},
 		"priority_class_name": schema.StringAttribute{
-			MarkdownDescription: "PriorityClass of the job pods, replacing the template's.",
-			Optional:            true, Validators: nonEmptyString,
+			MarkdownDescription: "PriorityClass of the job pods, replacing the template's. The agent's job pod policy refuses it " +
+				"unless the cluster owner lists it (`job_pod_policy.allowed_priority_classes` of `outpost_kubernetes_agent`).",
+			Optional: true, Validators: nonEmptyString,
 		},
 	}
 }

@@ -20,9 +20,11 @@
 // Cheap: hundreds of Pods in seconds, for load tests.
 //
 // Options.Node: a real node (node.go) where containers really run: containerd and runc from
-// Debian, the kubelet and kube-proxy (iptables) built from Kubernetes' sources, CoreDNS, and the
-// CNI bridge, all in PID, mount and network namespaces of their own, so stopping the test bed
-// leaves nothing behind. The node pulls images from the test bed's own OCI registry
+// Debian, the kubelet and kube-proxy (iptables) built from Kubernetes' sources, CoreDNS, the
+// CNI bridge and kube-network-policies, which enforces NetworkPolicies on the node's packets
+// (node_netpol.go), all in PID, mount and network namespaces of their own, so stopping the test
+// bed leaves nothing behind. A stand-in of the cloud metadata service answers HTTP on MetadataIP
+// from a network namespace beyond the node, so a test can show a Pod reaching it or not. The node pulls images from the test bed's own OCI registry
 // (Cluster.Registry, registry.go: HTTPS with the test bed's CA, basic auth, so a Pod pulls only
 // with an imagePullSecret that logs in); Cluster.ImportImage imports an archive instead
 // (PauseImage and ToolboxImage are built in). Pods reach servers of the test at Cluster.HostIP. With both options, the real node is tainted (RealNodeTaint) and only Pods that

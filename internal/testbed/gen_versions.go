@@ -22,6 +22,7 @@ var consts = []struct{ name, env, doc string }{
 	{"KwokVersion", "KWOK_VERSION", "is the version of kwok, which simulates kubelets for fake Nodes."},
 	{"CoreDNSVersion", "COREDNS_VERSION", "is the version of CoreDNS, the real node's cluster DNS."},
 	{"RegistryVersion", "REGISTRY_VERSION", "is the version of distribution's registry, the real node's OCI registry."},
+	{"NetworkPoliciesVersion", "NETPOL_VERSION", "is the version of kube-network-policies, the real node's NetworkPolicy implementation."},
 }
 
 func main() {

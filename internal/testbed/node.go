@@ -100,6 +100,9 @@ func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bo
 		return fmt.Errorf("testbed: %w", err)
 	}
 	c.HostIP = n.link.hostIP.String()
+	if err := c.startMetadataStandIn(ctx, binDir, detach); err != nil {
+		return err
+	}
 	owner := strconv.Itoa(os.Getpid())
 	if detach {
 		owner = "detached" // not swept while `outpost-testbed up` is gone; StopDir removes it
@@ -157,7 +160,7 @@ func (c *Cluster) writeNodeFiles() error {
 	return nil
 }
 
-// startNodeAgents starts the kubelet, kube-proxy and CoreDNS once the API server answers and the
+// startNodeAgents starts the kubelet, kube-proxy, CoreDNS and kube-network-policies once the API server answers and the
 // built-in images are in containerd, and returns the kubelet's process for waitNodeReady. taint
 // registers the node with RealNodeTaint (kwok's fake node runs too).
 func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool, detach bool) (*process, error) {
@@ -189,6 +192,7 @@ func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool
 		}},
 		{"kube-proxy", []string{"--config=" + n.files.path("kube-proxy.yaml")}},
 		{"coredns", []string{"-conf", n.files.path("Corefile")}},
+		{netpolBinary, n.files.netpolArgs()},
 	}
 	procs := map[string]*process{}
 	for _, a := range agents {

@@ -13,7 +13,7 @@ import (
 )
 
 // nodeBinaryNames are the test bed binaries the real node needs on top of binaryNames.
-var nodeBinaryNames = []string{"kubelet", "kube-proxy", "coredns", "registry", podBinary}
+var nodeBinaryNames = []string{"kubelet", "kube-proxy", "coredns", "registry", netpolBinary, podBinary}
 
 // nodePackages maps each host program the real node runs to the Debian package that installs it
 // (scripts/testbed-build.sh installs them when missing).
@@ -28,6 +28,9 @@ var nodePackages = []struct{ program, pkg string }{
 	{cniBinDir + "/portmap", "containernetworking-plugins"},
 	{"iptables", "iptables"},
 	{"ip", "iproute2"},
+	// kube-network-policies programs nftables through netlink itself; the test bed reads its
+	// table with nft to know it is ready.
+	{"nft", "nftables"},
 	{"nsenter", "util-linux"},
 	{"unshare", "util-linux"},
 	{"mount", "mount"},

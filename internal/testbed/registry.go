@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -19,7 +21,10 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -230,6 +235,18 @@ func (f nodeFiles) writeRegistryHosts(host, caFile string) error {
   ca = %q
 `, "https://"+host, "https://"+host, caFile)
 	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(toml), 0o600)
+}
+
+// ToolboxLayer returns an image layer holding the toolbox program (ToolboxImage's one file) as
+// /testbed-pod, for a test image that needs it beside other content: a job image whose
+// Terraform runs `/testbed-pod reach …` through local-exec, say.
+func ToolboxLayer() (v1.Layer, error) {
+	binDir, err := findBinaries()
+	if err != nil {
+		return nil, err
+	}
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return fileLayer(filepath.Join(binDir, podBinary), podBinary) },
+		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
 }
 
 // PushToolbox pushes the toolbox image (ToolboxImage's content: the testbed-pod program, entrypoint

@@ -27,10 +27,12 @@ type Options struct {
 	// of plain API objects such as Secrets and Leases.
 	Jobs bool
 
-	// Node also runs a real node: containerd, runc, the kubelet, kube-proxy (iptables) and CoreDNS
-	// in namespaces of their own (node.go), with kube-controller-manager and kube-scheduler, so
-	// Pods really run: a Job's container exits with its own exit code, `kubectl logs` works,
-	// Services and cluster DNS resolve. Images come from the test bed's registry (Cluster.Registry,
+	// Node also runs a real node: containerd, runc, the kubelet, kube-proxy (iptables), CoreDNS
+	// and kube-network-policies in namespaces of their own (node.go), with
+	// kube-controller-manager and kube-scheduler, so Pods really run: a Job's container exits
+	// with its own exit code, `kubectl logs` works, Services and cluster DNS resolve, and
+	// NetworkPolicies are enforced on real packets (node_netpol.go; a stand-in of the cloud
+	// metadata service answers on MetadataIP beyond the node). Images come from the test bed's registry (Cluster.Registry,
 	// with a pull secret) or ImportImage (PauseImage and ToolboxImage are there from the start).
 	// The API server and the registry then listen on HostIP instead of 127.0.0.1,
 	// because the node's network namespace cannot reach this machine's loopback. It needs root,
@@ -38,8 +40,8 @@ type Options struct {
 	// *NodeUnavailableError saying exactly what is missing, and Main then skips the tests that
 	// call RequireNode (fails them under CI=true). With Jobs too, both nodes run and only Pods
 	// that tolerate the real node's taint (OnRealNode) go there; the rest keep kwok's simulation.
-	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 250 MiB
-	// (the registry ~20 MiB of it).
+	// It adds about 3 s to the start-up (a probe Pod runs before Start returns) and 300 MiB
+	// (the registry ~20 MiB of it, kube-network-policies ~45 MiB and about 0.3 s).
 	Node bool
 
 	// Dir is the directory for the test bed's files (certificates, kubeconfig, etcd data, logs).
@@ -228,6 +230,11 @@ func start(ctx context.Context, opts Options, binDir string) (_ *Cluster, err er
 	wg.Wait()
 	if nodeErr != nil {
 		return c, nodeErr
+	}
+	if kubelet != nil {
+		if err := c.waitNetworkPoliciesReady(ctx); err != nil {
+			return c, err
+		}
 	}
 	if kwokErr != nil {
 		return c, kwokErr

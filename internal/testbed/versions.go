@@ -15,4 +15,6 @@ const (
 	CoreDNSVersion = "v1.12.4"
 	// RegistryVersion is the version of distribution's registry, the real node's OCI registry.
 	RegistryVersion = "v3.1.2"
+	// NetworkPoliciesVersion is the version of kube-network-policies, the real node's NetworkPolicy implementation.
+	NetworkPoliciesVersion = "v0.8.0"
 )

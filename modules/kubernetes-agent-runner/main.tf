@@ -182,6 +182,14 @@ resource "outpost_kubernetes_agent" "this" {
       allowed_volume_types        = job_pod_policy.value.allowed_volume_types
       allowed_secrets             = job_pod_policy.value.allowed_secrets
       allowed_config_maps         = job_pod_policy.value.allowed_config_maps
+      pod_security_level          = job_pod_policy.value.pod_security_level
+      allowed_sysctls             = job_pod_policy.value.allowed_sysctls
+      allow_claim_sources         = job_pod_policy.value.allow_claim_sources
+      allowed_claims              = job_pod_policy.value.allowed_claims
+      allowed_priority_classes    = job_pod_policy.value.allowed_priority_classes
+      allow_tolerate_all          = job_pod_policy.value.allow_tolerate_all
+      allowed_runtime_classes     = job_pod_policy.value.allowed_runtime_classes
+      allow_agent_labels          = job_pod_policy.value.allow_agent_labels
       pod_template                = job_pod_policy.value.pod_template == null ? null : (can(tostring(job_pod_policy.value.pod_template)) ? tostring(job_pod_policy.value.pod_template) : jsonencode(job_pod_policy.value.pod_template))
     }
   }

@@ -241,7 +241,49 @@ KUBERNETES_SERVICE_HOST, which every container gets).
 URL of the agent's state backend as job pods reach it.
 */}}
 {{- define "outpost-agent.stateURL" -}}
+{{- if .Values.state.tls.enabled }}
+{{- printf "https://%s.%s.svc:8443" (include "outpost-agent.fullname" .) .Release.Namespace }}
+{{- else }}
 {{- printf "http://%s.%s.svc:8080" (include "outpost-agent.fullname" .) .Release.Namespace }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the agent serves the state backend in plain HTTP on 8080: without TLS, or with it for the
+job pods of the previous release (state.tls.plainHTTP).
+*/}}
+{{- define "outpost-agent.statePlain" -}}
+{{- if or (not .Values.state.tls.enabled) .Values.state.tls.plainHTTP }}true{{ end }}
+{{- end }}
+
+{{/*
+The state backend's ports, as NetworkPolicy ports.
+*/}}
+{{- define "outpost-agent.statePorts" -}}
+{{- if include "outpost-agent.statePlain" . }}
+- port: 8080
+  protocol: TCP
+{{- end }}
+{{- if .Values.state.tls.enabled }}
+- port: 8443
+  protocol: TCP
+{{- end }}
+{{- end }}
+
+{{/*
+The Secret the agent keeps the state backend's CA in.
+*/}}
+{{- define "outpost-agent.stateTLSSecret" -}}
+{{- printf "%s-state-tls" (include "outpost-agent.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The names of the state backend's serving certificate: the Service's DNS names.
+*/}}
+{{- define "outpost-agent.stateTLSHosts" -}}
+{{- $svc := include "outpost-agent.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- printf "%s.%s.svc,%s.%s.svc.cluster.local,%s.%s,%s" $svc $ns $svc $ns $svc $ns $svc }}
 {{- end }}
 
 {{/*

@@ -1,9 +1,15 @@
 package pods
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -11,12 +17,18 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/helm"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/release"
@@ -42,8 +54,8 @@ resource "terraform_data" "slow" {
 
 // TestHelmUpgradeWithWorkInFlight installs the previous build's chart and images (PREVIOUS_COMMIT
 // in scripts/versions.env, built from the repository's history), queues applies that run for a
-// while and plans, and upgrades the release to this tree's chart with `helm upgrade` while they
-// run, as a user moves to a new release. Every deployment must end succeeded in its first
+// while and plans, and upgrades the release to this tree's chart from an OCI registry with the
+// helm CLI while they run, as a user moves to a new release. Every deployment must end succeeded in its first
 // attempt, with one started and one finished event and its whole log; deployments queued during
 // the upgrade measure how long the runner was without a polling agent.
 func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
@@ -53,7 +65,11 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEnv(t, envOptions{chart: prevChart, version: prev.Version, replicas: 2, before: func(e *env) { e.pushPrevious(prev) }})
+	// A startup timeout for a loaded node: every deployment's pod starts at once here, beside
+	// the two agents of each version during the rollout, and a pod waits for the token Secret
+	// its agent writes after the Job.
+	const values = "jobs: {startupTimeout: 3m}"
+	e := newEnv(t, envOptions{chart: prevChart, version: prev.Version, replicas: 2, values: values, before: func(e *env) { e.pushPrevious(prev) }})
 	ctx := t.Context()
 	// Room for every deployment at once, so a deployment queued during the upgrade waits for an
 	// agent to poll, not for a free slot,
@@ -84,8 +100,8 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 		return running >= 3, fmt.Sprintf("%d running", running)
 	})
 
-	// Deployments queued every second across the upgrade: their wait for a claim is how long
-	// the runner had no agent polling.
+	// Deployments queued every 2 s across the upgrade: their wait for a claim is how long the
+	// runner had no agent polling.
 	var mu sync.Mutex
 	var probes []string
 	stop := make(chan struct{})
@@ -103,29 +119,42 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 			select {
 			case <-stop:
 				return
-			case <-time.After(time.Second):
+			case <-time.After(2 * time.Second):
 			}
 		}
 	}()
 
+	// The previous agent's Jobs reach the state backend at http://…:8080; they keep that URL
+	// across the upgrade and write their state at the end through this tree's agent, which
+	// serves plain HTTP there for them this release (state.tls.plainHTTP).
+	inFlight := e.jobStateURLs()
+	for id, u := range inFlight {
+		if !strings.HasPrefix(u, "http://") || !strings.HasSuffix(u, ":8080") {
+			t.Errorf("the previous agent's Job of %s has state URL %q, want its plain http://…:8080", id, u)
+		}
+	}
+	if len(inFlight) == 0 {
+		t.Error("no Job of the previous agent runs across the upgrade")
+	}
+
 	start := time.Now()
-	cfg, err := helm.NewConfiguration(helm.NewRESTClientGetter(e.c.RESTConfig, e.agentNS), e.agentNS, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chrt, err := loadChart()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := helm.Upgrade(ctx, cfg, chrt, e.values(envOptions{replicas: 2}), helm.InstallOptions{ReleaseName: releaseName, Namespace: e.agentNS, Timeout: 2 * time.Minute}); err != nil {
-		t.Fatalf("helm upgrade to this tree's chart: %v", err)
-	}
+	helmUpgradeFromOCI(t, e, e.values(envOptions{replicas: 2, values: values}))
 	e.waitAgentsOn(e.agentImage, 2)
 	e.waitConnected(imagesVersion)
 	took := time.Since(start)
 	time.Sleep(3 * time.Second)
 	close(stop)
 	<-done
+	// A Job this tree's agent creates reaches the state backend over TLS.
+	late := e.enqueueVars(api.OperationApply, longApply, "upgrade-late", 99).ID
+	ids = append(ids, late)
+	testbed.WaitFor(t, 2*time.Minute, "the Job of "+late, func() (bool, string) {
+		u, ok := e.jobStateURLs()[late]
+		if ok && !strings.HasPrefix(u, "https://") {
+			t.Fatalf("this tree's agent gave the Job of %s the state URL %q, want https://", late, u)
+		}
+		return ok, "no Job yet"
+	})
 
 	e.checkEachRanOnce(append(ids, probes...))
 	var longest time.Duration
@@ -140,6 +169,50 @@ func TestHelmUpgradeWithWorkInFlight(t *testing.T) {
 	}
 	t.Logf("helm upgrade %s → %s with %d deployments in flight (%d more queued during it): the new agent pods led %s after the upgrade began; "+
 		"the longest wait from enqueue to claim during the upgrade was %s", prev.Version, imagesVersion, len(ids), len(probes), took.Round(100*time.Millisecond), longest.Round(10*time.Millisecond))
+}
+
+// helmUpgradeFromOCI upgrades the env's release to this tree's chart the way a user upgrades
+// from the registry the release publishes it to: the chart package (the release build's, or the
+// embedded chart packaged here) pushed to an OCI registry on loopback, then `helm upgrade
+// oci://…` with the helm CLI and vals as a values file.
+func helmUpgradeFromOCI(t *testing.T, e *env, vals map[string]any) {
+	t.Helper()
+	bin := helmPath(t)
+	if bin == "" {
+		t.Fatalf("%s is not set: build the helm CLI with scripts/tools.sh helm and export it (make test does)", releasetest.HelmEnv)
+	}
+	tgz := dist.Chart()
+	if dist.Dir == "" {
+		chrt, err := loadChart()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tgz, err = chartutil.Save(chrt, t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	host := strings.TrimPrefix(reg.URL, "http://")
+	var pushLog bytes.Buffer
+	pushed, err := release.PushChart(tgz, "oci://"+host+"/charts", release.Credentials{}, true, &pushLog)
+	if err != nil {
+		t.Fatalf("pushing the chart: %v\n%s", err, pushLog.String())
+	}
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	b, err := yaml.Marshal(vals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(values, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	version := pushed.Ref[strings.LastIndex(pushed.Ref, ":")+1:]
+	cmd := releasetest.HelmCommand(t.Context(), bin, t.TempDir(), e.c.Kubeconfig, "upgrade", releaseName, "oci://"+host+"/charts/outpost-agent",
+		"--version", version, "--plain-http", "--namespace", e.agentNS, "--values", values)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm upgrade to this tree's chart from %s: %v\n%s", pushed.Ref, err, out)
+	}
 }
 
 // pushPrevious pushes the previous build's images into the env's registry path, tagged with its
@@ -243,3 +316,24 @@ func (e *env) enqueueVars(op api.Operation, files map[string]string, stateKey st
 
 // archiveOf is the inline source archive of files.
 func archiveOf(t testing.TB, files map[string]string) []byte { return orchestratortest.TarGz(t, files) }
+
+// jobStateURLs maps the deployment of every Job in the jobs namespace to the state URL its main
+// container was given.
+func (e *env) jobStateURLs() map[string]string {
+	e.t.Helper()
+	jobs, err := e.c.Client().BatchV1().Jobs(e.jobsNS).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, j := range jobs.Items {
+		for _, c := range j.Spec.Template.Spec.Containers {
+			for _, v := range c.Env {
+				if v.Name == jobenv.StateURL {
+					out[j.Labels[kubeexec.LabelDeploymentID]] = v.Value
+				}
+			}
+		}
+	}
+	return out
+}

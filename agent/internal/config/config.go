@@ -47,9 +47,20 @@ type Config struct {
 	JobImage string
 	// AgentImage is the image of the job pods' init container that copies the job runner into the
 	// pod: the agent's own image.
-	AgentImage     string
-	StateURL       string
-	StateListen    string
+	AgentImage string
+	StateURL   string
+	// StateListen is the listen address of the state backend in plain HTTP; empty serves none.
+	// It stays for the job pods an agent of the previous release started, which use
+	// http:// (see StateTLSSecret).
+	StateListen string
+	// StateTLSSecret names the Secret in Namespace that keeps the state backend's CA; set, the
+	// agent serves the state backend with TLS on StateTLSListen, with a certificate for
+	// StateTLSHosts it issues from that CA, hands the CA to job pods and forwards over TLS.
+	StateTLSSecret string
+	StateTLSListen string
+	// StateTLSHosts are the names (and addresses) the serving certificate is for: the state
+	// Service's DNS names.
+	StateTLSHosts  []string
 	HealthListen   string
 	LeaderElect    bool
 	LeaseName      string
@@ -161,7 +172,11 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	fs.StringVar(&c.JobImage, "job-image", "", "image of the Job's main container when the runner's pod template names none (it needs terraform or tofu)")
 	fs.StringVar(&c.AgentImage, "agent-image", "", "this agent's image; an init container of every job pod copies the job runner from it into the pod")
 	fs.StringVar(&c.StateURL, "state-url", "", "URL job runners use to reach the agent's state backend")
-	fs.StringVar(&c.StateListen, "state-listen", ":8080", "listen address of the state backend")
+	fs.StringVar(&c.StateListen, "state-listen", ":8080", "listen address of the state backend in plain HTTP (empty: none; kept for job pods of the previous release, which use http://)")
+	fs.StringVar(&c.StateTLSSecret, "state-tls-secret", "", "Secret in --namespace that keeps the state backend's CA (made on first start); set, the state backend is served with TLS on --state-tls-listen")
+	fs.StringVar(&c.StateTLSListen, "state-tls-listen", ":8443", "listen address of the state backend with TLS")
+	var stateTLSHosts string
+	fs.StringVar(&stateTLSHosts, "state-tls-hosts", "", "comma-separated names of the state backend's serving certificate (the state Service's DNS names)")
 	fs.StringVar(&c.HealthListen, "health-listen", ":9090", "listen address of /healthz, /readyz, /metrics")
 	fs.BoolVar(&c.LeaderElect, "leader-elect", true, "elect a leader with the leader Lease; only the leader polls")
 	fs.StringVar(&c.LeaseName, "lease-name", "outpost-agent", "name of the leader-election Lease")
@@ -275,6 +290,11 @@ func Parse(args []string, getenv func(string) string) (*Config, error) {
 	for _, s := range strings.Split(pullSecrets, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			c.JobImagePullSecrets = append(c.JobImagePullSecrets, s)
+		}
+	}
+	for _, h := range strings.Split(stateTLSHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.StateTLSHosts = append(c.StateTLSHosts, h)
 		}
 	}
 	return c, nil

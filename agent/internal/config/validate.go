@@ -50,6 +50,16 @@ func (c *Config) Validate() error {
 	case c.PrivateKeyFile == "":
 		bad("private-key-file", "required (or --private-key-secret): path of the mounted private key (Secret key private-key.pem)")
 	}
+	if c.StateTLSSecret != "" {
+		switch {
+		case c.Namespace == "":
+			bad("state-tls-secret", "needs --namespace, the namespace of the Secret (the agent's own)")
+		case len(validation.IsDNS1123Subdomain(c.StateTLSSecret)) > 0:
+			bad("state-tls-secret", "%q is not a Secret name", c.StateTLSSecret)
+		case len(c.StateTLSHosts) == 0:
+			bad("state-tls-hosts", "required with --state-tls-secret: the state Service's DNS names, which the serving certificate is for")
+		}
+	}
 	switch c.Executor {
 	case ExecutorKubernetes:
 		if c.JobImage == "" {

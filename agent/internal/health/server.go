@@ -1,8 +1,9 @@
 // Package health serves the agent's /healthz, /readyz and Prometheus /metrics, from the moment
 // the process starts. Readiness means "this replica can do its part": it reaches the Kubernetes
-// API, it has what it needs to start (its private key, see State.Await), and if it leads, its
-// session with the orchestrator is alive. /readyz says which check failed and why, so `kubectl
-// describe pod` shows the reason instead of a crash loop.
+// API, it has what it needs to start (its private key: the key source sets check private_key
+// until it has one), and if it leads, its session with the orchestrator is alive. /readyz says
+// which check failed and why (the kubelet's probe event shows only the status code: read
+// /readyz through a port-forward, the agent's log, or the connection record `helm test` reads).
 package health
 
 import (
@@ -46,40 +47,6 @@ func (s *State) SetCheck(name string, err error) {
 		return
 	}
 	s.failing[name] = err
-}
-
-// Await calls try until it succeeds or ctx ends, every interval, and keeps check name failing
-// with try's error meanwhile (see SetCheck). Something the agent cannot start without but may
-// get later (a key Secret mounted late, or being rotated) is waited for this way instead of
-// exiting, which would turn it into a crash loop that hides the reason. changed is called with
-// the first error and with every error that differs from the one before, for the log. Await
-// returns nil once try succeeded, else ctx's error.
-func (s *State) Await(ctx context.Context, name string, interval time.Duration, try func() error, changed func(error)) error {
-	err := try()
-	if err == nil {
-		return nil
-	}
-	s.SetCheck(name, err)
-	changed(err)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		next := try()
-		if next == nil {
-			s.SetCheck(name, nil)
-			return nil
-		}
-		s.SetCheck(name, next)
-		if next.Error() != err.Error() {
-			changed(next)
-		}
-		err = next
-	}
 }
 
 // SetLeader records whether this replica leads.

@@ -19,6 +19,10 @@ const (
 	// StateURL is the base URL of the agent's state backend. Set only for attempts whose state
 	// storage is of type kubernetes; the job runner points the CLI's http backend at it.
 	StateURL = "OUTPOST_STATE_URL"
+	// StateCA is the PEM of the CA that issued the state backend's serving certificate (the
+	// agent's own, kept in a Secret of its namespace). The job runner trusts it, and only it, for
+	// an https state URL.
+	StateCA = "OUTPOST_STATE_CA"
 	// CLI is the CLI the job runner runs: terraform, tofu, or an absolute path to one of them.
 	CLI = "OUTPOST_CLI"
 	// WorkDir is the directory the job runner works in, owned by whoever set it (the process

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -39,9 +41,12 @@ type config struct {
 	// StateURL is set.
 	StateTokenFile string
 	StateURL       string // OUTPOST_STATE_URL, required for kubernetes state storage
-	CLI            string // OUTPOST_CLI: terraform, tofu, an absolute path, or empty to detect
-	WorkDir        string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
-	CABundleFile   string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
+	// StateCA (OUTPOST_STATE_CA) is the PEM of the state backend's CA, the one the CLI trusts for
+	// an https StateURL; empty: the CA bundle's.
+	StateCA      string
+	CLI          string // OUTPOST_CLI: terraform, tofu, an absolute path, or empty to detect
+	WorkDir      string // OUTPOST_WORK_DIR; default $TMPDIR/outpost-job-<deployment id>
+	CABundleFile string // OUTPOST_CA_BUNDLE_FILE: extra PEM CAs for the orchestrator
 	// InsecureAllowHTTP (OUTPOST_INSECURE_ALLOW_HTTP) allows an http:// APIURL that is not
 	// loopback; the agent sets it when it was allowed one itself.
 	InsecureAllowHTTP bool
@@ -78,6 +83,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&c.StateURL, "state-url", env(jobenv.StateURL, ""), "base URL of the agent's state backend ("+jobenv.StateURL+")")
 	fs.StringVar(&c.CLI, "cli", env(jobenv.CLI, ""), "terraform, tofu or an absolute path; empty: the first of tofu and terraform on PATH ("+jobenv.CLI+")")
 	c.Image = getenv(jobenv.Image)
+	c.StateCA = getenv(jobenv.StateCA)
 	fs.StringVar(&c.PluginCacheDir, "plugin-cache-dir", env(jobenv.PluginCacheDir, ""), "provider plugin cache shared by attempts, the CLI's TF_PLUGIN_CACHE_DIR ("+jobenv.PluginCacheDir+")")
 	fs.StringVar(&c.ProviderInstallation, "provider-installation", env(jobenv.ProviderInstallation, ""), "provider_installation block of the CLI configuration, e.g. a network or filesystem mirror ("+jobenv.ProviderInstallation+")")
 	fs.StringVar(&c.WorkDir, "work-dir", env(jobenv.WorkDir, ""), "work directory; default $TMPDIR/outpost-job-<deployment id> ("+jobenv.WorkDir+")")
@@ -101,6 +107,9 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if c.StateURL != "" && !strings.HasPrefix(c.StateURL, "http://") && !strings.HasPrefix(c.StateURL, "https://") {
 		return c, fmt.Errorf("%s %q must start with http:// or https://", jobenv.StateURL, c.StateURL)
+	}
+	if err := checkPlainStateURL(c.StateURL, c.InsecureAllowHTTP); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -170,4 +179,25 @@ func hasDotDot(p string) bool {
 		}
 	}
 	return false
+}
+
+// checkPlainStateURL refuses an http:// state URL whose host is not loopback: the state
+// credential and the state itself (with every secret Terraform keeps in it) would cross the pod
+// network in clear. The agent hands out https:// with its own CA; plain HTTP to another host
+// needs the same opt-in as a plain orchestrator URL.
+func checkPlainStateURL(stateURL string, allowInsecure bool) error {
+	u, err := url.Parse(stateURL)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", jobenv.StateURL, stateURL, err)
+	}
+	if !strings.EqualFold(u.Scheme, "http") || allowInsecure {
+		return nil
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%s %s is plain HTTP to another host: the state credential and the state would cross the network unencrypted, "+
+		"readable by anyone on the way; the agent hands out https:// (chart value state.tls.enabled), or set %s=true (the agent's "+
+		"--insecure-allow-http) if this network is trusted and you accept that", jobenv.StateURL, stateURL, jobenv.InsecureAllowHTTP)
 }

@@ -19,6 +19,7 @@
 package jobrun
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -269,7 +270,7 @@ func (j *attemptRun) run() int {
 	j.out.add(sensitiveSecrets(configDir, spec.Variables)...)
 
 	env := append(append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"}, toolEnv...),
-		backendEnv(spec.StateStorage, spec.DeploymentID, j.stateToken, j.caPEM, j.cfg.StateURL)...)
+		backendEnv(spec.StateStorage, spec.DeploymentID, j.stateToken, cmp.Or(j.cfg.StateCA, j.caPEM), j.cfg.StateURL)...)
 	providerEnv, err := providerSettings(workDir, j.cfg.PluginCacheDir, j.cfg.ProviderInstallation)
 	if err != nil {
 		return j.fail("%v", err)

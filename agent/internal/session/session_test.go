@@ -762,10 +762,7 @@ func TestALateJobIsAdopted(t *testing.T) {
 	if _, err := tokens.Authorize(t.Context(), "late", "opst_x", "k/late"); !errors.Is(err, jobtoken.ErrAdopting) {
 		t.Fatalf("an unknown credential while taking over: %v, want ErrAdopting", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- s.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer run(t, s)()
 	waitFor(t, "the first poll", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.polls) > 0 })
 	if _, err := tokens.Authorize(t.Context(), "late", "opst_x", "k/late"); !errors.Is(err, jobtoken.ErrUnauthenticated) {
 		t.Fatalf("an unknown credential once the term took over: %v, want ErrUnauthenticated", err)

@@ -2,6 +2,7 @@ package statebackend
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -25,6 +27,11 @@ type Forwarder struct {
 	namespace string
 	port      string
 	self      string
+	// tlsPort and tlsConfig, when set, make the forwarder reach a leader that serves TLS (its pod
+	// declares the container port TLSPortName) over TLS on tlsPort.
+	tlsPort   string
+	tlsConfig *tls.Config
+	transport *http.Transport
 
 	mu      sync.Mutex
 	leader  string
@@ -40,6 +47,30 @@ func NewForwarder(kube kubeclient.Interface, namespace, self, listen string) *Fo
 		port = "8080"
 	}
 	return &Forwarder{kube: kube, namespace: namespace, port: port, self: self}
+}
+
+// TLSPortName is the name of the agent container's TLS state port. A leader pod that declares it
+// serves TLS; one that does not is an agent of the previous release, reached in plain HTTP while
+// a rollout replaces it.
+const TLSPortName = "state-tls"
+
+// UseTLS makes the forwarder reach leaders that serve TLS over TLS on listen's port, trusting
+// cfg (the state backend's CA, the Service's name).
+func (f *Forwarder) UseTLS(cfg *tls.Config, listen string) {
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil || port == "" {
+		port = "8443"
+	}
+	f.tlsPort, f.tlsConfig = port, cfg
+	// Pod to pod, never through a proxy.
+	f.transport = &http.Transport{
+		TLSClientConfig:     cfg.Clone(),
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost: 16,
+		ForceAttemptHTTP2:   true,
+	}
 }
 
 // SetLeading records whether this replica leads.
@@ -79,6 +110,7 @@ func (f *Forwarder) forward(w http.ResponseWriter, r *http.Request) bool {
 		return true
 	}
 	proxy := &httputil.ReverseProxy{
+		Transport: f.transportFor(target),
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Header.Set("X-Outpost-Forwarded-By", f.self)
@@ -112,6 +144,9 @@ func (f *Forwarder) resolve(ctx context.Context, leader string) (*url.URL, error
 		return nil, fmt.Errorf("leader pod %s/%s has no IP yet", f.namespace, leader)
 	}
 	t := &url.URL{Scheme: "http", Host: net.JoinHostPort(pod.Status.PodIP, f.port)}
+	if f.tlsConfig != nil && servesTLS(pod) {
+		t = &url.URL{Scheme: "https", Host: net.JoinHostPort(pod.Status.PodIP, f.tlsPort)}
+	}
 	f.mu.Lock()
 	if f.leader == leader {
 		f.target = t
@@ -127,4 +162,24 @@ func (f *Forwarder) forget(leader string) {
 		f.target = nil
 	}
 	f.mu.Unlock()
+}
+
+// transportFor is the transport to target: the TLS one for https, the default otherwise.
+func (f *Forwarder) transportFor(target *url.URL) http.RoundTripper {
+	if target.Scheme == "https" && f.transport != nil {
+		return f.transport
+	}
+	return nil // httputil.ReverseProxy's default
+}
+
+// servesTLS reports whether the pod's containers declare the TLS state port.
+func servesTLS(pod *corev1.Pod) bool {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == TLSPortName {
+				return true
+			}
+		}
+	}
+	return false
 }

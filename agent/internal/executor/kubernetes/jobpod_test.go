@@ -179,6 +179,10 @@ func TestPluginCacheAndProviderInstallation(t *testing.T) {
 	if vol == nil || vol.PersistentVolumeClaim == nil || vol.PersistentVolumeClaim.ClaimName != "tf-plugins" {
 		t.Errorf("plugin cache volume %+v", vol)
 	}
+	// Its claim is the cluster owner's, so the job pod policy needs no allowedClaims for it.
+	if _, _, err := New(Options{Pod: o}).build(claim(tpl), "opst_test"); err != nil {
+		t.Errorf("the policy refuses the plugin cache's claim: %v", err)
+	}
 	// Without the options, neither appears.
 	job, _, err = BuildJob(claim(""), "opst_test", opts, time.Unix(0, 0))
 	if err != nil {

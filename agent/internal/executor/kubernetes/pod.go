@@ -61,6 +61,9 @@ type PodOptions struct {
 	InsecureAllowHTTP bool
 	// StateURL is where job runners reach the agent's state backend; set only for kubernetes state.
 	StateURL string
+	// StateCA is the PEM of the state backend's CA, handed to the job runner (jobenv.StateCA)
+	// with StateURL; empty when the state backend serves no TLS.
+	StateCA string
 	// CLI is the job runners' CLI; empty lets each take whichever of tofu and terraform its image has.
 	CLI              string
 	PodLabels        map[string]string
@@ -229,7 +232,8 @@ func ownedEnv(c *api.Claim, o PodOptions) []corev1.EnvVar {
 		{Name: jobenv.CLI, Value: o.CLI},
 	}
 	if c.Placement.StateStorage.Type == api.StateStorageKubernetes && o.StateURL != "" {
-		env = append(env, corev1.EnvVar{Name: jobenv.StateURL, Value: o.StateURL})
+		// The CA even when empty, so the agent's value replaces any the pod template sets.
+		env = append(env, corev1.EnvVar{Name: jobenv.StateURL, Value: o.StateURL}, corev1.EnvVar{Name: jobenv.StateCA, Value: o.StateCA})
 	}
 	// Always set, so the agent's value replaces any the pod template sets.
 	env = append(env, corev1.EnvVar{Name: jobenv.InsecureAllowHTTP, Value: strconv.FormatBool(o.InsecureAllowHTTP)})
@@ -352,4 +356,14 @@ func mergeLabels(base, over map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// owned is what the options put into every job pod, for the job pod policy: the attempt's token
+// Secret, the CA bundle, the image pull Secrets and the plugin cache's claim.
+func (o PodOptions) owned(tokenSecret string) Owned {
+	own := Owned{Secrets: append([]string{tokenSecret, o.CASecret}, o.ImagePullSecrets...)}
+	if o.PluginCache != nil && o.PluginCache.PersistentVolumeClaim != nil {
+		own.Claims = append(own.Claims, o.PluginCache.PersistentVolumeClaim.ClaimName)
+	}
+	return own
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	psapi "k8s.io/pod-security-admission/api"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 )
@@ -50,6 +51,35 @@ type Policy struct {
 	AllowedSecrets []string `json:"allowedSecrets,omitempty"`
 	// AllowedConfigMaps are the ConfigMaps job pods may read; kube-root-ca.crt is always allowed.
 	AllowedConfigMaps []string `json:"allowedConfigMaps,omitempty"`
+	// PodSecurityLevel is the Pod Security Standards level (restricted, baseline, privileged)
+	// Kubernetes' own evaluator checks every job pod against, on top of this policy's own rules,
+	// so the two cannot drift apart. Empty: the level the relaxations above need (Level).
+	PodSecurityLevel string `json:"podSecurityLevel,omitempty"`
+	// AllowedSysctls are the sysctls job pods may set (spec.securityContext.sysctls).
+	AllowedSysctls []string `json:"allowedSysctls,omitempty"`
+	// AllowClaimSources allows ephemeral volume claim templates that bind an existing volume
+	// (volumeName) or fill the new claim from another claim or snapshot (dataSource,
+	// dataSourceRef): both reach data outside the pod.
+	AllowClaimSources bool `json:"allowClaimSources,omitempty"`
+	// AllowedClaims are the PersistentVolumeClaims of the jobs namespace job pods may mount by
+	// name.
+	AllowedClaims []string `json:"allowedClaims,omitempty"`
+	// AllowedPriorityClasses are the PriorityClasses job pods may name. None by default: a job
+	// pod keeps the cluster's default priority and preempts nothing (system-node-critical would
+	// evict any other pod to make room).
+	AllowedPriorityClasses []string `json:"allowedPriorityClasses,omitempty"`
+	// AllowTolerateAll allows a toleration without a key and operator Exists, which tolerates
+	// every taint: control-plane nodes, nodes being drained, nodes reserved for other workloads.
+	AllowTolerateAll bool `json:"allowTolerateAll,omitempty"`
+	// AllowedRuntimeClasses are the RuntimeClasses job pods may name (a runtime class picks the
+	// container runtime handler, which may be less confined than the default).
+	AllowedRuntimeClasses []string `json:"allowedRuntimeClasses,omitempty"`
+	// AllowAgentLabels allows job pod labels that match the agent Service's selector: such a pod
+	// becomes an endpoint of the state backend's Service (other jobs' state requests, with their
+	// credentials, would reach it) and a peer the agent's NetworkPolicy admits.
+	AllowAgentLabels bool `json:"allowAgentLabels,omitempty"`
+	// AgentSelector is the agent Service's selector. The chart sets it; it is not a value.
+	AgentSelector map[string]string `json:"agentSelector,omitempty"`
 }
 
 // Chart values that relax the policy, named in refusals.
@@ -64,6 +94,14 @@ const (
 	valueVolumeTypes         = "jobs.policy.allowedVolumeTypes"
 	valueSecrets             = "jobs.policy.allowedSecrets"
 	valueConfigMaps          = "jobs.policy.allowedConfigMaps"
+	valuePodSecurityLevel    = "jobs.policy.podSecurityLevel"
+	valueSysctls             = "jobs.policy.allowedSysctls"
+	valueClaimSources        = "jobs.policy.allowClaimSources"
+	valueClaims              = "jobs.policy.allowedClaims"
+	valuePriorityClasses     = "jobs.policy.allowedPriorityClasses"
+	valueTolerateAll         = "jobs.policy.allowTolerateAll"
+	valueRuntimeClasses      = "jobs.policy.allowedRuntimeClasses"
+	valueAgentLabels         = "jobs.policy.allowAgentLabels"
 )
 
 // restrictedVolumeTypes are the volume types Pod Security "restricted" allows: none of them
@@ -107,14 +145,25 @@ func (e *PolicyError) Is(target error) bool {
 	return target == executor.ErrPolicy || target == executor.ErrInvalidJob
 }
 
+// Owned is what the agent itself puts into a job pod, by the cluster owner's configuration: it
+// needs no listing in the policy.
+type Owned struct {
+	// Secrets are the attempt's token Secret, the CA bundle and the chart's image pull Secrets.
+	Secrets []string
+	// Claims are the PersistentVolumeClaims of the chart's volumes (jobs.pluginCache).
+	Claims []string
+}
+
 // Check returns a *PolicyError listing every field of tpl the policy refuses, or nil. It reads
 // the final pod, after the agent's overlay and security defaults, init containers included, so
-// it judges exactly what would be created. agentSecrets are the Secrets the agent itself mounts
-// (the attempt's token, the CA bundle); they need no listing.
-func (p *Policy) Check(tpl *corev1.PodTemplateSpec, agentSecrets ...string) error {
-	c := policyCheck{p: p, secrets: agentSecrets}
+// it judges exactly what would be created; what the agent itself put there (own) needs no
+// listing. Then Kubernetes' own Pod Security evaluator checks the pod at the policy's level
+// (podsecurity.go).
+func (p *Policy) Check(tpl *corev1.PodTemplateSpec, own Owned) error {
+	c := policyCheck{p: p, own: own}
 	spec := &tpl.Spec
 	c.hostNamespaces(spec)
+	c.beyondThePod(tpl)
 	if spec.NodeName != "" && !p.AllowNodeName {
 		c.refuse("spec.nodeName", fmt.Sprintf("is %q: job pods are placed by the scheduler, not pinned to a node", spec.NodeName), valueNodeName)
 	}
@@ -139,6 +188,7 @@ func (p *Policy) Check(tpl *corev1.PodTemplateSpec, agentSecrets ...string) erro
 			c.refuse("metadata.annotations."+k, "is unconfined: job pods keep the runtime's AppArmor profile", valuePrivileged)
 		}
 	}
+	c.podSecurityStandard(tpl)
 	if len(c.out) == 0 {
 		return nil
 	}
@@ -147,9 +197,9 @@ func (p *Policy) Check(tpl *corev1.PodTemplateSpec, agentSecrets ...string) erro
 
 // policyCheck collects the violations of one pod.
 type policyCheck struct {
-	p       *Policy
-	secrets []string
-	out     []Violation
+	p   *Policy
+	own Owned
+	out []Violation
 }
 
 func (c *policyCheck) refuse(field, problem, value string) {
@@ -181,6 +231,11 @@ func (c *policyCheck) podSecurity(sc *corev1.PodSecurityContext) {
 		}
 		if sc.RunAsNonRoot != nil && !*sc.RunAsNonRoot {
 			c.refuse(at+".runAsNonRoot", "is false: job pods must run as a non-root user", valueRunAsRoot)
+		}
+	}
+	for _, sysctl := range sc.Sysctls {
+		if !slices.Contains(c.p.AllowedSysctls, sysctl.Name) {
+			c.refuse(fmt.Sprintf("%s.sysctls[%s]", at, sysctl.Name), "is set: job pods change no kernel parameter the cluster owner did not list", valueSysctls)
 		}
 	}
 	if c.p.AllowPrivileged {
@@ -216,6 +271,7 @@ func (c *policyCheck) container(at string, ctr *corev1.Container, pod *corev1.Po
 		}
 	}
 	c.envRefs(at, ctr)
+	c.handlerHosts(at, ctr)
 	sc := ctr.SecurityContext
 	if sc == nil {
 		sc = &corev1.SecurityContext{}
@@ -284,6 +340,22 @@ func (c *policyCheck) volume(v *corev1.Volume) {
 		return
 	}
 	switch src := v.VolumeSource; {
+	case src.PersistentVolumeClaim != nil:
+		if name := src.PersistentVolumeClaim.ClaimName; !slices.Contains(c.own.Claims, name) && !slices.Contains(c.p.AllowedClaims, name) {
+			c.refuse(at+".persistentVolumeClaim.claimName", fmt.Sprintf("mounts claim %q: job pods may only mount the claims the cluster owner lists", name), valueClaims)
+		}
+	case src.Ephemeral != nil && src.Ephemeral.VolumeClaimTemplate != nil && !c.p.AllowClaimSources:
+		cs := &src.Ephemeral.VolumeClaimTemplate.Spec
+		field := at + ".ephemeral.volumeClaimTemplate.spec"
+		if cs.VolumeName != "" {
+			c.refuse(field+".volumeName", fmt.Sprintf("is %q: a job pod's claim gets a new volume, never an existing one", cs.VolumeName), valueClaimSources)
+		}
+		if cs.DataSource != nil {
+			c.refuse(field+".dataSource", fmt.Sprintf("names %s %q: a job pod's claim starts empty, never as a copy of other data", cs.DataSource.Kind, cs.DataSource.Name), valueClaimSources)
+		}
+		if cs.DataSourceRef != nil {
+			c.refuse(field+".dataSourceRef", fmt.Sprintf("names %s %q: a job pod's claim starts empty, never as a copy of other data", cs.DataSourceRef.Kind, cs.DataSourceRef.Name), valueClaimSources)
+		}
 	case src.Secret != nil:
 		c.secret(at+".secret.secretName", src.Secret.SecretName)
 	case src.ConfigMap != nil:
@@ -308,7 +380,7 @@ func (c *policyCheck) volume(v *corev1.Volume) {
 }
 
 func (c *policyCheck) secret(field, name string) {
-	if !slices.Contains(c.secrets, name) && !slices.Contains(c.p.AllowedSecrets, name) {
+	if !slices.Contains(c.own.Secrets, name) && !slices.Contains(c.p.AllowedSecrets, name) {
 		c.refuse(field, fmt.Sprintf("reads Secret %q: job pods may only read the Secrets the cluster owner lists", name), valueSecrets)
 	}
 }
@@ -350,6 +422,11 @@ func ValidatePolicy(p *Policy) error {
 	for _, v := range p.AllowedVolumeTypes {
 		if !known[v] {
 			errs = append(errs, fmt.Errorf("allowedVolumeTypes: %q is not a Kubernetes volume type (hostPath, nfs, iscsi, ...)", v))
+		}
+	}
+	if p.PodSecurityLevel != "" {
+		if _, err := psapi.ParseLevel(p.PodSecurityLevel); err != nil {
+			errs = append(errs, fmt.Errorf("podSecurityLevel: %q %w", p.PodSecurityLevel, err))
 		}
 	}
 	for _, c := range p.AllowedCapabilities {

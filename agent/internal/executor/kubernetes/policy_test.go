@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -43,12 +44,38 @@ var hostileTemplates = []struct {
 	{"secret env", `{"spec":{"containers":[{"name":"main","env":[{"name":"PW","valueFrom":{"secretKeyRef":{"name":"db","key":"pw"}}}]}]}}`, "spec.containers[main].env[PW].valueFrom.secretKeyRef.name", valueSecrets},
 	{"secret envFrom", `{"spec":{"containers":[{"name":"main","envFrom":[{"secretRef":{"name":"db"}}]}]}}`, "spec.containers[main].envFrom[0].secretRef.name", valueSecrets},
 	{"configMap volume", `{"spec":{"containers":[{"name":"main"}],"volumes":[{"name":"c","configMap":{"name":"settings"}}]}}`, "spec.volumes[c].configMap.name", valueConfigMaps},
+	// N2: what Pod Security baseline refuses and the policy once let through.
+	{"liveness probe httpGet host", `{"spec":{"containers":[{"name":"main","livenessProbe":{"httpGet":{"host":"169.254.169.254","port":80}}}]}}`, "spec.containers[main].livenessProbe.httpGet.host", valueHostNamespaces},
+	{"readiness probe tcpSocket host", `{"spec":{"containers":[{"name":"main","readinessProbe":{"tcpSocket":{"host":"10.0.0.1","port":5432}}}]}}`, "spec.containers[main].readinessProbe.tcpSocket.host", valueHostNamespaces},
+	{"startup probe of a sidecar", `{"spec":{"containers":[{"name":"main"},{"name":"side","image":"x","startupProbe":{"httpGet":{"host":"kubernetes.default","port":443}}}]}}`, "spec.containers[side].startupProbe.httpGet.host", valueHostNamespaces},
+	{"postStart hook httpGet host", `{"spec":{"containers":[{"name":"main","lifecycle":{"postStart":{"httpGet":{"host":"169.254.169.254","port":80}}}}]}}`, "spec.containers[main].lifecycle.postStart.httpGet.host", valueHostNamespaces},
+	{"preStop hook tcpSocket host of an init container", `{"spec":{"initContainers":[{"name":"setup","image":"x","lifecycle":{"preStop":{"tcpSocket":{"host":"10.0.0.1","port":22}}}}],"containers":[{"name":"main"}]}}`, "spec.initContainers[setup].lifecycle.preStop.tcpSocket.host", valueHostNamespaces},
+	{"unsafe sysctl", `{"spec":{"securityContext":{"sysctls":[{"name":"kernel.msgmax","value":"65536"}]},"containers":[{"name":"main"}]}}`, "spec.securityContext.sysctls[kernel.msgmax]", valueSysctls},
+	{"safe sysctl", `{"spec":{"securityContext":{"sysctls":[{"name":"net.ipv4.tcp_syncookies","value":"1"}]},"containers":[{"name":"main"}]}}`, "spec.securityContext.sysctls[net.ipv4.tcp_syncookies]", valueSysctls},
+	// N4: fields beyond Pod Security that reach beyond the pod.
+	{"ephemeral claim binding a volume", `{"spec":{"containers":[{"name":"main"}],"volumes":[{"name":"e","ephemeral":{"volumeClaimTemplate":{"spec":{"accessModes":["ReadWriteOnce"],"volumeName":"pv-prod-db","resources":{"requests":{"storage":"1Gi"}}}}}}]}}`, "spec.volumes[e].ephemeral.volumeClaimTemplate.spec.volumeName", valueClaimSources},
+	{"ephemeral claim cloning a claim", `{"spec":{"containers":[{"name":"main"}],"volumes":[{"name":"e","ephemeral":{"volumeClaimTemplate":{"spec":{"accessModes":["ReadWriteOnce"],"dataSource":{"kind":"PersistentVolumeClaim","name":"prod-db"},"resources":{"requests":{"storage":"1Gi"}}}}}}]}}`, "spec.volumes[e].ephemeral.volumeClaimTemplate.spec.dataSource", valueClaimSources},
+	{"ephemeral claim from a snapshot", `{"spec":{"containers":[{"name":"main"}],"volumes":[{"name":"e","ephemeral":{"volumeClaimTemplate":{"spec":{"accessModes":["ReadWriteOnce"],"dataSourceRef":{"apiGroup":"snapshot.storage.k8s.io","kind":"VolumeSnapshot","name":"prod-db-nightly"},"resources":{"requests":{"storage":"1Gi"}}}}}}]}}`, "spec.volumes[e].ephemeral.volumeClaimTemplate.spec.dataSourceRef", valueClaimSources},
+	{"claim by name", `{"spec":{"containers":[{"name":"main"}],"volumes":[{"name":"d","persistentVolumeClaim":{"claimName":"prod-db"}}]}}`, "spec.volumes[d].persistentVolumeClaim.claimName", valueClaims},
+	{"system priority class", `{"spec":{"priorityClassName":"system-node-critical","containers":[{"name":"main"}]}}`, "spec.priorityClassName", valuePriorityClasses},
+	{"any other priority class", `{"spec":{"priorityClassName":"batch-high","containers":[{"name":"main"}]}}`, "spec.priorityClassName", valuePriorityClasses},
+	{"tolerate every taint", `{"spec":{"tolerations":[{"operator":"Exists"}],"containers":[{"name":"main"}]}}`, "spec.tolerations[0]", valueTolerateAll},
+	{"runtime class", `{"spec":{"runtimeClassName":"runc-unconfined","containers":[{"name":"main"}]}}`, "spec.runtimeClassName", valueRuntimeClasses},
+	{"another Secret as image pull secret", `{"spec":{"imagePullSecrets":[{"name":"prod-registry-admin"}],"containers":[{"name":"main"}]}}`, "spec.imagePullSecrets[1].name", valueSecrets},
+	{"the agent Service's labels", `{"metadata":{"labels":{"app.kubernetes.io/name":"outpost-agent","app.kubernetes.io/instance":"outpost","app.kubernetes.io/component":"agent"}},"spec":{"containers":[{"name":"main"}]}}`, "metadata.labels", valueAgentLabels},
 }
+
+// testAgentSelector stands for the agent Service's selector, which the chart puts into the
+// policy.
+var testAgentSelector = map[string]string{"app.kubernetes.io/name": "outpost-agent", "app.kubernetes.io/instance": "outpost", "app.kubernetes.io/component": "agent"}
 
 // build runs the executor's build (pinned template, defaults, policy) with a fake-free executor:
 // build touches no API.
 func buildWith(t *testing.T, p Policy, tpl string) error {
 	t.Helper()
+	if p.AgentSelector == nil {
+		p.AgentSelector = testAgentSelector
+	}
 	e := New(Options{Policy: p, Pod: opts})
 	_, _, err := e.build(claim(tpl), "opst_test")
 	return err
@@ -87,8 +114,15 @@ func TestPolicyRelaxations(t *testing.T) {
 		valueServiceAccountToken: {AllowServiceAccountToken: true},
 		valueCapabilities:        {AllowedCapabilities: []string{"SYS_ADMIN"}},
 		valueVolumeTypes:         {AllowedVolumeTypes: []string{"hostPath", "nfs"}},
-		valueSecrets:             {AllowedSecrets: []string{"runner-key", "outpost-dep-other-1-token", "db"}},
 		valueConfigMaps:          {AllowedConfigMaps: []string{"settings"}},
+		valueSysctls:             {AllowedSysctls: []string{"kernel.msgmax", "net.ipv4.tcp_syncookies"}},
+		valueClaimSources:        {AllowClaimSources: true},
+		valueClaims:              {AllowedClaims: []string{"prod-db"}},
+		valuePriorityClasses:     {AllowedPriorityClasses: []string{"system-node-critical", "batch-high"}},
+		valueTolerateAll:         {AllowTolerateAll: true},
+		valueRuntimeClasses:      {AllowedRuntimeClasses: []string{"runc-unconfined"}},
+		valueSecrets:             {AllowedSecrets: []string{"runner-key", "outpost-dep-other-1-token", "db", "prod-registry-admin"}},
+		valueAgentLabels:         {AllowAgentLabels: true},
 	}
 	for _, tc := range hostileTemplates {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,4 +193,84 @@ func TestValidatePolicy(t *testing.T) {
 func asJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// TestPodSecurityEvaluatorBacksThePolicy: Kubernetes' own Pod Security evaluator, run alone on
+// each template the policy refuses, refuses every one that breaks a Pod Security Standard, at
+// the level the relaxations need, naming the same relaxation; so a field the policy's own rules
+// missed (as probe hosts and sysctls once were) is refused all the same.
+func TestPodSecurityEvaluatorBacksThePolicy(t *testing.T) {
+	pss := map[string]bool{ // the templates that break restricted, by Pod Security's own checks
+		"hostPID": true, "hostNetwork": true, "hostIPC": true, "hostPort": true, "hostPath": true, "nfs": true,
+		"privileged": true, "privileged init container": true, "privileged sidecar": true, "unconfined seccomp": true,
+		"unmasked proc": true, "allowPrivilegeEscalation": true, "added capability": true, "pod runs as uid 0": true,
+		"container runs as uid 0": true, "runAsNonRoot false": true, "liveness probe httpGet host": true,
+		"readiness probe tcpSocket host": true, "startup probe of a sidecar": true, "postStart hook httpGet host": true,
+		"preStop hook tcpSocket host of an init container": true, "unsafe sysctl": true,
+	}
+	for _, tc := range hostileTemplates {
+		t.Run(tc.name, func(t *testing.T) {
+			job, _, err := BuildJob(claim(tc.template), "opst_test", opts, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tpl := &job.Spec.Template
+			d := RestrictedDefaults()
+			d.Apply(&tpl.Spec, &Policy{})
+			c := policyCheck{p: &Policy{}}
+			c.podSecurityStandard(tpl)
+			if !pss[tc.name] {
+				if len(c.out) != 0 {
+					t.Fatalf("Pod Security refuses a template that breaks no standard: %+v", c.out)
+				}
+				return
+			}
+			if len(c.out) == 0 {
+				t.Fatal("Pod Security restricted lets the template through")
+			}
+			for _, v := range c.out {
+				if !strings.Contains(v.Field, "Pod Security restricted, check ") {
+					t.Errorf("violation %s does not name the Pod Security check", v)
+				}
+			}
+			if c.out[0].Value != tc.value {
+				t.Errorf("Pod Security's refusal names %s, want %s as the policy's own rule does: %s", c.out[0].Value, tc.value, c.out[0])
+			}
+		})
+	}
+}
+
+// TestPodSecurityLevel: the level the evaluator checks at is the configured one, else the one
+// the relaxations need; a relaxation the configured level does not allow is refused by Pod
+// Security, naming jobs.policy.podSecurityLevel.
+func TestPodSecurityLevel(t *testing.T) {
+	for _, tc := range []struct {
+		p    Policy
+		want string
+	}{
+		{Policy{}, LevelRestricted},
+		{Policy{AllowRunAsRoot: true}, LevelBaseline},
+		{Policy{AllowedVolumeTypes: []string{"nfs"}}, LevelBaseline},
+		{Policy{AllowedSysctls: []string{"net.ipv4.tcp_syncookies"}}, LevelRestricted},
+		{Policy{AllowedSysctls: []string{"kernel.msgmax"}}, LevelPrivileged},
+		{Policy{AllowHostNamespaces: true}, LevelPrivileged},
+		{Policy{AllowedCapabilities: []string{"NET_ADMIN"}}, LevelPrivileged},
+		{Policy{AllowRunAsRoot: true, PodSecurityLevel: LevelRestricted}, LevelRestricted},
+	} {
+		if got := tc.p.Level(); got != tc.want {
+			t.Errorf("%s: Level() = %s, want %s", asJSON(tc.p), got, tc.want)
+		}
+	}
+	err := buildWith(t, Policy{AllowRunAsRoot: true, PodSecurityLevel: LevelRestricted}, `{"spec":{"securityContext":{"runAsUser":0},"containers":[{"name":"main"}]}}`)
+	var pe *PolicyError
+	if !errors.As(err, &pe) || len(pe.Violations) != 1 || pe.Violations[0].Value != valuePodSecurityLevel ||
+		!strings.Contains(pe.Violations[0].Field, "check runAsUser") {
+		t.Fatalf("uid 0 allowed by the policy but not by the configured level restricted: %v", err)
+	}
+	if err := buildWith(t, Policy{AllowRunAsRoot: true}, `{"spec":{"securityContext":{"runAsUser":0},"containers":[{"name":"main"}]}}`); err != nil {
+		t.Errorf("uid 0 with allowRunAsRoot (level baseline) must pass: %v", err)
+	}
+	if err := ValidatePolicy(&Policy{PodSecurityLevel: "strict"}); err == nil || !strings.Contains(err.Error(), "podSecurityLevel") {
+		t.Errorf("ValidatePolicy of level strict = %v", err)
+	}
 }

@@ -98,7 +98,7 @@ func (e *Executor) build(c *api.Claim, stateToken string) (*batchv1.Job, *corev1
 	}
 	tpl := &job.Spec.Template
 	e.o.Security.Apply(&tpl.Spec, &e.o.Policy)
-	if err := e.o.Policy.Check(tpl, secret.Name, e.o.Pod.CASecret); err != nil {
+	if err := e.o.Policy.Check(tpl, e.o.Pod.owned(secret.Name)); err != nil {
 		return nil, nil, err
 	}
 	for _, l := range []map[string]string{job.Labels, tpl.Labels, secret.Labels} {

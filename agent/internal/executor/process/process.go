@@ -48,9 +48,11 @@ type Options struct {
 	// InsecureAllowHTTP hands the agent's --insecure-allow-http on to the job runner.
 	InsecureAllowHTTP bool
 	StateURL          string
-	CLI               string
-	CABundle          string
-	Logger            *slog.Logger
+	// StateCA is the PEM of the state backend's CA (--state-tls-secret), handed to the job runner.
+	StateCA  string
+	CLI      string
+	CABundle string
+	Logger   *slog.Logger
 }
 
 // Executor implements executor.Executor with local processes.
@@ -201,6 +203,9 @@ func (e *Executor) env(dir string, rec claimRecord) []string {
 	)
 	if rec.StateStorage == api.StateStorageKubernetes && e.o.StateURL != "" {
 		env = append(env, jobenv.StateURL+"="+e.o.StateURL)
+		if e.o.StateCA != "" {
+			env = append(env, jobenv.StateCA+"="+e.o.StateCA)
+		}
 	}
 	if e.o.CABundle != "" {
 		env = append(env, jobenv.CABundleFile+"="+e.o.CABundle)

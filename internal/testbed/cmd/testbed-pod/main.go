@@ -14,6 +14,13 @@
 //	get [-for D] URL         print the body of an HTTP GET; retry for D (default 30s) until 200;
 //	                         https trusts the Pod's service account CA and sends its token
 //	resolve [-for D] NAME    print the IPv4 addresses of NAME; retry for D (default 30s)
+//	reach [-after D] [-timeout D] TARGET...
+//	                         after D (default 0), try each TARGET once within the timeout
+//	                         (default 3s) and print one line per TARGET: "reach TARGET: ok …"
+//	                         or "reach TARGET: unreachable: …"; TARGET is http://HOST:PORT/…
+//	                         (a GET, any status counts as reached) or HOST:PORT (a TCP
+//	                         connection; https is left to the TLS layer). Always exits 0:
+//	                         the caller reads the lines (NetworkPolicy tests)
 package main
 
 import (
@@ -36,7 +43,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testbed-pod pause|echo|fail|sleep|serve|get|resolve ARGS...")
+		fmt.Fprintln(os.Stderr, "usage: testbed-pod pause|echo|fail|sleep|serve|get|resolve|reach ARGS...")
 		os.Exit(2)
 	}
 	cmd, args := os.Args[1], os.Args[2:]
@@ -88,6 +95,18 @@ func run(cmd string, args []string) error {
 			return errors.New("usage: serve ADDR TEXT")
 		}
 		return serve(args[0], args[1])
+	case "reach":
+		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+		after := fs.Duration("after", 0, "wait this long first")
+		timeout := fs.Duration("timeout", 3*time.Second, "give each target this long")
+		if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+			return errors.New("usage: reach [-after DURATION] [-timeout DURATION] TARGET [TARGET]")
+		}
+		time.Sleep(*after)
+		for _, target := range fs.Args() {
+			fmt.Printf("reach %s: %s\n", target, reach(target, *timeout))
+		}
+		return nil
 	case "get", "resolve":
 		fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 		retryFor := fs.Duration("for", 30*time.Second, "keep retrying this long")
@@ -196,4 +215,30 @@ func resolve(ctx context.Context, name string) error {
 		fmt.Println(a.String())
 	}
 	return nil
+}
+
+// reach tries target once within timeout and says how it went, on one line.
+func reach(target string, timeout time.Duration) string {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if strings.HasPrefix(target, "http://") {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+		if err != nil {
+			return "unreachable: " + err.Error()
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "unreachable: " + err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return fmt.Sprintf("ok: %s %q", resp.Status, body)
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", target)
+	if err != nil {
+		return "unreachable: " + err.Error()
+	}
+	_ = conn.Close()
+	return "ok: connected"
 }
