@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"sort"
@@ -312,6 +313,7 @@ func TestDefaults(t *testing.T) {
 		"Deployment outpost-system/outpost-agent",
 		"NetworkPolicy outpost-system-jobs/outpost-system-outpost-agent-jobs",
 		"NetworkPolicy outpost-system/outpost-agent",
+		"PodDisruptionBudget outpost-system-jobs/outpost-system-outpost-agent-applies",
 		"PodDisruptionBudget outpost-system/outpost-agent",
 		"Role outpost-system-jobs/outpost-system-outpost-agent-jobs",
 		"Role outpost-system-state/outpost-system-outpost-agent-state",
@@ -690,8 +692,8 @@ func TestPodDisruptionBudget(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := render(t, tc.values)
 			if tc.wantNoBudgetObject {
-				if n := len(all[policyv1.PodDisruptionBudget](r)); n != 0 {
-					t.Fatalf("%d PodDisruptionBudgets rendered, want none", n)
+				if r.has("PodDisruptionBudget", releaseNamespace, releaseName) {
+					t.Fatal("the agent's PodDisruptionBudget was rendered, want none")
 				}
 				return
 			}
@@ -708,6 +710,41 @@ func TestPodDisruptionBudget(t *testing.T) {
 				t.Errorf("the PDB selector %+v does not select the agent pods (%v)", pdb.Spec.Selector, err)
 			}
 		})
+	}
+}
+
+// TestJobsPodDisruptionBudget: the budget in the jobs namespace selects this runner's apply and
+// destroy pods by the labels the agent puts on them, never a plan's or another runner's, and
+// allows no eviction however many there are.
+func TestJobsPodDisruptionBudget(t *testing.T) {
+	r := render(t, "")
+	pdb := get[policyv1.PodDisruptionBudget](t, r, "PodDisruptionBudget", releaseNamespace+"-jobs", releaseNamespace+"-outpost-agent-applies")
+	if pdb.Spec.MaxUnavailable != nil || pdb.Spec.MinAvailable == nil || *pdb.Spec.MinAvailable != intstr.FromInt32(math.MaxInt32) {
+		t.Errorf("PDB spec = %+v, want only minAvailable %d (an integer: Jobs have no scale for maxUnavailable)", pdb.Spec, math.MaxInt32)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := func(runner, op string) labels.Set {
+		return labels.Set{"app.kubernetes.io/managed-by": "outpost-agent", "outpost.dev/runner-id": runner, "outpost.dev/operation": op,
+			"outpost.dev/deployment-id": "dep-1", "outpost.dev/attempt": "1"}
+	}
+	for _, tc := range []struct {
+		pod  labels.Set
+		want bool
+	}{
+		{pod("prod-eu", "apply"), true},
+		{pod("prod-eu", "destroy"), true},
+		{pod("prod-eu", "plan"), false},
+		{pod("staging", "apply"), false},
+	} {
+		if got := sel.Matches(tc.pod); got != tc.want {
+			t.Errorf("the budget selects a pod labelled %v: %t, want %t", tc.pod, got, tc.want)
+		}
+	}
+	if r := render(t, "jobs: {podDisruptionBudget: {enabled: false}}"); r.has("PodDisruptionBudget", releaseNamespace+"-jobs", releaseNamespace+"-outpost-agent-applies") {
+		t.Error("jobs.podDisruptionBudget.enabled=false still rendered the budget")
 	}
 }
 

@@ -9,14 +9,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
-	"text/tabwriter"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/faulttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
@@ -26,31 +25,11 @@ import (
 // `make faults` (OUTPOST_FAULTS=full) the long one, e.g. 200 deployments across the agent's
 // SIGKILLs. All traffic stays on loopback; every loop is bounded.
 
-// faultsFull reports whether the long version runs.
-func faultsFull() bool { return os.Getenv("OUTPOST_FAULTS") == "full" }
+// faultRow is one line of the table.
+type faultRow = faulttest.Row
 
 // scale picks the short or the long figure.
-func scale(short, full int) int {
-	if faultsFull() {
-		return full
-	}
-	return short
-}
-
-// faultRow is one line of the table.
-type faultRow struct {
-	fault       string
-	deployments int
-	// lost: not succeeded in the end; twice: more than one Job for a deployment; eventsLost:
-	// a deployment without exactly one started and one finished event.
-	lost, twice, eventsLost int
-	// retried counts deployments that needed a second attempt (allowed, but worth seeing).
-	retried int
-	// recover is the time from the end of the fault (for a standing fault, the agent's start)
-	// until every deployment enqueued was reported finished.
-	recover time.Duration
-	note    string
-}
+func scale(short, full int) int { return faulttest.Scale(short, full) }
 
 // faultTemplate: each Job's pod runs 2 s on kwok.
 const faultTemplate = `{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":"2s"}},"spec":{"containers":[{"name":"main"}]}}`
@@ -59,49 +38,27 @@ const faultTemplate = `{"metadata":{"annotations":{"testbed.outpost.dev/run-dura
 // Go runs it while the package's parallel tests wait: pausing etcd disturbs nobody else.
 func TestFaults(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("fault suite (%s), random seed %d", map[bool]string{false: "short", true: "full"}[faultsFull()], seed)
+	t.Logf("random seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, seed>>1))
-	var rows []faultRow
-	run := func(name string, f func(t *testing.T) faultRow) {
-		t.Run(name, func(t *testing.T) {
-			r := f(t)
-			r.fault = name
-			rows = append(rows, r)
-			if r.lost+r.twice+r.eventsLost > 0 {
-				t.Errorf("%s: %d lost, %d run twice, %d with events lost (of %d)", name, r.lost, r.twice, r.eventsLost, r.deployments)
-			}
-		})
-	}
-	run("agent SIGKILL at random points", func(t *testing.T) faultRow { return agentKills(t, rng) })
-	run("orchestrator restarts under load", func(t *testing.T) faultRow { return orchestratorRestarts(t, rng) })
-	run("etcd paused 10 s", etcdPause)
-	run("proxy drops, delays, resets", func(t *testing.T) faultRow { return proxyChaos(t, rng) })
-	run("agent clock 90 s behind", func(t *testing.T) faultRow { return clockSkew(t, 90*time.Second) })
-	run("agent clock 90 s ahead", func(t *testing.T) faultRow { return clockSkew(t, -90*time.Second) })
-	run("captured requests replayed", replay)
-	run("agent upgraded from the previous build", agentUpgrade)
-	run("orchestrator upgraded from the previous build", orchestratorUpgrade)
-
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "fault\tdeployments\tlost\trun twice\tevents lost\trecovery\tnotes")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d retried; %s\n", r.fault, r.deployments, r.lost, r.twice, r.eventsLost, r.recover.Round(100*time.Millisecond), r.retried, r.note)
-	}
-	_ = tw.Flush()
-	t.Logf("fault table (recovery: from the end of the fault, or the agent's start for a standing one, until every deployment was reported finished):\n%s", b.String())
-	if path := os.Getenv("OUTPOST_FAULTS_REPORT"); path != "" {
-		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-			t.Error(err)
-		}
-	}
+	s := faulttest.NewSuite(t, "agent-e2e")
+	s.Run("agent SIGKILL at random points", func(t *testing.T) faultRow { return agentKills(t, rng) })
+	s.Run("orchestrator restarts under load", func(t *testing.T) faultRow { return orchestratorRestarts(t, rng) })
+	s.Run("etcd paused 10 s", etcdPause)
+	s.Run("proxy drops, delays, resets", func(t *testing.T) faultRow { return proxyChaos(t, rng) })
+	s.Run("agent clock 90 s behind", func(t *testing.T) faultRow { return clockSkew(t, 90*time.Second) })
+	s.Run("agent clock 90 s ahead", func(t *testing.T) faultRow { return clockSkew(t, -90*time.Second) })
+	s.Run("captured requests replayed", replay)
+	s.Run("running job pods evicted (Eviction API)", evictions)
+	s.Run("agent upgraded from the previous build", agentUpgrade)
+	s.Run("orchestrator upgraded from the previous build", orchestratorUpgrade)
+	s.Report()
 }
 
 // outcome waits (at most timeout) until every deployment is terminal and counts what the table
 // counts; recover is measured from since.
 func (e *env) outcome(ids []string, c *creations, since time.Time, timeout time.Duration) faultRow {
 	e.t.Helper()
-	r := faultRow{deployments: len(ids)}
+	r := faultRow{Deployments: len(ids)}
 	done := map[string]*api.Deployment{}
 	deadline := time.Now().Add(timeout)
 	for len(done) < len(ids) && time.Now().Before(deadline) {
@@ -117,12 +74,12 @@ func (e *env) outcome(ids []string, c *creations, since time.Time, timeout time.
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	r.recover = time.Since(since)
+	r.Recover = time.Since(since)
 	per := c.perJob()
 	for _, id := range ids {
 		d := done[id]
 		if d == nil || d.Status != api.StatusSucceeded {
-			r.lost++
+			r.Lost++
 			if d != nil {
 				e.t.Logf("deployment %s: %s (%s) %s", id, d.Status, d.Reason, d.Message)
 			} else {
@@ -130,10 +87,10 @@ func (e *env) outcome(ids []string, c *creations, since time.Time, timeout time.
 			}
 		}
 		if d != nil && d.Attempt > 1 {
-			r.retried++
+			r.Retried++
 		}
 		if per[id] > 1 {
-			r.twice++
+			r.Twice++
 			e.t.Logf("deployment %s: %d Jobs", id, per[id])
 		}
 		evs, err := e.admin.ListEvents(context.Background(), id)
@@ -143,7 +100,7 @@ func (e *env) outcome(ids []string, c *creations, since time.Time, timeout time.
 		n := orchestratortest.EventCounts(evs)
 		started, finished := n[api.EventStarted], n[api.EventFinished]
 		if started != 1 || finished != 1 {
-			r.eventsLost++
+			r.EventsLost++
 			e.t.Logf("deployment %s: %d started and %d finished events: %+v", id, started, finished, evs)
 		}
 	}
@@ -170,7 +127,7 @@ func agentKills(t *testing.T, rng *rand.Rand) faultRow {
 		a = e.startAgent("agent-0")
 	}
 	r := e.outcome(ids, c, time.Now(), 5*time.Minute)
-	r.note = fmt.Sprintf("%d SIGKILLs, %d Jobs created", kills, c.jobs())
+	r.Note = fmt.Sprintf("%d SIGKILLs, %d Jobs created", kills, c.jobs())
 	return r
 }
 
@@ -187,7 +144,7 @@ func orchestratorRestarts(t *testing.T, rng *rand.Rand) faultRow {
 		e.orch.Restart(t)
 	}
 	r := e.outcome(ids, c, time.Now(), 5*time.Minute)
-	r.note = fmt.Sprintf("%d restarts", restarts)
+	r.Note = fmt.Sprintf("%d restarts", restarts)
 	return r
 }
 
@@ -216,7 +173,7 @@ func etcdPause(t *testing.T) faultRow {
 	time.Sleep(10 * time.Second)
 	cont()
 	r := e.outcome(ids, c, time.Now(), 5*time.Minute)
-	r.note = "SIGSTOP/SIGCONT of etcd"
+	r.Note = "SIGSTOP/SIGCONT of etcd"
 	return r
 }
 
@@ -264,7 +221,7 @@ func proxyChaos(t *testing.T, rng *rand.Rand) faultRow {
 	p.mu.Unlock()
 	r := e.outcome(ids, c, time.Now(), 5*time.Minute)
 	mu.Lock()
-	r.note = fmt.Sprintf("%s of chaos: %d dropped, %d delayed, %d reset mid-answer, %d open ones cut", span, counts["dropped"], counts["delayed"], counts["reset"], counts["cut"])
+	r.Note = fmt.Sprintf("%s of chaos: %d dropped, %d delayed, %d reset mid-answer, %d open ones cut", span, counts["dropped"], counts["delayed"], counts["reset"], counts["cut"])
 	mu.Unlock()
 	return r
 }
@@ -309,7 +266,7 @@ func clockSkew(t *testing.T, orchestratorAhead time.Duration) faultRow {
 	ids := e.deploy(n)
 	r := e.outcome(ids, c, began, 3*time.Minute)
 	learnt := a.logValue("orchestrator_ahead_by")
-	r.note = fmt.Sprintf("orchestrator's clock %+v; the agent learnt %s from its answers", orchestratorAhead, learnt)
+	r.Note = fmt.Sprintf("orchestrator's clock %+v; the agent learnt %s from its answers", orchestratorAhead, learnt)
 	if d, err := time.ParseDuration(learnt); err != nil || (d-orchestratorAhead).Abs() > 2*time.Second {
 		t.Errorf("the agent logged a clock difference of %q, want about %s", learnt, orchestratorAhead)
 	}
@@ -346,7 +303,7 @@ func replay(t *testing.T) faultRow {
 	r := e.outcome(ids, c, began, 3*time.Minute)
 	late := replayAll(t, p.addr, &mu, captured)
 	accepted := live.accepted + late.accepted
-	r.note = fmt.Sprintf("%d replays, %d accepted; refusals: %s", live.sent+late.sent, accepted, mergeCounts(live.refused, late.refused))
+	r.Note = fmt.Sprintf("%d replays, %d accepted; refusals: %s", live.sent+late.sent, accepted, mergeCounts(live.refused, late.refused))
 	if live.sent == 0 || late.sent == 0 {
 		t.Errorf("nothing captured to replay (%d live, %d late)", live.sent, late.sent)
 	}

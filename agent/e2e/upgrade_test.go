@@ -45,7 +45,7 @@ func agentUpgrade(t *testing.T) faultRow {
 	<-old.done
 	e.startAgent("agent-new")
 	r := e.outcome(ids, c, switched, 5*time.Minute)
-	r.note = fmt.Sprintf("agent %s → this tree after %d Jobs, %d Jobs created", prev.Version, before, c.jobs())
+	r.Note = fmt.Sprintf("agent %s → this tree after %d Jobs, %d Jobs created", prev.Version, before, c.jobs())
 	return r
 }
 
@@ -67,7 +67,7 @@ func orchestratorUpgrade(t *testing.T) faultRow {
 	stop()
 	orchestratortest.StartOn(t, addr, orchestratortest.WithData(dataDir, token))
 	r := e.outcome(ids, c, switched, 5*time.Minute)
-	r.note = fmt.Sprintf("orchestrator %s → this tree after %d Jobs", prev.Version, before)
+	r.Note = fmt.Sprintf("orchestrator %s → this tree after %d Jobs", prev.Version, before)
 	return r
 }
 

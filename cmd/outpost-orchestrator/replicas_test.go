@@ -56,6 +56,14 @@ func TestReplicaProcessesRunEachDeploymentOnce(t *testing.T) {
 // test skips, except under CI=true.
 func startPostgreSQL(tb testing.TB, durable bool) string {
 	tb.Helper()
+	_, u := startPostgreSQLServer(tb, durable)
+	return u
+}
+
+// startPostgreSQLServer is startPostgreSQL that also returns the server, for the tests that
+// restart or crash it.
+func startPostgreSQLServer(tb testing.TB, durable bool) (*pgtest.Server, string) {
+	tb.Helper()
 	start := pgtest.Start
 	if durable {
 		start = pgtest.StartDurable
@@ -72,7 +80,7 @@ func startPostgreSQL(tb testing.TB, durable bool) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return u
+	return pg, u
 }
 
 // binaries are the programs a fleet runs, built from this module.
@@ -104,19 +112,25 @@ type fleet struct {
 	opts   fleetOptions
 	orchs  []*orchestratorProcess
 	admins []*client.AdminClient // one per replica, straight to it
-	lb     *loadBalancer
+	// addrs and args are each replica's address and flags, to start it again (replace).
+	addrs []string
+	args  [][]string
+	logs  string
+	lb    *loadBalancer
 	// runs is the file every job appends its run id to.
 	runs   string
 	agents []*process
 }
 
-const fleetOrg = "acme"
+const (
+	fleetOrg   = "acme"
+	fleetToken = "replica-admin-token-0123456789abcdef"
+)
 
 func newFleet(tb testing.TB, bins binaries, o fleetOptions) *fleet {
 	tb.Helper()
 	dir, logs := tb.TempDir(), logDir(tb)
-	f := &fleet{tb: tb, opts: o, runs: filepath.Join(dir, "runs")}
-	const token = "replica-admin-token-0123456789abcdef"
+	f := &fleet{tb: tb, opts: o, runs: filepath.Join(dir, "runs"), logs: logs}
 	addrs := make([]string, o.replicas)
 	for i := range addrs {
 		addrs[i] = freeLoopbackAddr(tb)
@@ -140,12 +154,13 @@ func newFleet(tb testing.TB, bins binaries, o fleetOptions) *fleet {
 		if o.databaseURL == "" {
 			name = "orchestrator-bbolt"
 		}
-		orch := runOrchestrator(tb, logs, name, bins.orchestrator, addr, token, args...)
-		admin, err := client.NewAdminClient(orch.url, fleetOrg, token)
+		orch := runOrchestrator(tb, logs, name, bins.orchestrator, addr, fleetToken, args...)
+		admin, err := client.NewAdminClient(orch.url, fleetOrg, fleetToken)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		f.orchs, f.admins = append(f.orchs, orch), append(f.admins, admin)
+		f.addrs, f.args = append(f.addrs, addr), append(f.args, args)
 	}
 	pub, priv, err := keys.Generate()
 	if err != nil {
@@ -176,6 +191,14 @@ func newFleet(tb testing.TB, bins binaries, o fleetOptions) *fleet {
 			"--agent-binary", bins.agent, "--cli", cli, "--health-listen", "127.0.0.1:0", "--state-listen", "127.0.0.1:0"))
 	}
 	return f
+}
+
+// replace stops replica i as a rolling update does (SIGTERM, waiting for it to end) and starts bin
+// in its place: same address, same flags, its log next to the old one's. It returns when the new
+// process answers.
+func (f *fleet) replace(i int, bin, name string) {
+	f.orchs[i].stop()
+	f.orchs[i] = runOrchestrator(f.tb, f.logs, name, bin, f.addrs[i], fleetToken, f.args[i]...)
 }
 
 // stop stops the agents, then the orchestrators, so that a fleet measured next has the machine
@@ -212,8 +235,10 @@ esac
 // fleetRun is what one run of a fleet saw.
 type fleetRun struct {
 	pickups []time.Duration // enqueue → claim granted, as the orchestrators recorded them
-	// bad counts the deployments that did not run exactly once, in their first attempt.
-	bad int
+	// bad counts the deployments that did not run exactly once, in their first attempt, with
+	// their events and log; lost, twice, eventsLost and retried count why (one may count twice).
+	bad                              int
+	lost, twice, eventsLost, retried int
 	// inFlightAtKill counts the attempts claimed or running when a replica was killed;
 	// openAtKill the connections open to it then; refusedAfterKill the connections the load
 	// balancer then tried it for and sent elsewhere.
@@ -228,7 +253,7 @@ func (r fleetRun) pickup(p float64) time.Duration { return benchtest.Percentile(
 // gap: once a quarter have finished). It waits for every deployment and checks that each ran
 // exactly once.
 func (f *fleet) run(n int, gap time.Duration, kill bool) fleetRun {
-	tb, ctx := f.tb, f.tb.Context()
+	tb := f.tb
 	var r fleetRun
 	alive := len(f.orchs)
 	ids := make([]string, 0, n)
@@ -248,20 +273,29 @@ func (f *fleet) run(n int, gap time.Duration, kill bool) fleetRun {
 			f.orchs[alive].kill()
 			tb.Logf("replica %d killed (SIGKILL) with %d of %d queued deployments in flight", alive+1, r.inFlightAtKill, i)
 		}
-		d, err := f.admins[i%alive].CreateDeployment(ctx, api.DeploymentInput{RunnerID: fmt.Sprintf("r%d", i%f.opts.runners), Operation: api.OperationPlan,
-			StateKey: fmt.Sprintf("run-%d", i), Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(tb, map[string]string{
-				"main.tf": "# planned by the stand-in CLI\n", "run-id": fmt.Sprintf("run-%d\n", i), "plan-seconds": f.opts.planSeconds(i)})}}})
+		id, err := f.create(f.admins[i%alive], i, i%f.opts.runners)
 		if err != nil {
 			tb.Fatalf("queue deployment %d through replica %d: %v", i, i%alive+1, err)
 		}
-		ids = append(ids, d.ID)
+		ids = append(ids, id)
 	}
 	f.waitFinished(n, time.Duration(n)*time.Second+time.Minute)
 	if kill {
 		r.refusedAfterKill = f.lb.refusedBy(alive)
 	}
-	r.pickups, r.bad = f.check(ids)
+	f.check(ids, &r)
 	return r
+}
+
+// create queues deployment i (run id run-i) for runner r<runner> through admin.
+func (f *fleet) create(admin *client.AdminClient, i, runner int) (string, error) {
+	d, err := admin.CreateDeployment(f.tb.Context(), api.DeploymentInput{RunnerID: fmt.Sprintf("r%d", runner), Operation: api.OperationPlan,
+		StateKey: fmt.Sprintf("run-%d", i), Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(f.tb, map[string]string{
+			"main.tf": "# planned by the stand-in CLI\n", "run-id": fmt.Sprintf("run-%d\n", i), "plan-seconds": f.opts.planSeconds(i)})}}})
+	if err != nil {
+		return "", err
+	}
+	return d.ID, nil
 }
 
 // list lists the deployments through the first replica (never the one killed).
@@ -300,8 +334,9 @@ func (f *fleet) waitFinished(n int, timeout time.Duration) {
 
 // check checks that every deployment ran exactly once — its run id once in the runs file — and
 // succeeded in its first attempt with one started and one finished event and the job's output in
-// its log; it returns the pickup latencies and how many deployments failed the check.
-func (f *fleet) check(ids []string) ([]time.Duration, int) {
+// its log; it records into r the pickup latencies and what it counted. Each deployment that fails
+// the check is an error of the test.
+func (f *fleet) check(ids []string, r *fleetRun) {
 	tb, ctx := f.tb, f.tb.Context()
 	raw, err := os.ReadFile(f.runs)
 	if err != nil {
@@ -311,8 +346,6 @@ func (f *fleet) check(ids []string) ([]time.Duration, int) {
 	for _, l := range strings.Fields(string(raw)) {
 		runs[l]++
 	}
-	var pickups []time.Duration
-	bad := 0
 	for i, id := range ids {
 		run := fmt.Sprintf("run-%d", i)
 		d, err := f.admins[0].GetDeployment(ctx, id)
@@ -323,31 +356,38 @@ func (f *fleet) check(ids []string) ([]time.Duration, int) {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		kinds := map[api.EventType]int{}
-		for _, e := range events {
-			kinds[e.Type]++
-		}
+		kinds := orchestratortest.EventCounts(events)
 		logs, err := f.admins[0].GetLogs(ctx, id, 0, 1<<20)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if runs[run] != 1 || d.Status != api.StatusSucceeded || d.Attempt != 1 || kinds[api.EventStarted] != 1 || kinds[api.EventFinished] != 1 ||
-			!strings.Contains(string(logs.Data), "planned "+run) {
-			if bad++; bad <= 10 {
+		logged := strings.Contains(string(logs.Data), "planned "+run)
+		lost, twice := d.Status != api.StatusSucceeded || runs[run] == 0, runs[run] > 1
+		eventsLost := kinds[api.EventStarted] != 1 || kinds[api.EventFinished] != 1 || !logged
+		r.lost, r.twice, r.eventsLost = r.lost+b2i(lost), r.twice+b2i(twice), r.eventsLost+b2i(eventsLost)
+		r.retried += b2i(d.Attempt > 1)
+		if lost || twice || eventsLost || d.Attempt != 1 {
+			if r.bad++; r.bad <= 10 {
 				tb.Errorf("deployment %s (%s): ran %d times, %s in attempt %d, %d started and %d finished events, job output in the log: %t; want once, succeeded in attempt 1, one of each, true",
-					id, run, runs[run], d.Status, d.Attempt, kinds[api.EventStarted], kinds[api.EventFinished], strings.Contains(string(logs.Data), "planned "+run))
+					id, run, runs[run], d.Status, d.Attempt, kinds[api.EventStarted], kinds[api.EventFinished], logged)
 			}
 			continue
 		}
 		if d.ClaimedAt != nil {
-			pickups = append(pickups, d.ClaimedAt.Sub(d.CreatedAt))
+			r.pickups = append(r.pickups, d.ClaimedAt.Sub(d.CreatedAt))
 		}
 	}
-	if bad > 0 {
-		tb.Errorf("%d of %d deployments did not run exactly once", bad, len(ids))
+	if r.bad > 0 {
+		tb.Errorf("%d of %d deployments did not run exactly once in their first attempt", r.bad, len(ids))
 	}
 	if len(runs) != len(ids) {
 		tb.Errorf("the jobs ran %d distinct run ids, want %d", len(runs), len(ids))
 	}
-	return pickups, bad
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -173,25 +173,70 @@ func retryable(err error) bool {
 	return errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01")
 }
 
+// outageWait is how long a transaction waits for the database to come back (a restart, a
+// failover) before its request is answered 503.
+const outageWait = 5 * time.Second
+
 // run runs fn in a transaction of the given isolation, again while it fails with a
-// serialization failure, with a growing random pause in between.
+// serialization failure, with a growing random pause in between. A transaction whose connection
+// was lost before its commit was sent (the database restarted or failed over, or a pooled
+// connection died meanwhile) changed nothing, so it runs again on a new connection, for up to
+// outageWait; after that the error is a *storeUnavailableError, which the API answers with 503
+// and Retry-After, so every client retries — creates too. A connection lost during the commit
+// leaves its outcome unknown, and that error is returned as it is.
 func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx storeTx) error) error {
 	pause := time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{IsoLevel: iso}, func(tx pgx.Tx) error {
-			return fn(&pgTx{ctx: ctx, tx: tx, write: write})
-		})
-		if err == nil || !retryable(err) || attempt == 30 {
+	var outage time.Time
+	for tries := 1; ; {
+		applied, err := e.once(ctx, iso, write, fn)
+		var wait time.Duration
+		switch {
+		case err == nil:
+			return nil
+		case !applied && ctx.Err() == nil:
+			if outage.IsZero() {
+				outage = time.Now()
+				e.log.Warn("lost the connection to PostgreSQL before a transaction committed; running it again on a new connection", "error", err.Error())
+			}
+			if time.Since(outage) > outageWait {
+				return &storeUnavailableError{err: err}
+			}
+			wait = 100 * time.Millisecond
+		case retryable(err) && tries < 30:
+			tries++
+			e.retries.Add(1)
+			wait = pause/2 + mrand.N(pause)
+			pause = min(pause*2, 50*time.Millisecond)
+		default:
 			return err
 		}
-		e.retries.Add(1)
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(pause/2 + mrand.N(pause)):
+		case <-time.After(wait):
 		}
-		pause = min(pause*2, 50*time.Millisecond)
 	}
+}
+
+// once runs fn in one transaction. applied is false when the transaction cannot have changed
+// anything because the database was not reached, or the session was lost before the commit
+// was sent; then running it again is safe.
+func (e *pgEngine) once(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx storeTx) error) (applied bool, err error) {
+	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+	if err != nil {
+		// Acquiring a connection or sending BEGIN: nothing of fn has run.
+		return false, err
+	}
+	if err := fn(&pgTx{ctx: ctx, tx: tx, write: write}); err != nil {
+		lost := tx.Conn().IsClosed()
+		_ = tx.Rollback(ctx)
+		// A session that ended before COMMIT rolled its transaction back.
+		return !lost, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return !pgconn.SafeToRetry(err), err
+	}
+	return true, nil
 }
 
 // batch is update: PostgreSQL commits concurrent transactions together by itself.

@@ -76,6 +76,16 @@ func offsetMismatch(committed int64, sent int64) *refusal {
 	return r
 }
 
+// storeUnavailableError says the database could not be reached, or its connection was lost,
+// for longer than a request waits (outageWait), and that nothing of the request was applied.
+type storeUnavailableError struct{ err error }
+
+func (e *storeUnavailableError) Error() string {
+	return "the database is unreachable (nothing was changed): " + e.err.Error()
+}
+
+func (e *storeUnavailableError) Unwrap() error { return e.err }
+
 // asRefusal maps an error onto the response it deserves; ok is false for internal errors.
 func asRefusal(err error) (*refusal, bool) {
 	var r *refusal
@@ -94,7 +104,17 @@ func asRefusal(err error) (*refusal, bool) {
 // (file paths, storage errors) are the operator's business, not the caller's.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
 	ref, ok := asRefusal(err)
-	if !ok {
+	var unavailable *storeUnavailableError
+	switch {
+	case ok:
+	case errors.As(err, &unavailable):
+		// Nothing was applied, so even a create may be sent again (retry.Unapplied retries 503).
+		id := requestID(r.Context())
+		log.WarnContext(r.Context(), "request refused: the database is unreachable", "request_id", id, "route", routeOf(r.Context()), "error", err.Error())
+		w.Header().Set("Retry-After", "2")
+		ref = refuse(http.StatusServiceUnavailable, api.CodeUnavailable,
+			"the orchestrator cannot reach its database right now and changed nothing; retry shortly (request id %s)", id)
+	default:
 		id := requestID(r.Context())
 		log.ErrorContext(r.Context(), "request failed", "request_id", id, "route", routeOf(r.Context()), "error", err.Error())
 		ref = refuse(http.StatusInternalServerError, api.CodeInternal,

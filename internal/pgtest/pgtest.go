@@ -5,9 +5,14 @@
 //
 // Where PostgreSQL cannot be found, Start returns a reason to skip; under CI=true the caller
 // must fail instead, as the test bed does.
+//
+// Restart and Crash stop the server the two ways a database goes away under its clients (a fast
+// shutdown, and every server process killed at once) and start it again on the same data
+// directory and port, for the tests of what the orchestrator does meanwhile.
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +24,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,9 +41,14 @@ type Server struct {
 	URL string
 
 	dir     string
-	cmd     *exec.Cmd
-	exited  chan struct{}
 	schemas atomic.Int64
+	// bin, args and cred start the postgres process again (Restart, Crash).
+	bin  string
+	args []string
+	cred *syscall.Credential
+	cmd  *exec.Cmd
+	// exited is closed when cmd has exited.
+	exited chan struct{}
 }
 
 // BinDir finds the newest installed PostgreSQL server binaries.
@@ -75,8 +86,7 @@ func start(ctx context.Context, durable bool) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{dir: dir, exited: make(chan struct{})}
-	var cred *syscall.Credential
+	s := &Server{dir: dir, bin: bin}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -85,20 +95,14 @@ func start(ctx context.Context, durable bool) (*Server, error) {
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 	}
-	run := func(name string, args ...string) *exec.Cmd {
-		c := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
-		c.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGQUIT}
-		c.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
-		return c
-	}
 	data := filepath.Join(dir, "data")
-	if out, err := run("initdb", "-D", data, "-U", "outpost", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
+	if out, err := s.command(ctx, "initdb", "-D", data, "-U", "outpost", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync").CombinedOutput(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
@@ -107,32 +111,51 @@ func start(ctx context.Context, durable bool) (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	log, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
+	s.args = []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "shared_buffers=64MB"}
 	if !durable {
-		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+		s.args = append(s.args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
-	s.cmd = run("postgres", args...)
-	s.cmd.Stdout, s.cmd.Stderr = log, log
-	// Stop with SIGINT (fast shutdown), not the context's SIGKILL.
-	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGINT) }
-	if err := s.cmd.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("start postgres: %w", err)
-	}
-	go func() { _ = s.cmd.Wait(); _ = log.Close(); close(s.exited) }()
 	s.URL = fmt.Sprintf("postgres://outpost@127.0.0.1:%d/postgres?sslmode=disable", port)
-	if err := s.waitReady(ctx); err != nil {
-		tail, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
+	if err := s.launch(ctx); err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("%w; server log:\n%s", err, tail)
+		return nil, err
 	}
 	return s, nil
+}
+
+// command is a PostgreSQL program of the server's installation, run as the user the server
+// runs as.
+func (s *Server) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(ctx, filepath.Join(s.bin, name), args...)
+	// Setpgid: the server's processes form a group of their own, which Crash kills at once.
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGQUIT, Setpgid: true}
+	c.Env = append(os.Environ(), "LC_ALL=C.UTF-8")
+	return c
+}
+
+// launch starts the postgres process (appending to its log) and waits until it accepts
+// connections.
+func (s *Server) launch(ctx context.Context) error {
+	log, err := os.OpenFile(filepath.Join(s.dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	// The server outlives ctx (Stop ends it), so it is not started with it.
+	cmd := s.command(context.WithoutCancel(ctx), "postgres", s.args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		_ = log.Close()
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = log.Close(); close(exited) }()
+	s.cmd, s.exited = cmd, exited
+	if err := s.waitReady(ctx); err != nil {
+		tail, _ := os.ReadFile(filepath.Join(s.dir, "postgres.log"))
+		return fmt.Errorf("%w; server log:\n%s", err, tail)
+	}
+	return nil
 }
 
 func freePort(ctx context.Context) (int, error) {
@@ -187,16 +210,88 @@ func (s *Server) Schema(ctx context.Context) (string, error) {
 	return u.String(), nil
 }
 
-// Stop shuts the server down (fast shutdown, then kill after 20 s) and deletes its directory.
-func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		_ = s.cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-s.exited:
-		case <-time.After(20 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
+// Restart shuts the server down the way an orderly restart does (fast shutdown: SIGINT; every
+// session is ended and its transaction rolled back) and starts it again on the same data
+// directory and port. It returns once the server accepts connections again, with the time it
+// was refusing them.
+func (s *Server) Restart(ctx context.Context) (time.Duration, error) {
+	began := time.Now()
+	if err := s.shutdown(); err != nil {
+		return 0, err
+	}
+	err := s.launch(ctx)
+	return time.Since(began), err
+}
+
+// Crash kills every process of the server at once with SIGKILL, as the kernel's OOM killer or a
+// lost node does, and starts it again on the same data directory and port: PostgreSQL recovers
+// from its write-ahead log. It returns once the server accepts connections again, with the time
+// it was refusing them.
+func (s *Server) Crash(ctx context.Context) (time.Duration, error) {
+	began := time.Now()
+	if err := syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		return 0, fmt.Errorf("kill the server's processes: %w", err)
+	}
+	<-s.exited
+	// The postmaster is gone at once; its children may take a while (one killed in the middle
+	// of an fsync ends when the write does), and a new postmaster refuses to start while any of
+	// them still holds the shared memory ("pre-existing shared memory block is still in use"):
+	// wait for them, and start again while it refuses.
+	deadline := time.Now().Add(time.Minute)
+	for groupAlive(s.cmd.Process.Pid) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		err := s.launch(ctx)
+		if err == nil || !strings.Contains(err.Error(), "still in use") || time.Now().After(deadline) {
+			return time.Since(began), err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// groupAlive reports whether a process of the process group pgid is still running. Zombies do
+// not count: orphaned server processes are reparented to PID 1, which on some machines never
+// reaps them, and a zombie holds no shared memory.
+func groupAlive(pgid int) bool {
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces, so split after its ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
 		}
 	}
+	return false
+}
+
+// shutdown stops the postgres process with SIGINT (fast shutdown) and waits for it, killing
+// it after 20 s.
+func (s *Server) shutdown() error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-s.exited:
+		return nil
+	case <-time.After(20 * time.Second):
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+		<-s.exited
+		return errors.New("postgres did not shut down within 20 s of SIGINT; killed it")
+	}
+}
+
+// Stop shuts the server down (fast shutdown, then kill after 20 s) and deletes its directory.
+func (s *Server) Stop() {
+	_ = s.shutdown()
 	_ = os.RemoveAll(s.dir)
 }

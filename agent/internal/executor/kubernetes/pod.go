@@ -115,6 +115,7 @@ func BuildJob(c *api.Claim, stateToken string, o PodOptions, now time.Time) (*ba
 		LabelRunnerID:     o.RunnerID,
 		LabelDeploymentID: labelValue(c.DeploymentID),
 		LabelAttempt:      strconv.Itoa(c.Attempt),
+		LabelOperation:    string(p.Operation),
 	}
 	env := ownedEnv(c, o)
 	mounts := []corev1.VolumeMount{
@@ -185,12 +186,15 @@ func BuildJob(c *api.Claim, stateToken string, o PodOptions, now time.Time) (*ba
 			PodReplacementPolicy:    ptr.To(batchv1.Failed),
 			ActiveDeadlineSeconds:   ptr.To(int64(timeout) + int64(o.CancelGrace.Seconds())),
 			TTLSecondsAfterFinished: ptr.To(cmp.Or(o.TTLAfterFinished, ttlAfterFinished)),
+			// The first rule that matches a failed pod decides, so the disruption rule comes
+			// first: an evicted pod's main ends with 143 (SIGTERM), which the exit-code rule
+			// would take for a failure of the run, and a plan evicted mid-run would fail.
 			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{
-				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
-					ContainerName: ptr.To(podtemplate.MainContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0},
-				}},
 				{Action: disruptionAction(p.Operation), OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{
 					{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue},
+				}},
+				{Action: batchv1.PodFailurePolicyActionFailJob, OnExitCodes: &batchv1.PodFailurePolicyOnExitCodesRequirement{
+					ContainerName: ptr.To(podtemplate.MainContainer), Operator: batchv1.PodFailurePolicyOnExitCodesOpNotIn, Values: []int32{0},
 				}},
 			}},
 			Template: *tpl,

@@ -58,16 +58,19 @@ func TestBuildJobMergesTemplateAndReassertsOwnedFields(t *testing.T) {
 	if *js.BackoffLimit != 0 || *js.TTLSecondsAfterFinished != 86400 || *js.ActiveDeadlineSeconds != 600+150 {
 		t.Errorf("backoffLimit %d ttl %d deadline %d", *js.BackoffLimit, *js.TTLSecondsAfterFinished, *js.ActiveDeadlineSeconds)
 	}
-	if js.PodFailurePolicy == nil || len(js.PodFailurePolicy.Rules) != 2 || js.PodFailurePolicy.Rules[0].OnExitCodes == nil ||
-		*js.PodFailurePolicy.Rules[0].OnExitCodes.ContainerName != "main" || js.PodFailurePolicy.Rules[1].OnPodConditions[0].Type != corev1.DisruptionTarget ||
-		js.PodFailurePolicy.Rules[1].Action != batchv1.PodFailurePolicyActionFailJob {
+	// Disruptions first: an evicted pod's main exits 143, which the exit-code rule would match.
+	if js.PodFailurePolicy == nil || len(js.PodFailurePolicy.Rules) != 2 || js.PodFailurePolicy.Rules[1].OnExitCodes == nil ||
+		*js.PodFailurePolicy.Rules[1].OnExitCodes.ContainerName != "main" || js.PodFailurePolicy.Rules[0].OnPodConditions[0].Type != corev1.DisruptionTarget ||
+		js.PodFailurePolicy.Rules[0].Action != batchv1.PodFailurePolicyActionFailJob {
 		t.Errorf("pod failure policy = %+v", js.PodFailurePolicy)
 	}
 	if job.Annotations[AnnFencing] != "7" || job.Annotations[AnnStateKey] != "prod/net" || job.Annotations[AnnDeploymentID] != "dep-123" {
 		t.Errorf("annotations = %v", job.Annotations)
 	}
 	pod := js.Template
-	wantLabels := map[string]string{"team": "infra", "np": "allow-agent", LabelManagedBy: ManagedByValue, LabelRunnerID: "r1", LabelDeploymentID: "dep-123", LabelAttempt: "2"}
+	// The chart's PodDisruptionBudget of applies and destroys selects by the operation label.
+	wantLabels := map[string]string{"team": "infra", "np": "allow-agent", LabelManagedBy: ManagedByValue, LabelRunnerID: "r1", LabelDeploymentID: "dep-123", LabelAttempt: "2",
+		LabelOperation: "apply"}
 	for k, v := range wantLabels {
 		if pod.Labels[k] != v {
 			t.Errorf("pod label %s = %q, want %q", k, pod.Labels[k], v)
@@ -170,7 +173,7 @@ func TestBuildJobEmptyTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := job.Spec.PodFailurePolicy.Rules[1].Action; a != batchv1.PodFailurePolicyActionIgnore {
+	if a := job.Spec.PodFailurePolicy.Rules[0].Action; a != batchv1.PodFailurePolicyActionIgnore {
 		t.Errorf("a plan evicted before it ran should be replaced (Ignore), got %s", a)
 	}
 	ps := job.Spec.Template.Spec
