@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -246,48 +243,16 @@ func jobsBudget(t *testing.T, runner, jobsNamespace string) *policyv1.PodDisrupt
 	return nil
 }
 
-// ensureDisruptionController makes sure a disruption controller keeps the budgets' status, which
-// the Eviction API decides by: when the test bed's controller manager does not run one (its
-// status stays unobserved), a kube-controller-manager with only that controller is started
-// against the test bed until the test ends.
+// ensureDisruptionController waits until the test bed's disruption controller has observed the
+// budget: the Eviction API decides by its status.
 func ensureDisruptionController(t *testing.T, e *env, budget string) {
 	t.Helper()
-	observed := func(wait time.Duration) bool {
-		for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
-			b, err := e.cluster.Client().PolicyV1().PodDisruptionBudgets(e.ns).Get(t.Context(), budget, metav1.GetOptions{})
-			if err == nil && b.Status.ObservedGeneration == b.Generation {
-				return true
-			}
+	testbed.WaitFor(t, time.Minute, "the disruption controller to observe budget "+budget, func() (bool, string) {
+		b, err := e.cluster.Client().PolicyV1().PodDisruptionBudgets(e.ns).Get(t.Context(), budget, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
 		}
-		return false
-	}
-	if observed(3 * time.Second) {
-		return
-	}
-	dir, err := testbed.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(t.TempDir(), "disruption-controller.log")
-	log, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.CommandContext(context.WithoutCancel(t.Context()), filepath.Join(dir, "kube-controller-manager"),
-		"--kubeconfig="+e.cluster.Kubeconfig, "--authentication-kubeconfig="+e.cluster.Kubeconfig, "--authorization-kubeconfig="+e.cluster.Kubeconfig,
-		"--secure-port=0", "--leader-elect=false", "--controllers=disruption-controller", "--use-service-account-credentials=false")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		log.Close()
+		return b.Status.ObservedGeneration == b.Generation, fmt.Sprintf("observed generation %d of %d (a test bed started before it ran the disruption controller: stop it)",
+			b.Status.ObservedGeneration, b.Generation)
 	})
-	t.Log("the test bed runs no disruption controller; started a kube-controller-manager with only that one")
-	if !observed(time.Minute) {
-		b, _ := os.ReadFile(logPath)
-		t.Fatalf("the disruption controller did not observe the budget within a minute; its log:\n%s", b)
-	}
 }

@@ -54,7 +54,8 @@ leaderElection:
 // controllers are the kube-controller-manager controllers the test bed runs. node-lifecycle
 // removes the not-ready taint from a Node once it is Ready (without it no Pod is ever scheduled);
 // serviceaccount creates the "default" ServiceAccount Pods need; deployment and replicaset make
-// Helm installs with --wait complete.
+// Helm installs with --wait complete; disruption keeps PodDisruptionBudgets' status, without
+// which the Eviction API refuses every eviction of a pod a budget selects.
 var controllers = []string{
 	"job-controller",
 	"ttl-after-finished-controller",
@@ -64,6 +65,7 @@ var controllers = []string{
 	"node-lifecycle-controller",
 	"deployment-controller",
 	"replicaset-controller",
+	"disruption-controller",
 }
 
 // nodeControllers are the controllers a real node needs on top of controllers: EndpointSlices for
