@@ -42,10 +42,16 @@ func TestJobPodSettingsReachTheJob(t *testing.T) {
 	}
 	e.agentEnv = append(e.agentEnv, "AWS_REGION=eu-west-1", "TF_LOG=TRACE")
 	e.startAgent("agent-0", "--leader-elect=false", "--job-forward-env", "AWS_REGION,TF_LOG",
-		"--job-pod-policy", `{"allowedSecrets":["db"],"allowedConfigMaps":["settings"]}`,
+		"--job-pod-policy", `{"allowedSecrets":["db"],"allowedConfigMaps":["settings"],"allowedPriorityClasses":["outpost-e2e-iac"]}`,
 		"--job-plugin-cache", `{"emptyDir":{"sizeLimit":"2Gi"}}`,
 		"--job-provider-installation", `provider_installation { network_mirror { url = "https://mirror.corp/providers/" } }`)
-	ids := e.deploy(1)
+	// An apply: a plan gets no plugin cache (it could plant a provider a later apply runs).
+	d, err := e.admin.CreateDeployment(t.Context(), api.DeploymentInput{RunnerID: e.runnerID, Operation: api.OperationApply,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive(t)}}, StateKey: "state-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{d.ID}
 
 	testbed.WaitFor(t, 60*time.Second, "the agent to create the Job", func() (bool, string) { return len(e.jobs()) == 1, "" })
 	job := e.jobs()[0]
@@ -108,7 +114,7 @@ func TestJobPodSettingsReachTheJob(t *testing.T) {
 		t.Errorf("volumes %+v", spec.Volumes)
 	}
 	// The pod is admitted (Pod Security restricted, the PriorityClass) and the Job runs.
-	d := e.waitTerminal(ids, 120*time.Second)[ids[0]]
+	d = e.waitTerminal(ids, 120*time.Second)[ids[0]]
 	if d.Status != api.StatusSucceeded {
 		t.Fatalf("deployment %s (%s): %s", d.Status, d.Reason, d.Message)
 	}
