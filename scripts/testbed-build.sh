@@ -187,7 +187,7 @@ fi
 # kube-network-policies, the real node's NetworkPolicy implementation: rebuilt when the binary's
 # stamp (NETPOL_VERSION and a digest of its wrapper module's files) differs. Its module is built
 # from a copy in a temporary directory whose go.mod replaces github.com/google/nftables with a
-# copy of the module cache's, where expr/queue.go is internal/testbed/netpol/queue.go.overlay:
+# copy of the module cache's, whose file expr/queue.go is replaced by the file queue.go.overlay of internal/testbed/netpol:
 # that file says why (kernels without nft_queue). Nothing of either module is kept in the repository
 # but that one file; go build -overlay cannot replace files of the module cache.
 netpol="$root/internal/testbed/netpol"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/cli"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 )
 
 // TestConfigProfilesAndTokenSources sets up profiles with `outpost config`, checks the file
@@ -114,6 +115,15 @@ func TestTokenFilesReadableByOthersAreNamed(t *testing.T) {
 	h.must("config", "set", "api_url", h.inst.URL)
 	h.must("config", "set", "org", "acme")
 	h.check(h.run(h.inst.AdminToken+"\n", "config", "set", "token"), 0, []string{"config set token"})
+	// The organisation exists (a list in one that does not is an error of its own).
+	admin, err := client.NewAdminClient(h.inst.URL, "acme", h.inst.AdminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.CreateStateStorage(t.Context(), api.StateStorageInput{ID: "s", Type: api.StateStorageKubernetes,
+		Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
+		t.Fatal(err)
+	}
 	if r := h.must("runner", "list"); strings.Contains(r.stderr, "Warning") {
 		t.Errorf("a 0600 config file gave a warning:\n%s", r)
 	}

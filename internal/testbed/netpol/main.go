@@ -3,7 +3,7 @@
 // node as a process of the node's namespaces, like kube-proxy. Without it the node's bridge CNI
 // ignores NetworkPolicies, and a policy would only ever be checked as YAML.
 //
-// It differs from the project's own command (cmd/main.go of that module) in what the test bed
+// It differs from that module's own command (its main package under cmd) in what the test bed
 // needs: it reads a kubeconfig instead of the in-cluster service account (it is not a Pod).
 // Packets reach it through nfqueue; see queue.go.overlay for why the queue rule is written as an
 // xtables target.
