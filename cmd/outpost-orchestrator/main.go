@@ -195,7 +195,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	// Close answers the waiting long polls, so Shutdown does not wait out their 30 s.
 	closeErr := srv.Close()
 	if err := <-shut; err != nil {
-		log.Warn("connections did not close in time", "error", err.Error())
+		log.Warn("connections did not close in time", "err", err)
 	}
 	if closeErr != nil {
 		return closeErr

@@ -39,7 +39,7 @@ func CopyStore(ctx context.Context, dir, databaseURL string, insecureTLS bool, p
 	defer src.close()
 	// The secret that signs the job tokens already handed out: the data directory's file, or,
 	// from an orchestrator before the file, the database's meta bucket.
-	secret, err := readSigningSecret(filepath.Join(dir, SigningSecretFile), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	secret, err := readSigningSecret(filepath.Join(dir, SigningSecretFile), slog.New(slog.DiscardHandler))
 	if errors.Is(err, fs.ErrNotExist) {
 		secret, err = src.legacySecret()
 	}
@@ -49,7 +49,7 @@ func CopyStore(ctx context.Context, dir, databaseURL string, insecureTLS bool, p
 	if len(secret) == 0 {
 		return nil, fmt.Errorf("data directory %s has no signing secret (%s); copy it from where --signing-secret-file pointed into that file first", dir, SigningSecretFile)
 	}
-	dst, err := openPG(ctx, databaseURL, insecureTLS, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dst, err := openPG(ctx, databaseURL, insecureTLS, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}

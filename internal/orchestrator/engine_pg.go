@@ -196,7 +196,7 @@ func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn f
 		case !applied && ctx.Err() == nil:
 			if outage.IsZero() {
 				outage = time.Now()
-				e.log.Warn("lost the connection to PostgreSQL before a transaction committed; running it again on a new connection", "error", err.Error())
+				e.log.Warn("lost the connection to PostgreSQL before a transaction committed; running it again on a new connection", "err", err)
 			}
 			if time.Since(outage) > outageWait {
 				return &storeUnavailableError{err: err}
@@ -279,7 +279,7 @@ func (e *pgEngine) wake(ctx context.Context, runner string) {
 	defer cancel()
 	payload := e.schema + " " + e.replica + " " + runner
 	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", wakeChannel, payload); err != nil {
-		e.log.Warn("could not tell other replicas to wake a runner's polls; they see its work at their next poll", "runner", runner, "error", err.Error())
+		e.log.Warn("could not tell other replicas to wake a runner's polls; they see its work at their next poll", "runner", runner, "err", err)
 	}
 }
 
@@ -296,7 +296,7 @@ func (e *pgEngine) listen(n *notifier) {
 			if ctx.Err() != nil {
 				return
 			}
-			e.log.Warn("lost the PostgreSQL connection that hears other replicas; reconnecting", "error", fmt.Sprint(err))
+			e.log.Warn("lost the PostgreSQL connection that hears other replicas; reconnecting", "err", err)
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):

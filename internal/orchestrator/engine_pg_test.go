@@ -19,7 +19,7 @@ import (
 func TestPostgreSQLReplicasStartTogether(t *testing.T) {
 	t.Parallel()
 	pgURL := pgSchema(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	engines := make([]*pgEngine, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
@@ -47,7 +47,7 @@ func TestPostgreSQLReplicasStartTogether(t *testing.T) {
 func TestPostgreSQLNewerSchemaIsRefused(t *testing.T) {
 	t.Parallel()
 	pgURL := pgSchema(t)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := slog.New(slog.DiscardHandler)
 	e, err := openPG(t.Context(), pgURL, false, log)
 	if err != nil {
 		t.Fatal(err)

@@ -110,13 +110,13 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 	case errors.As(err, &unavailable):
 		// Nothing was applied, so even a create may be sent again (retry.Unapplied retries 503).
 		id := requestID(r.Context())
-		log.WarnContext(r.Context(), "request refused: the database is unreachable", "request_id", id, "route", routeOf(r.Context()), "error", err.Error())
+		log.WarnContext(r.Context(), "request refused: the database is unreachable", "request_id", id, "route", routeOf(r.Context()), "err", err)
 		w.Header().Set("Retry-After", "2")
 		ref = refuse(http.StatusServiceUnavailable, api.CodeUnavailable,
 			"the orchestrator cannot reach its database right now and changed nothing; retry shortly (request id %s)", id)
 	default:
 		id := requestID(r.Context())
-		log.ErrorContext(r.Context(), "request failed", "request_id", id, "route", routeOf(r.Context()), "error", err.Error())
+		log.ErrorContext(r.Context(), "request failed", "request_id", id, "route", routeOf(r.Context()), "err", err)
 		ref = refuse(http.StatusInternalServerError, api.CodeInternal,
 			"internal error; the orchestrator log has the details under request id %s", id)
 	}

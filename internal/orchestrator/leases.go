@@ -156,7 +156,7 @@ func (s *Server) sweepLoop(interval time.Duration, stop <-chan struct{}, done ch
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), interval*4)
 			if err := s.Sweep(ctx); err != nil {
-				s.log.Error("sweep failed", "error", err.Error())
+				s.log.Error("sweep failed", "err", err)
 			}
 			cancel()
 		}

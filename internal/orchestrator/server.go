@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -163,7 +162,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("admin token must be at least %d characters; use a long random value", MinAdminTokenLength)
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -87,7 +87,7 @@ func (c *CertificateFiles) reloadIfChanged() {
 	if err != nil {
 		// A file briefly missing while it is replaced is no reason to stop serving; say so once.
 		if c.stamp != [2]fileStamp{} {
-			c.log.Warn("TLS certificate files cannot be read; still serving the certificate loaded before", "error", err.Error())
+			c.log.Warn("TLS certificate files cannot be read; still serving the certificate loaded before", "err", err)
 			c.stamp = [2]fileStamp{}
 		}
 		return
@@ -99,7 +99,7 @@ func (c *CertificateFiles) reloadIfChanged() {
 	cert, err := c.load()
 	if err != nil {
 		c.log.Warn("the changed TLS certificate files do not load; still serving the certificate loaded before, and trying again when either file changes",
-			"error", err.Error(), "serving_not_after", c.cert.Leaf.NotAfter)
+			"err", err, "serving_not_after", c.cert.Leaf.NotAfter)
 		return
 	}
 	c.cert = cert

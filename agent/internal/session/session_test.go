@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -182,7 +181,7 @@ func TestSessionClaimsSendsEventsAndKeepsUndeliveredOnes(t *testing.T) {
 	orch := &fakeOrch{max: 5, offers: []api.Offer{{DeploymentID: "a", Attempt: 1}, {DeploymentID: "b", Attempt: 1}}}
 	ex := newFakeExec()
 	s := New(Options{Client: orch, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", MaxConcurrency: 3, PollWait: time.Second,
+		Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", MaxConcurrency: 3, PollWait: time.Second,
 		EventBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -360,7 +359,7 @@ func TestMalformedAttemptDoesNotStopPolling(t *testing.T) {
 	ex.attempts["no-fencing"] = &executor.AttemptStatus{DeploymentID: "no-fencing", Attempt: 1, Status: api.StatusRunning}
 	ex.attempts["good"] = &executor.AttemptStatus{DeploymentID: "good", Attempt: 1, Fencing: 4, Status: api.StatusRunning}
 	s := New(Options{Client: orch, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", PollWait: time.Second})
+		Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
@@ -398,7 +397,7 @@ func TestSessionReportsTheLimitWhenItChanges(t *testing.T) {
 	var mu sync.Mutex
 	var got []int
 	s := New(Options{Client: orch, Executor: newFakeExec(), Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", MaxConcurrency: 25, PollWait: time.Second,
+		Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", MaxConcurrency: 25, PollWait: time.Second,
 		LimitChanged: func(n int) { mu.Lock(); got = append(got, n); mu.Unlock() }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -429,7 +428,7 @@ func TestAdoptStoresARecoveredToken(t *testing.T) {
 	ex := newFakeExec()
 	ex.attempts["held"] = &executor.AttemptStatus{DeploymentID: "held", Attempt: 1, Fencing: 3, Status: api.StatusClaimed}
 	s := New(Options{Client: orch, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", PollWait: time.Second})
+		Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- s.Run(ctx) }()
@@ -487,7 +486,7 @@ func TestSessionTellsTheConnectionRecorder(t *testing.T) {
 	refused := &api.Error{StatusCode: 401, Code: api.CodeUnauthorized, Message: "unknown key"}
 	orch := &fakeOrch{max: 1, pollErr: refused}
 	rec := &connRecorder{}
-	s := New(Options{Client: orch, Executor: newFakeExec(), Connection: rec, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	s := New(Options{Client: orch, Executor: newFakeExec(), Connection: rec, Logger: slog.New(slog.DiscardHandler),
 		Instance: "agent-0", PollWait: time.Second, PollBackoff: retry.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -757,7 +756,7 @@ func TestALateJobIsAdopted(t *testing.T) {
 	ex := newFakeExec()
 	tokens := jobtoken.New(nil)
 	s := New(Options{Client: orch, Executor: ex, Tokens: tokens, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Instance: "agent-0", PollWait: 100 * time.Millisecond})
+		Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: 100 * time.Millisecond})
 	tokens.Adopting() // as the agent does when it becomes the leader
 	if _, err := tokens.Authorize(t.Context(), "late", "opst_x", "k/late"); !errors.Is(err, jobtoken.ErrAdopting) {
 		t.Fatalf("an unknown credential while taking over: %v, want ErrAdopting", err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http/httptest"
 	"net/url"
@@ -32,7 +31,7 @@ func testLogger() *slog.Logger {
 	if testing.Verbose() && os.Getenv("OUTPOST_TEST_LOG") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
 
 // testAuthz is the test's Authorizer: user → password, each user may touch every key (or only

@@ -194,7 +194,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(rw, http.StatusServiceUnavailable, "taking_over", err.Error())
 		return
 	case err != nil:
-		h.log.LogAttrs(r.Context(), slog.LevelError, "state authorization failed", slog.String("state_key", key), slog.String("error", err.Error()))
+		h.log.LogAttrs(r.Context(), slog.LevelError, "state authorization failed", slog.String("state_key", key), slog.Any("err", err))
 		writeError(rw, http.StatusServiceUnavailable, "authorizer_unavailable", "could not check credentials; retry")
 		return
 	}
@@ -267,7 +267,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request, key string) {
 	case err == nil:
 	case opened:
 		if r.Context().Err() == nil {
-			h.log.LogAttrs(r.Context(), slog.LevelError, "state read failed after the response began; aborting it", slog.String("state_key", key), slog.String("error", err.Error()))
+			h.log.LogAttrs(r.Context(), slog.LevelError, "state read failed after the response began; aborting it", slog.String("state_key", key), slog.Any("err", err))
 		}
 		panic(http.ErrAbortHandler)
 	case errors.Is(err, statestore.ErrNotFound):
@@ -393,13 +393,13 @@ func (h *Handler) storeError(w http.ResponseWriter, r *http.Request, key, holder
 	case errors.Is(err, statestore.ErrConflict):
 		writeError(w, http.StatusConflict, "conflict", err.Error())
 	case errors.Is(err, statestore.ErrCorrupt), errors.Is(err, statestore.ErrEncryption), errors.Is(err, statestore.ErrKeyCollision):
-		h.log.LogAttrs(r.Context(), slog.LevelError, "state "+op+" failed", slog.String("state_key", key), slog.String("error", err.Error()))
+		h.log.LogAttrs(r.Context(), slog.LevelError, "state "+op+" failed", slog.String("state_key", key), slog.Any("err", err))
 		writeError(w, http.StatusInternalServerError, "state_unreadable", err.Error())
 	case r.Context().Err() != nil:
 		// The client went away; nobody reads this answer.
 		writeError(w, http.StatusServiceUnavailable, "canceled", "request canceled")
 	default:
-		h.log.LogAttrs(r.Context(), slog.LevelError, "state "+op+" failed", slog.String("state_key", key), slog.String("error", err.Error()))
+		h.log.LogAttrs(r.Context(), slog.LevelError, "state "+op+" failed", slog.String("state_key", key), slog.Any("err", err))
 		writeError(w, http.StatusServiceUnavailable, "storage_unavailable", err.Error())
 	}
 }

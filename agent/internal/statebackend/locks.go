@@ -91,7 +91,7 @@ func (h *Handler) releaseHolder(holder string) {
 			defer cancel()
 			attrs := []slog.Attr{slog.String("state_key", r.key), slog.String("lock_id", r.lockID), slog.String("holder", r.holder)}
 			if err := h.store.Unlock(ctx, r.key, r.lockID, r.holder); err != nil && !errors.Is(err, statestore.ErrNotLocked) && !errors.Is(err, statestore.ErrLockMismatch) {
-				h.log.LogAttrs(ctx, slog.LevelWarn, "could not release the lock of a finished attempt; it expires instead", append(attrs, slog.String("error", err.Error()))...)
+				h.log.LogAttrs(ctx, slog.LevelWarn, "could not release the lock of a finished attempt; it expires instead", append(attrs, slog.Any("err", err))...)
 				return
 			}
 			h.log.LogAttrs(ctx, slog.LevelInfo, "released the lock of a finished attempt", attrs...)
@@ -148,7 +148,7 @@ func (h *Handler) renew(ctx context.Context, r *renewal) {
 		case ctx.Err() != nil:
 			return
 		default:
-			h.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", append(attrs, slog.String("error", err.Error()))...)
+			h.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", append(attrs, slog.Any("err", err))...)
 		}
 	}
 }

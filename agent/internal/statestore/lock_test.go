@@ -262,7 +262,7 @@ func (s *Store) KeepAlive(ctx context.Context, key, lockID string, interval time
 			return nil
 		default:
 			s.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", slog.String("state_key", key),
-				slog.String("lock_id", lockID), slog.String("error", err.Error()))
+				slog.String("lock_id", lockID), slog.Any("err", err))
 		}
 	}
 }

@@ -156,7 +156,7 @@ func (s *Store) List(ctx context.Context) ([]StateInfo, error) {
 		}
 		m, err := parseManifest(key, sec)
 		if err != nil || sec.Name != want {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "skipping unreadable state manifest", slog.String("secret", sec.Name), slog.Any("error", err))
+			s.log.LogAttrs(ctx, slog.LevelWarn, "skipping unreadable state manifest", slog.String("secret", sec.Name), slog.Any("err", err))
 			return nil
 		}
 		if scoped[key] {
@@ -221,7 +221,7 @@ func (s *Store) removeLegacy(ctx context.Context, key string, legacy *manifest) 
 	}
 	attrs := []slog.Attr{slog.String("state_key", key), slog.String("from", legacy.obj.Name), slog.String("to", s.manifestName(key))}
 	if err != nil {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "could not remove the unscoped copy of a state moved to its organisation's names", append(attrs, slog.String("error", err.Error()))...)
+		s.log.LogAttrs(ctx, slog.LevelWarn, "could not remove the unscoped copy of a state moved to its organisation's names", append(attrs, slog.Any("err", err))...)
 		return
 	}
 	s.log.LogAttrs(ctx, slog.LevelInfo, "moved a state to its organisation's names", attrs...)

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -19,7 +18,7 @@ import (
 
 const testNS = "states"
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 // testState returns a minimal valid state document with payload in an output.
 func testState(lineage string, serial int, payload string) []byte {

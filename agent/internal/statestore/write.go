@@ -206,7 +206,7 @@ func (s *Store) commit(ctx context.Context, key, hash string, cur *manifest, g G
 	}
 	if err := s.collect(ctx, hash, gen, kept); err != nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "state garbage collection failed; it is retried after the next write",
-			slog.String("state_key", key), slog.Int64("generation", gen), slog.String("error", err.Error()))
+			slog.String("state_key", key), slog.Int64("generation", gen), slog.Any("err", err))
 	}
 	if cur != nil && cur.legacy {
 		s.removeLegacy(ctx, key, cur)
@@ -231,7 +231,7 @@ func (s *Store) deleteGeneration(ctx context.Context, key, hash string, gen int6
 	sel := fmt.Sprintf("%s=%s,%s=%s,%s=%s,%s=%d", LabelManagedBy, ManagedByValue, LabelState, hash, LabelRole, roleChunk, LabelGeneration, gen)
 	if err := s.client.CoreV1().Secrets(s.namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: sel}); err != nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "could not delete chunks of an abandoned generation; garbage collection will",
-			slog.String("state_key", key), slog.Int64("generation", gen), slog.String("error", err.Error()))
+			slog.String("state_key", key), slog.Int64("generation", gen), slog.Any("err", err))
 	}
 }
 

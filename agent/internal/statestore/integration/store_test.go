@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -28,7 +27,7 @@ import (
 
 func TestMain(m *testing.M) { testbed.Main(m, testbed.Options{}) }
 
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+var quiet = slog.New(slog.DiscardHandler)
 
 func state(lineage string, serial int, payload string) []byte {
 	return fmt.Appendf(nil, `{"version":4,"terraform_version":"1.11.4","serial":%d,"lineage":%q,"outputs":{"p":{"value":%q,"type":"string"}},"resources":[],"check_results":null}`,
