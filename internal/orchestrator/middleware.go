@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/accesslog"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
@@ -105,31 +106,6 @@ func newRequestID(r *http.Request) string {
 	return hex.EncodeToString(b)
 }
 
-// statusWriter records the status and size of a response for logs and metrics.
-type statusWriter struct {
-	http.ResponseWriter
-	code  int
-	bytes int64
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	n, err := w.ResponseWriter.Write(b)
-	w.bytes += int64(n)
-	return n, err
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
 // serveHTTP is the outer middleware: request id, panic recovery, shutdown gate, JSON answers
 // for unknown routes, access log and request metrics. Access logs never hold credentials,
 // bodies or log contents: only method, route, path, status, size, duration and principal.
@@ -137,7 +113,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	info := &reqInfo{id: newRequestID(r)}
 	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &accesslog.Recorder{ResponseWriter: w}
 	sw.Header().Set("X-Request-Id", info.id)
 	// The Date of every answer is the orchestrator's own clock, the one agent tokens are checked
 	// against: an agent whose clock is off learns the difference from it (agentauth.Signer).
@@ -157,7 +133,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				panic(p)
 			}
 			s.log.Error("handler panicked", "request_id", info.id, "route", info.route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-			if sw.code == 0 {
+			if sw.Status == 0 {
 				writeRefusal(sw, refuse(http.StatusInternalServerError, api.CodeInternal,
 					"internal error; the orchestrator log has the details under request id %s", info.id))
 			}
@@ -166,7 +142,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		if routeLabel == "" {
 			routeLabel = "unmatched"
 		}
-		code := sw.code
+		code := sw.Status
 		if code == 0 {
 			code = http.StatusOK
 		}
@@ -174,7 +150,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		s.metrics.observe(routeLabel, code, d)
 		s.log.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("request_id", info.id), slog.String("method", r.Method), slog.String("route", routeLabel),
-			slog.String("path", r.URL.Path), slog.Int("status", code), slog.Int64("bytes", sw.bytes),
+			slog.String("path", r.URL.Path), slog.Int("status", code), slog.Int64("bytes", sw.Bytes),
 			slog.Float64("duration_ms", float64(d.Microseconds())/1000), slog.String("remote", r.RemoteAddr),
 			slog.String("principal", info.principal))
 	}()

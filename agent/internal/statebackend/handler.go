@@ -60,6 +60,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/accesslog"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 )
 
@@ -151,12 +152,12 @@ func (h *Handler) Close() {
 // ServeHTTP implements the http backend protocol (see the package documentation).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rw := &statusWriter{ResponseWriter: w}
+	rw := &accesslog.Recorder{ResponseWriter: w}
 	var key, holder string
 	defer func() {
 		h.log.LogAttrs(r.Context(), slog.LevelDebug, "state request", slog.String("method", r.Method),
-			slog.String("state_key", key), slog.String("holder", holder), slog.Int("status", rw.status),
-			slog.Int64("bytes_out", rw.n), slog.Duration("duration", time.Since(start)))
+			slog.String("state_key", key), slog.String("holder", holder), slog.Int("status", rw.Status),
+			slog.Int64("bytes_out", rw.Bytes), slog.Duration("duration", time.Since(start)))
 	}()
 	escaped := r.URL.EscapedPath()
 	if !strings.HasPrefix(escaped, PathPrefix) {
