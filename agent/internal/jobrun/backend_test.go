@@ -15,6 +15,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/sourcearchive/archivetest"
 )
 
 // parseBackend parses a backend override file the way Terraform does (HCL native syntax) and
@@ -177,7 +178,7 @@ func TestHCLStringEscapes(t *testing.T) {
 }
 
 func TestWriteConfigFilesReplacesPlantedLinks(t *testing.T) {
-	dir, outside := sandbox(t)
+	dir, outside := archivetest.Sandbox(t)
 	victim := filepath.Join(outside, "victim")
 	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/sourcearchive/archivetest"
 )
 
 // The configurations use only what ships inside both CLIs (terraform_data, locals, variables,
@@ -93,11 +94,11 @@ func cliUnderTest() map[string]string {
 }
 
 func inlineSource(t *testing.T, files map[string]string) api.Source {
-	var entries []entry
+	var entries []archivetest.Entry
 	for name, body := range files {
-		entries = append(entries, entry{Name: name, Body: body})
+		entries = append(entries, archivetest.Entry{Name: name, Body: body})
 	}
-	return api.Source{Inline: &api.InlineSource{ArchiveTarGz: makeArchive(t, entries...)}}
+	return api.Source{Inline: &api.InlineSource{ArchiveTarGz: archivetest.Make(t, entries...)}}
 }
 
 func TestEndToEndWithRealCLIs(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/sourcearchive/archivetest"
 )
 
 // fakeCLI writes a shell script standing in for terraform: `version`, `init` and `output`
@@ -179,7 +180,7 @@ func TestRunnerErrorsAreExitCode2(t *testing.T) {
 	})
 	t.Run("unsafe archive", func(t *testing.T) {
 		h := newHarness(t, fakeCLI(t, `exit 0`, ""))
-		d := h.deploy(api.OperationApply, api.Source{Inline: &api.InlineSource{ArchiveTarGz: makeArchive(t, entry{Name: "../escape.tf", Body: "x"})}}, nil, "fake")
+		d := h.deploy(api.OperationApply, api.Source{Inline: &api.InlineSource{ArchiveTarGz: archivetest.Make(t, archivetest.Entry{Name: "../escape.tf", Body: "x"})}}, nil, "fake")
 		r := h.runJob(d, runOptions{})
 		if r.Code != ExitRunnerError || !strings.Contains(r.Log, "'..'") || strings.Contains(r.Log, "==> terraform init") {
 			t.Fatalf("exit %d, want 2 before init:\n%s", r.Code, r.Log)

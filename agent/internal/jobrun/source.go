@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/sourcearchive"
 )
 
 // layoutSource puts the deployment's source into srcDir (which must exist and be empty) and returns
@@ -20,7 +21,7 @@ func layoutSource(ctx context.Context, src api.Source, srcDir string, env []stri
 	configDir := srcDir
 	switch {
 	case src.Inline != nil:
-		st, err := extractArchive(src.Inline.ArchiveTarGz, srcDir)
+		st, err := sourcearchive.Extract(src.Inline.ArchiveTarGz, srcDir, sourcearchive.DefaultLimits)
 		if err != nil {
 			return "", err
 		}
@@ -42,7 +43,7 @@ func layoutSource(ctx context.Context, src api.Source, srcDir string, env []stri
 			}
 			// A repository may hold a symlink out of the checkout; the CLI must not be run
 			// somewhere else on the machine.
-			if err := checkInside(srcDir, configDir); err != nil {
+			if err := sourcearchive.ResolvesInside(srcDir, configDir); err != nil {
 				return "", fmt.Errorf("source.git.path %q: %w", g.Path, err)
 			}
 		}

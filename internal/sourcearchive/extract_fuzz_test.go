@@ -1,4 +1,4 @@
-package jobrun
+package sourcearchive
 
 import (
 	"archive/tar"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/sourcearchive"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/sourcearchive/archivetest"
 )
 
 // Names and link targets the fuzzers combine: plain paths, nested ones, traversal, absolute
@@ -37,10 +37,10 @@ func fuzzLink(b byte, abs string) string {
 
 // fuzzEntries decodes spec, four bytes an entry: type, name, link target (abs for the absolute
 // one), and mode and body.
-func fuzzEntries(spec []byte, abs string) []entry {
-	var out []entry
+func fuzzEntries(spec []byte, abs string) []archivetest.Entry {
+	var out []archivetest.Entry
 	for ; len(spec) >= 4 && len(out) < 24; spec = spec[4:] {
-		e := entry{Type: fuzzTypes[int(spec[0])%len(fuzzTypes)], Name: fuzzNames[int(spec[1])%len(fuzzNames)],
+		e := archivetest.Entry{Type: fuzzTypes[int(spec[0])%len(fuzzTypes)], Name: fuzzNames[int(spec[1])%len(fuzzNames)],
 			Link: fuzzLink(spec[2], abs), Mode: int64(spec[3]) << 4}
 		if e.Mode == 0 {
 			e.Mode = 0o644
@@ -66,12 +66,12 @@ func fuzzEntries(spec []byte, abs string) []entry {
 func FuzzExtractArchive(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0xa4, 2, 12, 1, 0, 0, 13, 0, 0})
 	f.Fuzz(func(t *testing.T, spec []byte) {
-		dir, outside := sandbox(t)
+		dir, outside := archivetest.Sandbox(t)
 		secret := filepath.Join(outside, "secret")
 		if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := extractArchive(makeArchive(t, fuzzEntries(spec, secret)...), dir)
+		_, err := Extract(archivetest.Make(t, fuzzEntries(spec, secret)...), dir, DefaultLimits)
 		if es, _ := os.ReadDir(outside); len(es) != 1 {
 			t.Fatalf("the outside directory holds %v", es)
 		}
@@ -106,7 +106,7 @@ func checkTree(t *testing.T, dir string) {
 		case m&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0:
 			t.Fatalf("%s has mode %s", p, m)
 		case m&fs.ModeSymlink != 0:
-			if err := checkInside(dir, p); err != nil {
+			if err := ResolvesInside(dir, p); err != nil {
 				t.Fatalf("accepted link %s: %v", p, err)
 			}
 		case !m.IsDir() && !m.IsRegular():
@@ -130,7 +130,7 @@ func mustReadDir(t *testing.T, dir string) []fs.DirEntry {
 
 // FuzzPackRoundTrip lays out a directory from fuzzed operations (files, directories, relative
 // and absolute symlinks, local state files, .terraform/ and .git/), packs it as the CLI does
-// (sourcearchive.Pack) and unpacks it as the job runner does. Whatever Pack accepts, the job
+// (sourcearchive.Pack) and unpacks it as the job runner does (Extract). Whatever Pack accepts, the job
 // runner accepts and lays out the same tree minus what Pack leaves out; packing is
 // deterministic. Each operation is three bytes: kind, name, link target. The layout is written
 // through an os.Root, so an operation whose path runs through a link out of the directory (to
@@ -140,7 +140,7 @@ func mustReadDir(t *testing.T, dir string) []fs.DirEntry {
 func FuzzPackRoundTrip(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 1, 14, 0, 2, 12, 0, 0, 16, 0, 3, 2, 3})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		src, outside := sandbox(t)
+		src, outside := archivetest.Sandbox(t)
 		secret := filepath.Join(outside, "secret")
 		if err := os.WriteFile(secret, []byte("s"), 0o600); err != nil {
 			t.Fatal(err)
@@ -172,15 +172,15 @@ func FuzzPackRoundTrip(f *testing.F) {
 		if b, _ := os.ReadFile(secret); string(b) != "s" {
 			t.Fatalf("laying out the directory wrote through a link: the outside secret holds %q", b)
 		}
-		a, err := sourcearchive.Pack(src)
+		a, err := Pack(src)
 		if err != nil {
 			return
 		}
-		if again, err := sourcearchive.Pack(src); err != nil || !bytes.Equal(again.Data, a.Data) {
+		if again, err := Pack(src); err != nil || !bytes.Equal(again.Data, a.Data) {
 			t.Fatalf("packing twice gave different archives (%v)", err)
 		}
 		dst := t.TempDir()
-		st, err := extractArchive(a.Data, dst)
+		st, err := Extract(a.Data, dst, DefaultLimits)
 		if err != nil {
 			t.Fatalf("the job runner refuses what Pack packed: %v\npacked: %s", err, listing(t, src))
 		}

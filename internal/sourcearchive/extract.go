@@ -1,4 +1,4 @@
-package jobrun
+package sourcearchive
 
 import (
 	"archive/tar"
@@ -14,45 +14,57 @@ import (
 	"strings"
 )
 
-// Limits of an inline archive once unpacked. The orchestrator caps the compressed archive at
-// 16 MiB; these bound what a small, highly compressible archive can expand to. Variables only
-// so tests can lower them.
-var (
-	maxArchiveBytes   int64 = 256 << 20
-	maxArchiveEntries       = 20000
-)
+// Limits bound what an archive may unpack to. The orchestrator caps the compressed archive at
+// 16 MiB; these bound what a small, highly compressible archive can expand to.
+type Limits struct {
+	// Bytes is the most the regular files may hold in all.
+	Bytes int64
+	// Entries is the most entries the archive may have.
+	Entries int
+}
 
-// archiveStats describes an unpacked archive for the log.
-type archiveStats struct {
+// DefaultLimits are the job runner's limits.
+var DefaultLimits = Limits{Bytes: 256 << 20, Entries: 20000}
+
+// Stats describes an unpacked archive for the job log.
+type Stats struct {
 	Files, Dirs, Symlinks int
 	Bytes                 int64
 }
 
-// extractArchive unpacks a gzip-compressed tar into dir, which must exist and be empty.
+// Extract unpacks a gzip-compressed tar into dir, which must exist and be empty.
 //
-// The archive comes from whoever can create deployments, so it is treated as hostile: it must
-// not write outside dir, not even through a symlink it planted itself. Therefore:
+// The archive comes from whoever can create deployments, so it is hostile until shown
+// otherwise. Every file operation goes through an os.Root opened on dir, so no name, link or
+// chain of links can reach outside it, whatever the checks below miss; the checks are there to
+// refuse early with a message that names the entry:
 //   - entry names must be relative and must not contain "..";
-//   - nothing is ever written through a symlink: every parent of an entry must be a real
-//     directory, and symlinks are created only after all files and directories;
-//   - a symlink's target must be relative, and after all links exist each must resolve (through
-//     any chain of links) to a path inside dir; an escaping or dangling link is refused;
-//   - hard links are copied from a regular file extracted earlier, never linked to outside files;
+//   - nothing is written through a symlink: links are created only after every file and
+//     directory, no entry may lie below a link of the archive, and every parent must be a real
+//     directory;
+//   - a link's target must be relative, and once all links exist each must resolve (through any
+//     chain of links) to an entry inside dir; an escaping or dangling link is refused;
+//   - hard links become copies of a regular file unpacked earlier;
 //   - devices, FIFOs and other special entries are refused; ownership is ignored and modes are
-//     reduced to rwx bits without setuid/setgid/sticky;
+//     reduced to rwx bits without setuid, setgid or sticky;
 //   - the unpacked size and the number of entries are capped (gzip bombs).
-func extractArchive(data []byte, dir string) (archiveStats, error) {
-	var st archiveStats
+func Extract(data []byte, dir string, lim Limits) (Stats, error) {
+	var st Stats
 	zr, err := gzip.NewReader(bytes.NewReader(data))
 	if err != nil {
 		return st, fmt.Errorf("inline source is not gzip data: %w", err)
 	}
 	defer zr.Close()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return st, fmt.Errorf("inline source: %w", err)
+	}
+	defer root.Close()
 	tr := tar.NewReader(zr)
 	type link struct{ name, target string }
 	var links []link
 	seen := map[string]bool{}
-	linkNames := map[string]bool{} // symlinks are created last, but nothing may be written below one
+	linkNames := map[string]bool{}
 	for entries := 0; ; entries++ {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -61,8 +73,8 @@ func extractArchive(data []byte, dir string) (archiveStats, error) {
 		if err != nil {
 			return st, fmt.Errorf("inline source is not a valid tar archive: %w", err)
 		}
-		if entries >= maxArchiveEntries {
-			return st, fmt.Errorf("inline source has more than %d entries", maxArchiveEntries)
+		if entries >= lim.Entries {
+			return st, fmt.Errorf("inline source has more than %d entries", lim.Entries)
 		}
 		if hdr.Typeflag == tar.TypeXGlobalHeader {
 			continue
@@ -81,29 +93,31 @@ func extractArchive(data []byte, dir string) (archiveStats, error) {
 			return st, fmt.Errorf("inline source: entry %q appears twice", name)
 		}
 		seen[name] = true
-		target := filepath.Join(dir, filepath.FromSlash(name))
-		if err := checkParents(dir, name); err != nil {
-			return st, err
-		}
 		for p := path.Dir(name); p != "."; p = path.Dir(p) {
 			if linkNames[p] {
 				return st, fmt.Errorf("inline source: entry %q would be written through the symlink %q", name, p)
 			}
 		}
+		if err := checkParents(root, name); err != nil {
+			return st, err
+		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
+			if err := root.MkdirAll(name, 0o755); err != nil {
 				return st, fmt.Errorf("inline source: %w", err)
 			}
 			st.Dirs++
 		case tar.TypeReg, tar.TypeGNUSparse: // the reader reports old-style TypeRegA as TypeReg
-			if st.Bytes+hdr.Size > maxArchiveBytes {
-				return st, fmt.Errorf("inline source unpacks to more than %d MiB", maxArchiveBytes>>20)
+			if st.Bytes+hdr.Size > lim.Bytes {
+				return st, fmt.Errorf("inline source unpacks to more than %d MiB", lim.Bytes>>20)
 			}
-			n, err := writeFile(target, tr, hdr.FileInfo().Mode().Perm(), maxArchiveBytes-st.Bytes)
+			n, err := writeFile(root, name, tr, hdr.FileInfo().Mode().Perm(), lim.Bytes-st.Bytes)
 			st.Bytes += n
 			if err != nil {
 				return st, fmt.Errorf("inline source: %s: %w", name, err)
+			}
+			if st.Bytes > lim.Bytes {
+				return st, fmt.Errorf("inline source unpacks to more than %d MiB", lim.Bytes>>20)
 			}
 			st.Files++
 		case tar.TypeLink:
@@ -111,10 +125,13 @@ func extractArchive(data []byte, dir string) (archiveStats, error) {
 			if err != nil || src == "." {
 				return st, fmt.Errorf("inline source: hard link %q points to %q, outside the archive", name, hdr.Linkname)
 			}
-			n, err := copyHardLink(dir, src, target, maxArchiveBytes-st.Bytes)
+			n, err := copyHardLink(root, src, name, lim.Bytes-st.Bytes)
 			st.Bytes += n
 			if err != nil {
 				return st, fmt.Errorf("inline source: hard link %q to %q: %w", name, src, err)
+			}
+			if st.Bytes > lim.Bytes {
+				return st, fmt.Errorf("inline source unpacks to more than %d MiB", lim.Bytes>>20)
 			}
 			st.Files++
 		case tar.TypeSymlink:
@@ -130,12 +147,14 @@ func extractArchive(data []byte, dir string) (archiveStats, error) {
 			return st, fmt.Errorf("inline source: entry %q has unsupported type %q (only files, directories and symlinks)", name, string(hdr.Typeflag))
 		}
 	}
-	// Links last, so no entry was ever written through one.
 	for _, l := range links {
-		if err := checkParents(dir, l.name); err != nil {
+		if err := checkParents(root, l.name); err != nil {
 			return st, err
 		}
-		if err := os.Symlink(filepath.FromSlash(l.target), filepath.Join(dir, filepath.FromSlash(l.name))); err != nil {
+		if err := root.MkdirAll(path.Dir(l.name), 0o755); err != nil {
+			return st, fmt.Errorf("inline source: %w", err)
+		}
+		if err := root.Symlink(filepath.FromSlash(l.target), l.name); err != nil {
 			if errors.Is(err, fs.ErrExist) {
 				return st, fmt.Errorf("inline source: symlink %q clashes with a directory of the same name", l.name)
 			}
@@ -143,11 +162,14 @@ func extractArchive(data []byte, dir string) (archiveStats, error) {
 		}
 		st.Symlinks++
 	}
-	// Chains of links can escape even when each link alone looks fine ("a/b -> .." and
-	// "c -> a/b/.."), so check the real resolution of every link now that all exist.
+	// Chains of links can escape even when each alone looks fine ("a/b -> .." and
+	// "c -> a/b/.."): the root resolves every link now that all exist, and refuses to leave dir.
 	for _, l := range links {
-		if err := checkInside(dir, filepath.Join(dir, filepath.FromSlash(l.name))); err != nil {
-			return st, fmt.Errorf("inline source: symlink %q -> %q: %w", l.name, l.target, err)
+		if _, err := root.Stat(l.name); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return st, fmt.Errorf("inline source: symlink %q -> %q does not resolve to a file inside the source", l.name, l.target)
+			}
+			return st, fmt.Errorf("inline source: symlink %q -> %q resolves outside the source: %w", l.name, l.target, err)
 		}
 	}
 	return st, nil
@@ -164,7 +186,7 @@ func cleanEntryName(name string) (string, error) {
 	if path.IsAbs(name) || filepath.IsAbs(name) || filepath.VolumeName(name) != "" {
 		return "", fmt.Errorf("inline source: entry %q has an absolute path; archive paths must be relative", name)
 	}
-	for _, part := range strings.Split(name, "/") {
+	for part := range strings.SplitSeq(name, "/") {
 		if part == ".." {
 			return "", fmt.Errorf("inline source: entry %q contains '..'; archive paths must stay inside the archive", name)
 		}
@@ -172,35 +194,36 @@ func cleanEntryName(name string) (string, error) {
 	return path.Clean(name), nil
 }
 
-// checkParents refuses an entry whose parent path runs through anything but real directories.
-func checkParents(dir, name string) error {
-	cur := dir
-	parts := strings.Split(path.Dir(name), "/")
-	for _, part := range parts {
+// checkParents refuses an entry whose parent path runs through anything but real directories,
+// so the refusal names the entry rather than being the root's "path escapes" error.
+func checkParents(root *os.Root, name string) error {
+	cur := ""
+	for part := range strings.SplitSeq(path.Dir(name), "/") {
 		if part == "." {
 			continue
 		}
-		cur = filepath.Join(cur, part)
-		fi, err := os.Lstat(cur)
+		cur = path.Join(cur, part)
+		fi, err := root.Lstat(cur)
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil // created by MkdirAll below; nothing deeper can exist yet
+			return nil // made by MkdirAll; nothing deeper can exist yet
 		}
 		if err != nil {
 			return fmt.Errorf("inline source: %w", err)
 		}
 		if !fi.IsDir() {
-			return fmt.Errorf("inline source: entry %q would be written through %q, which is not a directory", name, strings.TrimPrefix(cur, dir+string(filepath.Separator)))
+			return fmt.Errorf("inline source: entry %q would be written through %q, which is not a directory", name, cur)
 		}
 	}
 	return nil
 }
 
-// writeFile creates a regular file that must not exist yet, copying at most limit bytes.
-func writeFile(target string, r io.Reader, perm fs.FileMode, limit int64) (int64, error) {
-	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+// writeFile creates a regular file that must not exist yet, copying at most limit bytes (one
+// more is read, so the caller sees the cap exceeded).
+func writeFile(root *os.Root, name string, r io.Reader, perm fs.FileMode, limit int64) (int64, error) {
+	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
 		return 0, err
 	}
-	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, (perm&0o755)|0o600)
+	f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, (perm&0o755)|0o600)
 	if err != nil {
 		return 0, err
 	}
@@ -208,35 +231,33 @@ func writeFile(target string, r io.Reader, perm fs.FileMode, limit int64) (int64
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && n > limit {
-		err = fmt.Errorf("the archive unpacks to more than %d MiB", maxArchiveBytes>>20)
-	}
 	return n, err
 }
 
-// copyHardLink copies an already extracted regular file of the archive to target.
-func copyHardLink(dir, src, target string, limit int64) (int64, error) {
-	if err := checkParents(dir, src); err != nil {
+// copyHardLink copies a regular file of the archive unpacked earlier to name.
+func copyHardLink(root *os.Root, src, name string, limit int64) (int64, error) {
+	if err := checkParents(root, src); err != nil {
 		return 0, err
 	}
-	srcPath := filepath.Join(dir, filepath.FromSlash(src))
-	fi, err := os.Lstat(srcPath)
+	fi, err := root.Lstat(src)
 	if err != nil {
 		return 0, fmt.Errorf("its target must be a file earlier in the archive: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		return 0, fmt.Errorf("its target is not a regular file")
 	}
-	f, err := os.Open(srcPath)
+	f, err := root.Open(src)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	return writeFile(target, f, fi.Mode().Perm(), limit)
+	return writeFile(root, name, f, fi.Mode().Perm(), limit)
 }
 
-// checkInside resolves p through every symlink and refuses results outside root (or dangling).
-func checkInside(root, p string) error {
+// ResolvesInside resolves p through every symlink and refuses a result outside root, or none:
+// for trees that were not unpacked through a root, such as a git checkout, whose links the
+// repository chose.
+func ResolvesInside(root, p string) error {
 	realRoot, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return err
