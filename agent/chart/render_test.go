@@ -64,6 +64,7 @@ type rendered struct {
 // renderOptions tweak the install action.
 type renderOptions struct {
 	skipSchemaValidation bool
+	releaseName          string // releaseName when empty
 }
 
 // renderChart installs the embedded chart client-only (what `helm template` does), with overrides
@@ -80,6 +81,9 @@ func renderChart(t *testing.T, overrides string, opts renderOptions) (*rendered,
 	inst.DryRun = true
 	inst.ClientOnly = true
 	inst.ReleaseName = releaseName
+	if opts.releaseName != "" {
+		inst.ReleaseName = opts.releaseName
+	}
 	inst.Namespace = releaseNamespace
 	inst.KubeVersion = kubeVersion
 	inst.SkipSchemaValidation = opts.skipSchemaValidation

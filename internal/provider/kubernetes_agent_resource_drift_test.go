@@ -75,7 +75,7 @@ func TestAccKubernetesAgent_drift(t *testing.T) {
 			// `kubectl scale` and `kubectl set image` on the live Deployment.
 			{
 				PreConfig: func() {
-					d, err := e.kube().AppsV1().Deployments(ns).Get(ctx, agentFullname(defaultReleaseName), metav1.GetOptions{})
+					d, err := e.kube().AppsV1().Deployments(ns).Get(ctx, agentchart.Fullname(defaultReleaseName, nil), metav1.GetOptions{})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -23,6 +23,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 )
 
 // testCAPEM makes a self-signed CA certificate in PEM form.
@@ -263,7 +265,7 @@ func TestAccKubernetesAgent_jobSettings(t *testing.T) {
 	}
 	withPEM := settings("  ca_bundle {\n    pem = <<EOT\n" + ca + "EOT\n  }\n")
 	withSecret := settings("  ca_bundle {\n    secret_name = \"corp-ca\"\n    secret_key = \"bundle.pem\"\n  }\n")
-	caSecret := agentFullname(defaultReleaseName) + "-ca-bundle"
+	caSecret := agentchart.Fullname(defaultReleaseName, nil) + "-ca-bundle"
 
 	envOf := func(d *appsv1.Deployment) map[string]corev1.EnvVar {
 		out := map[string]corev1.EnvVar{}

@@ -440,7 +440,7 @@ func (e *accEnv) checkReleaseGone(ns, name string) resource.TestCheckFunc {
 
 func (e *accEnv) checkAgentDeployment(ns string, check func(*appsv1.Deployment) error) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		d, err := e.kube().AppsV1().Deployments(ns).Get(context.Background(), agentFullname(defaultReleaseName), metav1.GetOptions{})
+		d, err := e.kube().AppsV1().Deployments(ns).Get(context.Background(), agentchart.Fullname(defaultReleaseName, nil), metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

@@ -70,7 +70,7 @@ func (r *kubernetesAgentResource) waitForConnection(ctx context.Context, admin *
 			detail := r.notConnectedDetail(ctx, conn, plan, rel, last, timeout)
 			if last != nil && last.Status.Connected && want != "" && last.Status.AgentVersion != want {
 				detail = fmt.Sprintf("The agent that polls still reports version %q: the pods of the installed version %s have not taken over yet "+
-					"(kubectl -n %s rollout status deployment/%s).\n\n%s", last.Status.AgentVersion, want, rel.Namespace, agentFullname(rel.Name), detail)
+					"(kubectl -n %s rollout status deployment/%s).\n\n%s", last.Status.AgentVersion, want, rel.Namespace, agentchart.Fullname(rel.Name, rel.Config), detail)
 			}
 			diags.AddError("Agent Did Not Connect", fmt.Sprintf("%s\n\nOriginal error: waiting for runner %q to connect: %v", detail, id, ctx.Err()))
 			return diags
@@ -142,8 +142,8 @@ func (r *kubernetesAgentResource) notConnectedDetail(ctx context.Context, conn *
 			last.Status.LastSeenAt.UTC().Format(time.RFC3339), last.Status.AgentVersion, last.Status.KeyFingerprint)
 	}
 	b.WriteString("\nCheck:\n")
-	fmt.Fprintf(&b, "- the agent's logs: kubectl -n %s logs deployment/%s\n", ns, agentFullname(rel.Name))
-	pods := podSummary(ctx, conn, ns, rel.Name)
+	fmt.Fprintf(&b, "- the agent's logs: kubectl -n %s logs deployment/%s\n", ns, agentchart.Fullname(rel.Name, rel.Config))
+	pods := podSummary(ctx, conn, ns, rel)
 	for _, line := range pods {
 		fmt.Fprintf(&b, "  %s\n", line)
 	}
@@ -162,24 +162,16 @@ func (r *kubernetesAgentResource) notConnectedDetail(ctx context.Context, conn *
 	return b.String()
 }
 
-// agentFullname is the name of the chart's Deployment for a release (the chart's fullname rule).
-func agentFullname(releaseName string) string {
-	if strings.Contains(releaseName, agentchart.Name) {
-		return releaseName
-	}
-	return releaseName + "-" + agentchart.Name
-}
-
 // podSummary describes the agent's pods: phase and why containers are waiting.
-func podSummary(ctx context.Context, conn *kubeConn, ns, releaseName string) []string {
+func podSummary(ctx context.Context, conn *kubeConn, ns string, rel *release.Release) []string {
 	pods, err := conn.clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
-		LabelSelector: "app.kubernetes.io/instance=" + releaseName + ",app.kubernetes.io/component=agent",
+		LabelSelector: "app.kubernetes.io/instance=" + rel.Name + ",app.kubernetes.io/component=agent",
 	})
 	if err != nil {
 		return []string{"(the agent pods could not be listed: " + err.Error() + ")"}
 	}
 	if len(pods.Items) == 0 {
-		return []string{fmt.Sprintf("(no agent pods exist; see kubectl -n %s describe deployment/%s for why)", ns, agentFullname(releaseName))}
+		return []string{fmt.Sprintf("(no agent pods exist; see kubectl -n %s describe deployment/%s for why)", ns, agentchart.Fullname(rel.Name, rel.Config))}
 	}
 	var out []string
 	for _, p := range pods.Items {
