@@ -1,154 +1,105 @@
 package statebackend
 
 import (
-	"context"
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
-	"time"
+	"net/http"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 )
 
-// renewal is one lock the handler keeps alive (see HolderLiveness).
-type renewal struct {
-	key, lockID, holder string
-	cancel              context.CancelFunc
-}
+// The LOCK and UNLOCK requests of the http backend, and what a caller may see of a lock; how
+// the locks taken are kept alive is in renewals.go.
 
-// ResumeRenewals adopts the unexpired locks found in the store whose holders HolderLiveness
-// reports alive, and renews them from now on. An agent calls it after it starts (or becomes
-// leader), so that locks of attempts that outlived the previous agent process do not expire
-// under them. Without HolderLiveness it does nothing: locks of unknown liveness are left to expire.
-func (h *Handler) ResumeRenewals(ctx context.Context) (int, error) {
-	if h.liveness == nil {
-		return 0, nil
-	}
-	locks, err := h.store.ListLocks(ctx)
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	now := time.Now()
-	for _, l := range locks {
-		if l.Lock.Expired(now) || l.Key == "" {
-			continue
-		}
-		alive, err := h.liveness.HolderAlive(ctx, l.Lock.Info.Holder)
-		if err != nil || !alive {
-			continue
-		}
-		h.startRenewal(l.Key, l.Lock.Info.ID, l.Lock.Info.Holder)
-		n++
-	}
-	return n, nil
-}
-
-func (h *Handler) startRenewal(key, lockID, holder string) {
-	ctx, cancel := context.WithCancel(h.baseCtx)
-	r := &renewal{key: key, lockID: lockID, holder: holder, cancel: cancel}
-	h.mu.Lock()
-	if h.baseCtx.Err() != nil {
-		h.mu.Unlock()
-		cancel()
+// lock takes the state lock for holder. A plan (readOnly) gets its lock info echoed and takes
+// nothing: it never writes, and the state it reads is one whole generation, so a lock would
+// protect nothing and only let untrusted plan code hold the applies off.
+func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder string, readOnly bool) {
+	body, ok := h.readLockBody(w, r)
+	if !ok {
 		return
 	}
-	if old := h.renewals[key]; old != nil {
-		if old.lockID == lockID {
-			h.mu.Unlock()
-			cancel()
-			return
-		}
-		old.cancel()
+	var info statestore.LockInfo
+	if err := json.Unmarshal(body, &info); err != nil || info.ID == "" {
+		writeError(w, http.StatusBadRequest, "invalid_lock_info", "LOCK needs the lock info JSON with an ID")
+		return
 	}
-	h.renewals[key] = r
-	h.wg.Add(1)
-	h.mu.Unlock()
-	go func() {
-		defer h.wg.Done()
-		defer h.forget(r)
-		h.renew(ctx, r)
-	}()
+	if readOnly {
+		writeJSON(w, http.StatusOK, info)
+		return
+	}
+	info.Holder = holder
+	if err := h.store.Lock(r.Context(), key, info); err != nil {
+		h.storeError(w, r, key, holder, "lock", err)
+		return
+	}
+	h.startRenewal(key, info.ID, holder)
+	writeJSON(w, http.StatusOK, info)
 }
 
-// releaseHolder unlocks, in the background, every lock holder still holds through this handler:
-// its attempt has ended.
-func (h *Handler) releaseHolder(holder string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.baseCtx.Err() != nil {
-		return // closed: the locks are the next leader's to renew or release
+// unlock releases holder's lock. A plan (readOnly) holds none: its unlock is answered 200, or
+// 409 when it names the ID of the lock someone else holds (as anyone's would be), so no CLI
+// reports a lock released that is not.
+func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder string, readOnly bool) {
+	body, ok := h.readLockBody(w, r)
+	if !ok {
+		return
 	}
-	for _, r := range h.renewals {
-		if r.holder != holder {
-			continue
+	var info statestore.LockInfo
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := json.Unmarshal(body, &info); err != nil {
+			writeError(w, http.StatusBadRequest, "invalid_lock_info", "UNLOCK needs the lock info JSON (or an empty body to force-unlock)")
+			return
 		}
-		r.cancel()
-		delete(h.renewals, r.key)
-		h.wg.Add(1)
-		go func() {
-			defer h.wg.Done()
-			ctx, cancel := context.WithTimeout(h.baseCtx, 30*time.Second)
-			defer cancel()
-			attrs := []slog.Attr{slog.String("state_key", r.key), slog.String("lock_id", r.lockID), slog.String("holder", r.holder)}
-			if err := h.store.Unlock(ctx, r.key, r.lockID, r.holder); err != nil && !errors.Is(err, statestore.ErrNotLocked) && !errors.Is(err, statestore.ErrLockMismatch) {
-				h.log.LogAttrs(ctx, slog.LevelWarn, "could not release the lock of a finished attempt; it expires instead", append(attrs, slog.Any("err", err))...)
-				return
-			}
-			h.log.LogAttrs(ctx, slog.LevelInfo, "released the lock of a finished attempt", attrs...)
-		}()
 	}
+	if info.ID == "" {
+		h.log.LogAttrs(r.Context(), slog.LevelWarn, "force-unlock over HTTP refused", slog.String("state_key", key), slog.String("by", holder))
+		writeError(w, http.StatusForbidden, "force_unlock_refused", fmt.Sprintf("job runners cannot force-unlock state %q; an operator runs `outpost-agent state force-unlock %s` in the cluster", key, key))
+		return
+	}
+	var err error
+	if readOnly {
+		var held *statestore.HeldLock
+		if held, err = h.store.LockInfo(r.Context(), key); err == nil && held != nil && held.Info.ID == info.ID {
+			err = &statestore.LockMismatchError{Key: key, LockID: info.ID, Lock: held}
+		}
+	} else if err = h.store.Unlock(r.Context(), key, info.ID, holder); err == nil {
+		h.stopRenewal(key, info.ID)
+	}
+	if err != nil && !errors.Is(err, statestore.ErrNotLocked) {
+		h.storeError(w, r, key, holder, "unlock", err)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
 }
 
-func (h *Handler) stopRenewal(key, lockID string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if r := h.renewals[key]; r != nil && (lockID == "" || r.lockID == lockID) {
-		r.cancel()
-		delete(h.renewals, key)
-	}
-}
+// HiddenLockIDPrefix starts what stands for the ID of another holder's lock in 409 and 423
+// answers: the ID is what lets a write or an unlock through, so only the lock's own holder sees
+// it. The CLIs print it as the lock's ID, so it says who holds the lock and what to do.
+const HiddenLockIDPrefix = "hidden"
 
-func (h *Handler) forget(r *renewal) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.renewals[r.key] == r {
-		delete(h.renewals, r.key)
+// shownTo is a lock's info as the caller may see it: all of it to the lock's own holder; to
+// anyone else what the agent itself vouches for (the holder, a known operation, when it was
+// taken) and none of the free text the holder's CLI sent (Who, Info, Path, Version), which
+// untrusted deployment code chooses and another job's log would otherwise print.
+func shownTo(l statestore.HeldLock, holder string) statestore.LockInfo {
+	info := l.Info
+	if holder != "" && info.Holder == holder {
+		return info
 	}
-	r.cancel()
-}
-
-// renew keeps one lock alive while its holder is (see HolderLiveness and DefaultMaxLockHold).
-func (h *Handler) renew(ctx context.Context, r *renewal) {
-	t := time.NewTicker(h.renewEvery)
-	defer t.Stop()
-	started := time.Now()
-	attrs := []slog.Attr{slog.String("state_key", r.key), slog.String("lock_id", r.lockID), slog.String("holder", r.holder)}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if h.liveness != nil {
-			alive, err := h.liveness.HolderAlive(ctx, r.holder)
-			if err == nil && !alive {
-				h.log.LogAttrs(ctx, slog.LevelInfo, "lock holder is gone; its lock is left to expire", attrs...)
-				return
-			}
-		} else if time.Since(started) > DefaultMaxLockHold {
-			h.log.LogAttrs(ctx, slog.LevelWarn, "lock held longer than the maximum hold time; no longer renewed", attrs...)
-			return
-		}
-		err := h.store.Renew(ctx, r.key, r.lockID)
-		switch {
-		case err == nil:
-		case errors.Is(err, statestore.ErrLockMismatch):
-			h.log.LogAttrs(ctx, slog.LevelWarn, "lock lost (force-unlocked or taken over); renewal stopped", attrs...)
-			return
-		case ctx.Err() != nil:
-			return
-		default:
-			h.log.LogAttrs(ctx, slog.LevelWarn, "lock renewal failed; retrying", append(attrs, slog.Any("err", err))...)
-		}
+	op := ""
+	switch info.Operation {
+	case "OperationTypeApply", "OperationTypePlan", "OperationTypeRefresh", "OperationTypeInvalid":
+		op = info.Operation
+	}
+	return statestore.LockInfo{
+		ID:        fmt.Sprintf("%s (held by %s; an operator releases a stuck lock with `outpost-agent state force-unlock`)", HiddenLockIDPrefix, info.Holder),
+		Operation: op,
+		Who:       info.Holder,
+		Created:   info.Created,
+		Holder:    info.Holder,
 	}
 }
