@@ -141,8 +141,11 @@ func TestHostileConnectionsDelayNoApply(t *testing.T) {
 		}
 		t.Logf("terraform apply with %s: %v (alone %v; %.2fx); the hostile client reopened %d connections",
 			phase.name, took.Round(time.Millisecond), alone.Round(time.Millisecond), float64(took)/float64(alone), reopened)
-		if took > 2*alone {
-			t.Errorf("with %s the apply took %v, more than twice its %v alone", phase.name, took, alone)
+		// Without the protection the apply stalls for the 10 s a request waits for a connection
+		// at the least (9.9 s to 49.3 s measured); on a loaded machine the hostile client's own
+		// reconnects cost the apply up to about 2x of its 0.4 s, so a ratio would be noise.
+		if limit := alone + 5*time.Second; took > limit {
+			t.Errorf("with %s the apply took %v, more than %v (its %v alone and 5 s)", phase.name, took, limit, alone)
 		}
 	}
 }
