@@ -154,7 +154,7 @@ func (s *Server) startPoll(c *call, req *api.PollRequest) (int, error) {
 		msg := api.IncompatibleProtocolMessage(req.AgentVersion, stated, s.cfg.Version, s.cfg.AgentProtocols)
 		s.log.Warn("agent refused: incompatible agent protocol", "org", c.agent.Org, "runner_id", c.agent.RunnerID,
 			"agent_version", req.AgentVersion, "agent_protocol", stated.String(), "orchestrator_version", s.cfg.Version, "orchestrator_protocol", s.cfg.AgentProtocols.String())
-		return 0, refuse(http.StatusConflict, api.CodeIncompatibleProtocol, "%s", msg)
+		return 0, refuse(api.CodeIncompatibleProtocol, "%s", msg)
 	}
 	return protocol, nil
 }

@@ -45,7 +45,7 @@ func (p principal) reaches(org string) error {
 func (s *Server) authenticateAdmin(r *http.Request) (principal, error) {
 	tok, ok := bearer(r)
 	if !ok {
-		return principal{}, &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
+		return principal{}, &refusal{code: api.CodeUnauthorized, authReason: authReasonAdminToken,
 			message: "missing admin token: send Authorization: Bearer <token> (the bootstrap admin token or an organisation token)"}
 	}
 	if strings.HasPrefix(tok, api.OrgTokenPrefix) {
@@ -54,14 +54,14 @@ func (s *Server) authenticateAdmin(r *http.Request) (principal, error) {
 			return principal{}, err
 		}
 		if rec == nil {
-			return principal{}, &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonOrgToken,
+			return principal{}, &refusal{code: api.CodeUnauthorized, authReason: authReasonOrgToken,
 				message: "the organisation token is not valid for this orchestrator: it was revoked, or never issued here"}
 		}
 		return principal{org: rec.Org, tokenID: rec.ID, tokenName: rec.Name}, nil
 	}
 	given := sha256.Sum256([]byte(tok))
 	if subtle.ConstantTimeCompare(given[:], s.admin[:]) != 1 {
-		return principal{}, &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
+		return principal{}, &refusal{code: api.CodeUnauthorized, authReason: authReasonAdminToken,
 			message: "the admin token is not valid for this orchestrator"}
 	}
 	return principal{bootstrap: true}, nil

@@ -112,7 +112,7 @@ func TestAgentAuthRefusalsAre401AndCounted(t *testing.T) {
 
 func TestAgentURLDerivedFromHost(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.ExternalURL = "" })
+	h := newHarness(t, func(c *testConfig) { c.ExternalURL = "" })
 	a := h.setupRunner("acme", "r1", 1)
 	body := jsonBytes(t, api.PollRequest{CapacityFree: 1})
 	tok, err := a.signer.Sign("POST", h.hs.URL+pollPath, body)

@@ -56,7 +56,7 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	if n.Deployments != 4 || n.Runners != 2 || n.OrgTokens != 1 || n.LogChunks != 8 || n.Events != 3 {
 		t.Fatalf("copied %+v", n)
 	}
-	dst := newHarness(t, func(c *Config) { c.DatabaseURL, c.Now = pgURL, src.clock.Now })
+	dst := newHarness(t, func(c *testConfig) { c.DatabaseURL, c.Now = pgURL, src.clock.Now })
 	for _, p := range reads {
 		if got := dst.admin(http.MethodGet, p, nil).body; !bytes.Equal(got, before[p]) {
 			t.Errorf("GET %s after the copy:\n%s\nbefore:\n%s", p, got, before[p])

@@ -54,7 +54,7 @@ func pgRowCount(h *harness, pg *pgEngine) int {
 // of every row of every table of the harness's PostgreSQL schema. It closes the harness.
 func storedBytes(h *harness) []byte {
 	h.t.Helper()
-	pg, ok := h.srv.store.eng.(*pgEngine)
+	pg, ok := h.eng.(*pgEngine)
 	if !ok {
 		h.close()
 		db, err := os.ReadFile(filepath.Join(h.cfg.DataDir, DBFile))
@@ -89,13 +89,13 @@ func storedBytes(h *harness) []byte {
 }
 
 // replayCount is the number of remembered agent token ids.
-func (s *store) replayCount(ctx context.Context) (int, error) {
-	if pg, ok := s.eng.(*pgEngine); ok {
+func replayCount(ctx context.Context, eng engine) (int, error) {
+	if pg, ok := eng.(*pgEngine); ok {
 		var n int
 		err := pg.pool.QueryRow(ctx, "SELECT count(*) FROM replay").Scan(&n)
 		return n, err
 	}
-	b, ok := s.eng.(*boltEngine)
+	b, ok := eng.(*boltEngine)
 	if !ok {
 		return 0, errors.New("unknown engine")
 	}

@@ -338,3 +338,23 @@ func (s *boltEngine) purgeReplay(_ context.Context, now time.Time) (int, error) 
 	})
 	return n, err
 }
+
+// legacySecretKey is where orchestrators before the separate signing secret file kept the
+// secret: in the database's meta bucket, so whoever had a copy of the database could mint job
+// tokens.
+var legacySecretKey = []byte("secret")
+
+// legacySecret implements legacySecrets: the secret an older orchestrator kept in meta.
+func (s *boltEngine) legacySecret() ([]byte, error) {
+	var secret []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		secret = bytes.Clone(tx.Bucket(bMeta).Get(legacySecretKey))
+		return nil
+	})
+	return secret, err
+}
+
+// dropLegacySecret implements legacySecrets.
+func (s *boltEngine) dropLegacySecret() error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Delete(legacySecretKey) })
+}

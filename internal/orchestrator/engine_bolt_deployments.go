@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,8 +21,7 @@ func (t boltTx) loadDeployment(org, id string) (*deploymentRecord, bool, error) 
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	rec.savedStatus = rec.D.Status
-	rec.savedLeased = rec.Lease != nil
+	rec.markSaved()
 	return &rec, true, nil
 }
 
@@ -48,7 +48,8 @@ func (t boltTx) saveDeployment(rec *deploymentRecord) error {
 		return err
 	}
 	queue, leased := tx.Bucket(bQueue), tx.Bucket(bLeased)
-	wasQueued, isQueued := rec.savedStatus == api.StatusQueued, rec.D.Status == api.StatusQueued
+	savedStatus, savedLeased := rec.saved()
+	wasQueued, isQueued := savedStatus == api.StatusQueued, rec.D.Status == api.StatusQueued
 	switch {
 	case isQueued && !wasQueued:
 		if err := queue.Put(queueKey(rec), []byte(rec.D.ID)); err != nil {
@@ -61,29 +62,29 @@ func (t boltTx) saveDeployment(rec *deploymentRecord) error {
 	}
 	leaseKey := key(rec.Org, rec.D.RunnerID, rec.D.ID)
 	switch isLeased := rec.Lease != nil; {
-	case isLeased && !rec.savedLeased:
+	case isLeased && !savedLeased:
 		if err := leased.Put(leaseKey, nil); err != nil {
 			return err
 		}
-	case rec.savedLeased && !isLeased:
+	case savedLeased && !isLeased:
 		if err := leased.Delete(leaseKey); err != nil {
 			return err
 		}
 	}
-	if rec.savedStatus != rec.D.Status {
-		if !rec.savedStatus.Terminal() && rec.D.Status.Terminal() && rec.D.FinishedAt != nil {
+	if savedStatus != rec.D.Status {
+		if !savedStatus.Terminal() && rec.D.Status.Terminal() && rec.D.FinishedAt != nil {
 			if err := indexEnded(tx, rec); err != nil {
 				return err
 			}
 		}
-		if err := addStat(tx, rec.savedStatus, -1); err != nil {
+		if err := addStat(tx, savedStatus, -1); err != nil {
 			return err
 		}
 		if err := addStat(tx, rec.D.Status, 1); err != nil {
 			return err
 		}
 	}
-	rec.savedStatus, rec.savedLeased = rec.D.Status, rec.Lease != nil
+	rec.markSaved()
 	return nil
 }
 
@@ -122,9 +123,12 @@ func (t boltTx) deleteDeployment(rec *deploymentRecord) error {
 
 func (t boltTx) listDeployments(org, runnerID string, status api.Status, each func(rec *deploymentRecord) (bool, error)) error {
 	return scanPrefixReverse(t.tx.Bucket(bDeploymentSeq), prefix(org), func(_, v []byte) (bool, error) {
-		rec, err := loadIndexedDeployment(t, org, string(v))
+		rec, found, err := t.loadDeployment(org, string(v))
 		if err != nil {
 			return false, err
+		}
+		if !found {
+			return false, fmt.Errorf("index entry for missing deployment %s/%s", org, v)
 		}
 		if (runnerID != "" && rec.D.RunnerID != runnerID) || (status != "" && rec.D.Status != status) {
 			return true, nil

@@ -28,8 +28,7 @@ func decodeDeployment(data []byte) (*deploymentRecord, bool, error) {
 	if err := unmarshal(data, &rec); err != nil {
 		return nil, true, err
 	}
-	rec.savedStatus = rec.D.Status
-	rec.savedLeased = rec.Lease != nil
+	rec.markSaved()
 	return &rec, true, nil
 }
 
@@ -74,7 +73,7 @@ func (t *pgTx) saveDeployment(rec *deploymentRecord) error {
 	if err != nil {
 		return err
 	}
-	rec.savedStatus, rec.savedLeased = rec.D.Status, rec.Lease != nil
+	rec.markSaved()
 	return nil
 }
 

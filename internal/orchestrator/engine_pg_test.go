@@ -66,7 +66,7 @@ func TestPostgreSQLNewerSchemaIsRefused(t *testing.T) {
 // it can hold a password.
 func TestPostgreSQLURLIsNotEchoed(t *testing.T) {
 	t.Parallel()
-	_, err := New(Config{DatabaseURL: "postgres://u:s3cret-pw@host:notaport/db", AdminToken: "admin-token-for-tests-0123456789", SweepInterval: -1})
+	_, err := OpenEngine(t.Context(), EngineOptions{DatabaseURL: "postgres://u:s3cret-pw@host:notaport/db"})
 	if err == nil || strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), "not a valid PostgreSQL connection string") {
 		t.Fatalf("malformed URL: %v", err)
 	}
@@ -113,9 +113,9 @@ func TestDatabaseURLNeedsVerifiedTLSOffLoopback(t *testing.T) {
 			t.Errorf("%s: the error must name verify-full and %s and not the password: %v", c.url, opt, err)
 		}
 	}
-	// Through the server's start: refused before any connection (db.invalid never resolves).
+	// Through the engine's opening: refused before any connection (db.invalid never resolves).
 	start := time.Now()
-	_, err := New(Config{DatabaseURL: "postgres://u:s3cret-pw@db.invalid/outpost", AdminToken: "admin-token-for-tests-0123456789", SweepInterval: -1})
+	_, err := OpenEngine(t.Context(), EngineOptions{DatabaseURL: "postgres://u:s3cret-pw@db.invalid/outpost"})
 	if !errors.Is(err, ErrDatabaseTLS) || strings.Contains(err.Error(), "s3cret-pw") {
 		t.Fatalf("start with a database URL without TLS: %v", err)
 	}

@@ -140,7 +140,7 @@ func TestConcurrentFinishedEventsShareCommits(t *testing.T) {
 		ids[i], fencing[i] = d.ID, a.claim(d.ID, 1, "pod-a").Lease.Fencing
 	}
 	txID := func() int {
-		be, ok := h.srv.store.eng.(*boltEngine)
+		be, ok := h.eng.(*boltEngine)
 		if !ok {
 			return 0
 		}

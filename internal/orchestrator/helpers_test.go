@@ -47,24 +47,31 @@ func (c *fakeClock) Advance(d time.Duration) {
 // harness is a real server over real HTTP with a controllable clock and no background sweeper.
 type harness struct {
 	t     testing.TB
-	cfg   Config
+	cfg   testConfig
+	eng   engine // the engine the server runs on now
 	clock *fakeClock
 	srv   *Server
 	hs    *httptest.Server
 	token string
 }
 
-func newHarness(t testing.TB, adjust ...func(*Config)) *harness {
+// testConfig is a harness's server configuration and the database its engine opens (again on
+// every restart).
+type testConfig struct {
+	Config
+	DatabaseURL string
+}
+
+func newHarness(t testing.TB, adjust ...func(*testConfig)) *harness {
 	t.Helper()
 	clock := newClock()
-	cfg := Config{
+	cfg := testConfig{Config: Config{
 		DataDir:       t.TempDir(),
-		DatabaseURL:   testDatabaseURL(t),
 		AdminToken:    "admin-token-for-tests-0123456789",
 		ExternalURL:   externalURL,
 		Now:           clock.Now,
 		SweepInterval: -1,
-	}
+	}, DatabaseURL: testDatabaseURL(t)}
 	for _, a := range adjust {
 		a(&cfg)
 	}
@@ -76,11 +83,17 @@ func newHarness(t testing.TB, adjust ...func(*Config)) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	srv, err := New(h.cfg)
+	eng, err := OpenEngine(h.t.Context(), EngineOptions{DataDir: h.cfg.DataDir, DatabaseURL: h.cfg.DatabaseURL, Logger: h.cfg.Logger})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.srv = srv
+	cfg := h.cfg.Config
+	cfg.Engine = eng
+	srv, err := New(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.srv, h.eng = srv, eng
 	h.hs = httptest.NewServer(srv.Handler())
 }
 
@@ -377,7 +390,7 @@ func authFailures(h *harness, reason string) float64 {
 // boltDB is the bbolt database of a harness.
 func boltDB(h *harness) *bolt.DB {
 	h.t.Helper()
-	e, ok := h.srv.store.eng.(*boltEngine)
+	e, ok := h.eng.(*boltEngine)
 	if !ok {
 		h.t.Fatal("the test looks at bbolt's own layout; give it a harness on bbolt (onBolt)")
 	}
@@ -385,4 +398,4 @@ func boltDB(h *harness) *bolt.DB {
 }
 
 // onBolt keeps a harness on bbolt in the PostgreSQL run too, for tests of bbolt's own layout.
-func onBolt(c *Config) { c.DatabaseURL = "" }
+func onBolt(c *testConfig) { c.DatabaseURL = "" }

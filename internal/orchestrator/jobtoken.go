@@ -49,7 +49,7 @@ func mintJobToken(secret []byte, c jobTokenPayload) string {
 // still current is the store's question (checkJobToken).
 func parseJobToken(secret []byte, raw string) (jobTokenPayload, error) {
 	bad := func(why string) (jobTokenPayload, error) {
-		return jobTokenPayload{}, &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobToken,
+		return jobTokenPayload{}, &refusal{code: api.CodeUnauthorized, authReason: authReasonJobToken,
 			message: "job token refused: " + why}
 	}
 	rest, ok := strings.CutPrefix(raw, api.JobTokenPrefix)
@@ -80,6 +80,11 @@ func parseJobToken(secret []byte, raw string) (jobTokenPayload, error) {
 	return jobTokenPayload{Org: parts[0], Deployment: parts[1], Attempt: attempt, Fencing: fencing}, nil
 }
 
+// parseJobToken checks a token against the store's secret and returns the grant it stands for.
+func (s *store) parseJobToken(raw string) (jobTokenPayload, error) {
+	return parseJobToken(s.secret, raw)
+}
+
 // checkJobToken decides whether a genuine token still speaks for the deployment: it must be for the
 // current grant (a superseded attempt gets stale_fencing, so its job runner stops), and a finished
 // deployment accepts it only for the grace period, so the job runner can flush its last log lines
@@ -90,7 +95,7 @@ func checkJobToken(rec *deploymentRecord, c jobTokenPayload, now time.Time, grac
 			c.Attempt, c.Fencing, c.Deployment, rec.D.Attempt, rec.Fencing)
 	}
 	if rec.D.Status.Terminal() && rec.D.FinishedAt != nil && now.After(rec.D.FinishedAt.Add(grace)) {
-		return &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobTokenExpired,
+		return &refusal{code: api.CodeUnauthorized, authReason: authReasonJobTokenExpired,
 			message: fmt.Sprintf("job token expired: deployment %q ended at %s and job tokens stay valid for %s after the end",
 				c.Deployment, rec.D.FinishedAt.Format(time.RFC3339), grace)}
 	}

@@ -132,7 +132,7 @@ func TestExpiredLeaseSettlesWithoutSweeper(t *testing.T) {
 
 func TestSweeperRunsInBackground(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *testConfig) {
 		c.SweepInterval = 20 * time.Millisecond
 		c.LeaseDuration = time.Second
 	})

@@ -103,7 +103,7 @@ func TestLogAppendByOffset(t *testing.T) {
 func TestLogCapTruncatesWithMarker(t *testing.T) {
 	t.Parallel()
 	const logCap = 32
-	h := newHarness(t, func(c *Config) { c.LogCapBytes = logCap })
+	h := newHarness(t, func(c *testConfig) { c.LogCapBytes = logCap })
 	a := h.setupRunner("acme", "r1", 1)
 	d := h.deploy(api.OperationPlan)
 	c := a.claim(d.ID, 1, "pod")

@@ -134,7 +134,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.log.Error("handler panicked", "request_id", info.id, "route", info.route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if sw.Status == 0 {
-				writeRefusal(sw, refuse(http.StatusInternalServerError, api.CodeInternal,
+				writeRefusal(sw, refuse(api.CodeInternal,
 					"internal error; the orchestrator log has the details under request id %s", info.id))
 			}
 		}
@@ -156,7 +156,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	if !s.enter() {
 		sw.Header().Set("Retry-After", "1")
-		writeRefusal(sw, refuse(http.StatusServiceUnavailable, api.CodeUnavailable, "the orchestrator is shutting down; retry shortly"))
+		writeRefusal(sw, refuse(api.CodeUnavailable, "the orchestrator is shutting down; retry shortly"))
 		return
 	}
 	defer s.inFlight.Done()
@@ -193,7 +193,7 @@ func (s *Server) notRouted(w http.ResponseWriter, r *http.Request, h http.Handle
 	h.ServeHTTP(c, r)
 	if c.code == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", c.h.Get("Allow"))
-		writeRefusal(w, refuse(http.StatusMethodNotAllowed, "method_not_allowed",
+		writeRefusal(w, refuse(codeMethodNotAllowed,
 			"%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, c.h.Get("Allow")))
 		return
 	}
@@ -267,7 +267,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 			}
 		}
 		if rt.bootstrap && !p.bootstrap {
-			return refuse(http.StatusForbidden, api.CodeForbidden,
+			return refuse(api.CodeForbidden,
 				"only the bootstrap admin token (--admin-token) manages organisation tokens; an organisation token cannot")
 		}
 		connguard.Authenticated(r.Context(), "admin "+p.String())
@@ -280,10 +280,10 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 	case authJob:
 		raw, ok := bearer(r)
 		if !ok {
-			return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonJobToken,
+			return &refusal{code: api.CodeUnauthorized, authReason: authReasonJobToken,
 				message: "missing job token: send Authorization: Bearer opj_<token> (the token from the claim)"}
 		}
-		payload, err := parseJobToken(s.store.secret, raw)
+		payload, err := s.store.parseJobToken(raw)
 		if err != nil {
 			return err
 		}
@@ -319,14 +319,14 @@ func agentRefusal(err error) error {
 		return err
 	}
 	if ae.Reason == agentauth.ReasonInternal {
-		return &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, message: ae.Error(), authReason: string(ae.Reason)}
+		return &refusal{code: api.CodeUnavailable, message: ae.Error(), authReason: string(ae.Reason)}
 	}
 	code := api.CodeUnauthorized
 	if ae.Reason == agentauth.ReasonUnknownKey {
 		// Typed, so an agent holding another key tries it at once (agentauth.Signer.Refused).
 		code = api.CodeUnknownKey
 	}
-	return &refusal{status: http.StatusUnauthorized, code: code, message: ae.Error(), authReason: string(ae.Reason)}
+	return &refusal{code: code, message: ae.Error(), authReason: string(ae.Reason)}
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -348,7 +348,7 @@ func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" || r.ContentLength != 0 {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != rt.body {
-			return refuse(http.StatusUnsupportedMediaType, api.CodeMediaType,
+			return refuse(api.CodeMediaType,
 				"Content-Type must be %s for %s, got %q", rt.body, rt.pattern, ct)
 		}
 	}
@@ -358,13 +358,13 @@ func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 		var netErr net.Error
 		switch {
 		case errors.As(err, &tooBig):
-			return refuse(http.StatusRequestEntityTooLarge, api.CodeTooLarge,
+			return refuse(api.CodeTooLarge,
 				"request body is larger than the limit of %s for %s", humanBytes(rt.limit), rt.pattern)
 		case errors.As(err, &netErr) && netErr.Timeout():
-			return refuse(http.StatusRequestTimeout, api.CodeRequestTimeout,
+			return refuse(api.CodeRequestTimeout,
 				"the request body did not arrive within the orchestrator's read timeout; send it at once, not piece by piece")
 		}
-		return refuse(http.StatusBadRequest, api.CodeInvalid, "reading the request body failed: %v", err)
+		return refuse(api.CodeInvalid, "reading the request body failed: %v", err)
 	}
 	infoOf(r.Context()).bodyRead = true
 	w.Header().Del("Connection")

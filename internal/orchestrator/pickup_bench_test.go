@@ -46,7 +46,7 @@ func TestPickupLatency(t *testing.T) {
 	rs := replicasAt(t, pgURL, 3)
 	var engines []*pgEngine
 	for _, h := range rs {
-		if e, ok := h.srv.store.eng.(*pgEngine); ok {
+		if e, ok := h.eng.(*pgEngine); ok {
 			engines = append(engines, e)
 		}
 	}

@@ -3,7 +3,6 @@ package orchestrator
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 
@@ -58,7 +57,7 @@ const logUsageTTL = time.Minute
 
 // quotaExceeded is the refusal of a create beyond a quota.
 func quotaExceeded(format string, args ...any) *refusal {
-	return refuse(http.StatusForbidden, api.CodeQuotaExceeded, format, args...)
+	return refuse(api.CodeQuotaExceeded, format, args...)
 }
 
 // countDocs counts an organisation's objects of kind k, stopping once it is past most.

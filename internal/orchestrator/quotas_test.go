@@ -14,7 +14,7 @@ import (
 // organisation is not held back. Runs on bbolt and on PostgreSQL.
 func TestOrgQuotas(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *testConfig) {
 		c.Quotas = Quotas{Runners: 2, StateStorages: 2, QueuedDeployments: 3, LogBytes: 100}
 	})
 	refused := func(what string, r response, flag string) {

@@ -45,7 +45,7 @@ func runToEnd(h *harness, a *agent, logLines int) api.Deployment {
 // keysOf lists every key of the database that names the deployment, bucket by bucket.
 func keysOf(h *harness, org, id string) []string {
 	h.t.Helper()
-	if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+	if pg, ok := h.eng.(*pgEngine); ok {
 		return pgRowsOf(h, pg, org, id)
 	}
 	var out []string
@@ -68,7 +68,7 @@ func keysOf(h *harness, org, id string) []string {
 func TestRetentionPurgesSourcesThenLogsThenDeployments(t *testing.T) {
 	t.Parallel()
 	ret := Retention{Sources: time.Hour, Logs: 48 * time.Hour, Deployments: 7 * 24 * time.Hour}
-	h := newHarness(t, func(c *Config) { c.Retention = ret; c.PurgeBatch = 5 })
+	h := newHarness(t, func(c *testConfig) { c.Retention = ret; c.PurgeBatch = 5 })
 	a := h.setupRunner("acme", "r1", 2)
 	ended := runToEnd(h, a, 12)
 	// A deployment that has not ended (queued: no job lease to keep alive across the jumps of
@@ -144,7 +144,7 @@ func TestRetentionPurgesSourcesThenLogsThenDeployments(t *testing.T) {
 
 func TestRetentionKeepForeverAndValidation(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *testConfig) {
 		c.Retention = Retention{Sources: KeepForever, Logs: KeepForever, Deployments: KeepForever}
 	})
 	a := h.setupRunner("acme", "r1", 1)
@@ -154,7 +154,11 @@ func TestRetentionKeepForeverAndValidation(t *testing.T) {
 	if got := h.deployment(d.ID); got.Source.Inline == nil || got.LogSize != d.LogSize {
 		t.Fatalf("kept forever, yet after ten years: %+v", got)
 	}
-	_, err := New(Config{DataDir: t.TempDir(), AdminToken: h.token, Retention: Retention{Logs: time.Minute}})
+	eng, err := OpenEngine(t.Context(), EngineOptions{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Config{Engine: eng, DataDir: t.TempDir(), AdminToken: h.token, Retention: Retention{Logs: time.Minute}})
 	if err == nil || !strings.Contains(err.Error(), "log retention") {
 		t.Fatalf("log retention shorter than the job token grace: %v", err)
 	}
@@ -164,7 +168,7 @@ func TestRetentionKeepForeverAndValidation(t *testing.T) {
 // are indexed once when the database is opened, and then purged like any other.
 func TestRetentionBackfillsOldDatabases(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, onBolt, func(c *Config) { c.Retention = Retention{Sources: time.Hour} })
+	h := newHarness(t, onBolt, func(c *testConfig) { c.Retention = Retention{Sources: time.Hour} })
 	a := h.setupRunner("acme", "r1", 1)
 	d := runToEnd(h, a, 1)
 	// Make it look like a database written before retention: no index entries, no marker.
@@ -193,7 +197,7 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	t.Parallel()
 	const budget, deployments, lines = 10, 6, 30
 	ret := Retention{Sources: KeepForever, Logs: KeepForever, Deployments: time.Hour}
-	h := newHarness(t, func(c *Config) { c.Retention = ret; c.PurgeBatch = budget })
+	h := newHarness(t, func(c *testConfig) { c.Retention = ret; c.PurgeBatch = budget })
 	a := h.setupRunner("acme", "r1", deployments)
 	var ids []string
 	for range deployments {
@@ -201,7 +205,7 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	}
 	h.clock.Advance(2 * time.Hour)
 	countKeys := func() int {
-		if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+		if pg, ok := h.eng.(*pgEngine); ok {
 			return pgRowCount(h, pg)
 		}
 		n := 0

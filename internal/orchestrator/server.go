@@ -11,6 +11,7 @@ package orchestrator
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -40,61 +41,16 @@ const (
 	MinAdminTokenLength = 16
 	// DefaultPurgeBatch is how many keys one purge transaction deletes at most.
 	DefaultPurgeBatch = 1000
-	// MaxEventsPerAttempt caps the events one attempt may record; beyond it only its finished
-	// event is taken, so an agent cannot grow the database without bound.
-	MaxEventsPerAttempt = 1000
 )
-
-// Defaults of Retention, counted from a deployment's end.
-const (
-	// DefaultSourceRetention is short: sources and variables can hold secrets, and nothing needs
-	// them once the attempt's job runner is done.
-	DefaultSourceRetention     = time.Hour
-	DefaultLogRetention        = 30 * 24 * time.Hour
-	DefaultDeploymentRetention = 90 * 24 * time.Hour
-	// KeepForever, as a Retention field, keeps that part of ended deployments for good.
-	KeepForever time.Duration = -1
-)
-
-// Retention says how long the parts of an ended deployment are kept, counted from its end. The
-// background sweep deletes what is due in bounded batches. Zero fields take the defaults;
-// KeepForever (any negative value) keeps that part.
-type Retention struct {
-	// Sources is how long the source and the variables are kept.
-	Sources time.Duration
-	// Logs is how long the log and the events are kept; at least JobTokenGrace, so the job
-	// runner's last lines cannot land after the purge.
-	Logs time.Duration
-	// Deployments is how long the deployment itself (with its outputs) is kept; after that it
-	// is gone, and reads of it get 404.
-	Deployments time.Duration
-}
-
-func (r Retention) withDefaults() Retention {
-	set := func(d *time.Duration, def time.Duration) {
-		switch {
-		case *d == 0:
-			*d = def
-		case *d < 0:
-			*d = KeepForever
-		}
-	}
-	set(&r.Sources, DefaultSourceRetention)
-	set(&r.Logs, DefaultLogRetention)
-	set(&r.Deployments, DefaultDeploymentRetention)
-	return r
-}
 
 // Config configures a Server. Zero values take the defaults above.
 type Config struct {
-	// DataDir holds orchestrator.db; it is created when missing. Unused with DatabaseURL.
+	// Engine is where the records live: bbolt in a data directory, or PostgreSQL for several
+	// replicas (see OpenEngine). The server closes it.
+	Engine engine
+	// DataDir holds the signing secret file unless SigningSecretFile names another (and the
+	// engine keeps no secret of its own).
 	DataDir string
-	// DatabaseURL, when set, keeps everything in PostgreSQL instead of DataDir (a libpq URL or
-	// keyword/value string), so that several replicas can serve the same organisations.
-	DatabaseURL string
-	// DatabaseInsecureTLS lets DatabaseURL reach a server off loopback without verified TLS
-	// (sslmode other than verify-full); only when the operator asked for it by name.
-	DatabaseInsecureTLS bool
 	// SigningSecretFile holds the secret that signs job tokens, apart from the database; empty
 	// means SigningSecretFile in DataDir. It is created on first start unless it exists (a
 	// mounted Secret, say).
@@ -155,9 +111,18 @@ type Server struct {
 	sweepDone chan struct{}
 }
 
-// New opens (or creates) the database in cfg.DataDir and returns a server whose background
-// sweeper is running. Close it to release the database.
-func New(cfg Config) (*Server, error) {
+// New returns a server over cfg.Engine whose background sweeper is running. The server owns the
+// engine from then on, also when New fails: Close (or the failure) closes it.
+func New(cfg Config) (_ *Server, err error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("no storage engine: open one (bbolt or PostgreSQL) and set Config.Engine")
+	}
+	defer func() {
+		if err != nil {
+			_ = cfg.Engine.close()
+		}
+	}()
+	eng := cfg.Engine
 	if len(cfg.AdminToken) < MinAdminTokenLength {
 		return nil, fmt.Errorf("admin token must be at least %d characters; use a long random value", MinAdminTokenLength)
 	}
@@ -203,39 +168,33 @@ func New(cfg Config) (*Server, error) {
 		}
 		external = u
 	}
-	st, err := openStore(context.Background(), cfg)
-	if err != nil {
-		return nil, err
-	}
 	// The secret signing job tokens lives apart from the database in a file, except on
 	// PostgreSQL without --signing-secret-file: every replica must share it, and the database
 	// is what they share (it is then as sensitive as a data directory; see SECURITY.md).
-	var legacy legacySecrets // an older bbolt database may still hold the secret
-	if b, ok := st.eng.(*boltEngine); ok {
-		legacy = b
-	}
+	legacy, _ := eng.(legacySecrets) // an older bbolt database may still hold the secret
+	var secret []byte
 	switch {
 	case cfg.SigningSecretFile != "":
-		st.secret, err = openSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
-	case cfg.DatabaseURL != "":
-		st.secret = st.eng.secret()
+		secret, err = openSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
+	case eng.secret() != nil:
+		secret = eng.secret()
 	default:
-		st.secret, err = openSigningSecret(filepath.Join(cfg.DataDir, SigningSecretFile), legacy, cfg.Logger)
+		secret, err = openSigningSecret(filepath.Join(cfg.DataDir, SigningSecretFile), legacy, cfg.Logger)
 	}
 	if err != nil {
-		_ = st.close()
 		return nil, err
 	}
+	st := newStore(eng, storeOptions{Secret: secret, Now: cfg.Now, LogCap: cfg.LogCapBytes, Quotas: cfg.Quotas})
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, notify: newNotifier(), external: external,
 		admin: sha256.Sum256([]byte(cfg.AdminToken)), closing: make(chan struct{}),
 	}
-	s.notify.publish = func(runner string) { st.eng.wake(context.Background(), runner) }
-	if l, ok := st.eng.(wakeListener); ok {
+	s.notify.publish = func(runner string) { eng.wake(context.Background(), runner) }
+	if l, ok := eng.(wakeListener); ok {
 		l.listen(s.notify)
 	}
 	s.metrics = newMetrics(st)
-	s.verifier = &agentauth.Verifier{Keys: st.runnerKeys, Replay: replayCache{st}, Now: cfg.Now}
+	s.verifier = &agentauth.Verifier{Keys: st.runnerKeys, Replay: st.replayCache(), Now: cfg.Now}
 	s.mux = http.NewServeMux()
 	for _, rt := range s.routeTable() {
 		s.routes = append(s.routes, rt)

@@ -11,8 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // SigningSecretFile is the file in the data directory that holds the secret signing job tokens,
@@ -21,10 +19,6 @@ const SigningSecretFile = "signing-secret"
 
 // signingSecretBytes is the length of a generated secret; a file may hold a longer one.
 const signingSecretBytes = 32
-
-// legacySecretKey is where orchestrators before the separate file kept the secret: in the
-// database's meta bucket, so whoever had a copy of the database could mint job tokens.
-var legacySecretKey = []byte("secret")
 
 // legacySecrets is the part of a store that may still hold the secret of an older orchestrator.
 // A store that never kept it (a new backend) passes nil to openSigningSecret.
@@ -133,19 +127,4 @@ func createSigningSecret(path string, secret []byte, log *slog.Logger) ([]byte, 
 	}
 	log.Info("created the signing secret of job tokens", "file", path)
 	return secret, nil
-}
-
-// legacySecret implements legacySecrets: the secret an older orchestrator kept in meta.
-func (s *boltEngine) legacySecret() ([]byte, error) {
-	var secret []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
-		secret = bytes.Clone(tx.Bucket(bMeta).Get(legacySecretKey))
-		return nil
-	})
-	return secret, err
-}
-
-// dropLegacySecret implements legacySecrets.
-func (s *boltEngine) dropLegacySecret() error {
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Delete(legacySecretKey) })
 }

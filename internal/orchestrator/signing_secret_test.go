@@ -88,8 +88,9 @@ func TestSigningSecretFileElsewhere(t *testing.T) {
 	if err := os.WriteFile(mounted, []byte(given+"\n"), 0o400); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *Config) { c.SigningSecretFile = mounted })
-	if !bytes.Equal(h.srv.store.secret, bytes.Repeat([]byte{0xab}, 40)) {
+	h := newHarness(t, func(c *testConfig) { c.SigningSecretFile = mounted })
+	signed := mintJobToken(bytes.Repeat([]byte{0xab}, 40), jobTokenPayload{Org: "acme", Deployment: "dep-x", Attempt: 1, Fencing: 1})
+	if _, err := h.srv.store.parseJobToken(signed); err != nil {
 		t.Fatal("the server does not sign with the secret of --signing-secret-file")
 	}
 	if _, err := os.Stat(filepath.Join(h.cfg.DataDir, SigningSecretFile)); err == nil {
@@ -106,7 +107,12 @@ func TestSigningSecretFileElsewhere(t *testing.T) {
 		if err := os.WriteFile(mounted, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg := h.cfg
+		eng, err := OpenEngine(t.Context(), EngineOptions{DataDir: h.cfg.DataDir, DatabaseURL: h.cfg.DatabaseURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := h.cfg.Config
+		cfg.Engine = eng
 		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), mounted) || !strings.Contains(err.Error(), "hex") {
 			t.Fatalf("secret file %q: error %v, want one naming the file and its format", bad, err)
 		}
@@ -116,7 +122,7 @@ func TestSigningSecretFileElsewhere(t *testing.T) {
 func TestSigningSecretMovesOutOfAnOlderDatabase(t *testing.T) {
 	t.Parallel()
 	logs := &bytes.Buffer{} // read only while the server is closed
-	h := newHarness(t, onBolt, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	h := newHarness(t, onBolt, func(c *testConfig) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	a := h.setupRunner("acme", "r1", 1)
 	c := a.claim(h.deploy(api.OperationApply).ID, 1, "pod-a")
 	h.close()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -30,24 +29,21 @@ type orgRecord struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// openStore opens the database cfg names: PostgreSQL when DatabaseURL is set, else bbolt in
-// DataDir.
-func openStore(ctx context.Context, cfg Config) (*store, error) {
-	var eng engine
-	if cfg.DatabaseURL != "" {
-		pg, err := openPG(ctx, cfg.DatabaseURL, cfg.DatabaseInsecureTLS, cfg.Logger)
-		if err != nil {
-			return nil, err
-		}
-		eng = pg
-	} else {
-		b, err := openBolt(cfg.DataDir)
-		if err != nil {
-			return nil, err
-		}
-		eng = b
-	}
-	return &store{eng: eng, secret: eng.secret(), now: cfg.Now, logCap: cfg.LogCapBytes, quotas: cfg.Quotas.withDefaults()}, nil
+// storeOptions configure a store.
+type storeOptions struct {
+	// Secret signs job tokens.
+	Secret []byte
+	// Now is the clock of leases, token checks and timestamps.
+	Now func() time.Time
+	// LogCap is the most log bytes kept per deployment.
+	LogCap int64
+	// Quotas bound what one organisation stores (zero fields take the defaults).
+	Quotas Quotas
+}
+
+// newStore runs the rules over eng.
+func newStore(eng engine, o storeOptions) *store {
+	return &store{eng: eng, secret: o.Secret, now: o.Now, logCap: o.LogCap, quotas: o.Quotas.withDefaults()}
 }
 
 func (s *store) close() error { return s.eng.close() }
@@ -147,7 +143,7 @@ func (s *store) checkOrg(ctx context.Context, org string) error {
 		return err
 	}
 	if !ok {
-		return refuse(http.StatusNotFound, api.CodeOrgNotFound, "no such organisation %q on this orchestrator: nothing was ever created in it. "+
+		return refuse(api.CodeOrgNotFound, "no such organisation %q on this orchestrator: nothing was ever created in it. "+
 			"Check the name; an organisation begins with its first state storage, runner or organisation token", org)
 	}
 	return nil

@@ -10,6 +10,10 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
+// MaxEventsPerAttempt caps the events one attempt may record; beyond it only its finished
+// event is taken, so an agent cannot grow the database without bound.
+const MaxEventsPerAttempt = 1000
+
 // Directive reasons.
 const (
 	reasonUnknownDeployment = "unknown_deployment"

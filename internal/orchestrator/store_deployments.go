@@ -32,6 +32,16 @@ type deploymentRecord struct {
 	savedLeased bool
 }
 
+// markSaved notes the record as the engine now holds it; an engine calls it after it loaded or
+// wrote the record.
+func (r *deploymentRecord) markSaved() { r.savedStatus, r.savedLeased = r.D.Status, r.Lease != nil }
+
+// saved is the status and whether a job lease was held when the record was last loaded or
+// written, so an engine can tell which of its indexes and counters a write changes.
+func (r *deploymentRecord) saved() (status api.Status, leased bool) {
+	return r.savedStatus, r.savedLeased
+}
+
 // leaseRecord is a granted job lease.
 type leaseRecord struct {
 	Fencing   int64     `json:"fencing"`

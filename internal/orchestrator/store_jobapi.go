@@ -15,7 +15,7 @@ import (
 func (s *store) grantedDeployment(tx storeTx, c jobTokenPayload, grace time.Duration) (*deploymentRecord, error) {
 	rec, err := loadDeployment(tx, c.Org, c.Deployment)
 	if err != nil {
-		return nil, &refusal{status: 401, code: api.CodeUnauthorized, authReason: authReasonJobToken,
+		return nil, &refusal{code: api.CodeUnauthorized, authReason: authReasonJobToken,
 			message: "job token refused: its deployment no longer exists"}
 	}
 	now := s.timeNow()

@@ -10,6 +10,9 @@ import (
 // refused after it, and with PostgreSQL a token spent on one replica is refused by the others.
 type replayCache struct{ s *store }
 
+// replayCache is the store as an agentauth.ReplayCache.
+func (s *store) replayCache() replayCache { return replayCache{s} }
+
 // CheckAndStore implements agentauth.ReplayCache atomically, so two requests carrying the same
 // id cannot both pass.
 func (c replayCache) CheckAndStore(ctx context.Context, id string, until time.Time) (bool, error) {

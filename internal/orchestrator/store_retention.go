@@ -11,6 +11,46 @@ import (
 // index lookups, and one that finds a backlog works through it in transactions of a bounded
 // number of deletions (purgeBatch), letting requests in between.
 
+// Defaults of Retention, counted from a deployment's end.
+const (
+	// DefaultSourceRetention is short: sources and variables can hold secrets, and nothing needs
+	// them once the attempt's job runner is done.
+	DefaultSourceRetention     = time.Hour
+	DefaultLogRetention        = 30 * 24 * time.Hour
+	DefaultDeploymentRetention = 90 * 24 * time.Hour
+	// KeepForever, as a Retention field, keeps that part of ended deployments for good.
+	KeepForever time.Duration = -1
+)
+
+// Retention says how long the parts of an ended deployment are kept, counted from its end. The
+// background sweep deletes what is due in bounded batches. Zero fields take the defaults;
+// KeepForever (any negative value) keeps that part.
+type Retention struct {
+	// Sources is how long the source and the variables are kept.
+	Sources time.Duration
+	// Logs is how long the log and the events are kept; at least JobTokenGrace, so the job
+	// runner's last lines cannot land after the purge.
+	Logs time.Duration
+	// Deployments is how long the deployment itself (with its outputs) is kept; after that it
+	// is gone, and reads of it get 404.
+	Deployments time.Duration
+}
+
+func (r Retention) withDefaults() Retention {
+	set := func(d *time.Duration, def time.Duration) {
+		switch {
+		case *d == 0:
+			*d = def
+		case *d < 0:
+			*d = KeepForever
+		}
+	}
+	set(&r.Sources, DefaultSourceRetention)
+	set(&r.Logs, DefaultLogRetention)
+	set(&r.Deployments, DefaultDeploymentRetention)
+	return r
+}
+
 // purged counts what one purge deleted: deployments whose source (and variables), log (and
 // events), or whole record went.
 type purged struct {

@@ -109,7 +109,13 @@ func StartOn(t testing.TB, addr string, opts ...Option) *Instance {
 
 func (i *Instance) start(t testing.TB, addr string) {
 	t.Helper()
-	srv, err := orchestrator.New(i.cfg)
+	eng, err := orchestrator.OpenEngine(t.Context(), orchestrator.EngineOptions{DataDir: i.cfg.DataDir, Logger: i.cfg.Logger})
+	if err != nil {
+		t.Fatalf("orchestratortest: open the database: %v", err)
+	}
+	cfg := i.cfg
+	cfg.Engine = eng
+	srv, err := orchestrator.New(cfg)
 	if err != nil {
 		t.Fatalf("orchestratortest: start orchestrator: %v", err)
 	}

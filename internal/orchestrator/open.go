@@ -1,0 +1,41 @@
+package orchestrator
+
+import (
+	"context"
+	"log/slog"
+)
+
+// EngineOptions name the storage engine OpenEngine opens.
+type EngineOptions struct {
+	// DataDir holds orchestrator.db; it is created when missing. Unused with DatabaseURL.
+	DataDir string
+	// DatabaseURL, when set, keeps everything in PostgreSQL instead of DataDir (a libpq URL or
+	// keyword/value string), so that several replicas can serve the same organisations.
+	DatabaseURL string
+	// InsecureTLS lets DatabaseURL reach a server off loopback without verified TLS (sslmode
+	// other than verify-full); only when the operator asked for it by name.
+	InsecureTLS bool
+	// Logger receives the engine's warnings (PostgreSQL connection losses); nil discards them.
+	Logger *slog.Logger
+}
+
+// OpenEngine opens the database o names: PostgreSQL when DatabaseURL is set, else bbolt in
+// DataDir.
+func OpenEngine(ctx context.Context, o EngineOptions) (engine, error) {
+	if o.DatabaseURL != "" {
+		log := o.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		pg, err := openPG(ctx, o.DatabaseURL, o.InsecureTLS, log)
+		if err != nil {
+			return nil, err
+		}
+		return pg, nil
+	}
+	b, err := openBolt(o.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
