@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -146,7 +147,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return fmt.Errorf("%w (check --tls-cert-file and --tls-key-file)", err)
 		}
 	}
-	eng, err := orchestrator.OpenEngine(ctx, orchestrator.EngineOptions{DataDir: o.dataDir, DatabaseURL: o.databaseURL, InsecureTLS: o.databaseInsecureTLS, Logger: log})
+	eng, err := engines.Open(ctx, engines.Options{DataDir: o.dataDir, DatabaseURL: o.databaseURL, InsecureTLS: o.databaseInsecureTLS, Logger: log})
 	if err != nil {
 		return err
 	}

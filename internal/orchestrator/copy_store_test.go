@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
 // TestCopyStoreKeepsEverything fills a bbolt orchestrator with deployments in every state, copies
@@ -49,7 +50,7 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	dir := src.cfg.DataDir
 	src.close()
 
-	n, err := CopyStore(t.Context(), dir, pgURL, false, io.Discard)
+	n, err := engines.CopyStore(t.Context(), dir, pgURL, false, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	if list.Items[0].ID != newer.ID {
 		t.Fatalf("a deployment created after the copy is not listed first: %v", list.Items[0].ID)
 	}
-	if _, err := CopyStore(t.Context(), dir, pgURL, false, io.Discard); err == nil || !strings.Contains(err.Error(), "empty database") {
+	if _, err := engines.CopyStore(t.Context(), dir, pgURL, false, io.Discard); err == nil || !strings.Contains(err.Error(), "empty database") {
 		t.Fatalf("a second copy into the same database: %v", err)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/postgres"
 )
 
 // TestPostgreSQLReplicasStartTogether opens three engines on an empty database at once: the
@@ -20,24 +22,24 @@ func TestPostgreSQLReplicasStartTogether(t *testing.T) {
 	t.Parallel()
 	pgURL := pgSchema(t)
 	log := slog.New(slog.DiscardHandler)
-	engines := make([]*pgEngine, 3)
+	engines := make([]*postgres.Engine, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for i := range engines {
-		wg.Go(func() { engines[i], errs[i] = openPG(t.Context(), pgURL, false, log) })
+		wg.Go(func() { engines[i], errs[i] = postgres.Open(t.Context(), pgURL, false, log) })
 	}
 	wg.Wait()
 	for i, e := range engines {
 		if errs[i] != nil {
 			t.Fatalf("replica %d: %v", i, errs[i])
 		}
-		defer e.close()
-		if len(e.secret()) != 32 || !bytes.Equal(e.secret(), engines[0].secret()) {
+		defer e.Close()
+		if len(e.Secret()) != 32 || !bytes.Equal(e.Secret(), engines[0].Secret()) {
 			t.Fatalf("replica %d has another server secret", i)
 		}
 	}
 	var versions int
-	if err := engines[0].pool.QueryRow(t.Context(), "SELECT count(*) FROM schema_migrations").Scan(&versions); err != nil || versions != 1 {
+	if err := engines[0].Pool.QueryRow(t.Context(), "SELECT count(*) FROM schema_migrations").Scan(&versions); err != nil || versions != 1 {
 		t.Fatalf("schema_migrations has %d rows (%v), want 1", versions, err)
 	}
 }
@@ -48,15 +50,15 @@ func TestPostgreSQLNewerSchemaIsRefused(t *testing.T) {
 	t.Parallel()
 	pgURL := pgSchema(t)
 	log := slog.New(slog.DiscardHandler)
-	e, err := openPG(t.Context(), pgURL, false, log)
+	e, err := postgres.Open(t.Context(), pgURL, false, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.pool.Exec(t.Context(), "INSERT INTO schema_migrations (version) VALUES (99)"); err != nil {
+	if _, err := e.Pool.Exec(t.Context(), "INSERT INTO schema_migrations (version) VALUES (99)"); err != nil {
 		t.Fatal(err)
 	}
-	_ = e.close()
-	_, err = openPG(t.Context(), pgURL, false, log)
+	_ = e.Close()
+	_, err = postgres.Open(t.Context(), pgURL, false, log)
 	if err == nil || !strings.Contains(err.Error(), "newer orchestrator (schema 99") {
 		t.Fatalf("open a database of schema 99: %v", err)
 	}
@@ -66,7 +68,7 @@ func TestPostgreSQLNewerSchemaIsRefused(t *testing.T) {
 // it can hold a password.
 func TestPostgreSQLURLIsNotEchoed(t *testing.T) {
 	t.Parallel()
-	_, err := OpenEngine(t.Context(), EngineOptions{DatabaseURL: "postgres://u:s3cret-pw@host:notaport/db"})
+	_, err := engines.Open(t.Context(), engines.Options{DatabaseURL: "postgres://u:s3cret-pw@host:notaport/db"})
 	if err == nil || strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), "not a valid PostgreSQL connection string") {
 		t.Fatalf("malformed URL: %v", err)
 	}
@@ -105,8 +107,8 @@ func TestDatabaseURLNeedsVerifiedTLSOffLoopback(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.url, err)
 		}
-		err = CheckDatabaseTLS(cfg, c.insecure, opt)
-		if got := errors.Is(err, ErrDatabaseTLS); got != c.refused {
+		err = postgres.CheckDatabaseTLS(cfg, c.insecure, opt)
+		if got := errors.Is(err, postgres.ErrDatabaseTLS); got != c.refused {
 			t.Errorf("%s (opt-in %v): %v; refused %v, want %v", c.url, c.insecure, err, got, c.refused)
 		}
 		if err != nil && (strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), opt) || !strings.Contains(err.Error(), "verify-full")) {
@@ -115,12 +117,12 @@ func TestDatabaseURLNeedsVerifiedTLSOffLoopback(t *testing.T) {
 	}
 	// Through the engine's opening: refused before any connection (db.invalid never resolves).
 	start := time.Now()
-	_, err := OpenEngine(t.Context(), EngineOptions{DatabaseURL: "postgres://u:s3cret-pw@db.invalid/outpost"})
-	if !errors.Is(err, ErrDatabaseTLS) || strings.Contains(err.Error(), "s3cret-pw") {
+	_, err := engines.Open(t.Context(), engines.Options{DatabaseURL: "postgres://u:s3cret-pw@db.invalid/outpost"})
+	if !errors.Is(err, postgres.ErrDatabaseTLS) || strings.Contains(err.Error(), "s3cret-pw") {
 		t.Fatalf("start with a database URL without TLS: %v", err)
 	}
 	t.Logf("refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
-	if _, err := CopyStore(t.Context(), t.TempDir(), "postgres://u:s3cret-pw@db.invalid/outpost?sslmode=require", false, io.Discard); !errors.Is(err, ErrDatabaseTLS) {
+	if _, err := engines.CopyStore(t.Context(), t.TempDir(), "postgres://u:s3cret-pw@db.invalid/outpost?sslmode=require", false, io.Discard); !errors.Is(err, postgres.ErrDatabaseTLS) {
 		t.Errorf("migrate-store with a database URL without verified TLS: %v", err)
 	}
 }

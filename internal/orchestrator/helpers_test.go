@@ -14,11 +14,14 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
 // externalURL is the base URL agent tokens are bound to in these tests; requests go to the
@@ -48,7 +51,7 @@ func (c *fakeClock) Advance(d time.Duration) {
 type harness struct {
 	t     testing.TB
 	cfg   testConfig
-	eng   engine // the engine the server runs on now
+	eng   store.Engine // the engine the server runs on now
 	clock *fakeClock
 	srv   *Server
 	hs    *httptest.Server
@@ -83,7 +86,7 @@ func newHarness(t testing.TB, adjust ...func(*testConfig)) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	eng, err := OpenEngine(h.t.Context(), EngineOptions{DataDir: h.cfg.DataDir, DatabaseURL: h.cfg.DatabaseURL, Logger: h.cfg.Logger})
+	eng, err := engines.Open(h.t.Context(), engines.Options{DataDir: h.cfg.DataDir, DatabaseURL: h.cfg.DatabaseURL, Logger: h.cfg.Logger})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -388,13 +391,13 @@ func authFailures(h *harness, reason string) float64 {
 }
 
 // boltDB is the bbolt database of a harness.
-func boltDB(h *harness) *bolt.DB {
+func boltDB(h *harness) *bbolt.DB {
 	h.t.Helper()
-	e, ok := h.eng.(*boltEngine)
+	e, ok := h.eng.(*bolt.Engine)
 	if !ok {
 		h.t.Fatal("the test looks at bbolt's own layout; give it a harness on bbolt (onBolt)")
 	}
-	return e.db
+	return e.DB
 }
 
 // onBolt keeps a harness on bbolt in the PostgreSQL run too, for tests of bbolt's own layout.

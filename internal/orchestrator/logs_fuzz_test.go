@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // fuzzLogCap keeps the fuzzed logs short enough to cross the cap often.
@@ -113,5 +114,5 @@ func storedLog(stream []byte) []byte {
 	if out[len(out)-1] != '\n' {
 		out = append(out, '\n')
 	}
-	return append(out, truncationMarker(fuzzLogCap)...)
+	return append(out, store.TruncationMarker(fuzzLogCap)...)
 }

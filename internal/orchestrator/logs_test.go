@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // readLog reads a log of a deployment of acme.
@@ -117,7 +118,7 @@ func TestLogCapTruncatesWithMarker(t *testing.T) {
 	if got := mustAppend(t, h, c.JobToken, 40, "more\n"); !got.Truncated || got.CommittedOffset != 45 {
 		t.Fatalf("append after truncation: %+v", got)
 	}
-	marker := truncationMarker(logCap)
+	marker := store.TruncationMarker(logCap)
 	want := strings.Repeat("a", 20) + strings.Repeat("b", 12) + "\n" + marker
 	a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusFailed}}, nil)
 	chunk := h.readLog(d.ID, 0, 0)

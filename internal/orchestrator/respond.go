@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // codeStatus is the HTTP status of each error code a refusal carries: the store refuses with an
@@ -45,8 +46,8 @@ func statusOf(code string) int {
 // request id and answered with a message that names the id but not the cause, since causes
 // (file paths, storage errors) are the operator's business, not the caller's.
 func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
-	ref, ok := asRefusal(err)
-	var unavailable *storeUnavailableError
+	ref, ok := store.AsRefusal(err)
+	var unavailable *store.UnavailableError
 	switch {
 	case ok:
 	case errors.As(err, &unavailable):
@@ -54,20 +55,20 @@ func writeError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err er
 		id := requestID(r.Context())
 		log.WarnContext(r.Context(), "request refused: the database is unreachable", "request_id", id, "route", routeOf(r.Context()), "err", err)
 		w.Header().Set("Retry-After", "2")
-		ref = refuse(api.CodeUnavailable,
+		ref = store.Refuse(api.CodeUnavailable,
 			"the orchestrator cannot reach its database right now and changed nothing; retry shortly (request id %s)", id)
 	default:
 		id := requestID(r.Context())
 		log.ErrorContext(r.Context(), "request failed", "request_id", id, "route", routeOf(r.Context()), "err", err)
-		ref = refuse(api.CodeInternal,
+		ref = store.Refuse(api.CodeInternal,
 			"internal error; the orchestrator log has the details under request id %s", id)
 	}
 	writeRefusal(w, ref)
 }
 
-func writeRefusal(w http.ResponseWriter, ref *refusal) {
+func writeRefusal(w http.ResponseWriter, ref *store.Refusal) {
 	body := api.ErrorBody{Error: api.ErrorDetail{
-		Code: ref.code, Message: ref.message, Field: ref.field, CommittedOffset: ref.committed,
+		Code: ref.Code, Message: ref.Message, Field: ref.Field, CommittedOffset: ref.Committed,
 	}}
-	writeJSON(w, statusOf(ref.code), body)
+	writeJSON(w, statusOf(ref.Code), body)
 }

@@ -110,7 +110,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 	if d := h.deployment(apply.ID); d.Status != api.StatusLost {
 		t.Fatalf("apply after its lease ran out across a restart: %s", d.Status)
 	}
-	counts, err := h.srv.store.statusCounts(t.Context())
+	counts, err := h.srv.store.StatusCounts(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -47,7 +48,7 @@ const (
 type Config struct {
 	// Engine is where the records live: bbolt in a data directory, or PostgreSQL for several
 	// replicas (see OpenEngine). The server closes it.
-	Engine engine
+	Engine store.Engine
 	// DataDir holds the signing secret file unless SigningSecretFile names another (and the
 	// engine keeps no secret of its own).
 	DataDir string
@@ -76,9 +77,9 @@ type Config struct {
 	// applied; negative disables the background sweeper (tests then call Sweep).
 	SweepInterval time.Duration
 	// Retention says how long ended deployments, their sources, logs and events are kept.
-	Retention Retention
+	Retention store.Retention
 	// Quotas bound what one organisation can store.
-	Quotas Quotas
+	Quotas store.Quotas
 	// PurgeBatch is the most keys one purge transaction deletes (DefaultPurgeBatch when zero),
 	// so a large purge never holds the database's write lock for long.
 	PurgeBatch int
@@ -94,9 +95,9 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	store    *store
+	store    *store.Store
 	metrics  *metrics
-	notify   *notifier
+	notify   *store.Notifier
 	verifier *agentauth.Verifier
 	mux      *http.ServeMux
 	routes   []route
@@ -119,7 +120,7 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	defer func() {
 		if err != nil {
-			_ = cfg.Engine.close()
+			_ = cfg.Engine.Close()
 		}
 	}()
 	eng := cfg.Engine
@@ -156,7 +157,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if cfg.PurgeBatch <= 0 {
 		cfg.PurgeBatch = DefaultPurgeBatch
 	}
-	cfg.Retention = cfg.Retention.withDefaults()
+	cfg.Retention = cfg.Retention.WithDefaults()
 	if l := cfg.Retention.Logs; l >= 0 && l < cfg.JobTokenGrace {
 		return nil, fmt.Errorf("log retention %s is shorter than the %s a job token stays valid after the end; keep logs at least that long", l, cfg.JobTokenGrace)
 	}
@@ -171,30 +172,30 @@ func New(cfg Config) (_ *Server, err error) {
 	// The secret signing job tokens lives apart from the database in a file, except on
 	// PostgreSQL without --signing-secret-file: every replica must share it, and the database
 	// is what they share (it is then as sensitive as a data directory; see SECURITY.md).
-	legacy, _ := eng.(legacySecrets) // an older bbolt database may still hold the secret
+	legacy, _ := eng.(store.LegacySecrets) // an older bbolt database may still hold the secret
 	var secret []byte
 	switch {
 	case cfg.SigningSecretFile != "":
-		secret, err = openSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
-	case eng.secret() != nil:
-		secret = eng.secret()
+		secret, err = store.OpenSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
+	case eng.Secret() != nil:
+		secret = eng.Secret()
 	default:
-		secret, err = openSigningSecret(filepath.Join(cfg.DataDir, SigningSecretFile), legacy, cfg.Logger)
+		secret, err = store.OpenSigningSecret(filepath.Join(cfg.DataDir, store.SigningSecretFile), legacy, cfg.Logger)
 	}
 	if err != nil {
 		return nil, err
 	}
-	st := newStore(eng, storeOptions{Secret: secret, Now: cfg.Now, LogCap: cfg.LogCapBytes, Quotas: cfg.Quotas})
+	st := store.New(eng, store.Options{Secret: secret, Now: cfg.Now, LogCap: cfg.LogCapBytes, Quotas: cfg.Quotas})
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, store: st, notify: newNotifier(), external: external,
+		cfg: cfg, log: cfg.Logger, store: st, notify: store.NewNotifier(), external: external,
 		admin: sha256.Sum256([]byte(cfg.AdminToken)), closing: make(chan struct{}),
 	}
-	s.notify.publish = func(runner string) { eng.wake(context.Background(), runner) }
-	if l, ok := eng.(wakeListener); ok {
-		l.listen(s.notify)
+	s.notify.Publish = func(runner string) { eng.Wake(context.Background(), runner) }
+	if l, ok := eng.(store.WakeListener); ok {
+		l.Listen(s.notify)
 	}
 	s.metrics = newMetrics(st)
-	s.verifier = &agentauth.Verifier{Keys: st.runnerKeys, Replay: st.replayCache(), Now: cfg.Now}
+	s.verifier = &agentauth.Verifier{Keys: st.RunnerKeys, Replay: st.ReplayCache(), Now: cfg.Now}
 	s.mux = http.NewServeMux()
 	for _, rt := range s.routeTable() {
 		s.routes = append(s.routes, rt)
@@ -232,7 +233,7 @@ func (s *Server) Close() error {
 	case <-time.After(10 * time.Second):
 		s.log.Warn("closing with requests still in flight")
 	}
-	if err := s.store.close(); err != nil {
+	if err := s.store.Close(); err != nil {
 		return fmt.Errorf("close database: %w", err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package orchestrator
 import (
 	"context"
 	"fmt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	"time"
 )
 
@@ -14,14 +15,14 @@ import (
 // agent token ids and deletes what retention says is due. The server runs it every
 // SweepInterval; tests with a fake clock call it after moving the clock, instead of waiting.
 func (s *Server) Sweep(ctx context.Context) error {
-	runners, err := s.store.expireLeases(ctx)
+	runners, err := s.store.ExpireLeases(ctx)
 	for _, r := range runners {
-		s.notify.wake(r)
+		s.notify.Wake(r)
 	}
 	if err != nil {
 		return fmt.Errorf("expire job leases: %w", err)
 	}
-	if _, err := s.store.purgeReplay(ctx); err != nil {
+	if _, err := s.store.PurgeReplay(ctx); err != nil {
 		return fmt.Errorf("purge agent token ids: %w", err)
 	}
 	if err := s.applyRetention(ctx); err != nil {
@@ -36,13 +37,13 @@ const maxPurgeBatchesPerSweep = 100
 // applyRetention deletes due parts of ended deployments, one bounded transaction after another,
 // so requests get the database's write lock between batches.
 func (s *Server) applyRetention(ctx context.Context) error {
-	if due, err := s.store.purgeDue(ctx, s.cfg.Retention); err != nil || !due {
+	if due, err := s.store.PurgeDue(ctx, s.cfg.Retention); err != nil || !due {
 		return err
 	}
-	var total purged
+	var total store.Purged
 	for range maxPurgeBatchesPerSweep {
-		done, more, err := s.store.purgeBatch(ctx, s.cfg.Retention, s.cfg.PurgeBatch)
-		total.add(done)
+		done, more, err := s.store.PurgeBatch(ctx, s.cfg.Retention, s.cfg.PurgeBatch)
+		total.Add(done)
 		s.metrics.countPurged(done)
 		if err != nil {
 			return err
@@ -51,8 +52,8 @@ func (s *Server) applyRetention(ctx context.Context) error {
 			break
 		}
 	}
-	if total != (purged{}) {
-		s.log.Info("retention purged ended deployments' data", "sources", total.sources, "logs", total.logs, "deployments", total.deployments)
+	if total != (store.Purged{}) {
+		s.log.Info("retention purged ended deployments' data", "sources", total.Sources, "logs", total.Logs, "deployments", total.Deployments)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
 // Option adjusts the server's configuration before it starts.
@@ -109,7 +110,7 @@ func StartOn(t testing.TB, addr string, opts ...Option) *Instance {
 
 func (i *Instance) start(t testing.TB, addr string) {
 	t.Helper()
-	eng, err := orchestrator.OpenEngine(t.Context(), orchestrator.EngineOptions{DataDir: i.cfg.DataDir, Logger: i.cfg.Logger})
+	eng, err := engines.Open(t.Context(), engines.Options{DataDir: i.cfg.DataDir, Logger: i.cfg.Logger})
 	if err != nil {
 		t.Fatalf("orchestratortest: open the database: %v", err)
 	}

@@ -1,12 +1,15 @@
-package orchestrator
+package engines
 
 import (
 	"context"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/postgres"
 	"log/slog"
 )
 
-// EngineOptions name the storage engine OpenEngine opens.
-type EngineOptions struct {
+// Options name the storage engine OpenEngine opens.
+type Options struct {
 	// DataDir holds orchestrator.db; it is created when missing. Unused with DatabaseURL.
 	DataDir string
 	// DatabaseURL, when set, keeps everything in PostgreSQL instead of DataDir (a libpq URL or
@@ -19,21 +22,21 @@ type EngineOptions struct {
 	Logger *slog.Logger
 }
 
-// OpenEngine opens the database o names: PostgreSQL when DatabaseURL is set, else bbolt in
+// Open opens the database o names: PostgreSQL when DatabaseURL is set, else bbolt in
 // DataDir.
-func OpenEngine(ctx context.Context, o EngineOptions) (engine, error) {
+func Open(ctx context.Context, o Options) (store.Engine, error) {
 	if o.DatabaseURL != "" {
 		log := o.Logger
 		if log == nil {
 			log = slog.New(slog.DiscardHandler)
 		}
-		pg, err := openPG(ctx, o.DatabaseURL, o.InsecureTLS, log)
+		pg, err := postgres.Open(ctx, o.DatabaseURL, o.InsecureTLS, log)
 		if err != nil {
 			return nil, err
 		}
 		return pg, nil
 	}
-	b, err := openBolt(o.DataDir)
+	b, err := bolt.Open(o.DataDir)
 	if err != nil {
 		return nil, err
 	}

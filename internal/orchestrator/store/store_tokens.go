@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -15,15 +15,15 @@ import (
 // request's token is found with one lookup and the token itself is never kept. A plain hash suffices (no slow password hash): the tokens are
 // 256 random bits, which no dictionary or brute force reaches.
 
-// orgTokenRecord is an organisation token as stored.
-type orgTokenRecord struct {
+// OrgTokenRecord is an organisation token as stored.
+type OrgTokenRecord struct {
 	api.OrgToken
 	Org  string `json:"org"`
 	Hash []byte `json:"hash"`
 }
 
-// tokenHash is what the store keeps of a token.
-func tokenHash(token string) []byte {
+// TokenHash is what the store keeps of a token.
+func TokenHash(token string) []byte {
 	sum := sha256.Sum256([]byte(token))
 	return sum[:]
 }
@@ -37,20 +37,20 @@ func newOrgToken() (token, id string, err error) {
 	if _, err := rand.Read(idBytes); err != nil {
 		return "", "", fmt.Errorf("generate organisation token id: %w", err)
 	}
-	return api.OrgTokenPrefix + base64.RawURLEncoding.EncodeToString(secret), "tok-" + idEncoding.EncodeToString(idBytes), nil
+	return api.OrgTokenPrefix + base64.RawURLEncoding.EncodeToString(secret), "tok-" + IDEncoding.EncodeToString(idBytes), nil
 }
 
-// createOrgToken stores a new token of org and returns it, the only time it is ever returned.
-func (s *store) createOrgToken(ctx context.Context, org string, in api.OrgTokenInput) (*api.CreatedOrgToken, error) {
+// CreateOrgToken stores a new token of org and returns it, the only time it is ever returned.
+func (s *Store) CreateOrgToken(ctx context.Context, org string, in api.OrgTokenInput) (*api.CreatedOrgToken, error) {
 	token, id, err := newOrgToken()
 	if err != nil {
 		return nil, err
 	}
 	var out *api.CreatedOrgToken
-	err = s.update(ctx, func(tx storeTx) error {
-		if err := tx.listDocs(kindOrgToken, org, func(v []byte) (bool, error) {
-			var rec orgTokenRecord
-			if err := unmarshal(v, &rec); err != nil {
+	err = s.Update(ctx, func(tx Tx) error {
+		if err := tx.ListDocs(KindOrgToken, org, func(v []byte) (bool, error) {
+			var rec OrgTokenRecord
+			if err := Unmarshal(v, &rec); err != nil {
 				return false, err
 			}
 			if rec.Name == in.Name {
@@ -60,13 +60,13 @@ func (s *store) createOrgToken(ctx context.Context, org string, in api.OrgTokenI
 		}); err != nil {
 			return err
 		}
-		now := s.timeNow()
-		rec := orgTokenRecord{OrgToken: api.OrgToken{ID: id, Name: in.Name, CreatedAt: now}, Org: org, Hash: tokenHash(token)}
-		if err := tx.ensureOrg(org, now); err != nil {
+		now := s.TimeNow()
+		rec := OrgTokenRecord{OrgToken: api.OrgToken{ID: id, Name: in.Name, CreatedAt: now}, Org: org, Hash: TokenHash(token)}
+		if err := tx.EnsureOrg(org, now); err != nil {
 			return err
 		}
 		out = &api.CreatedOrgToken{OrgToken: rec.OrgToken, Token: token}
-		return tx.putOrgToken(&rec)
+		return tx.PutOrgToken(&rec)
 	})
 	if err != nil {
 		return nil, err
@@ -74,9 +74,9 @@ func (s *store) createOrgToken(ctx context.Context, org string, in api.OrgTokenI
 	return out, nil
 }
 
-// listOrgTokens lists org's tokens, oldest first.
-func (s *store) listOrgTokens(ctx context.Context, org string) ([]api.OrgToken, error) {
-	recs, err := listOrgObjects[orgTokenRecord](ctx, s, kindOrgToken, org)
+// ListOrgTokens lists org's tokens, oldest first.
+func (s *Store) ListOrgTokens(ctx context.Context, org string) ([]api.OrgToken, error) {
+	recs, err := listOrgObjects[OrgTokenRecord](ctx, s, KindOrgToken, org)
 	if err != nil {
 		return nil, err
 	}
@@ -88,23 +88,23 @@ func (s *store) listOrgTokens(ctx context.Context, org string) ([]api.OrgToken, 
 	return out, nil
 }
 
-// revokeOrgToken deletes a token; requests carrying it are refused from then on.
-func (s *store) revokeOrgToken(ctx context.Context, org, id string) error {
-	return s.update(ctx, func(tx storeTx) error {
-		rec, err := getOrgObject[orgTokenRecord](tx, kindOrgToken, org, id, "organisation token")
+// RevokeOrgToken deletes a token; requests carrying it are refused from then on.
+func (s *Store) RevokeOrgToken(ctx context.Context, org, id string) error {
+	return s.Update(ctx, func(tx Tx) error {
+		rec, err := getOrgObject[OrgTokenRecord](tx, KindOrgToken, org, id, "organisation token")
 		if err != nil {
 			return err
 		}
-		return tx.deleteOrgToken(rec)
+		return tx.DeleteOrgToken(rec)
 	})
 }
 
-// orgTokenByHash finds the token whose hash is h; nil when there is none.
-func (s *store) orgTokenByHash(ctx context.Context, h []byte) (*orgTokenRecord, error) {
-	var out *orgTokenRecord
-	err := s.view(ctx, func(tx storeTx) error {
+// OrgTokenByHash finds the token whose hash is h; nil when there is none.
+func (s *Store) OrgTokenByHash(ctx context.Context, h []byte) (*OrgTokenRecord, error) {
+	var out *OrgTokenRecord
+	err := s.view(ctx, func(tx Tx) error {
 		var err error
-		out, err = tx.orgTokenByHash(h)
+		out, err = tx.OrgTokenByHash(h)
 		return err
 	})
 	return out, err

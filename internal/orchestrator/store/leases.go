@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 //
 // Every transaction that acts on a deployment settles it first, so the outcome never depends on
 // when the sweeper last ran. It reports whether rec changed (and was saved).
-func settleLease(tx storeTx, rec *deploymentRecord, now time.Time) (bool, error) {
+func settleLease(tx Tx, rec *DeploymentRecord, now time.Time) (bool, error) {
 	if rec.Lease == nil || now.Before(rec.Lease.ExpiresAt) {
 		return false, nil
 	}
 	l := rec.Lease
-	runnerExists, err := tx.hasDoc(kindRunner, rec.Org, rec.D.RunnerID)
+	runnerExists, err := tx.HasDoc(KindRunner, rec.Org, rec.D.RunnerID)
 	if err != nil {
 		return false, err
 	}
@@ -48,32 +48,32 @@ func settleLease(tx storeTx, rec *deploymentRecord, now time.Time) (bool, error)
 	rec.D.Message = fmt.Sprintf("the agent's job lease on attempt %d (instance %q) expired at %s before it finished; queued again as attempt %d",
 		prev, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Attempt)
 	rec.Lease = nil
-	return true, tx.saveDeployment(rec)
+	return true, tx.SaveDeployment(rec)
 }
 
-// expireLeases settles every lease that has run out and returns the runners ("org/runner")
+// ExpireLeases settles every lease that has run out and returns the runners ("org/runner")
 // whose deployments changed, so their long polls can be woken.
-func (s *store) expireLeases(ctx context.Context) ([]string, error) {
-	now := s.timeNow()
-	var due []leaseRef
+func (s *Store) ExpireLeases(ctx context.Context) ([]string, error) {
+	now := s.TimeNow()
+	var due []LeaseRef
 	// A read pass first: most sweeps find nothing and then cost no write transaction.
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		var err error
-		due, err = tx.expiredLeases(now)
+		due, err = tx.ExpiredLeases(now)
 		return err
 	})
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
 	touched := map[string]bool{}
-	err = s.update(ctx, func(tx storeTx) error {
+	err = s.Update(ctx, func(tx Tx) error {
 		// Read again under the write lock: another replica may have settled some meanwhile.
-		due, err := tx.expiredLeases(now)
+		due, err := tx.ExpiredLeases(now)
 		if err != nil {
 			return err
 		}
 		for _, ref := range due {
-			rec, found, err := tx.loadDeployment(ref.org, ref.deployment)
+			rec, found, err := tx.LoadDeployment(ref.Org, ref.Deployment)
 			if err != nil {
 				return err
 			}
@@ -85,7 +85,7 @@ func (s *store) expireLeases(ctx context.Context) ([]string, error) {
 				return err
 			}
 			if changed {
-				touched[ref.org+"/"+ref.runner] = true
+				touched[ref.Org+"/"+ref.Runner] = true
 			}
 		}
 		return nil

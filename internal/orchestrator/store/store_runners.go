@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -19,11 +19,11 @@ import (
 func applyRunnerInput(r *api.Runner, in api.RunnerInput) error {
 	tpl, err := podtemplate.Normalize(in.Job.PodTemplate)
 	if err != nil {
-		return invalid("job.pod_template", "%v", err)
+		return Invalid("job.pod_template", "%v", err)
 	}
 	pod, err := podtemplate.NormalizePod(in.Job.Pod)
 	if err != nil {
-		return invalid("job.pod", "%v", err)
+		return Invalid("job.pod", "%v", err)
 	}
 	r.ID = in.ID
 	r.Type = api.RunnerTypeKubernetesAgent
@@ -42,23 +42,23 @@ func applyRunnerInput(r *api.Runner, in api.RunnerInput) error {
 	return nil
 }
 
-func requireStorage(tx storeTx, org, id string) error {
-	ok, err := tx.hasDoc(kindStorage, org, id)
+func requireStorage(tx Tx, org, id string) error {
+	ok, err := tx.HasDoc(KindStorage, org, id)
 	if err != nil {
 		return err
 	}
 	if !ok {
-		return invalid("state_storage_id", "state storage %q does not exist in organisation %q; create it first", id, org)
+		return Invalid("state_storage_id", "state storage %q does not exist in organisation %q; create it first", id, org)
 	}
 	return nil
 }
 
-func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
-	return createOrgObject(ctx, s, kindRunner, org, in.ID, "runner", func(tx storeTx, now time.Time) (api.Runner, error) {
+func (s *Store) CreateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
+	return createOrgObject(ctx, s, KindRunner, org, in.ID, "runner", func(tx Tx, now time.Time) (api.Runner, error) {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
 			return api.Runner{}, err
 		}
-		if err := checkObjectQuota(tx, kindRunner, org, "runner", "--max-runners-per-org", s.quotas.Runners); err != nil {
+		if err := checkObjectQuota(tx, KindRunner, org, "runner", "--max-runners-per-org", s.quotas.Runners); err != nil {
 			return api.Runner{}, err
 		}
 		r := api.Runner{CreatedAt: now, UpdatedAt: now}
@@ -66,20 +66,20 @@ func (s *store) createRunner(ctx context.Context, org string, in api.RunnerInput
 	})
 }
 
-func getRunnerTx(tx storeTx, org, id string) (*api.Runner, error) {
-	return getOrgObject[api.Runner](tx, kindRunner, org, id, "runner")
+func getRunnerTx(tx Tx, org, id string) (*api.Runner, error) {
+	return getOrgObject[api.Runner](tx, KindRunner, org, id, "runner")
 }
 
-func (s *store) getRunner(ctx context.Context, org, id string) (*api.Runner, error) {
-	return viewOrgObject[api.Runner](ctx, s, kindRunner, org, id, "runner")
+func (s *Store) GetRunner(ctx context.Context, org, id string) (*api.Runner, error) {
+	return viewOrgObject[api.Runner](ctx, s, KindRunner, org, id, "runner")
 }
 
-func (s *store) listRunners(ctx context.Context, org string) ([]api.Runner, error) {
-	return listOrgObjects[api.Runner](ctx, s, kindRunner, org)
+func (s *Store) ListRunners(ctx context.Context, org string) ([]api.Runner, error) {
+	return listOrgObjects[api.Runner](ctx, s, KindRunner, org)
 }
 
-func (s *store) updateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
-	return updateOrgObject(ctx, s, kindRunner, org, in.ID, "runner", func(tx storeTx, r *api.Runner, now time.Time) error {
+func (s *Store) UpdateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
+	return updateOrgObject(ctx, s, KindRunner, org, in.ID, "runner", func(tx Tx, r *api.Runner, now time.Time) error {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
 			return err
 		}
@@ -136,20 +136,20 @@ func currentFingerprints(r *api.Runner) []string {
 	return out
 }
 
-// deleteRunner removes a runner. Its queued deployments end canceled (nobody could run them),
+// DeleteRunner removes a runner. Its queued deployments end canceled (nobody could run them),
 // and the ones it holds are asked to cancel: the agent can no longer authenticate, so their
 // leases run out and the lease rules end them (see settleLease).
-func (s *store) deleteRunner(ctx context.Context, org, id string) error {
-	return s.update(ctx, func(tx storeTx) error {
+func (s *Store) DeleteRunner(ctx context.Context, org, id string) error {
+	return s.Update(ctx, func(tx Tx) error {
 		if _, err := getRunnerTx(tx, org, id); err != nil {
 			return err
 		}
-		now := s.timeNow()
-		queued, err := tx.queued(org, id, math.MaxInt)
+		now := s.TimeNow()
+		queued, err := tx.Queued(org, id, math.MaxInt)
 		if err != nil {
 			return err
 		}
-		leased, err := tx.leased(org, id)
+		leased, err := tx.Leased(org, id)
 		if err != nil {
 			return err
 		}
@@ -168,22 +168,22 @@ func (s *store) deleteRunner(ctx context.Context, org, id string) error {
 				return err
 			}
 			rec.D.CancelRequested = true
-			if err := tx.saveDeployment(rec); err != nil {
+			if err := tx.SaveDeployment(rec); err != nil {
 				return err
 			}
 		}
-		return tx.deleteDoc(kindRunner, org, id)
+		return tx.DeleteDoc(KindRunner, org, id)
 	})
 }
 
-// runnerKeys returns the parsed public keys of a runner, the retiring ones whose time is not up
+// RunnerKeys returns the parsed public keys of a runner, the retiring ones whose time is not up
 // included; none (and no error) for an unknown one, as agentauth.KeyLookup wants.
-func (s *store) runnerKeys(ctx context.Context, org, id string) ([]ed25519.PublicKey, error) {
+func (s *Store) RunnerKeys(ctx context.Context, org, id string) ([]ed25519.PublicKey, error) {
 	var pems []string
-	now := s.timeNow()
-	err := s.view(ctx, func(tx storeTx) error {
+	now := s.TimeNow()
+	err := s.view(ctx, func(tx Tx) error {
 		var r api.Runner
-		ok, err := tx.getDoc(kindRunner, org, id, &r)
+		ok, err := tx.GetDoc(KindRunner, org, id, &r)
 		if ok {
 			pems = r.PublicKeys
 			for _, k := range r.RetiringKeys {

@@ -1,4 +1,4 @@
-package orchestrator
+package postgres
 
 import (
 	"encoding/json"
@@ -8,32 +8,33 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // Deployments, events, logs and retention in PostgreSQL. The queue, the leases, the status
 // counts and the purge order are queries over columns that saveDeployment derives from the
 // record, so there are no indexes of our own to keep in line.
 
-func (t *pgTx) loadDeployment(org, id string) (*deploymentRecord, bool, error) {
+func (t *Tx) LoadDeployment(org, id string) (*store.DeploymentRecord, bool, error) {
 	var data []byte
-	ok, err := t.one("SELECT record FROM deployments WHERE org = $1 AND id = $2", []any{org, id}, &data)
+	ok, err := t.One("SELECT record FROM deployments WHERE org = $1 AND id = $2", []any{org, id}, &data)
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	return decodeDeployment(data)
+	return DecodeDeployment(data)
 }
 
-func decodeDeployment(data []byte) (*deploymentRecord, bool, error) {
-	var rec deploymentRecord
-	if err := unmarshal(data, &rec); err != nil {
+func DecodeDeployment(data []byte) (*store.DeploymentRecord, bool, error) {
+	var rec store.DeploymentRecord
+	if err := store.Unmarshal(data, &rec); err != nil {
 		return nil, true, err
 	}
-	rec.markSaved()
+	rec.MarkSaved()
 	return &rec, true, nil
 }
 
 // deploymentColumns are the record and what queries select by, derived from it.
-func deploymentColumns(rec *deploymentRecord) ([]any, error) {
+func deploymentColumns(rec *store.DeploymentRecord) ([]any, error) {
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode deployment %s/%s: %w", rec.Org, rec.D.ID, err)
@@ -51,21 +52,21 @@ func deploymentColumns(rec *deploymentRecord) ([]any, error) {
 		rec.D.SourcePurgedAt != nil, rec.D.LogsPurgedAt != nil, data}, nil
 }
 
-func (t *pgTx) insertDeployment(rec *deploymentRecord) error {
+func (t *Tx) InsertDeployment(rec *store.DeploymentRecord) error {
 	var seq int64
-	if _, err := t.one("SELECT nextval('deployment_seq')", nil, &seq); err != nil {
+	if _, err := t.One("SELECT nextval('deployment_seq')", nil, &seq); err != nil {
 		return err
 	}
 	rec.Seq = uint64(seq)
-	return t.saveDeployment(rec)
+	return t.SaveDeployment(rec)
 }
 
-func (t *pgTx) saveDeployment(rec *deploymentRecord) error {
+func (t *Tx) SaveDeployment(rec *store.DeploymentRecord) error {
 	cols, err := deploymentColumns(rec)
 	if err != nil {
 		return err
 	}
-	err = t.exec(`INSERT INTO deployments (org, id, seq, runner_id, status, lease_expires_ns, finished_ns, source_purged, logs_purged, record)
+	err = t.Exec(`INSERT INTO deployments (org, id, seq, runner_id, status, lease_expires_ns, finished_ns, source_purged, logs_purged, record)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (org, id) DO UPDATE SET status = excluded.status, lease_expires_ns = excluded.lease_expires_ns,
 			finished_ns = excluded.finished_ns, source_purged = excluded.source_purged, logs_purged = excluded.logs_purged,
@@ -73,17 +74,17 @@ func (t *pgTx) saveDeployment(rec *deploymentRecord) error {
 	if err != nil {
 		return err
 	}
-	rec.markSaved()
+	rec.MarkSaved()
 	return nil
 }
 
-// deleteDeployment deletes the record; its source, outputs, events and log go with it
+// DeleteDeployment deletes the record; its source, outputs, events and log go with it
 // (ON DELETE CASCADE).
-func (t *pgTx) deleteDeployment(rec *deploymentRecord) error {
-	return t.exec("DELETE FROM deployments WHERE org = $1 AND id = $2", rec.Org, rec.D.ID)
+func (t *Tx) DeleteDeployment(rec *store.DeploymentRecord) error {
+	return t.Exec("DELETE FROM deployments WHERE org = $1 AND id = $2", rec.Org, rec.D.ID)
 }
 
-func (t *pgTx) listDeployments(org, runnerID string, status api.Status, each func(rec *deploymentRecord) (bool, error)) error {
+func (t *Tx) ListDeployments(org, runnerID string, status api.Status, each func(rec *store.DeploymentRecord) (bool, error)) error {
 	rows, err := t.tx.Query(t.ctx, `SELECT record FROM deployments WHERE org = $1
 		AND ($2 = '' OR runner_id = $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC`, org, runnerID, string(status))
 	if err != nil {
@@ -94,7 +95,7 @@ func (t *pgTx) listDeployments(org, runnerID string, status api.Status, each fun
 		return err
 	}
 	for _, data := range records {
-		rec, _, err := decodeDeployment(data)
+		rec, _, err := DecodeDeployment(data)
 		if err != nil {
 			return err
 		}
@@ -108,14 +109,14 @@ func (t *pgTx) listDeployments(org, runnerID string, status api.Status, each fun
 // queued reads the queue oldest first. FOR UPDATE SKIP LOCKED passes over deployments that a
 // claim on another replica is writing right now, so concurrent polls are not all offered the
 // same deployment, and a poll never waits for a claim.
-func (t *pgTx) countQueued(org string, most int) (int, error) {
+func (t *Tx) CountQueued(org string, most int) (int, error) {
 	var n int
 	err := t.tx.QueryRow(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM deployments WHERE org = $1 AND status = 'queued' LIMIT $2) q`,
 		org, most).Scan(&n)
 	return n, err
 }
 
-func (t *pgTx) queued(org, runner string, limit int) ([]string, error) {
+func (t *Tx) Queued(org, runner string, limit int) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -123,25 +124,25 @@ func (t *pgTx) queued(org, runner string, limit int) ([]string, error) {
 		ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED`, org, runner, limit)
 }
 
-func (t *pgTx) leased(org, runner string) ([]string, error) {
+func (t *Tx) Leased(org, runner string) ([]string, error) {
 	return t.ids(`SELECT id FROM deployments WHERE org = $1 AND runner_id = $2 AND lease_expires_ns IS NOT NULL
 		ORDER BY id COLLATE "C"`, org, runner)
 }
 
-func (t *pgTx) expiredLeases(now time.Time) ([]leaseRef, error) {
+func (t *Tx) ExpiredLeases(now time.Time) ([]store.LeaseRef, error) {
 	rows, err := t.tx.Query(t.ctx, `SELECT org, runner_id, id FROM deployments
 		WHERE lease_expires_ns IS NOT NULL AND lease_expires_ns <= $1`, now.UnixNano())
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (leaseRef, error) {
-		var l leaseRef
-		err := r.Scan(&l.org, &l.runner, &l.deployment)
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.LeaseRef, error) {
+		var l store.LeaseRef
+		err := r.Scan(&l.Org, &l.Runner, &l.Deployment)
 		return l, err
 	})
 }
 
-func (t *pgTx) statusCounts() (map[api.Status]int64, error) {
+func (t *Tx) StatusCounts() (map[api.Status]int64, error) {
 	rows, err := t.tx.Query(t.ctx, "SELECT status, count(*) FROM deployments GROUP BY status")
 	if err != nil {
 		return nil, err
@@ -156,28 +157,28 @@ func (t *pgTx) statusCounts() (map[api.Status]int64, error) {
 	return out, err
 }
 
-func (t *pgTx) hasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
+func (t *Tx) HasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
 	var one int
-	return t.one("SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 AND seq = $4",
+	return t.One("SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 AND seq = $4",
 		[]any{org, deployment, attempt, seq}, &one)
 }
 
-func (t *pgTx) putEvent(org, deployment string, attempt int, seq int64, ev api.Event) error {
+func (t *Tx) PutEvent(org, deployment string, attempt int, seq int64, ev api.Event) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
 	}
-	return t.exec("INSERT INTO events (org, deployment_id, attempt, seq, doc) VALUES ($1, $2, $3, $4, $5)", org, deployment, attempt, seq, data)
+	return t.Exec("INSERT INTO events (org, deployment_id, attempt, seq, doc) VALUES ($1, $2, $3, $4, $5)", org, deployment, attempt, seq, data)
 }
 
-func (t *pgTx) countEvents(org, deployment string, attempt, most int) (int, error) {
+func (t *Tx) CountEvents(org, deployment string, attempt, most int) (int, error) {
 	var n int
-	_, err := t.one(`SELECT count(*) FROM (SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 LIMIT $4) e`,
+	_, err := t.One(`SELECT count(*) FROM (SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 LIMIT $4) e`,
 		[]any{org, deployment, attempt, most}, &n)
 	return n, err
 }
 
-func (t *pgTx) listEvents(org, deployment string) ([]api.Event, error) {
+func (t *Tx) ListEvents(org, deployment string) ([]api.Event, error) {
 	rows, err := t.tx.Query(t.ctx, "SELECT doc FROM events WHERE org = $1 AND deployment_id = $2 ORDER BY attempt, seq", org, deployment)
 	if err != nil {
 		return nil, err
@@ -188,7 +189,7 @@ func (t *pgTx) listEvents(org, deployment string) ([]api.Event, error) {
 	}
 	out := make([]api.Event, len(docs))
 	for i, d := range docs {
-		if err := unmarshal(d, &out[i]); err != nil {
+		if err := store.Unmarshal(d, &out[i]); err != nil {
 			return nil, err
 		}
 	}
@@ -196,7 +197,7 @@ func (t *pgTx) listEvents(org, deployment string) ([]api.Event, error) {
 }
 
 // deleteUpTo deletes up to budget rows of a deployment from table; finished when none is left.
-func (t *pgTx) deleteUpTo(table, org, deployment string, budget int) (int, bool, error) {
+func (t *Tx) deleteUpTo(table, org, deployment string, budget int) (int, bool, error) {
 	budget = max(budget, 0)
 	tag, err := t.tx.Exec(t.ctx, `DELETE FROM `+table+` WHERE ctid IN (SELECT ctid FROM `+table+`
 		WHERE org = $1 AND deployment_id = $2 LIMIT $3)`, org, deployment, budget)
@@ -208,21 +209,21 @@ func (t *pgTx) deleteUpTo(table, org, deployment string, budget int) (int, bool,
 		return n, true, nil
 	}
 	var one int
-	left, err := t.one("SELECT 1 FROM "+table+" WHERE org = $1 AND deployment_id = $2 LIMIT 1", []any{org, deployment}, &one)
+	left, err := t.One("SELECT 1 FROM "+table+" WHERE org = $1 AND deployment_id = $2 LIMIT 1", []any{org, deployment}, &one)
 	return n, !left, err
 }
 
-func (t *pgTx) deleteEvents(org, deployment string, budget int) (int, bool, error) {
+func (t *Tx) DeleteEvents(org, deployment string, budget int) (int, bool, error) {
 	return t.deleteUpTo("events", org, deployment, budget)
 }
 
-func (t *pgTx) putLogChunk(org, deployment string, start int64, b []byte) error {
-	return t.exec("INSERT INTO logs (org, deployment_id, start, data) VALUES ($1, $2, $3, $4)", org, deployment, start, b)
+func (t *Tx) PutLogChunk(org, deployment string, start int64, b []byte) error {
+	return t.Exec("INSERT INTO logs (org, deployment_id, start, data) VALUES ($1, $2, $3, $4)", org, deployment, start, b)
 }
 
-func (t *pgTx) lastLogByte(org, deployment string) (byte, error) {
+func (t *Tx) LastLogByte(org, deployment string) (byte, error) {
 	var last []byte
-	_, err := t.one(`SELECT substring(data from length(data) for 1) FROM logs WHERE org = $1 AND deployment_id = $2 AND length(data) > 0
+	_, err := t.One(`SELECT substring(data from length(data) for 1) FROM logs WHERE org = $1 AND deployment_id = $2 AND length(data) > 0
 		ORDER BY start DESC LIMIT 1`, []any{org, deployment}, &last)
 	if len(last) == 0 {
 		return 0, err
@@ -230,7 +231,7 @@ func (t *pgTx) lastLogByte(org, deployment string) (byte, error) {
 	return last[0], err
 }
 
-func (t *pgTx) readLog(org, deployment string, offset, limit int64) ([]byte, error) {
+func (t *Tx) ReadLog(org, deployment string, offset, limit int64) ([]byte, error) {
 	rows, err := t.tx.Query(t.ctx, `SELECT start, data FROM logs WHERE org = $1 AND deployment_id = $2
 		AND start >= coalesce((SELECT max(start) FROM logs WHERE org = $1 AND deployment_id = $2 AND start <= $3), 0)
 		ORDER BY start`, org, deployment, offset)
@@ -255,19 +256,19 @@ func (t *pgTx) readLog(org, deployment string, offset, limit int64) ([]byte, err
 	return out, rows.Err()
 }
 
-func (t *pgTx) deleteLogs(org, deployment string, budget int) (int, bool, error) {
+func (t *Tx) DeleteLogs(org, deployment string, budget int) (int, bool, error) {
 	return t.deleteUpTo("logs", org, deployment, budget)
 }
 
-// nextDue finds the oldest ended deployment whose part is still there. The deployments stage
+// NextDue finds the oldest ended deployment whose part is still there. The deployments stage
 // needs no mark of its own: a purged deployment's row is gone.
-func (t *pgTx) nextDue(stage purgeStageKind, cutoff time.Time) (dueEntry, bool, error) {
-	cond := map[purgeStageKind]string{purgeDeployments: "true", purgeLogsStage: "NOT logs_purged", purgeSources: "NOT source_purged"}[stage]
-	var e dueEntry
-	ok, err := t.one(`SELECT org, id FROM deployments WHERE finished_ns IS NOT NULL AND finished_ns <= $1 AND `+cond+`
-		ORDER BY finished_ns, org, id LIMIT 1`, []any{cutoff.UnixNano()}, &e.org, &e.id)
+func (t *Tx) NextDue(stage store.PurgeStageKind, cutoff time.Time) (store.DueEntry, bool, error) {
+	cond := map[store.PurgeStageKind]string{store.PurgeDeployments: "true", store.PurgeLogsStage: "NOT logs_purged", store.PurgeSources: "NOT source_purged"}[stage]
+	var e store.DueEntry
+	ok, err := t.One(`SELECT org, id FROM deployments WHERE finished_ns IS NOT NULL AND finished_ns <= $1 AND `+cond+`
+		ORDER BY finished_ns, org, id LIMIT 1`, []any{cutoff.UnixNano()}, &e.Org, &e.ID)
 	return e, ok, err
 }
 
-// dropDue has nothing to do: the purge itself set the column nextDue looks at.
-func (t *pgTx) dropDue(purgeStageKind, dueEntry) error { return nil }
+// DropDue has nothing to do: the purge itself set the column nextDue looks at.
+func (t *Tx) DropDue(store.PurgeStageKind, store.DueEntry) error { return nil }

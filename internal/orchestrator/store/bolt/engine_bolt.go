@@ -1,4 +1,4 @@
-package orchestrator
+package bolt
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -21,26 +22,26 @@ const DBFile = "orchestrator.db"
 // Bucket names. Keys are "org/id" (ids are DNS-1123 labels, so '/' never occurs inside one);
 // ordered indexes append big-endian numbers so that bbolt's byte order is the wanted order.
 var (
-	bMeta           = []byte("meta")             // "schema" → version ("secret" of older versions: signing_secret.go)
-	bOrgs           = []byte("orgs")             // org → orgRecord
-	bRunners        = []byte("runners")          // org/runner → api.Runner (status fields persisted, Connected computed)
-	bStorages       = []byte("storages")         // org/storage → api.StateStorage
-	bDeployments    = []byte("deployments")      // org/deployment → deploymentRecord (without source)
-	bSources        = []byte("sources")          // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
-	bDeploymentSeq  = []byte("deployment_seq")   // org/ + seq → deployment id (list order)
-	bQueue          = []byte("queue")            // org/runner/ + seq → deployment id (queued deployments, oldest first)
-	bLeased         = []byte("leased")           // org/runner/deployment → "" (deployments holding a job lease)
-	bEvents         = []byte("events")           // org/deployment/ + attempt + seq → api.Event
-	bLogs           = []byte("logs")             // org/deployment/ + stored offset → bytes of one append
-	bOutputs        = []byte("outputs")          // org/deployment → api.Outputs
-	bReplay         = []byte("replay")           // token id → expiry (unix nanos)
-	bReplayEx       = []byte("replay_ex")        // expiry + token id → "" (purge order)
-	bStats          = []byte("stats")            // status → number of deployments in it
-	bOrgTokens      = []byte("org_tokens")       // org/token id → orgTokenRecord (store_tokens.go)
-	bOrgTokenHashes = []byte("org_token_hashes") // SHA-256 of a token → org/token id
+	BucketMeta        = []byte("meta")             // "schema" → version ("secret" of older versions: signing_secret.go)
+	BucketOrgs        = []byte("orgs")             // org → orgRecord
+	BucketRunners     = []byte("runners")          // org/runner → api.Runner (status fields persisted, Connected computed)
+	BucketStorages    = []byte("storages")         // org/storage → api.StateStorage
+	BucketDeployments = []byte("deployments")      // org/deployment → deploymentRecord (without source)
+	BucketSources     = []byte("sources")          // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
+	bDeploymentSeq    = []byte("deployment_seq")   // org/ + seq → deployment id (list order)
+	bQueue            = []byte("queue")            // org/runner/ + seq → deployment id (queued deployments, oldest first)
+	bLeased           = []byte("leased")           // org/runner/deployment → "" (deployments holding a job lease)
+	BucketEvents      = []byte("events")           // org/deployment/ + attempt + seq → api.Event
+	BucketLogs        = []byte("logs")             // org/deployment/ + stored offset → bytes of one append
+	BucketOutputs     = []byte("outputs")          // org/deployment → api.Outputs
+	BucketReplay      = []byte("replay")           // token id → expiry (unix nanos)
+	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
+	bStats            = []byte("stats")            // status → number of deployments in it
+	BucketOrgTokens   = []byte("org_tokens")       // org/token id → orgTokenRecord (store_tokens.go)
+	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
-	allBuckets = [][]byte{bMeta, bOrgs, bRunners, bStorages, bDeployments, bSources, bDeploymentSeq, bQueue, bLeased,
-		bEvents, bLogs, bOutputs, bReplay, bReplayEx, bStats, bOrgTokens, bOrgTokenHashes,
+	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
+		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes,
 		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
@@ -48,16 +49,16 @@ var (
 // product's first release, with "jobs" buckets) is refused rather than migrated.
 const schemaVersion = 2
 
-// boltEngine keeps the orchestrator's records in one bbolt file. bbolt runs one write
+// Engine keeps the orchestrator's records in one bbolt file. bbolt runs one write
 // transaction at a time, which is what makes every rule atomic on one machine.
-type boltEngine struct {
-	db *bolt.DB
+type Engine struct {
+	DB *bolt.DB
 }
 
-// openBolt opens (or creates) the database in dir. Errors say which directory is at fault,
+// Open opens (or creates) the database in dir. Errors say which directory is at fault,
 // because the common failures are a directory that is not writable and a second orchestrator
 // holding the file lock.
-func openBolt(dir string) (*boltEngine, error) {
+func Open(dir string) (*Engine, error) {
 	if dir == "" {
 		return nil, errors.New("data directory is not set")
 	}
@@ -82,14 +83,14 @@ func openBolt(dir string) (*boltEngine, error) {
 	// commit: long enough to gather what arrives while a commit's fsyncs run, short next to a
 	// pickup (bbolt's default is 10 ms).
 	db.MaxBatchDelay = 2 * time.Millisecond
-	s := &boltEngine{db: db}
+	s := &Engine{DB: db}
 	err = db.Update(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		meta := tx.Bucket(bMeta)
+		meta := tx.Bucket(BucketMeta)
 		if v := meta.Get([]byte("schema")); v != nil {
 			switch n := int(binary.BigEndian.Uint64(v)); {
 			case n > schemaVersion:
@@ -113,32 +114,32 @@ func openBolt(dir string) (*boltEngine, error) {
 	return s, nil
 }
 
-func (s *boltEngine) close() error { return s.db.Close() }
+func (s *Engine) Close() error { return s.DB.Close() }
 
-// secret is nil: a bbolt database keeps no signing secret (openSigningSecret reads its file).
-func (s *boltEngine) secret() []byte { return nil }
+// Secret is nil: a bbolt database keeps no signing secret (openSigningSecret reads its file).
+func (s *Engine) Secret() []byte { return nil }
 
-// wake has nothing to tell: one bbolt file has one orchestrator.
-func (s *boltEngine) wake(context.Context, string) {}
+// Wake has nothing to tell: one bbolt file has one orchestrator.
+func (s *Engine) Wake(context.Context, string) {}
 
-func (s *boltEngine) update(_ context.Context, fn func(tx storeTx) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
+func (s *Engine) Update(_ context.Context, fn func(tx store.Tx) error) error {
+	return s.DB.Update(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
 }
 
-// batch runs concurrent calls in one bbolt transaction (db.Batch), so thousands of polling
+// Batch runs concurrent calls in one bbolt transaction (db.Batch), so thousands of polling
 // agents share commits and their fsyncs instead of queueing one commit each.
-func (s *boltEngine) batch(_ context.Context, fn func(tx storeTx) error) error {
-	return s.db.Batch(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
+func (s *Engine) Batch(_ context.Context, fn func(tx store.Tx) error) error {
+	return s.DB.Batch(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
 }
 
-func (s *boltEngine) view(_ context.Context, fn func(tx storeTx) error) error {
-	return s.db.View(func(tx *bolt.Tx) error { return fn(boltTx{tx}) })
+func (s *Engine) View(_ context.Context, fn func(tx store.Tx) error) error {
+	return s.DB.View(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
 }
 
-// boltTx is a bbolt transaction as a storeTx.
-type boltTx struct{ tx *bolt.Tx }
+// Tx is a bbolt transaction as a storeTx.
+type Tx struct{ tx *bolt.Tx }
 
-func (t boltTx) writable() bool { return t.tx.Writable() }
+func (t Tx) Writable() bool { return t.tx.Writable() }
 
 func key(parts ...string) []byte {
 	n := 0
@@ -183,63 +184,63 @@ func putJSON(b *bolt.Bucket, k []byte, v any) error {
 	return b.Put(k, data)
 }
 
-func (t boltTx) ensureOrg(org string, now time.Time) error {
-	b := t.tx.Bucket(bOrgs)
+func (t Tx) EnsureOrg(org string, now time.Time) error {
+	b := t.tx.Bucket(BucketOrgs)
 	if b.Get([]byte(org)) != nil {
 		return nil
 	}
-	return putJSON(b, []byte(org), orgRecord{CreatedAt: now})
+	return putJSON(b, []byte(org), store.OrgRecord{CreatedAt: now})
 }
 
-func (t boltTx) hasOrg(org string) (bool, error) {
-	return t.tx.Bucket(bOrgs).Get([]byte(org)) != nil, nil
+func (t Tx) HasOrg(org string) (bool, error) {
+	return t.tx.Bucket(BucketOrgs).Get([]byte(org)) != nil, nil
 }
 
-var docBuckets = map[docKind][]byte{
-	kindRunner: bRunners, kindStorage: bStorages, kindOrgToken: bOrgTokens, kindSource: bSources, kindOutputs: bOutputs,
+var docBuckets = map[store.DocKind][]byte{
+	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
 }
 
-func (t boltTx) getDoc(k docKind, org, id string, v any) (bool, error) {
+func (t Tx) GetDoc(k store.DocKind, org, id string, v any) (bool, error) {
 	return getJSON(t.tx.Bucket(docBuckets[k]), key(org, id), v)
 }
 
-func (t boltTx) hasDoc(k docKind, org, id string) (bool, error) {
+func (t Tx) HasDoc(k store.DocKind, org, id string) (bool, error) {
 	return t.tx.Bucket(docBuckets[k]).Get(key(org, id)) != nil, nil
 }
 
-func (t boltTx) putDoc(k docKind, org, id string, v any) error {
+func (t Tx) PutDoc(k store.DocKind, org, id string, v any) error {
 	return putJSON(t.tx.Bucket(docBuckets[k]), key(org, id), v)
 }
 
-func (t boltTx) deleteDoc(k docKind, org, id string) error {
+func (t Tx) DeleteDoc(k store.DocKind, org, id string) error {
 	return t.tx.Bucket(docBuckets[k]).Delete(key(org, id))
 }
 
-func (t boltTx) listDocs(k docKind, org string, each func(data []byte) (bool, error)) error {
+func (t Tx) ListDocs(k store.DocKind, org string, each func(data []byte) (bool, error)) error {
 	return scanPrefix(t.tx.Bucket(docBuckets[k]), prefix(org), func(_, v []byte) (bool, error) { return each(v) })
 }
 
-func (t boltTx) putOrgToken(rec *orgTokenRecord) error {
+func (t Tx) PutOrgToken(rec *store.OrgTokenRecord) error {
 	if err := t.tx.Bucket(bOrgTokenHashes).Put(rec.Hash, key(rec.Org, rec.ID)); err != nil {
 		return err
 	}
-	return t.putDoc(kindOrgToken, rec.Org, rec.ID, rec)
+	return t.PutDoc(store.KindOrgToken, rec.Org, rec.ID, rec)
 }
 
-func (t boltTx) deleteOrgToken(rec *orgTokenRecord) error {
+func (t Tx) DeleteOrgToken(rec *store.OrgTokenRecord) error {
 	if err := t.tx.Bucket(bOrgTokenHashes).Delete(rec.Hash); err != nil {
 		return err
 	}
-	return t.deleteDoc(kindOrgToken, rec.Org, rec.ID)
+	return t.DeleteDoc(store.KindOrgToken, rec.Org, rec.ID)
 }
 
-func (t boltTx) orgTokenByHash(h []byte) (*orgTokenRecord, error) {
+func (t Tx) OrgTokenByHash(h []byte) (*store.OrgTokenRecord, error) {
 	ref := t.tx.Bucket(bOrgTokenHashes).Get(h)
 	if ref == nil {
 		return nil, nil
 	}
-	var rec orgTokenRecord
-	ok, err := getJSON(t.tx.Bucket(bOrgTokens), ref, &rec)
+	var rec store.OrgTokenRecord
+	ok, err := getJSON(t.tx.Bucket(BucketOrgTokens), ref, &rec)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -277,16 +278,16 @@ func scanPrefixReverse(b *bolt.Bucket, p []byte, fn func(k, v []byte) (bool, err
 	return nil
 }
 
-// checkReplay checks and stores in one write transaction, so two requests carrying the same id
+// CheckReplay checks and stores in one write transaction, so two requests carrying the same id
 // cannot both pass.
 // checkReplay runs as a batch: every agent request comes here, so the requests of the same few
 // milliseconds share one commit (checked one after the other inside it) instead of queueing a
 // commit, and its fsyncs, each. A batch may run fn again, so it starts from scratch.
-func (s *boltEngine) checkReplay(_ context.Context, id string, now, until time.Time) (bool, error) {
+func (s *Engine) CheckReplay(_ context.Context, id string, now, until time.Time) (bool, error) {
 	seen := false
-	err := s.db.Batch(func(tx *bolt.Tx) error {
+	err := s.DB.Batch(func(tx *bolt.Tx) error {
 		seen = false
-		b := tx.Bucket(bReplay)
+		b := tx.Bucket(BucketReplay)
 		if v := b.Get([]byte(id)); len(v) == 8 {
 			if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v))); !now.After(exp) {
 				seen = true
@@ -302,10 +303,10 @@ func (s *boltEngine) checkReplay(_ context.Context, id string, now, until time.T
 	return seen, err
 }
 
-func (s *boltEngine) purgeReplay(_ context.Context, now time.Time) (int, error) {
+func (s *Engine) PurgeReplay(_ context.Context, now time.Time) (int, error) {
 	limit := u64(uint64(now.UnixNano()))
 	due := false
-	if err := s.db.View(func(tx *bolt.Tx) error {
+	if err := s.DB.View(func(tx *bolt.Tx) error {
 		k, _ := tx.Bucket(bReplayEx).Cursor().First()
 		due = len(k) > 8 && bytes.Compare(k[:8], limit) < 0
 		return nil
@@ -313,9 +314,9 @@ func (s *boltEngine) purgeReplay(_ context.Context, now time.Time) (int, error) 
 		return 0, err
 	}
 	n := 0
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.DB.Update(func(tx *bolt.Tx) error {
 		n = 0
-		ids, byExp := tx.Bucket(bReplay), tx.Bucket(bReplayEx)
+		ids, byExp := tx.Bucket(BucketReplay), tx.Bucket(bReplayEx)
 		c := byExp.Cursor()
 		var dead [][]byte
 		for k, _ := c.First(); len(k) > 8 && bytes.Compare(k[:8], limit) < 0; k, _ = c.Next() {
@@ -342,19 +343,19 @@ func (s *boltEngine) purgeReplay(_ context.Context, now time.Time) (int, error) 
 // legacySecretKey is where orchestrators before the separate signing secret file kept the
 // secret: in the database's meta bucket, so whoever had a copy of the database could mint job
 // tokens.
-var legacySecretKey = []byte("secret")
+var LegacySecretKey = []byte("secret")
 
-// legacySecret implements legacySecrets: the secret an older orchestrator kept in meta.
-func (s *boltEngine) legacySecret() ([]byte, error) {
+// LegacySecret implements legacySecrets: the secret an older orchestrator kept in meta.
+func (s *Engine) LegacySecret() ([]byte, error) {
 	var secret []byte
-	err := s.db.View(func(tx *bolt.Tx) error {
-		secret = bytes.Clone(tx.Bucket(bMeta).Get(legacySecretKey))
+	err := s.DB.View(func(tx *bolt.Tx) error {
+		secret = bytes.Clone(tx.Bucket(BucketMeta).Get(LegacySecretKey))
 		return nil
 	})
 	return secret, err
 }
 
-// dropLegacySecret implements legacySecrets.
-func (s *boltEngine) dropLegacySecret() error {
-	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bMeta).Delete(legacySecretKey) })
+// DropLegacySecret implements legacySecrets.
+func (s *Engine) DropLegacySecret() error {
+	return s.DB.Update(func(tx *bolt.Tx) error { return tx.Bucket(BucketMeta).Delete(LegacySecretKey) })
 }

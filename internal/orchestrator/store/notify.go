@@ -1,28 +1,28 @@
-package orchestrator
+package store
 
 import "sync"
 
-// notifier wakes the long polls of one runner when something they may answer with changes
+// Notifier wakes the long polls of one runner when something they may answer with changes
 // (a deployment queued, a cancel, a lease settled, the runner's limits). Each runner has a
 // channel that is closed on wake and replaced; a poll takes the channel before it looks at the
 // store, so a wake between the look and the wait is never lost.
 //
 // With several replicas, publish carries a wake to the others (PostgreSQL's NOTIFY), whose
 // listeners call wakeLocal.
-type notifier struct {
-	publish func(runner string)
+type Notifier struct {
+	Publish func(runner string)
 
 	mu       sync.Mutex
 	channels map[string]chan struct{}
 	inFlight map[string]int
 }
 
-func newNotifier() *notifier {
-	return &notifier{channels: map[string]chan struct{}{}, inFlight: map[string]int{}}
+func NewNotifier() *Notifier {
+	return &Notifier{channels: map[string]chan struct{}{}, inFlight: map[string]int{}}
 }
 
-// watch returns the channel that is closed on the runner's next wake.
-func (n *notifier) watch(runner string) <-chan struct{} {
+// Watch returns the channel that is closed on the runner's next wake.
+func (n *Notifier) Watch(runner string) <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	ch, ok := n.channels[runner]
@@ -33,16 +33,16 @@ func (n *notifier) watch(runner string) <-chan struct{} {
 	return ch
 }
 
-// wake wakes every poll of the runner that is waiting now, on every replica.
-func (n *notifier) wake(runner string) {
-	n.wakeLocal(runner)
-	if n.publish != nil {
-		n.publish(runner)
+// Wake wakes every poll of the runner that is waiting now, on every replica.
+func (n *Notifier) Wake(runner string) {
+	n.WakeLocal(runner)
+	if n.Publish != nil {
+		n.Publish(runner)
 	}
 }
 
-// wakeLocal wakes the polls of the runner waiting on this replica.
-func (n *notifier) wakeLocal(runner string) {
+// WakeLocal wakes the polls of the runner waiting on this replica.
+func (n *Notifier) WakeLocal(runner string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if ch, ok := n.channels[runner]; ok {
@@ -51,9 +51,9 @@ func (n *notifier) wakeLocal(runner string) {
 	}
 }
 
-// wakeAll wakes every poll waiting on this replica, after wakes from other replicas may have
+// WakeAll wakes every poll waiting on this replica, after wakes from other replicas may have
 // been missed.
-func (n *notifier) wakeAll() {
+func (n *Notifier) WakeAll() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for runner, ch := range n.channels {
@@ -62,15 +62,15 @@ func (n *notifier) wakeAll() {
 	}
 }
 
-// enter and leave count the polls in flight per runner; a runner with one counts as connected
+// Enter and leave count the polls in flight per runner; a runner with one counts as connected
 // however long ago its poll started.
-func (n *notifier) enter(runner string) {
+func (n *Notifier) Enter(runner string) {
 	n.mu.Lock()
 	n.inFlight[runner]++
 	n.mu.Unlock()
 }
 
-func (n *notifier) leave(runner string) {
+func (n *Notifier) Leave(runner string) {
 	n.mu.Lock()
 	if n.inFlight[runner]--; n.inFlight[runner] <= 0 {
 		delete(n.inFlight, runner)
@@ -78,7 +78,7 @@ func (n *notifier) leave(runner string) {
 	n.mu.Unlock()
 }
 
-func (n *notifier) polling(runner string) bool {
+func (n *Notifier) Polling(runner string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.inFlight[runner] > 0

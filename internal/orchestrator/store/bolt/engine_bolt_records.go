@@ -1,4 +1,4 @@
-package orchestrator
+package bolt
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // Events, logs and retention's purge indexes in bbolt.
@@ -18,29 +19,29 @@ func eventKey(org, deploymentID string, attempt int, seq int64) []byte {
 	return binary.BigEndian.AppendUint64(k, uint64(seq))
 }
 
-func (t boltTx) hasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
-	return t.tx.Bucket(bEvents).Get(eventKey(org, deployment, attempt, seq)) != nil, nil
+func (t Tx) HasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
+	return t.tx.Bucket(BucketEvents).Get(eventKey(org, deployment, attempt, seq)) != nil, nil
 }
 
-func (t boltTx) putEvent(org, deployment string, attempt int, seq int64, ev api.Event) error {
-	return putJSON(t.tx.Bucket(bEvents), eventKey(org, deployment, attempt, seq), ev)
+func (t Tx) PutEvent(org, deployment string, attempt int, seq int64, ev api.Event) error {
+	return putJSON(t.tx.Bucket(BucketEvents), eventKey(org, deployment, attempt, seq), ev)
 }
 
-func (t boltTx) countEvents(org, deployment string, attempt, most int) (int, error) {
+func (t Tx) CountEvents(org, deployment string, attempt, most int) (int, error) {
 	n := 0
 	p := binary.BigEndian.AppendUint32(prefix(org, deployment), uint32(attempt))
-	err := scanPrefix(t.tx.Bucket(bEvents), p, func(_, _ []byte) (bool, error) {
+	err := scanPrefix(t.tx.Bucket(BucketEvents), p, func(_, _ []byte) (bool, error) {
 		n++
 		return n < most, nil
 	})
 	return n, err
 }
 
-func (t boltTx) listEvents(org, deployment string) ([]api.Event, error) {
+func (t Tx) ListEvents(org, deployment string) ([]api.Event, error) {
 	out := []api.Event{}
-	err := scanPrefix(t.tx.Bucket(bEvents), prefix(org, deployment), func(_, v []byte) (bool, error) {
+	err := scanPrefix(t.tx.Bucket(BucketEvents), prefix(org, deployment), func(_, v []byte) (bool, error) {
 		var ev api.Event
-		if err := unmarshal(v, &ev); err != nil {
+		if err := store.Unmarshal(v, &ev); err != nil {
 			return false, err
 		}
 		out = append(out, ev)
@@ -49,21 +50,21 @@ func (t boltTx) listEvents(org, deployment string) ([]api.Event, error) {
 	return out, err
 }
 
-func (t boltTx) deleteEvents(org, deployment string, budget int) (int, bool, error) {
-	return deletePrefix(t.tx.Bucket(bEvents), prefix(org, deployment), budget)
+func (t Tx) DeleteEvents(org, deployment string, budget int) (int, bool, error) {
+	return deletePrefix(t.tx.Bucket(BucketEvents), prefix(org, deployment), budget)
 }
 
 func logKey(org, deployment string, stored int64) []byte {
 	return append(prefix(org, deployment), u64(uint64(stored))...)
 }
 
-func (t boltTx) putLogChunk(org, deployment string, start int64, b []byte) error {
-	return t.tx.Bucket(bLogs).Put(logKey(org, deployment, start), b)
+func (t Tx) PutLogChunk(org, deployment string, start int64, b []byte) error {
+	return t.tx.Bucket(BucketLogs).Put(logKey(org, deployment, start), b)
 }
 
-func (t boltTx) lastLogByte(org, deployment string) (byte, error) {
+func (t Tx) LastLogByte(org, deployment string) (byte, error) {
 	var last byte
-	err := scanPrefixReverse(t.tx.Bucket(bLogs), prefix(org, deployment), func(_, v []byte) (bool, error) {
+	err := scanPrefixReverse(t.tx.Bucket(BucketLogs), prefix(org, deployment), func(_, v []byte) (bool, error) {
 		if len(v) > 0 {
 			last = v[len(v)-1]
 		}
@@ -72,10 +73,10 @@ func (t boltTx) lastLogByte(org, deployment string) (byte, error) {
 	return last, err
 }
 
-func (t boltTx) readLog(org, deployment string, offset, limit int64) ([]byte, error) {
+func (t Tx) ReadLog(org, deployment string, offset, limit int64) ([]byte, error) {
 	out := []byte{}
 	p := prefix(org, deployment)
-	c := t.tx.Bucket(bLogs).Cursor()
+	c := t.tx.Bucket(BucketLogs).Cursor()
 	k, v := c.Seek(logKey(org, deployment, offset))
 	switch {
 	case k == nil:
@@ -102,8 +103,8 @@ func chunkStart(k, p []byte) int64 {
 	return int64(binary.BigEndian.Uint64(k[len(p):]))
 }
 
-func (t boltTx) deleteLogs(org, deployment string, budget int) (int, bool, error) {
-	return deletePrefix(t.tx.Bucket(bLogs), prefix(org, deployment), budget)
+func (t Tx) DeleteLogs(org, deployment string, budget int) (int, bool, error) {
+	return deletePrefix(t.tx.Bucket(BucketLogs), prefix(org, deployment), budget)
 }
 
 // deletePrefix deletes up to budget keys under p; finished when none is left.
@@ -137,22 +138,22 @@ var (
 	bPurgeLogs        = []byte("purge_logs")        // end time + org/id → "" (log and events not yet purged)
 	bPurgeDeployments = []byte("purge_deployments") // end time + org/id → "" (deployment not yet purged)
 
-	purgeBuckets = map[purgeStageKind][]byte{
-		purgeDeployments: bPurgeDeployments, purgeLogsStage: bPurgeLogs, purgeSources: bPurgeSources,
+	PurgeBuckets = map[store.PurgeStageKind][]byte{
+		store.PurgeDeployments: bPurgeDeployments, store.PurgeLogsStage: bPurgeLogs, store.PurgeSources: bPurgeSources,
 	}
 )
 
 // metaEndedIndexed marks a database whose ended deployments are all in the purge indexes.
-var metaEndedIndexed = []byte("ended_indexed")
+var MetaEndedIndexed = []byte("ended_indexed")
 
-func purgeKey(rec *deploymentRecord) []byte {
+func purgeKey(rec *store.DeploymentRecord) []byte {
 	return append(u64(uint64(rec.D.FinishedAt.UnixNano())), key(rec.Org, rec.D.ID)...)
 }
 
 // indexEnded puts a deployment that just ended into the purge indexes.
-func indexEnded(tx *bolt.Tx, rec *deploymentRecord) error {
+func indexEnded(tx *bolt.Tx, rec *store.DeploymentRecord) error {
 	k := purgeKey(rec)
-	for _, b := range purgeBuckets {
+	for _, b := range PurgeBuckets {
 		if err := tx.Bucket(b).Put(k, nil); err != nil {
 			return err
 		}
@@ -163,13 +164,13 @@ func indexEnded(tx *bolt.Tx, rec *deploymentRecord) error {
 // backfillEndedIndex indexes the deployments that ended before the purge indexes existed, once
 // per database.
 func backfillEndedIndex(tx *bolt.Tx) error {
-	meta := tx.Bucket(bMeta)
-	if meta.Get(metaEndedIndexed) != nil {
+	meta := tx.Bucket(BucketMeta)
+	if meta.Get(MetaEndedIndexed) != nil {
 		return nil
 	}
-	err := tx.Bucket(bDeployments).ForEach(func(_, v []byte) error {
-		var rec deploymentRecord
-		if err := unmarshal(v, &rec); err != nil {
+	err := tx.Bucket(BucketDeployments).ForEach(func(_, v []byte) error {
+		var rec store.DeploymentRecord
+		if err := store.Unmarshal(v, &rec); err != nil {
 			return err
 		}
 		if !rec.D.Status.Terminal() || rec.D.FinishedAt == nil {
@@ -180,19 +181,19 @@ func backfillEndedIndex(tx *bolt.Tx) error {
 	if err != nil {
 		return err
 	}
-	return meta.Put(metaEndedIndexed, []byte{1})
+	return meta.Put(MetaEndedIndexed, []byte{1})
 }
 
-func (t boltTx) nextDue(stage purgeStageKind, cutoff time.Time) (dueEntry, bool, error) {
-	k, _ := t.tx.Bucket(purgeBuckets[stage]).Cursor().First()
+func (t Tx) NextDue(stage store.PurgeStageKind, cutoff time.Time) (store.DueEntry, bool, error) {
+	k, _ := t.tx.Bucket(PurgeBuckets[stage]).Cursor().First()
 	if len(k) <= 8 || bytes.Compare(k[:8], u64(uint64(cutoff.UnixNano()))) > 0 {
-		return dueEntry{}, false, nil
+		return store.DueEntry{}, false, nil
 	}
 	k = bytes.Clone(k)
 	org, id, _ := bytes.Cut(k[8:], []byte("/"))
-	return dueEntry{org: string(org), id: string(id), key: k}, true, nil
+	return store.DueEntry{Org: string(org), ID: string(id), Key: k}, true, nil
 }
 
-func (t boltTx) dropDue(stage purgeStageKind, e dueEntry) error {
-	return t.tx.Bucket(purgeBuckets[stage]).Delete(e.key)
+func (t Tx) DropDue(stage store.PurgeStageKind, e store.DueEntry) error {
+	return t.tx.Bucket(PurgeBuckets[stage]).Delete(e.Key)
 }

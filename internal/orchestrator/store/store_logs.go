@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"bytes"
@@ -9,15 +9,15 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// truncationMarker is the line that ends a log cut at the cap; it is written once, so a reader
+// TruncationMarker is the line that ends a log cut at the cap; it is written once, so a reader
 // can always tell a truncated log from a complete one.
-func truncationMarker(limit int64) string {
+func TruncationMarker(limit int64) string {
 	return fmt.Sprintf("[outpost: log truncated at %d bytes]\n", limit)
 }
 
 // putChunk stores b at the end of the stored log.
-func putChunk(tx storeTx, rec *deploymentRecord, b []byte) error {
-	if err := tx.putLogChunk(rec.Org, rec.D.ID, rec.D.LogSize, b); err != nil {
+func putChunk(tx Tx, rec *DeploymentRecord, b []byte) error {
+	if err := tx.PutLogChunk(rec.Org, rec.D.ID, rec.D.LogSize, b); err != nil {
 		return err
 	}
 	rec.D.LogSize += int64(len(b))
@@ -27,7 +27,7 @@ func putChunk(tx storeTx, rec *deploymentRecord, b []byte) error {
 // appendCapped stores b, keeping at most limit bytes per deployment. The first byte that does not
 // fit ends the log with the truncation marker; later bytes are dropped (the caller still counts
 // them in the writer's offset).
-func appendCapped(tx storeTx, rec *deploymentRecord, b []byte, limit int64) error {
+func appendCapped(tx Tx, rec *DeploymentRecord, b []byte, limit int64) error {
 	if rec.D.LogTruncated || len(b) == 0 {
 		return nil
 	}
@@ -41,13 +41,13 @@ func appendCapped(tx storeTx, rec *deploymentRecord, b []byte, limit int64) erro
 	if len(keep) == len(b) {
 		return nil
 	}
-	marker := truncationMarker(limit)
+	marker := TruncationMarker(limit)
 	var last byte
 	if len(keep) > 0 {
 		last = keep[len(keep)-1]
 	} else {
 		var err error
-		if last, err = tx.lastLogByte(rec.Org, rec.D.ID); err != nil {
+		if last, err = tx.LastLogByte(rec.Org, rec.D.ID); err != nil {
 			return err
 		}
 	}
@@ -58,12 +58,12 @@ func appendCapped(tx storeTx, rec *deploymentRecord, b []byte, limit int64) erro
 	return putChunk(tx, rec, []byte(marker))
 }
 
-// appendLog appends log bytes of a deployment's attempt at the writer's offset. Offsets count what
+// AppendLog appends log bytes of a deployment's attempt at the writer's offset. Offsets count what
 // the writer sent in the current grant; a resend of committed bytes is acknowledged without change,
 // a partial resend keeps only the new tail, and a gap is refused with the committed offset.
-func (s *store) appendLog(ctx context.Context, c jobTokenPayload, offset int64, data []byte, grace time.Duration) (*api.LogAppendResponse, error) {
+func (s *Store) AppendLog(ctx context.Context, c JobTokenPayload, offset int64, data []byte, grace time.Duration) (*api.LogAppendResponse, error) {
 	var out api.LogAppendResponse
-	err := s.update(ctx, func(tx storeTx) error {
+	err := s.Update(ctx, func(tx Tx) error {
 		rec, err := s.grantedDeployment(tx, c, grace)
 		if err != nil {
 			return err
@@ -77,7 +77,7 @@ func (s *store) appendLog(ctx context.Context, c jobTokenPayload, offset int64, 
 				return err
 			}
 			rec.LogCommitted = end
-			if err := tx.saveDeployment(rec); err != nil {
+			if err := tx.SaveDeployment(rec); err != nil {
 				return err
 			}
 		}
@@ -90,18 +90,18 @@ func (s *store) appendLog(ctx context.Context, c jobTokenPayload, offset int64, 
 	return &out, nil
 }
 
-// readLogs returns up to limit stored bytes from offset.
-func (s *store) readLogs(ctx context.Context, org, id string, offset, limit int64) (*api.LogChunk, error) {
+// ReadLogs returns up to limit stored bytes from offset.
+func (s *Store) ReadLogs(ctx context.Context, org, id string, offset, limit int64) (*api.LogChunk, error) {
 	out := &api.LogChunk{Offset: offset, Data: []byte{}}
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return err
 		}
 		if offset > rec.D.LogSize {
-			return invalid("offset", "%d is beyond the end of the log (%d bytes stored)", offset, rec.D.LogSize)
+			return Invalid("offset", "%d is beyond the end of the log (%d bytes stored)", offset, rec.D.LogSize)
 		}
-		if out.Data, err = tx.readLog(org, id, offset, limit); err != nil {
+		if out.Data, err = tx.ReadLog(org, id, offset, limit); err != nil {
 			return err
 		}
 		out.NextOffset = offset + int64(len(out.Data))

@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -17,15 +17,15 @@ const MaxEventsPerAttempt = 1000
 // Directive reasons.
 const (
 	reasonUnknownDeployment = "unknown_deployment"
-	reasonTerminal          = "terminal"
-	reasonLeaseLost         = "lease_lost"
-	reasonCancelRequested   = "cancel_requested"
+	ReasonTerminal          = "terminal"
+	ReasonLeaseLost         = "lease_lost"
+	ReasonCancelRequested   = "cancel_requested"
 )
 
 // touchRunner records that the runner's agent made an authenticated request. The write is
 // skipped when nothing visible would change, so a busy agent does not rewrite the record on
 // every request.
-func touchRunner(tx storeTx, id agentauth.Identity, agentVersion string, now time.Time) (*api.Runner, error) {
+func touchRunner(tx Tx, id agentauth.Identity, agentVersion string, now time.Time) (*api.Runner, error) {
 	r, err := getRunnerTx(tx, id.Org, id.RunnerID)
 	if err != nil {
 		return nil, runnerGone(id)
@@ -44,33 +44,33 @@ func touchRunner(tx storeTx, id agentauth.Identity, agentVersion string, now tim
 	}
 	st.LastSeenAt = &now
 	st.KeyFingerprint = id.Fingerprint
-	return r, tx.putDoc(kindRunner, id.Org, id.RunnerID, r)
+	return r, tx.PutDoc(KindRunner, id.Org, id.RunnerID, r)
 }
 
-func runnerGone(id agentauth.Identity) *refusal {
+func runnerGone(id agentauth.Identity) *Refusal {
 	r := unauthorized("runner %q of organisation %q no longer exists", id.RunnerID, id.Org)
-	r.authReason = authReasonRunnerGone
+	r.AuthReason = AuthReasonRunnerGone
 	return r
 }
 
 // loadRunnerDeployment loads a deployment the runner may act on; one of another runner is reported
 // as not found, so an agent learns nothing about deployments that are not its own.
-func loadRunnerDeployment(tx storeTx, id agentauth.Identity, deploymentID string) (*deploymentRecord, error) {
+func loadRunnerDeployment(tx Tx, id agentauth.Identity, deploymentID string) (*DeploymentRecord, error) {
 	rec, err := loadDeployment(tx, id.Org, deploymentID)
 	if err == nil && rec.D.RunnerID != id.RunnerID {
-		err = notFound("deployment %q does not exist for runner %q", deploymentID, id.RunnerID)
+		err = NotFound("deployment %q does not exist for runner %q", deploymentID, id.RunnerID)
 	}
 	return rec, err
 }
 
-// renewLeases handles the held list of a poll: it renews the job leases the agent still holds,
+// RenewLeases handles the held list of a poll: it renews the job leases the agent still holds,
 // marks started attempts running, takes the job lease over for a new agent instance (a new
 // leader re-adopting the attempts) and returns forget directives for everything else.
-func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api.PollRequest, leaseFor time.Duration) ([]api.Directive, error) {
+func (s *Store) RenewLeases(ctx context.Context, id agentauth.Identity, req *api.PollRequest, leaseFor time.Duration) ([]api.Directive, error) {
 	var out []api.Directive
-	err := s.batch(ctx, func(tx storeTx) error {
+	err := s.batch(ctx, func(tx Tx) error {
 		out = nil
-		now := s.timeNow()
+		now := s.TimeNow()
 		if _, err := touchRunner(tx, id, req.AgentVersion, now); err != nil {
 			return err
 		}
@@ -80,7 +80,7 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 			}
 			rec, err := loadRunnerDeployment(tx, id, e.DeploymentID)
 			if err != nil {
-				if _, ok := asRefusal(err); ok {
+				if _, ok := AsRefusal(err); ok {
 					forget(reasonUnknownDeployment)
 					continue
 				}
@@ -91,10 +91,10 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 			}
 			switch {
 			case rec.D.Status.Terminal():
-				forget(reasonTerminal)
+				forget(ReasonTerminal)
 				continue
 			case rec.Lease == nil || rec.D.Attempt != e.Attempt || rec.Lease.Fencing != e.Fencing:
-				forget(reasonLeaseLost)
+				forget(ReasonLeaseLost)
 				continue
 			}
 			rec.Lease.ExpiresAt = now.Add(leaseFor)
@@ -105,7 +105,7 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 				rec.D.Status = api.StatusRunning
 				rec.D.StartedAt = &now
 			}
-			if err := tx.saveDeployment(rec); err != nil {
+			if err := tx.SaveDeployment(rec); err != nil {
 				return err
 			}
 		}
@@ -123,44 +123,44 @@ func (s *store) renewLeases(ctx context.Context, id agentauth.Identity, req *api
 // is deterministic, so a second start adopts the first Job. A re-offer alone does not end a long
 // poll early (an agent still creating that Job would poll in a loop); it goes with the next answer,
 // and the first poll of a restarted agent does not wait.
-const reofferAfter = 5 * time.Second
+const ReofferAfter = 5 * time.Second
 
-// pollAnswer is what one look at the store gives a waiting poll.
-type pollAnswer struct {
-	offers []api.Offer
-	// queued counts the offers of queued attempts (the others are re-offers).
-	queued         int
-	cancels        []api.Directive
-	maxConcurrency int
-	// keyFingerprints are the runner's current keys.
-	keyFingerprints []string
+// PollAnswer is what one look at the store gives a waiting poll.
+type PollAnswer struct {
+	Offers []api.Offer
+	// Queued counts the offers of queued attempts (the others are re-offers).
+	Queued         int
+	Cancels        []api.Directive
+	MaxConcurrency int
+	// KeyFingerprints are the runner's current keys.
+	KeyFingerprints []string
 	// moveKey: the agent signed with a key that is not current while it holds a current one, or
 	// with one that is no longer accepted at all (revoked since the poll began). Answered at
 	// once, it moves over (and the retiring key retires), or its next poll is refused and it says
 	// so, instead of either waiting out the long poll.
-	moveKey bool
+	MoveKey bool
 }
 
-// offers returns what a poll may hand out now: attempts leased to the polling instance that it
+// Offers returns what a poll may hand out now: attempts leased to the polling instance that it
 // seems to have lost (see reofferAfter), then queued attempts of this runner, oldest first, at
 // most capacityFree and never beyond max_concurrency counting the attempts the runner already
 // holds; and cancel directives for held attempts whose cancel was requested. queued counts the
 // offers taken from the queue.
-func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (a pollAnswer, err error) {
-	a.offers, a.cancels = []api.Offer{}, []api.Directive{}
-	now := s.timeNow()
-	err = s.view(ctx, func(tx storeTx) error {
+func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (a PollAnswer, err error) {
+	a.Offers, a.Cancels = []api.Offer{}, []api.Directive{}
+	now := s.TimeNow()
+	err = s.view(ctx, func(tx Tx) error {
 		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
 		if err != nil {
 			return runnerGone(id)
 		}
-		a = pollAnswer{maxConcurrency: r.MaxConcurrency, offers: []api.Offer{}, cancels: []api.Directive{}, keyFingerprints: currentFingerprints(r)}
-		if !slices.Contains(a.keyFingerprints, id.Fingerprint) {
-			holdsCurrent := slices.ContainsFunc(req.KeyFingerprints, func(f string) bool { return slices.Contains(a.keyFingerprints, f) })
+		a = PollAnswer{MaxConcurrency: r.MaxConcurrency, Offers: []api.Offer{}, Cancels: []api.Directive{}, KeyFingerprints: currentFingerprints(r)}
+		if !slices.Contains(a.KeyFingerprints, id.Fingerprint) {
+			holdsCurrent := slices.ContainsFunc(req.KeyFingerprints, func(f string) bool { return slices.Contains(a.KeyFingerprints, f) })
 			retiring := slices.ContainsFunc(r.RetiringKeys, func(k api.RetiringKey) bool { return k.Fingerprint == id.Fingerprint && now.Before(k.Until) })
-			a.moveKey = holdsCurrent || !retiring
+			a.MoveKey = holdsCurrent || !retiring
 		}
-		leased, err := tx.leased(id.Org, id.RunnerID)
+		leased, err := tx.Leased(id.Org, id.RunnerID)
 		if err != nil {
 			return err
 		}
@@ -170,16 +170,16 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 				return err
 			}
 			if rec.D.CancelRequested {
-				a.cancels = append(a.cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: reasonCancelRequested})
+				a.Cancels = append(a.Cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: ReasonCancelRequested})
 			} else if lostByPoller(rec, req, now) {
-				a.offers = append(a.offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
+				a.Offers = append(a.Offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			}
 		}
-		n := min(req.CapacityFree-len(a.offers), r.MaxConcurrency-len(leased))
+		n := min(req.CapacityFree-len(a.Offers), r.MaxConcurrency-len(leased))
 		if n <= 0 {
 			return nil
 		}
-		ids, err := tx.queued(id.Org, id.RunnerID, n)
+		ids, err := tx.Queued(id.Org, id.RunnerID, n)
 		if err != nil {
 			return err
 		}
@@ -188,8 +188,8 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			if err != nil {
 				return err
 			}
-			a.offers = append(a.offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
-			a.queued++
+			a.Offers = append(a.Offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
+			a.Queued++
 		}
 		return nil
 	})
@@ -198,20 +198,20 @@ func (s *store) offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 
 // lostByPoller reports whether rec is an attempt leased to the polling instance that it has not
 // started and does not restate, reofferAfter after its claim.
-func lostByPoller(rec *deploymentRecord, req *api.PollRequest, now time.Time) bool {
+func lostByPoller(rec *DeploymentRecord, req *api.PollRequest, now time.Time) bool {
 	if req.Instance == "" || rec.Lease == nil || rec.Lease.Instance != req.Instance || rec.D.Status != api.StatusClaimed ||
-		rec.D.ClaimedAt == nil || now.Sub(*rec.D.ClaimedAt) < reofferAfter {
+		rec.D.ClaimedAt == nil || now.Sub(*rec.D.ClaimedAt) < ReofferAfter {
 		return false
 	}
 	return !slices.ContainsFunc(req.Held, func(h api.HeldAttempt) bool { return h.DeploymentID == rec.D.ID && h.Attempt == rec.D.Attempt })
 }
 
-// claim grants the job lease on a queued attempt, or returns the same grant again to the
+// Claim grants the job lease on a queued attempt, or returns the same grant again to the
 // instance that holds it (idempotent retries).
-func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
+func (s *Store) Claim(ctx context.Context, id agentauth.Identity, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
 	var out *api.Claim
-	err := s.update(ctx, func(tx storeTx) error {
-		now := s.timeNow()
+	err := s.Update(ctx, func(tx Tx) error {
+		now := s.TimeNow()
 		runner, err := touchRunner(tx, id, "", now)
 		if err != nil {
 			return err
@@ -229,7 +229,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 		case req.Attempt != rec.D.Attempt:
 			return conflict("attempt %d is not the current attempt of deployment %q (it is %d, status %s); claim the attempt the latest poll offers", req.Attempt, deploymentID, rec.D.Attempt, st)
 		case st == api.StatusQueued:
-			leased, err := tx.leased(id.Org, id.RunnerID)
+			leased, err := tx.Leased(id.Org, id.RunnerID)
 			if err != nil {
 				return err
 			}
@@ -255,7 +255,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 			return conflict("deployment %q attempt %d is held by agent instance %q until %s", deploymentID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
 		}
 		rec.Lease.ExpiresAt = now.Add(leaseFor)
-		if err := tx.saveDeployment(rec); err != nil {
+		if err := tx.SaveDeployment(rec); err != nil {
 			return err
 		}
 		placement, err := placementOf(tx, rec)
@@ -265,7 +265,7 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 		out = &api.Claim{
 			DeploymentID: deploymentID, Attempt: rec.D.Attempt,
 			Lease:     api.Lease{Fencing: rec.Lease.Fencing, ExpiresAt: rec.Lease.ExpiresAt},
-			JobToken:  mintJobToken(s.secret, jobTokenPayload{Org: id.Org, Deployment: deploymentID, Attempt: rec.D.Attempt, Fencing: rec.Lease.Fencing}),
+			JobToken:  MintJobToken(s.secret, JobTokenPayload{Org: id.Org, Deployment: deploymentID, Attempt: rec.D.Attempt, Fencing: rec.Lease.Fencing}),
 			Placement: *placement,
 		}
 		return nil
@@ -274,21 +274,21 @@ func (s *store) claim(ctx context.Context, id agentauth.Identity, deploymentID s
 }
 
 // runnerAndStorage loads the runner of a deployment and its state storage as they are now.
-func runnerAndStorage(tx storeTx, rec *deploymentRecord) (*api.Runner, *api.StateStorage, error) {
+func runnerAndStorage(tx Tx, rec *DeploymentRecord) (*api.Runner, *api.StateStorage, error) {
 	runner, err := getRunnerTx(tx, rec.Org, rec.D.RunnerID)
 	if err != nil {
-		return nil, nil, notFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
+		return nil, nil, NotFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
 	}
 	st, err := getStorageTx(tx, rec.Org, runner.StateStorageID)
 	if err != nil {
-		return nil, nil, notFound("state storage %q of runner %q no longer exists", runner.StateStorageID, runner.ID)
+		return nil, nil, NotFound("state storage %q of runner %q no longer exists", runner.StateStorageID, runner.ID)
 	}
 	return runner, st, nil
 }
 
 // placementOf is what the agent needs to run the deployment's current attempt: the runner's job
 // settings and state storage as they are now. The source stays out (only the job runner reads it).
-func placementOf(tx storeTx, rec *deploymentRecord) (*api.Placement, error) {
+func placementOf(tx Tx, rec *DeploymentRecord) (*api.Placement, error) {
 	runner, st, err := runnerAndStorage(tx, rec)
 	if err != nil {
 		return nil, err
@@ -299,18 +299,18 @@ func placementOf(tx storeTx, rec *deploymentRecord) (*api.Placement, error) {
 	}, nil
 }
 
-// recordEvent stores an event once per (deployment, attempt, seq) and applies it: started makes
+// RecordEvent stores an event once per (deployment, attempt, seq) and applies it: started makes
 // the deployment running, finished ends it and releases the job lease. A resend of a stored event
 // is acknowledged without change, before any other check, so an agent that lost the answer to
 // its finished event can still get it acknowledged. New events are taken only for the current
 // attempt of a deployment that has not ended, and at most MaxEventsPerAttempt per attempt, the
 // finished event always.
-func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
+func (s *Store) RecordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
 	var out api.EventResponse
 	// A batch: when a wave of attempts finishes, their events share commits (and fsyncs) instead
 	// of queueing one commit each. The batch may run this again, so out is set only at the end.
-	err := s.batch(ctx, func(tx storeTx) error {
-		now := s.timeNow()
+	err := s.batch(ctx, func(tx Tx) error {
+		now := s.TimeNow()
 		if _, err := touchRunner(tx, id, "", now); err != nil {
 			return err
 		}
@@ -318,7 +318,7 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		if err != nil {
 			return err
 		}
-		seen, err := tx.hasEvent(id.Org, deploymentID, req.Attempt, req.Seq)
+		seen, err := tx.HasEvent(id.Org, deploymentID, req.Attempt, req.Seq)
 		if err != nil {
 			return err
 		}
@@ -333,14 +333,14 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		case req.Attempt != rec.D.Attempt:
 			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's job lease was lost", req.Attempt, deploymentID, rec.D.Attempt)
 		case req.Fencing > rec.Fencing:
-			return invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, deploymentID, rec.Fencing)
+			return Invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, deploymentID, rec.Fencing)
 		case req.Fencing < rec.Fencing:
 			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, deploymentID)
 		case rec.D.Status.Terminal():
 			return conflict("deployment %q already ended with status %s at %s; events of its attempts are no longer taken",
 				deploymentID, rec.D.Status, rec.D.FinishedAt.Format(time.RFC3339))
 		}
-		n, err := tx.countEvents(id.Org, deploymentID, req.Attempt, MaxEventsPerAttempt)
+		n, err := tx.CountEvents(id.Org, deploymentID, req.Attempt, MaxEventsPerAttempt)
 		if err != nil {
 			return err
 		}
@@ -354,7 +354,7 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 		}
 		ev := req.Event
 		ev.Time = when
-		if err := tx.putEvent(id.Org, deploymentID, req.Attempt, req.Seq, ev); err != nil {
+		if err := tx.PutEvent(id.Org, deploymentID, req.Attempt, req.Seq, ev); err != nil {
 			return err
 		}
 		// The current attempt of a deployment that has not ended holds the job lease.
@@ -372,7 +372,7 @@ func (s *store) recordEvent(ctx context.Context, id agentauth.Identity, deployme
 					return err
 				}
 			}
-			if err := tx.saveDeployment(rec); err != nil {
+			if err := tx.SaveDeployment(rec); err != nil {
 				return err
 			}
 		}

@@ -1,4 +1,4 @@
-package orchestrator
+package bolt
 
 import (
 	"bytes"
@@ -9,24 +9,25 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // Deployments in bbolt: the record in bDeployments, and indexes that saveDeployment keeps in
 // line with it (list order, queue, leases, status counters, purge indexes), since bbolt can only
 // look records up by key.
 
-func (t boltTx) loadDeployment(org, id string) (*deploymentRecord, bool, error) {
-	var rec deploymentRecord
-	ok, err := getJSON(t.tx.Bucket(bDeployments), key(org, id), &rec)
+func (t Tx) LoadDeployment(org, id string) (*store.DeploymentRecord, bool, error) {
+	var rec store.DeploymentRecord
+	ok, err := getJSON(t.tx.Bucket(BucketDeployments), key(org, id), &rec)
 	if err != nil || !ok {
 		return nil, false, err
 	}
-	rec.markSaved()
+	rec.MarkSaved()
 	return &rec, true, nil
 }
 
-func (t boltTx) insertDeployment(rec *deploymentRecord) error {
-	deployments := t.tx.Bucket(bDeployments)
+func (t Tx) InsertDeployment(rec *store.DeploymentRecord) error {
+	deployments := t.tx.Bucket(BucketDeployments)
 	seq, err := deployments.NextSequence()
 	if err != nil {
 		return err
@@ -35,20 +36,20 @@ func (t boltTx) insertDeployment(rec *deploymentRecord) error {
 	if err := t.tx.Bucket(bDeploymentSeq).Put(append(prefix(rec.Org), u64(seq)...), []byte(rec.D.ID)); err != nil {
 		return err
 	}
-	return t.saveDeployment(rec)
+	return t.SaveDeployment(rec)
 }
 
-func queueKey(rec *deploymentRecord) []byte {
+func queueKey(rec *store.DeploymentRecord) []byte {
 	return append(prefix(rec.Org, rec.D.RunnerID), u64(rec.Seq)...)
 }
 
-func (t boltTx) saveDeployment(rec *deploymentRecord) error {
+func (t Tx) SaveDeployment(rec *store.DeploymentRecord) error {
 	tx := t.tx
-	if err := putJSON(tx.Bucket(bDeployments), key(rec.Org, rec.D.ID), rec); err != nil {
+	if err := putJSON(tx.Bucket(BucketDeployments), key(rec.Org, rec.D.ID), rec); err != nil {
 		return err
 	}
 	queue, leased := tx.Bucket(bQueue), tx.Bucket(bLeased)
-	savedStatus, savedLeased := rec.saved()
+	savedStatus, savedLeased := rec.Saved()
 	wasQueued, isQueued := savedStatus == api.StatusQueued, rec.D.Status == api.StatusQueued
 	switch {
 	case isQueued && !wasQueued:
@@ -84,7 +85,7 @@ func (t boltTx) saveDeployment(rec *deploymentRecord) error {
 			return err
 		}
 	}
-	rec.markSaved()
+	rec.MarkSaved()
 	return nil
 }
 
@@ -104,14 +105,14 @@ func addStat(tx *bolt.Tx, status api.Status, delta int64) error {
 	return b.Put([]byte(status), u64(uint64(n)))
 }
 
-func (t boltTx) deleteDeployment(rec *deploymentRecord) error {
+func (t Tx) DeleteDeployment(rec *store.DeploymentRecord) error {
 	k := key(rec.Org, rec.D.ID)
 	dels := []struct {
 		b []byte
 		k []byte
 	}{
-		{bSources, k}, {bOutputs, k}, {bDeploymentSeq, append(prefix(rec.Org), u64(rec.Seq)...)},
-		{bPurgeSources, purgeKey(rec)}, {bPurgeLogs, purgeKey(rec)}, {bDeployments, k},
+		{BucketSources, k}, {BucketOutputs, k}, {bDeploymentSeq, append(prefix(rec.Org), u64(rec.Seq)...)},
+		{bPurgeSources, purgeKey(rec)}, {bPurgeLogs, purgeKey(rec)}, {BucketDeployments, k},
 	}
 	for _, d := range dels {
 		if err := t.tx.Bucket(d.b).Delete(d.k); err != nil {
@@ -121,9 +122,9 @@ func (t boltTx) deleteDeployment(rec *deploymentRecord) error {
 	return addStat(t.tx, rec.D.Status, -1)
 }
 
-func (t boltTx) listDeployments(org, runnerID string, status api.Status, each func(rec *deploymentRecord) (bool, error)) error {
+func (t Tx) ListDeployments(org, runnerID string, status api.Status, each func(rec *store.DeploymentRecord) (bool, error)) error {
 	return scanPrefixReverse(t.tx.Bucket(bDeploymentSeq), prefix(org), func(_, v []byte) (bool, error) {
-		rec, found, err := t.loadDeployment(org, string(v))
+		rec, found, err := t.LoadDeployment(org, string(v))
 		if err != nil {
 			return false, err
 		}
@@ -137,7 +138,7 @@ func (t boltTx) listDeployments(org, runnerID string, status api.Status, each fu
 	})
 }
 
-func (t boltTx) countQueued(org string, most int) (int, error) {
+func (t Tx) CountQueued(org string, most int) (int, error) {
 	n := 0
 	err := scanPrefix(t.tx.Bucket(bQueue), prefix(org), func(_, _ []byte) (bool, error) {
 		n++
@@ -146,7 +147,7 @@ func (t boltTx) countQueued(org string, most int) (int, error) {
 	return n, err
 }
 
-func (t boltTx) queued(org, runner string, limit int) ([]string, error) {
+func (t Tx) Queued(org, runner string, limit int) ([]string, error) {
 	var out []string
 	if limit <= 0 {
 		return nil, nil
@@ -158,7 +159,7 @@ func (t boltTx) queued(org, runner string, limit int) ([]string, error) {
 	return out, err
 }
 
-func (t boltTx) leased(org, runner string) ([]string, error) {
+func (t Tx) Leased(org, runner string) ([]string, error) {
 	var out []string
 	p := prefix(org, runner)
 	err := scanPrefix(t.tx.Bucket(bLeased), p, func(k, _ []byte) (bool, error) {
@@ -168,9 +169,9 @@ func (t boltTx) leased(org, runner string) ([]string, error) {
 	return out, err
 }
 
-func (t boltTx) expiredLeases(now time.Time) ([]leaseRef, error) {
+func (t Tx) ExpiredLeases(now time.Time) ([]store.LeaseRef, error) {
 	var (
-		due  []leaseRef
+		due  []store.LeaseRef
 		dead [][]byte
 	)
 	err := t.tx.Bucket(bLeased).ForEach(func(k, _ []byte) error {
@@ -178,9 +179,9 @@ func (t boltTx) expiredLeases(now time.Time) ([]leaseRef, error) {
 		if len(parts) != 3 {
 			return nil
 		}
-		ref := leaseRef{org: string(parts[0]), runner: string(parts[1]), deployment: string(parts[2])}
-		var rec deploymentRecord
-		found, err := getJSON(t.tx.Bucket(bDeployments), key(ref.org, ref.deployment), &rec)
+		ref := store.LeaseRef{Org: string(parts[0]), Runner: string(parts[1]), Deployment: string(parts[2])}
+		var rec store.DeploymentRecord
+		found, err := getJSON(t.tx.Bucket(BucketDeployments), key(ref.Org, ref.Deployment), &rec)
 		if err != nil {
 			return err
 		}
@@ -205,7 +206,7 @@ func (t boltTx) expiredLeases(now time.Time) ([]leaseRef, error) {
 	return due, nil
 }
 
-func (t boltTx) statusCounts() (map[api.Status]int64, error) {
+func (t Tx) StatusCounts() (map[api.Status]int64, error) {
 	out := map[api.Status]int64{}
 	err := t.tx.Bucket(bStats).ForEach(func(k, v []byte) error {
 		if len(v) == 8 {

@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 // replayCache is the agentauth.ReplayCache of the orchestrator. Token ids live in the database,
 // so a restart does not reopen the replay window: a token captured before the restart is still
 // refused after it, and with PostgreSQL a token spent on one replica is refused by the others.
-type replayCache struct{ s *store }
+type replayCache struct{ s *Store }
 
-// replayCache is the store as an agentauth.ReplayCache.
-func (s *store) replayCache() replayCache { return replayCache{s} }
+// ReplayCache is the store as an agentauth.ReplayCache.
+func (s *Store) ReplayCache() replayCache { return replayCache{s} }
 
 // CheckAndStore implements agentauth.ReplayCache atomically, so two requests carrying the same
 // id cannot both pass.
@@ -19,13 +19,13 @@ func (c replayCache) CheckAndStore(ctx context.Context, id string, until time.Ti
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	return c.s.eng.checkReplay(ctx, id, c.s.now(), until)
+	return c.s.eng.CheckReplay(ctx, id, c.s.now(), until)
 }
 
-// purgeReplay deletes token ids whose tokens can no longer pass the expiry check anyway.
-func (s *store) purgeReplay(ctx context.Context) (int, error) {
+// PurgeReplay deletes token ids whose tokens can no longer pass the expiry check anyway.
+func (s *Store) PurgeReplay(ctx context.Context) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	return s.eng.purgeReplay(ctx, s.now())
+	return s.eng.PurgeReplay(ctx, s.now())
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package engines
 
 import (
 	"bytes"
@@ -13,7 +13,10 @@ import (
 	"path/filepath"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/postgres"
+	"go.etcd.io/bbolt"
 )
 
 // CopyCounts is what CopyStore copied.
@@ -29,35 +32,35 @@ type CopyCounts struct {
 // lets databaseURL reach a server off loopback without verified TLS (CheckDatabaseTLS).
 // progress gets a line per kind of record.
 func CopyStore(ctx context.Context, dir, databaseURL string, insecureTLS bool, progress io.Writer) (*CopyCounts, error) {
-	if _, err := parsePGConfig(databaseURL, insecureTLS); err != nil {
+	if _, err := postgres.ParsePGConfig(databaseURL, insecureTLS); err != nil {
 		return nil, err // before the data directory is opened
 	}
-	src, err := openBolt(dir)
+	src, err := bolt.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer src.close()
+	defer src.Close()
 	// The secret that signs the job tokens already handed out: the data directory's file, or,
 	// from an orchestrator before the file, the database's meta bucket.
-	secret, err := readSigningSecret(filepath.Join(dir, SigningSecretFile), slog.New(slog.DiscardHandler))
+	secret, err := store.ReadSigningSecret(filepath.Join(dir, store.SigningSecretFile), slog.New(slog.DiscardHandler))
 	if errors.Is(err, fs.ErrNotExist) {
-		secret, err = src.legacySecret()
+		secret, err = src.LegacySecret()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read the signing secret of %s: %w", dir, err)
 	}
 	if len(secret) == 0 {
-		return nil, fmt.Errorf("data directory %s has no signing secret (%s); copy it from where --signing-secret-file pointed into that file first", dir, SigningSecretFile)
+		return nil, fmt.Errorf("data directory %s has no signing secret (%s); copy it from where --signing-secret-file pointed into that file first", dir, store.SigningSecretFile)
 	}
-	dst, err := openPG(ctx, databaseURL, insecureTLS, slog.New(slog.DiscardHandler))
+	dst, err := postgres.Open(ctx, databaseURL, insecureTLS, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return nil, err
 	}
-	defer dst.close()
+	defer dst.Close()
 	var n CopyCounts
-	err = src.db.View(func(btx *bolt.Tx) error {
-		return dst.update(ctx, func(t storeTx) error {
-			tx, ok := t.(*pgTx)
+	err = src.DB.View(func(btx *bbolt.Tx) error {
+		return dst.Update(ctx, func(t store.Tx) error {
+			tx, ok := t.(*postgres.Tx)
 			if !ok {
 				return errors.New("internal error: not a PostgreSQL transaction")
 			}
@@ -74,9 +77,9 @@ func CopyStore(ctx context.Context, dir, databaseURL string, insecureTLS bool, p
 	return &n, nil
 }
 
-func requireEmpty(tx *pgTx) error {
+func requireEmpty(tx *postgres.Tx) error {
 	var n int
-	if _, err := tx.one(`SELECT (SELECT count(*) FROM orgs) + (SELECT count(*) FROM runners) + (SELECT count(*) FROM deployments)`, nil, &n); err != nil {
+	if _, err := tx.One(`SELECT (SELECT count(*) FROM orgs) + (SELECT count(*) FROM runners) + (SELECT count(*) FROM deployments)`, nil, &n); err != nil {
 		return err
 	}
 	if n > 0 {
@@ -87,7 +90,7 @@ func requireEmpty(tx *pgTx) error {
 
 // copyAll copies every bucket's records through the PostgreSQL engine's own writes, so the
 // derived columns come out as the engine writes them.
-func copyAll(b *bolt.Tx, tx *pgTx, secret []byte, n *CopyCounts, progress io.Writer) error {
+func copyAll(b *bbolt.Tx, tx *postgres.Tx, secret []byte, n *CopyCounts, progress io.Writer) error {
 	step := func(what string, count *int, bucket []byte, each func(k, v []byte) error) error {
 		start := time.Now()
 		err := b.Bucket(bucket).ForEach(func(k, v []byte) error {
@@ -100,58 +103,58 @@ func copyAll(b *bolt.Tx, tx *pgTx, secret []byte, n *CopyCounts, progress io.Wri
 		fmt.Fprintf(progress, "copied %d %s in %s\n", *count, what, time.Since(start).Round(time.Millisecond))
 		return nil
 	}
-	doc := func(kind docKind) func(k, v []byte) error {
+	doc := func(kind store.DocKind) func(k, v []byte) error {
 		return func(k, v []byte) error {
 			org, id, _ := bytes.Cut(k, []byte("/"))
-			return tx.putDoc(kind, string(org), string(id), json.RawMessage(v))
+			return tx.PutDoc(kind, string(org), string(id), json.RawMessage(v))
 		}
 	}
 	steps := []error{
-		step("organisations", &n.Orgs, bOrgs, func(k, v []byte) error {
-			var rec orgRecord
-			if err := unmarshal(v, &rec); err != nil {
+		step("organisations", &n.Orgs, bolt.BucketOrgs, func(k, v []byte) error {
+			var rec store.OrgRecord
+			if err := store.Unmarshal(v, &rec); err != nil {
 				return err
 			}
-			return tx.ensureOrg(string(k), rec.CreatedAt)
+			return tx.EnsureOrg(string(k), rec.CreatedAt)
 		}),
-		step("state storages", &n.StateStorages, bStorages, doc(kindStorage)),
-		step("runners", &n.Runners, bRunners, doc(kindRunner)),
-		step("organisation tokens", &n.OrgTokens, bOrgTokens, func(_, v []byte) error {
-			var rec orgTokenRecord
-			if err := unmarshal(v, &rec); err != nil {
+		step("state storages", &n.StateStorages, bolt.BucketStorages, doc(store.KindStorage)),
+		step("runners", &n.Runners, bolt.BucketRunners, doc(store.KindRunner)),
+		step("organisation tokens", &n.OrgTokens, bolt.BucketOrgTokens, func(_, v []byte) error {
+			var rec store.OrgTokenRecord
+			if err := store.Unmarshal(v, &rec); err != nil {
 				return err
 			}
-			return tx.putOrgToken(&rec)
+			return tx.PutOrgToken(&rec)
 		}),
-		step("deployments", &n.Deployments, bDeployments, func(_, v []byte) error {
-			rec, _, err := decodeDeployment(v)
+		step("deployments", &n.Deployments, bolt.BucketDeployments, func(_, v []byte) error {
+			rec, _, err := postgres.DecodeDeployment(v)
 			if err != nil {
 				return err
 			}
-			return tx.saveDeployment(rec)
+			return tx.SaveDeployment(rec)
 		}),
-		step("sources", &n.Sources, bSources, doc(kindSource)),
-		step("outputs", &n.Outputs, bOutputs, doc(kindOutputs)),
-		step("events", &n.Events, bEvents, func(k, v []byte) error {
+		step("sources", &n.Sources, bolt.BucketSources, doc(store.KindSource)),
+		step("outputs", &n.Outputs, bolt.BucketOutputs, doc(store.KindOutputs)),
+		step("events", &n.Events, bolt.BucketEvents, func(k, v []byte) error {
 			org, dep, rest, err := splitChildKey(k, 12)
 			if err != nil {
 				return err
 			}
-			return tx.exec("INSERT INTO events (org, deployment_id, attempt, seq, doc) VALUES ($1, $2, $3, $4, $5)",
+			return tx.Exec("INSERT INTO events (org, deployment_id, attempt, seq, doc) VALUES ($1, $2, $3, $4, $5)",
 				org, dep, int32(binary.BigEndian.Uint32(rest[:4])), int64(binary.BigEndian.Uint64(rest[4:])), json.RawMessage(v))
 		}),
-		step("log chunks", &n.LogChunks, bLogs, func(k, v []byte) error {
+		step("log chunks", &n.LogChunks, bolt.BucketLogs, func(k, v []byte) error {
 			org, dep, rest, err := splitChildKey(k, 8)
 			if err != nil {
 				return err
 			}
-			return tx.putLogChunk(org, dep, int64(binary.BigEndian.Uint64(rest)), v)
+			return tx.PutLogChunk(org, dep, int64(binary.BigEndian.Uint64(rest)), v)
 		}),
-		step("agent token ids", &n.ReplayIDs, bReplay, func(k, v []byte) error {
+		step("agent token ids", &n.ReplayIDs, bolt.BucketReplay, func(k, v []byte) error {
 			if len(v) != 8 {
 				return fmt.Errorf("token id %q has a malformed expiry", k)
 			}
-			return tx.exec("INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)", string(k), int64(binary.BigEndian.Uint64(v)))
+			return tx.Exec("INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)", string(k), int64(binary.BigEndian.Uint64(v)))
 		}),
 	}
 	for _, err := range steps {
@@ -159,10 +162,10 @@ func copyAll(b *bolt.Tx, tx *pgTx, secret []byte, n *CopyCounts, progress io.Wri
 			return err
 		}
 	}
-	if err := tx.exec("SELECT setval('deployment_seq', $1, true)", max(int64(b.Bucket(bDeployments).Sequence()), 1)); err != nil {
+	if err := tx.Exec("SELECT setval('deployment_seq', $1, true)", max(int64(b.Bucket(bolt.BucketDeployments).Sequence()), 1)); err != nil {
 		return err
 	}
-	return tx.exec("UPDATE meta SET value = $1 WHERE name = 'secret'", secret)
+	return tx.Exec("UPDATE meta SET value = $1 WHERE name = 'secret'", secret)
 }
 
 // splitChildKey splits "org/deployment/" + a binary suffix of size bytes; ids never hold '/',

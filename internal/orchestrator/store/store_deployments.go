@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"cmp"
@@ -11,9 +11,9 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// deploymentRecord is a deployment as stored: the public view plus the job lease bookkeeping the
+// DeploymentRecord is a deployment as stored: the public view plus the job lease bookkeeping the
 // API does not show. The source lives in its own bucket.
-type deploymentRecord struct {
+type DeploymentRecord struct {
 	Org string `json:"org"`
 	// Seq orders deployments by creation; it keys the list and queue indexes.
 	Seq uint64         `json:"seq"`
@@ -32,13 +32,13 @@ type deploymentRecord struct {
 	savedLeased bool
 }
 
-// markSaved notes the record as the engine now holds it; an engine calls it after it loaded or
+// MarkSaved notes the record as the engine now holds it; an engine calls it after it loaded or
 // wrote the record.
-func (r *deploymentRecord) markSaved() { r.savedStatus, r.savedLeased = r.D.Status, r.Lease != nil }
+func (r *DeploymentRecord) MarkSaved() { r.savedStatus, r.savedLeased = r.D.Status, r.Lease != nil }
 
-// saved is the status and whether a job lease was held when the record was last loaded or
+// Saved is the status and whether a job lease was held when the record was last loaded or
 // written, so an engine can tell which of its indexes and counters a write changes.
-func (r *deploymentRecord) saved() (status api.Status, leased bool) {
+func (r *DeploymentRecord) Saved() (status api.Status, leased bool) {
 	return r.savedStatus, r.savedLeased
 }
 
@@ -49,7 +49,7 @@ type leaseRecord struct {
 	Instance  string    `json:"instance"`
 }
 
-var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+var IDEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // newDeploymentID returns a random id that is a DNS-1123 label, since agents put it into
 // Kubernetes Job names.
@@ -58,25 +58,25 @@ func newDeploymentID() (string, error) {
 	if _, err := rand.Read(b); err != nil {
 		return "", fmt.Errorf("generate deployment id: %w", err)
 	}
-	return "dep-" + idEncoding.EncodeToString(b), nil
+	return "dep-" + IDEncoding.EncodeToString(b), nil
 }
 
-func loadDeployment(tx storeTx, org, id string) (*deploymentRecord, error) {
-	rec, ok, err := tx.loadDeployment(org, id)
+func loadDeployment(tx Tx, org, id string) (*DeploymentRecord, error) {
+	rec, ok, err := tx.LoadDeployment(org, id)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, notFound("deployment %q does not exist in organisation %q", id, org)
+		return nil, NotFound("deployment %q does not exist in organisation %q", id, org)
 	}
 	return rec, nil
 }
 
 // loadIndexedDeployment loads a deployment an index points at. A missing one there is corruption,
 // not the caller's fault, so it is an internal error (and never a refusal that would commit).
-func loadIndexedDeployment(tx storeTx, org, id string) (*deploymentRecord, error) {
+func loadIndexedDeployment(tx Tx, org, id string) (*DeploymentRecord, error) {
 	rec, err := loadDeployment(tx, org, id)
-	if _, refused := asRefusal(err); refused {
+	if _, refused := AsRefusal(err); refused {
 		return nil, fmt.Errorf("index entry for missing deployment %s/%s", org, id)
 	}
 	return rec, err
@@ -84,16 +84,16 @@ func loadIndexedDeployment(tx storeTx, org, id string) (*deploymentRecord, error
 
 // finishDeployment ends a deployment in a terminal status and releases its job lease; from its
 // end on, retention counts.
-func finishDeployment(tx storeTx, rec *deploymentRecord, status api.Status, reason, message string, now time.Time) error {
+func finishDeployment(tx Tx, rec *DeploymentRecord, status api.Status, reason, message string, now time.Time) error {
 	rec.D.Status = status
 	rec.D.Reason, rec.D.Message = reason, message
 	rec.D.FinishedAt = &now
 	rec.Lease = nil
-	return tx.saveDeployment(rec)
+	return tx.SaveDeployment(rec)
 }
 
-// createDeployment queues a deployment on a runner of the organisation.
-func (s *store) createDeployment(ctx context.Context, org string, in api.DeploymentInput) (*api.Deployment, error) {
+// CreateDeployment queues a deployment on a runner of the organisation.
+func (s *Store) CreateDeployment(ctx context.Context, org string, in api.DeploymentInput) (*api.Deployment, error) {
 	if err := s.checkQueueQuota(ctx, org, s.quotas.QueuedDeployments); err != nil {
 		return nil, err
 	}
@@ -101,39 +101,39 @@ func (s *store) createDeployment(ctx context.Context, org string, in api.Deploym
 		return nil, err
 	}
 	var out api.Deployment
-	err := s.update(ctx, func(tx storeTx) error {
+	err := s.Update(ctx, func(tx Tx) error {
 		var runner api.Runner
-		ok, err := tx.getDoc(kindRunner, org, in.RunnerID, &runner)
+		ok, err := tx.GetDoc(KindRunner, org, in.RunnerID, &runner)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
+			return Invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
 		}
 		id, err := newDeploymentID()
 		if err != nil {
 			return err
 		}
-		if _, taken, err := tx.loadDeployment(org, id); err != nil || taken {
+		if _, taken, err := tx.LoadDeployment(org, id); err != nil || taken {
 			return cmp.Or(err, fmt.Errorf("deployment id %s collided; retry", id))
 		}
-		now := s.timeNow()
+		now := s.TimeNow()
 		timeout := in.TimeoutSeconds
 		if timeout == 0 {
 			timeout = runner.JobTimeoutSeconds
 		}
-		rec := &deploymentRecord{Org: org, D: api.Deployment{
+		rec := &DeploymentRecord{Org: org, D: api.Deployment{
 			ID: id, RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
 			StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
 			CreatedAt: now,
 		}}
-		if err := tx.ensureOrg(org, now); err != nil {
+		if err := tx.EnsureOrg(org, now); err != nil {
 			return err
 		}
-		if err := tx.putDoc(kindSource, org, id, in.Source); err != nil {
+		if err := tx.PutDoc(KindSource, org, id, in.Source); err != nil {
 			return err
 		}
-		if err := tx.insertDeployment(rec); err != nil {
+		if err := tx.InsertDeployment(rec); err != nil {
 			return err
 		}
 		out = rec.D
@@ -146,22 +146,22 @@ func (s *store) createDeployment(ctx context.Context, org string, in api.Deploym
 	return &out, nil
 }
 
-func loadSource(tx storeTx, org, id string) (api.Source, error) {
+func loadSource(tx Tx, org, id string) (api.Source, error) {
 	var src api.Source
-	_, err := tx.getDoc(kindSource, org, id, &src)
+	_, err := tx.GetDoc(KindSource, org, id, &src)
 	return src, err
 }
 
 // deploymentView is the API's view of a stored deployment: its record with the source.
-func deploymentView(tx storeTx, rec *deploymentRecord) (*api.Deployment, error) {
+func deploymentView(tx Tx, rec *DeploymentRecord) (*api.Deployment, error) {
 	out := rec.D
 	var err error
 	out.Source, err = loadSource(tx, rec.Org, rec.D.ID)
 	return &out, err
 }
 
-func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
-	return viewOne(ctx, s, func(tx storeTx) (*api.Deployment, error) {
+func (s *Store) GetDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
+	return viewOne(ctx, s, func(tx Tx) (*api.Deployment, error) {
 		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return nil, err
@@ -170,12 +170,12 @@ func (s *store) getDeployment(ctx context.Context, org, id string) (*api.Deploym
 	})
 }
 
-// listDeployments lists newest first, without sources (they can be megabytes each).
-func (s *store) listDeployments(ctx context.Context, org, runnerID string, status api.Status) ([]api.Deployment, error) {
+// ListDeployments lists newest first, without sources (they can be megabytes each).
+func (s *Store) ListDeployments(ctx context.Context, org, runnerID string, status api.Status) ([]api.Deployment, error) {
 	out := []api.Deployment{}
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		out = out[:0]
-		return tx.listDeployments(org, runnerID, status, func(rec *deploymentRecord) (bool, error) {
+		return tx.ListDeployments(org, runnerID, status, func(rec *DeploymentRecord) (bool, error) {
 			out = append(out, rec.D)
 			return true, nil
 		})
@@ -183,16 +183,16 @@ func (s *store) listDeployments(ctx context.Context, org, runnerID string, statu
 	return out, err
 }
 
-// cancelDeployment ends a queued deployment at once and asks the agent to stop a claimed or
+// CancelDeployment ends a queued deployment at once and asks the agent to stop a claimed or
 // running one (the agent sees a cancel directive in its next poll).
-func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
+func (s *Store) CancelDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
 	var out *api.Deployment
-	err := s.update(ctx, func(tx storeTx) error {
+	err := s.Update(ctx, func(tx Tx) error {
 		rec, err := loadDeployment(tx, org, id)
 		if err != nil {
 			return err
 		}
-		now := s.timeNow()
+		now := s.TimeNow()
 		if _, err := settleLease(tx, rec, now); err != nil {
 			return err
 		}
@@ -207,7 +207,7 @@ func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Depl
 		default:
 			rec.D.CancelRequested = true
 		}
-		if err := tx.saveDeployment(rec); err != nil {
+		if err := tx.SaveDeployment(rec); err != nil {
 			return err
 		}
 		out, err = deploymentView(tx, rec)
@@ -216,38 +216,38 @@ func (s *store) cancelDeployment(ctx context.Context, org, id string) (*api.Depl
 	return out, err
 }
 
-// listEvents returns the deployment's events by attempt, then sequence number.
-func (s *store) listEvents(ctx context.Context, org, id string) ([]api.Event, error) {
+// ListEvents returns the deployment's events by attempt, then sequence number.
+func (s *Store) ListEvents(ctx context.Context, org, id string) ([]api.Event, error) {
 	var out []api.Event
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		if _, err := loadDeployment(tx, org, id); err != nil {
 			return err
 		}
 		var err error
-		out, err = tx.listEvents(org, id)
+		out, err = tx.ListEvents(org, id)
 		return err
 	})
 	return out, err
 }
 
-func (s *store) getOutputs(ctx context.Context, org, id string) (api.Outputs, error) {
+func (s *Store) GetOutputs(ctx context.Context, org, id string) (api.Outputs, error) {
 	out := api.Outputs{}
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		if _, err := loadDeployment(tx, org, id); err != nil {
 			return err
 		}
-		_, err := tx.getDoc(kindOutputs, org, id, &out)
+		_, err := tx.GetDoc(KindOutputs, org, id, &out)
 		return err
 	})
 	return out, err
 }
 
-// statusCounts returns the number of deployments per status, for the metrics gauge.
-func (s *store) statusCounts(ctx context.Context) (map[api.Status]int64, error) {
+// StatusCounts returns the number of deployments per status, for the metrics gauge.
+func (s *Store) StatusCounts(ctx context.Context) (map[api.Status]int64, error) {
 	var out map[api.Status]int64
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		var err error
-		out, err = tx.statusCounts()
+		out, err = tx.StatusCounts()
 		return err
 	})
 	return out, err

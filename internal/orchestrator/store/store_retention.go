@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -36,7 +36,7 @@ type Retention struct {
 	Deployments time.Duration
 }
 
-func (r Retention) withDefaults() Retention {
+func (r Retention) WithDefaults() Retention {
 	set := func(d *time.Duration, def time.Duration) {
 		switch {
 		case *d == 0:
@@ -51,48 +51,48 @@ func (r Retention) withDefaults() Retention {
 	return r
 }
 
-// purged counts what one purge deleted: deployments whose source (and variables), log (and
+// Purged counts what one purge deleted: deployments whose source (and variables), log (and
 // events), or whole record went.
-type purged struct {
-	sources, logs, deployments int
+type Purged struct {
+	Sources, Logs, Deployments int
 }
 
-func (p *purged) add(q purged) {
-	p.sources += q.sources
-	p.logs += q.logs
-	p.deployments += q.deployments
+func (p *Purged) Add(q Purged) {
+	p.Sources += q.Sources
+	p.Logs += q.Logs
+	p.Deployments += q.Deployments
 }
 
 // purgeStage is one part of ended deployments that retention deletes.
 type purgeStage struct {
-	kind purgeStageKind
+	kind PurgeStageKind
 	keep time.Duration // negative: kept forever
 	// purge deletes the part of rec within budget records and reports how many it deleted and
 	// whether it finished (false: the budget ran out first).
-	purge func(tx storeTx, rec *deploymentRecord, now time.Time, budget int) (int, bool, error)
-	count func(p *purged)
+	purge func(tx Tx, rec *DeploymentRecord, now time.Time, budget int) (int, bool, error)
+	count func(p *Purged)
 }
 
 func purgeStages(r Retention) []purgeStage {
 	return []purgeStage{
-		{purgeDeployments, r.Deployments, purgeDeployment, func(p *purged) { p.deployments++ }},
-		{purgeLogsStage, r.Logs, purgeLogs, func(p *purged) { p.logs++ }},
-		{purgeSources, r.Sources, purgeSource, func(p *purged) { p.sources++ }},
+		{PurgeDeployments, r.Deployments, purgeDeployment, func(p *Purged) { p.Deployments++ }},
+		{PurgeLogsStage, r.Logs, purgeLogs, func(p *Purged) { p.Logs++ }},
+		{PurgeSources, r.Sources, purgeSource, func(p *Purged) { p.Sources++ }},
 	}
 }
 
-// purgeDue reports whether any stage has an entry due, in a read transaction, so that a sweep
+// PurgeDue reports whether any stage has an entry due, in a read transaction, so that a sweep
 // with nothing to do takes no write lock.
-func (s *store) purgeDue(ctx context.Context, r Retention) (bool, error) {
-	now := s.timeNow()
+func (s *Store) PurgeDue(ctx context.Context, r Retention) (bool, error) {
+	now := s.TimeNow()
 	due := false
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		due = false
 		for _, st := range purgeStages(r) {
 			if st.keep < 0 {
 				continue
 			}
-			_, ok, err := tx.nextDue(st.kind, now.Add(-st.keep))
+			_, ok, err := tx.NextDue(st.kind, now.Add(-st.keep))
 			if err != nil {
 				return err
 			}
@@ -103,12 +103,12 @@ func (s *store) purgeDue(ctx context.Context, r Retention) (bool, error) {
 	return due, err
 }
 
-// purgeBatch deletes due parts of ended deployments in one write transaction of at most about
+// PurgeBatch deletes due parts of ended deployments in one write transaction of at most about
 // budget deleted records. more says that the budget ran out with work left.
-func (s *store) purgeBatch(ctx context.Context, r Retention, budget int) (done purged, more bool, err error) {
-	err = s.update(ctx, func(tx storeTx) error {
-		done, more = purged{}, false
-		now := s.timeNow()
+func (s *Store) PurgeBatch(ctx context.Context, r Retention, budget int) (done Purged, more bool, err error) {
+	err = s.Update(ctx, func(tx Tx) error {
+		done, more = Purged{}, false
+		now := s.TimeNow()
 		left := budget
 		for _, st := range purgeStages(r) {
 			if st.keep < 0 {
@@ -119,21 +119,21 @@ func (s *store) purgeBatch(ctx context.Context, r Retention, budget int) (done p
 					more = true
 					return nil
 				}
-				e, ok, err := tx.nextDue(st.kind, now.Add(-st.keep))
+				e, ok, err := tx.NextDue(st.kind, now.Add(-st.keep))
 				if err != nil {
 					return err
 				}
 				if !ok {
 					break
 				}
-				rec, found, err := tx.loadDeployment(e.org, e.id)
+				rec, found, err := tx.LoadDeployment(e.Org, e.ID)
 				if err != nil {
 					return err
 				}
 				if !found {
 					// Already gone (purged whole before this part came due).
 					left--
-					if err := tx.dropDue(st.kind, e); err != nil {
+					if err := tx.DropDue(st.kind, e); err != nil {
 						return err
 					}
 					continue
@@ -147,7 +147,7 @@ func (s *store) purgeBatch(ctx context.Context, r Retention, budget int) (done p
 					more = true
 					return nil
 				}
-				if err := tx.dropDue(st.kind, e); err != nil {
+				if err := tx.DropDue(st.kind, e); err != nil {
 					return err
 				}
 				st.count(&done)
@@ -159,36 +159,36 @@ func (s *store) purgeBatch(ctx context.Context, r Retention, budget int) (done p
 }
 
 // purgeSource deletes a deployment's source and variables, which can hold secrets.
-func purgeSource(tx storeTx, rec *deploymentRecord, now time.Time, _ int) (int, bool, error) {
-	if err := tx.deleteDoc(kindSource, rec.Org, rec.D.ID); err != nil {
+func purgeSource(tx Tx, rec *DeploymentRecord, now time.Time, _ int) (int, bool, error) {
+	if err := tx.DeleteDoc(KindSource, rec.Org, rec.D.ID); err != nil {
 		return 0, false, err
 	}
 	rec.D.Variables = nil
 	rec.D.SourcePurgedAt = &now
-	return 1, true, tx.saveDeployment(rec)
+	return 1, true, tx.SaveDeployment(rec)
 }
 
 // purgeLogs deletes a deployment's log and events.
-func purgeLogs(tx storeTx, rec *deploymentRecord, now time.Time, budget int) (int, bool, error) {
-	n, finished, err := tx.deleteLogs(rec.Org, rec.D.ID, budget)
+func purgeLogs(tx Tx, rec *DeploymentRecord, now time.Time, budget int) (int, bool, error) {
+	n, finished, err := tx.DeleteLogs(rec.Org, rec.D.ID, budget)
 	if err != nil || !finished {
 		return n, finished, err
 	}
-	m, finished, err := tx.deleteEvents(rec.Org, rec.D.ID, budget-n)
+	m, finished, err := tx.DeleteEvents(rec.Org, rec.D.ID, budget-n)
 	if err != nil || !finished {
 		return n + m, finished, err
 	}
 	rec.D.LogSize, rec.D.LogTruncated = 0, false
 	rec.D.LogsPurgedAt = &now
-	return n + m, true, tx.saveDeployment(rec)
+	return n + m, true, tx.SaveDeployment(rec)
 }
 
 // purgeDeployment deletes a deployment with everything it left: source, log, events, outputs,
 // its place in the list, its status count and its entries in the other purge indexes.
-func purgeDeployment(tx storeTx, rec *deploymentRecord, now time.Time, budget int) (int, bool, error) {
+func purgeDeployment(tx Tx, rec *DeploymentRecord, now time.Time, budget int) (int, bool, error) {
 	n, finished, err := purgeLogs(tx, rec, now, budget)
 	if err != nil || !finished {
 		return n, finished, err
 	}
-	return n + 6, true, tx.deleteDeployment(rec)
+	return n + 6, true, tx.DeleteDeployment(rec)
 }

@@ -1,4 +1,4 @@
-package orchestrator
+package postgres
 
 import (
 	"context"
@@ -19,14 +19,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
-// pgEngine keeps the orchestrator's records in PostgreSQL, so that any number of orchestrator
+// Engine keeps the orchestrator's records in PostgreSQL, so that any number of orchestrator
 // replicas serve the same organisations. Read-write transactions are SERIALIZABLE and retried on
 // serialization failures: every rule then runs as if alone, as it does on bbolt, whichever
 // replicas run at the same time.
-type pgEngine struct {
-	pool    *pgxpool.Pool
+type Engine struct {
+	Pool    *pgxpool.Pool
 	log     *slog.Logger
 	sec     []byte
 	schema  string
@@ -50,8 +51,8 @@ const migrationLock = 0x6f7574706f7374 // "outpost"
 // DatabaseInsecureTLSFlag is the opt-in by name to a database URL without verified TLS.
 const DatabaseInsecureTLSFlag = "--database-insecure-tls"
 
-// parsePGConfig parses dsn and checks its TLS (CheckDatabaseTLS).
-func parsePGConfig(dsn string, insecureTLS bool) (*pgxpool.Config, error) {
+// ParsePGConfig parses dsn and checks its TLS (CheckDatabaseTLS).
+func ParsePGConfig(dsn string, insecureTLS bool) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		// The parse error can quote the DSN, password included.
@@ -63,10 +64,10 @@ func parsePGConfig(dsn string, insecureTLS bool) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
-// openPG connects to the database dsn names and brings its schema up to date. Off loopback it
+// Open connects to the database dsn names and brings its schema up to date. Off loopback it
 // refuses a URL without verified TLS unless insecureTLS (see CheckDatabaseTLS).
-func openPG(ctx context.Context, dsn string, insecureTLS bool, log *slog.Logger) (*pgEngine, error) {
-	cfg, err := parsePGConfig(dsn, insecureTLS)
+func Open(ctx context.Context, dsn string, insecureTLS bool, log *slog.Logger) (*Engine, error) {
+	cfg, err := ParsePGConfig(dsn, insecureTLS)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +80,7 @@ func openPG(ctx context.Context, dsn string, insecureTLS bool, log *slog.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("connect to PostgreSQL at %s: %w", cfg.ConnConfig.Host, err)
 	}
-	e := &pgEngine{pool: pool, log: log}
+	e := &Engine{Pool: pool, log: log}
 	if err := e.init(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("PostgreSQL at %s:%d database %q: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, err)
@@ -87,8 +88,8 @@ func openPG(ctx context.Context, dsn string, insecureTLS bool, log *slog.Logger)
 	return e, nil
 }
 
-func (e *pgEngine) init(ctx context.Context) error {
-	if err := e.pool.QueryRow(ctx, "SELECT current_schema()").Scan(&e.schema); err != nil {
+func (e *Engine) init(ctx context.Context) error {
+	if err := e.Pool.QueryRow(ctx, "SELECT current_schema()").Scan(&e.schema); err != nil {
 		return fmt.Errorf("check the connection: %w", err)
 	}
 	if err := e.migrate(ctx); err != nil {
@@ -98,27 +99,27 @@ func (e *pgEngine) init(ctx context.Context) error {
 	if _, err := rand.Read(sec); err != nil {
 		return fmt.Errorf("generate server secret: %w", err)
 	}
-	if _, err := e.pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('secret', $1) ON CONFLICT DO NOTHING", sec); err != nil {
+	if _, err := e.Pool.Exec(ctx, "INSERT INTO meta (name, value) VALUES ('secret', $1) ON CONFLICT DO NOTHING", sec); err != nil {
 		return fmt.Errorf("store server secret: %w", err)
 	}
-	if err := e.pool.QueryRow(ctx, "SELECT value FROM meta WHERE name = 'secret'").Scan(&e.sec); err != nil {
+	if err := e.Pool.QueryRow(ctx, "SELECT value FROM meta WHERE name = 'secret'").Scan(&e.sec); err != nil {
 		return fmt.Errorf("read server secret: %w", err)
 	}
 	id := make([]byte, 6)
 	_, _ = rand.Read(id)
-	e.replica = idEncoding.EncodeToString(id)
+	e.replica = store.IDEncoding.EncodeToString(id)
 	return nil
 }
 
 // migrate applies the embedded migrations the database has not seen, in one transaction under
 // an advisory lock, and refuses a database written by a newer orchestrator.
-func (e *pgEngine) migrate(ctx context.Context) error {
+func (e *Engine) migrate(ctx context.Context) error {
 	names, err := fs.Glob(migrations, "migrations/*.sql")
 	if err != nil {
 		return err
 	}
 	sort.Strings(names)
-	return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrationLock)); err != nil {
 			return fmt.Errorf("lock for migrations: %w", err)
 		}
@@ -156,14 +157,14 @@ func (e *pgEngine) migrate(ctx context.Context) error {
 	})
 }
 
-func (e *pgEngine) secret() []byte { return e.sec }
+func (e *Engine) Secret() []byte { return e.sec }
 
-func (e *pgEngine) close() error {
+func (e *Engine) Close() error {
 	if e.stop != nil {
 		e.stop()
 	}
 	e.listenWG.Wait()
-	e.pool.Close()
+	e.Pool.Close()
 	return nil
 }
 
@@ -184,7 +185,7 @@ const outageWait = 5 * time.Second
 // outageWait; after that the error is a *storeUnavailableError, which the API answers with 503
 // and Retry-After, so every client retries — creates too. A connection lost during the commit
 // leaves its outcome unknown, and that error is returned as it is.
-func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx storeTx) error) error {
+func (e *Engine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx store.Tx) error) error {
 	pause := time.Millisecond
 	var outage time.Time
 	for tries := 1; ; {
@@ -199,7 +200,7 @@ func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn f
 				e.log.Warn("lost the connection to PostgreSQL before a transaction committed; running it again on a new connection", "err", err)
 			}
 			if time.Since(outage) > outageWait {
-				return &storeUnavailableError{err: err}
+				return &store.UnavailableError{Err: err}
 			}
 			wait = 100 * time.Millisecond
 		case retryable(err) && tries < 30:
@@ -221,13 +222,13 @@ func (e *pgEngine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn f
 // once runs fn in one transaction. applied is false when the transaction cannot have changed
 // anything because the database was not reached, or the session was lost before the commit
 // was sent; then running it again is safe.
-func (e *pgEngine) once(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx storeTx) error) (applied bool, err error) {
-	tx, err := e.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+func (e *Engine) once(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx store.Tx) error) (applied bool, err error) {
+	tx, err := e.Pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
 	if err != nil {
 		// Acquiring a connection or sending BEGIN: nothing of fn has run.
 		return false, err
 	}
-	if err := fn(&pgTx{ctx: ctx, tx: tx, write: write}); err != nil {
+	if err := fn(&Tx{ctx: ctx, tx: tx, write: write}); err != nil {
 		lost := tx.Conn().IsClosed()
 		_ = tx.Rollback(ctx)
 		// A session that ended before COMMIT rolled its transaction back.
@@ -239,26 +240,26 @@ func (e *pgEngine) once(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn 
 	return true, nil
 }
 
-// batch is update: PostgreSQL commits concurrent transactions together by itself.
-func (e *pgEngine) batch(ctx context.Context, fn func(tx storeTx) error) error {
-	return e.update(ctx, fn)
+// Batch is update: PostgreSQL commits concurrent transactions together by itself.
+func (e *Engine) Batch(ctx context.Context, fn func(tx store.Tx) error) error {
+	return e.Update(ctx, fn)
 }
 
-func (e *pgEngine) update(ctx context.Context, fn func(tx storeTx) error) error {
+func (e *Engine) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	return e.run(ctx, pgx.Serializable, true, fn)
 }
 
-// view takes one snapshot (REPEATABLE READ); it is not READ ONLY because the queue is read
+// View takes one snapshot (REPEATABLE READ); it is not READ ONLY because the queue is read
 // with FOR UPDATE SKIP LOCKED.
-func (e *pgEngine) view(ctx context.Context, fn func(tx storeTx) error) error {
+func (e *Engine) View(ctx context.Context, fn func(tx store.Tx) error) error {
 	return e.run(ctx, pgx.RepeatableRead, false, fn)
 }
 
-func (e *pgEngine) checkReplay(ctx context.Context, id string, now, until time.Time) (bool, error) {
+func (e *Engine) CheckReplay(ctx context.Context, id string, now, until time.Time) (bool, error) {
 	// One statement: insert the id, or take over an expired one; no row back means it is
 	// remembered and still valid.
 	var got string
-	err := e.pool.QueryRow(ctx, `INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)
+	err := e.Pool.QueryRow(ctx, `INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)
 		ON CONFLICT (token_id) DO UPDATE SET expires_ns = excluded.expires_ns WHERE replay.expires_ns < $3
 		RETURNING token_id`, id, until.UnixNano(), now.UnixNano()).Scan(&got)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -267,25 +268,25 @@ func (e *pgEngine) checkReplay(ctx context.Context, id string, now, until time.T
 	return false, err
 }
 
-func (e *pgEngine) purgeReplay(ctx context.Context, now time.Time) (int, error) {
-	tag, err := e.pool.Exec(ctx, "DELETE FROM replay WHERE expires_ns < $1", now.UnixNano())
+func (e *Engine) PurgeReplay(ctx context.Context, now time.Time) (int, error) {
+	tag, err := e.Pool.Exec(ctx, "DELETE FROM replay WHERE expires_ns < $1", now.UnixNano())
 	return int(tag.RowsAffected()), err
 }
 
-func (e *pgEngine) wake(ctx context.Context, runner string) {
+func (e *Engine) Wake(ctx context.Context, runner string) {
 	// Bounded: the request that queued the work waits for this, and other replicas' polls see
 	// the work at their next look anyway.
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	payload := e.schema + " " + e.replica + " " + runner
-	if _, err := e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", wakeChannel, payload); err != nil {
+	if _, err := e.Pool.Exec(ctx, "SELECT pg_notify($1, $2)", wakeChannel, payload); err != nil {
 		e.log.Warn("could not tell other replicas to wake a runner's polls; they see its work at their next poll", "runner", runner, "err", err)
 	}
 }
 
-// listen hears the wakes of other replicas on one connection of its own until close. After
+// Listen hears the wakes of other replicas on one connection of its own until close. After
 // every (re)connection it wakes all local polls, since wakes sent meanwhile were missed.
-func (e *pgEngine) listen(n *notifier) {
+func (e *Engine) Listen(n *store.Notifier) {
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
 	e.listenWG.Add(1)
@@ -305,8 +306,8 @@ func (e *pgEngine) listen(n *notifier) {
 	}()
 }
 
-func (e *pgEngine) listenOnce(ctx context.Context, n *notifier) error {
-	conn, err := e.pool.Acquire(ctx)
+func (e *Engine) listenOnce(ctx context.Context, n *store.Notifier) error {
+	conn, err := e.Pool.Acquire(ctx)
 	if err != nil {
 		return err
 	}
@@ -316,7 +317,7 @@ func (e *pgEngine) listenOnce(ctx context.Context, n *notifier) error {
 	if _, err := c.Exec(ctx, "LISTEN "+wakeChannel); err != nil {
 		return err
 	}
-	n.wakeAll()
+	n.WakeAll()
 	for {
 		msg, err := c.WaitForNotification(ctx)
 		if err != nil {
@@ -324,7 +325,7 @@ func (e *pgEngine) listenOnce(ctx context.Context, n *notifier) error {
 		}
 		parts := strings.SplitN(msg.Payload, " ", 3)
 		if len(parts) == 3 && parts[0] == e.schema && parts[1] != e.replica {
-			n.wakeLocal(parts[2])
+			n.WakeLocal(parts[2])
 		}
 	}
 }

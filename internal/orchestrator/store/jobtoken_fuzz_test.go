@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"strings"
@@ -16,16 +16,16 @@ func FuzzParseJobToken(f *testing.F) {
 	f.Add("", "o", "d", 0, int64(-1), uint16(0), byte(0))
 	f.Add("opj_.", "org|with|bars", "dep", 7, int64(9e18), uint16(3), byte('|'))
 	f.Fuzz(func(t *testing.T, raw, org, dep string, attempt int, fencing int64, at uint16, b byte) {
-		if p, err := parseJobToken(secret, raw); err == nil && mintJobToken(secret, p) != raw {
+		if p, err := parseJobToken(secret, raw); err == nil && MintJobToken(secret, p) != raw {
 			// Accepted without being the canonical token of its grant: only another spelling of
 			// the same base64 may do that, and then it must stand for a grant we minted.
-			q, err := parseJobToken(secret, mintJobToken(secret, p))
+			q, err := parseJobToken(secret, MintJobToken(secret, p))
 			if err != nil || q != p {
 				t.Fatalf("accepted %q as %+v, which does not round-trip", raw, p)
 			}
 		}
-		want := jobTokenPayload{Org: org, Deployment: dep, Attempt: attempt, Fencing: fencing}
-		tok := mintJobToken(secret, want)
+		want := JobTokenPayload{Org: org, Deployment: dep, Attempt: attempt, Fencing: fencing}
+		tok := MintJobToken(secret, want)
 		got, err := parseJobToken(secret, tok)
 		if strings.Contains(org+dep, "|") {
 			// IDs never hold '|' (api.ValidateID); such a grant must not parse as another one.

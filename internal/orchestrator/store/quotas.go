@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -53,17 +53,17 @@ func (q Quotas) withDefaults() Quotas {
 }
 
 // logUsageTTL is how long an organisation's counted log bytes are taken as current.
-const logUsageTTL = time.Minute
+const LogUsageTTL = time.Minute
 
 // quotaExceeded is the refusal of a create beyond a quota.
-func quotaExceeded(format string, args ...any) *refusal {
-	return refuse(api.CodeQuotaExceeded, format, args...)
+func quotaExceeded(format string, args ...any) *Refusal {
+	return Refuse(api.CodeQuotaExceeded, format, args...)
 }
 
 // countDocs counts an organisation's objects of kind k, stopping once it is past most.
-func countDocs(tx storeTx, k docKind, org string, most int) (int, error) {
+func countDocs(tx Tx, k DocKind, org string, most int) (int, error) {
 	n := 0
-	err := tx.listDocs(k, org, func([]byte) (bool, error) {
+	err := tx.ListDocs(k, org, func([]byte) (bool, error) {
 		n++
 		return n <= most, nil
 	})
@@ -71,7 +71,7 @@ func countDocs(tx storeTx, k docKind, org string, most int) (int, error) {
 }
 
 // checkObjectQuota refuses one more object of kind k (what, flag) when org holds limit already.
-func checkObjectQuota(tx storeTx, k docKind, org, what, flag string, limit int) error {
+func checkObjectQuota(tx Tx, k DocKind, org, what, flag string, limit int) error {
 	n, err := countDocs(tx, k, org, limit)
 	if err != nil {
 		return err
@@ -85,11 +85,11 @@ func checkObjectQuota(tx storeTx, k docKind, org, what, flag string, limit int) 
 // checkQueueQuota refuses another queued deployment when org's runners hold limit queued ones.
 // It counts in a read-only transaction of its own: counting in the create's would lock or
 // conflict with the claims of every queued deployment, and a count a few behind does no harm.
-func (s *store) checkQueueQuota(ctx context.Context, org string, limit int) error {
+func (s *Store) checkQueueQuota(ctx context.Context, org string, limit int) error {
 	var n int
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		var err error
-		n, err = tx.countQueued(org, limit)
+		n, err = tx.CountQueued(org, limit)
 		return err
 	})
 	if err != nil {
@@ -115,18 +115,18 @@ type logCount struct {
 // count returns org's stored log bytes, counting them again (in a read-only transaction of its
 // own, so the count never makes a write conflict) when the last count is older than
 // logUsageTTL.
-func (u *logUsage) count(ctx context.Context, s *store, org string) (int64, error) {
-	now := s.timeNow()
+func (u *logUsage) count(ctx context.Context, s *Store, org string) (int64, error) {
+	now := s.TimeNow()
 	u.mu.Lock()
 	c, ok := u.bytes[org]
 	u.mu.Unlock()
-	if ok && now.Sub(c.at) < logUsageTTL {
+	if ok && now.Sub(c.at) < LogUsageTTL {
 		return c.n, nil
 	}
 	var n int64
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		n = 0
-		return tx.listDeployments(org, "", "", func(rec *deploymentRecord) (bool, error) {
+		return tx.ListDeployments(org, "", "", func(rec *DeploymentRecord) (bool, error) {
 			if rec.D.LogsPurgedAt == nil {
 				n += rec.D.LogSize
 			}
@@ -146,7 +146,7 @@ func (u *logUsage) count(ctx context.Context, s *store, org string) (int64, erro
 }
 
 // checkLogQuota refuses a new deployment while org's stored logs hold limit bytes or more.
-func (s *store) checkLogQuota(ctx context.Context, org string, limit int64) error {
+func (s *Store) checkLogQuota(ctx context.Context, org string, limit int64) error {
 	n, err := s.logs.count(ctx, s, org)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"crypto/hmac"
@@ -12,9 +12,9 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// jobTokenPayload is what a job token stands for: one grant (fencing number) of the job lease on
+// JobTokenPayload is what a job token stands for: one grant (fencing number) of the job lease on
 // one attempt of a deployment.
-type jobTokenPayload struct {
+type JobTokenPayload struct {
 	Org        string
 	Deployment string
 	Attempt    int
@@ -22,7 +22,7 @@ type jobTokenPayload struct {
 }
 
 // encode is the payload as the token carries it (and its MAC covers).
-func (c jobTokenPayload) encode() string {
+func (c JobTokenPayload) encode() string {
 	return c.Org + "|" + c.Deployment + "|" + strconv.Itoa(c.Attempt) + "|" + strconv.FormatInt(c.Fencing, 10)
 }
 
@@ -36,10 +36,10 @@ func jobTokenMAC(secret []byte, payload string) []byte {
 	return m.Sum(nil)
 }
 
-// mintJobToken derives the token of a grant: opj_<payload>.<HMAC>. It is a pure function of the
+// MintJobToken derives the token of a grant: opj_<payload>.<HMAC>. It is a pure function of the
 // server secret and the grant, so an idempotent re-claim returns the same token without the
 // server ever storing one.
-func mintJobToken(secret []byte, c jobTokenPayload) string {
+func MintJobToken(secret []byte, c JobTokenPayload) string {
 	p := c.encode()
 	return api.JobTokenPrefix + base64.RawURLEncoding.EncodeToString([]byte(p)) + "." +
 		base64.RawURLEncoding.EncodeToString(jobTokenMAC(secret, p))
@@ -47,10 +47,10 @@ func mintJobToken(secret []byte, c jobTokenPayload) string {
 
 // parseJobToken checks a token's MAC and returns the grant it stands for. Whether the grant is
 // still current is the store's question (checkJobToken).
-func parseJobToken(secret []byte, raw string) (jobTokenPayload, error) {
-	bad := func(why string) (jobTokenPayload, error) {
-		return jobTokenPayload{}, &refusal{code: api.CodeUnauthorized, authReason: authReasonJobToken,
-			message: "job token refused: " + why}
+func parseJobToken(secret []byte, raw string) (JobTokenPayload, error) {
+	bad := func(why string) (JobTokenPayload, error) {
+		return JobTokenPayload{}, &Refusal{Code: api.CodeUnauthorized, AuthReason: AuthReasonJobToken,
+			Message: "job token refused: " + why}
 	}
 	rest, ok := strings.CutPrefix(raw, api.JobTokenPrefix)
 	if !ok {
@@ -77,11 +77,11 @@ func parseJobToken(secret []byte, raw string) (jobTokenPayload, error) {
 	if err1 != nil || err2 != nil {
 		return bad("malformed")
 	}
-	return jobTokenPayload{Org: parts[0], Deployment: parts[1], Attempt: attempt, Fencing: fencing}, nil
+	return JobTokenPayload{Org: parts[0], Deployment: parts[1], Attempt: attempt, Fencing: fencing}, nil
 }
 
-// parseJobToken checks a token against the store's secret and returns the grant it stands for.
-func (s *store) parseJobToken(raw string) (jobTokenPayload, error) {
+// ParseJobToken checks a token against the store's secret and returns the grant it stands for.
+func (s *Store) ParseJobToken(raw string) (JobTokenPayload, error) {
 	return parseJobToken(s.secret, raw)
 }
 
@@ -89,14 +89,14 @@ func (s *store) parseJobToken(raw string) (jobTokenPayload, error) {
 // current grant (a superseded attempt gets stale_fencing, so its job runner stops), and a finished
 // deployment accepts it only for the grace period, so the job runner can flush its last log lines
 // and outputs.
-func checkJobToken(rec *deploymentRecord, c jobTokenPayload, now time.Time, grace time.Duration) error {
+func checkJobToken(rec *DeploymentRecord, c JobTokenPayload, now time.Time, grace time.Duration) error {
 	if rec.D.Attempt != c.Attempt || rec.Fencing != c.Fencing {
 		return staleFencing("this job token is for attempt %d (fencing %d), but deployment %q is now at attempt %d (fencing %d); stop this run",
 			c.Attempt, c.Fencing, c.Deployment, rec.D.Attempt, rec.Fencing)
 	}
 	if rec.D.Status.Terminal() && rec.D.FinishedAt != nil && now.After(rec.D.FinishedAt.Add(grace)) {
-		return &refusal{code: api.CodeUnauthorized, authReason: authReasonJobTokenExpired,
-			message: fmt.Sprintf("job token expired: deployment %q ended at %s and job tokens stay valid for %s after the end",
+		return &Refusal{Code: api.CodeUnauthorized, AuthReason: AuthReasonJobTokenExpired,
+			Message: fmt.Sprintf("job token expired: deployment %q ended at %s and job tokens stay valid for %s after the end",
 				c.Deployment, rec.D.FinishedAt.Format(time.RFC3339), grace)}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 
 // grantedDeployment loads the deployment a job token speaks for and checks the token is for its
 // current grant (settling an expired job lease first, so a superseded attempt learns it at once).
-func (s *store) grantedDeployment(tx storeTx, c jobTokenPayload, grace time.Duration) (*deploymentRecord, error) {
+func (s *Store) grantedDeployment(tx Tx, c JobTokenPayload, grace time.Duration) (*DeploymentRecord, error) {
 	rec, err := loadDeployment(tx, c.Org, c.Deployment)
 	if err != nil {
-		return nil, &refusal{code: api.CodeUnauthorized, authReason: authReasonJobToken,
-			message: "job token refused: its deployment no longer exists"}
+		return nil, &Refusal{Code: api.CodeUnauthorized, AuthReason: AuthReasonJobToken,
+			Message: "job token refused: its deployment no longer exists"}
 	}
-	now := s.timeNow()
-	if tx.writable() {
+	now := s.TimeNow()
+	if tx.Writable() {
 		if _, err := settleLease(tx, rec, now); err != nil {
 			return nil, err
 		}
@@ -27,36 +27,36 @@ func (s *store) grantedDeployment(tx storeTx, c jobTokenPayload, grace time.Dura
 	return rec, checkJobToken(rec, c, now, grace)
 }
 
-// checkJobGrant tells, in a read transaction and before the body is read, whether a genuine
+// CheckJobGrant tells, in a read transaction and before the body is read, whether a genuine
 // token still speaks for its deployment; the write that follows checks again.
-func (s *store) checkJobGrant(ctx context.Context, c jobTokenPayload, grace time.Duration) error {
-	return s.view(ctx, func(tx storeTx) error {
+func (s *Store) CheckJobGrant(ctx context.Context, c JobTokenPayload, grace time.Duration) error {
+	return s.view(ctx, func(tx Tx) error {
 		_, err := s.grantedDeployment(tx, c, grace)
 		return err
 	})
 }
 
-// putOutputs replaces a deployment's outputs, and the count of those left out of them.
-func (s *store) putOutputs(ctx context.Context, c jobTokenPayload, outputs api.Outputs, omitted int, grace time.Duration) error {
-	return s.update(ctx, func(tx storeTx) error {
+// PutOutputs replaces a deployment's outputs, and the count of those left out of them.
+func (s *Store) PutOutputs(ctx context.Context, c JobTokenPayload, outputs api.Outputs, omitted int, grace time.Duration) error {
+	return s.Update(ctx, func(tx Tx) error {
 		rec, err := s.grantedDeployment(tx, c, grace)
 		if err != nil {
 			return err
 		}
 		if rec.D.OutputsOmitted != omitted {
 			rec.D.OutputsOmitted = omitted
-			if err := tx.saveDeployment(rec); err != nil {
+			if err := tx.SaveDeployment(rec); err != nil {
 				return err
 			}
 		}
-		return tx.putDoc(kindOutputs, c.Org, c.Deployment, outputs)
+		return tx.PutDoc(KindOutputs, c.Org, c.Deployment, outputs)
 	})
 }
 
-// jobSpec returns the job spec of the attempt a job token speaks for.
-func (s *store) jobSpec(ctx context.Context, c jobTokenPayload, grace time.Duration) (*api.JobSpec, error) {
+// JobSpec returns the job spec of the attempt a job token speaks for.
+func (s *Store) JobSpec(ctx context.Context, c JobTokenPayload, grace time.Duration) (*api.JobSpec, error) {
 	var out *api.JobSpec
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		rec, err := s.grantedDeployment(tx, c, grace)
 		if err != nil {
 			return err
@@ -69,7 +69,7 @@ func (s *store) jobSpec(ctx context.Context, c jobTokenPayload, grace time.Durat
 
 // jobSpecOf is what the job runner of the current attempt needs: the deployment with its source,
 // and the state storage as it is now.
-func jobSpecOf(tx storeTx, rec *deploymentRecord) (*api.JobSpec, error) {
+func jobSpecOf(tx Tx, rec *DeploymentRecord) (*api.JobSpec, error) {
 	_, st, err := runnerAndStorage(tx, rec)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"bytes"
@@ -18,31 +18,31 @@ import (
 const SigningSecretFile = "signing-secret"
 
 // signingSecretBytes is the length of a generated secret; a file may hold a longer one.
-const signingSecretBytes = 32
+const SigningSecretBytes = 32
 
-// legacySecrets is the part of a store that may still hold the secret of an older orchestrator.
+// LegacySecrets is the part of a store that may still hold the secret of an older orchestrator.
 // A store that never kept it (a new backend) passes nil to openSigningSecret.
-type legacySecrets interface {
-	// legacySecret returns the secret kept in the database, or nil.
-	legacySecret() ([]byte, error)
-	// dropLegacySecret removes it from the database.
-	dropLegacySecret() error
+type LegacySecrets interface {
+	// LegacySecret returns the secret kept in the database, or nil.
+	LegacySecret() ([]byte, error)
+	// DropLegacySecret removes it from the database.
+	DropLegacySecret() error
 }
 
-// openSigningSecret returns the secret signing job tokens, kept in path (hex, mode 0600) apart
+// OpenSigningSecret returns the secret signing job tokens, kept in path (hex, mode 0600) apart
 // from the database: a database backup or a copy of the file then mints nothing. On first start
 // the secret is generated and the file created atomically. An older database's secret moves to
 // the file (written first, then dropped from the database, so a crash in between loses
 // nothing), so job tokens issued before keep working.
-func openSigningSecret(path string, legacy legacySecrets, log *slog.Logger) ([]byte, error) {
+func OpenSigningSecret(path string, legacy LegacySecrets, log *slog.Logger) ([]byte, error) {
 	var old []byte
 	if legacy != nil {
 		var err error
-		if old, err = legacy.legacySecret(); err != nil {
+		if old, err = legacy.LegacySecret(); err != nil {
 			return nil, fmt.Errorf("read the signing secret kept in the database: %w", err)
 		}
 	}
-	secret, err := readSigningSecret(path, log)
+	secret, err := ReadSigningSecret(path, log)
 	switch {
 	case err == nil:
 		if old != nil && !bytes.Equal(old, secret) {
@@ -51,7 +51,7 @@ func openSigningSecret(path string, legacy legacySecrets, log *slog.Logger) ([]b
 	case errors.Is(err, fs.ErrNotExist):
 		created := old
 		if created == nil {
-			created = make([]byte, signingSecretBytes)
+			created = make([]byte, SigningSecretBytes)
 			if _, err := rand.Read(created); err != nil {
 				return nil, fmt.Errorf("generate the signing secret: %w", err)
 			}
@@ -66,15 +66,15 @@ func openSigningSecret(path string, legacy legacySecrets, log *slog.Logger) ([]b
 		return nil, err
 	}
 	if old != nil {
-		if err := legacy.dropLegacySecret(); err != nil {
+		if err := legacy.DropLegacySecret(); err != nil {
 			return nil, fmt.Errorf("remove the signing secret from the database (it is in %s now): %w", path, err)
 		}
 	}
 	return secret, nil
 }
 
-// readSigningSecret reads a secret file: hex, at least signingSecretBytes bytes.
-func readSigningSecret(path string, log *slog.Logger) ([]byte, error) {
+// ReadSigningSecret reads a secret file: hex, at least signingSecretBytes bytes.
+func ReadSigningSecret(path string, log *slog.Logger) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -83,8 +83,8 @@ func readSigningSecret(path string, log *slog.Logger) ([]byte, error) {
 		return nil, fmt.Errorf("read the signing secret %s: %w (check --signing-secret-file)", path, err)
 	}
 	secret, err := hex.DecodeString(strings.TrimSpace(string(b)))
-	if err != nil || len(secret) < signingSecretBytes {
-		return nil, fmt.Errorf("signing secret %s must hold at least %d random bytes in hex (e.g. openssl rand -hex %d); delete it to have one generated, which ends the job tokens of running jobs", path, signingSecretBytes, signingSecretBytes)
+	if err != nil || len(secret) < SigningSecretBytes {
+		return nil, fmt.Errorf("signing secret %s must hold at least %d random bytes in hex (e.g. openssl rand -hex %d); delete it to have one generated, which ends the job tokens of running jobs", path, SigningSecretBytes, SigningSecretBytes)
 	}
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
 		log.Warn("the signing secret file is readable by other users; whoever reads it can mint job tokens (chmod 600, or defaultMode 0400 on a Secret volume)", "file", path, "mode", st.Mode().Perm().String())
@@ -116,7 +116,7 @@ func createSigningSecret(path string, secret []byte, log *slog.Logger) ([]byte, 
 		err = os.Link(tmp.Name(), path)
 	}
 	if errors.Is(err, fs.ErrExist) {
-		return readSigningSecret(path, log)
+		return ReadSigningSecret(path, log)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write the signing secret %s: %w", path, err)

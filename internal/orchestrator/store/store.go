@@ -1,4 +1,4 @@
-package orchestrator
+package store
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// store is the orchestrator's persistent state: the rules of the API over a storage engine.
+// Store is the orchestrator's persistent state: the rules of the API over a storage engine.
 // Every method that changes more than one record does so in one engine transaction, so an
 // invariant (a deployment is queued exactly when it is in its runner's queue, a job lease exists
 // exactly when its deployment holds one, the per-status counts match the deployments) holds
 // across crashes and, with PostgreSQL, across replicas.
-type store struct {
-	eng    engine
+type Store struct {
+	eng    Engine
 	secret []byte
 	now    func() time.Time
 	// logCap is the most log bytes kept per deployment.
@@ -25,12 +25,12 @@ type store struct {
 	logs   logUsage
 }
 
-type orgRecord struct {
+type OrgRecord struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// storeOptions configure a store.
-type storeOptions struct {
+// Options configure a store.
+type Options struct {
 	// Secret signs job tokens.
 	Secret []byte
 	// Now is the clock of leases, token checks and timestamps.
@@ -41,37 +41,37 @@ type storeOptions struct {
 	Quotas Quotas
 }
 
-// newStore runs the rules over eng.
-func newStore(eng engine, o storeOptions) *store {
-	return &store{eng: eng, secret: o.Secret, now: o.Now, logCap: o.LogCap, quotas: o.Quotas.withDefaults()}
+// New runs the rules over eng.
+func New(eng Engine, o Options) *Store {
+	return &Store{eng: eng, secret: o.Secret, now: o.Now, logCap: o.LogCap, quotas: o.Quotas.withDefaults()}
 }
 
-func (s *store) close() error { return s.eng.close() }
+func (s *Store) Close() error { return s.eng.Close() }
 
-// update runs fn in a write transaction unless ctx is already done. When fn refuses the request
+// Update runs fn in a write transaction unless ctx is already done. When fn refuses the request
 // (a *refusal or an api.FieldError), what it wrote before refusing is still committed: the
 // store only ever writes ahead of a refusal to settle an expired lease or to record that an
 // agent was seen, and both are true whatever the request asked, so the state a refusal reports
 // is the state stored. Any other error rolls back.
-func (s *store) update(ctx context.Context, fn func(tx storeTx) error) error {
-	return s.write(ctx, s.eng.update, fn)
+func (s *Store) Update(ctx context.Context, fn func(tx Tx) error) error {
+	return s.write(ctx, s.eng.Update, fn)
 }
 
 // batch is update for the writes every poll makes (the runner's last sighting, job lease
 // renewals), which the engine may commit together with other polls' (engine.batch).
-func (s *store) batch(ctx context.Context, fn func(tx storeTx) error) error {
-	return s.write(ctx, s.eng.batch, fn)
+func (s *Store) batch(ctx context.Context, fn func(tx Tx) error) error {
+	return s.write(ctx, s.eng.Batch, fn)
 }
 
-func (s *store) write(ctx context.Context, run func(context.Context, func(storeTx) error) error, fn func(tx storeTx) error) error {
+func (s *Store) write(ctx context.Context, run func(context.Context, func(Tx) error) error, fn func(tx Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var refused error
-	err := run(ctx, func(tx storeTx) error {
+	err := run(ctx, func(tx Tx) error {
 		refused = nil
 		err := fn(tx)
-		if _, ok := asRefusal(err); ok {
+		if _, ok := AsRefusal(err); ok {
 			refused = err
 			return nil
 		}
@@ -84,18 +84,18 @@ func (s *store) write(ctx context.Context, run func(context.Context, func(storeT
 }
 
 // view runs fn in a read transaction unless ctx is already done.
-func (s *store) view(ctx context.Context, fn func(tx storeTx) error) error {
+func (s *Store) view(ctx context.Context, fn func(tx Tx) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return s.eng.view(ctx, fn)
+	return s.eng.View(ctx, fn)
 }
 
-// timeNow is the store's clock without monotonic reading, in UTC, so stored and returned times
+// TimeNow is the store's clock without monotonic reading, in UTC, so stored and returned times
 // compare equal after a JSON round trip.
-func (s *store) timeNow() time.Time { return s.now().UTC().Round(0) }
+func (s *Store) TimeNow() time.Time { return s.now().UTC().Round(0) }
 
-func unmarshal(data []byte, v any) error {
+func Unmarshal(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("decode stored record: %w", err)
 	}
@@ -105,26 +105,26 @@ func unmarshal(data []byte, v any) error {
 // createOrgObject stores a new object of an organisation under id in bucket, refusing an id that
 // is taken; build makes the object at time now, and may refuse the input. what names the kind of
 // object in messages.
-func createOrgObject[T any](ctx context.Context, s *store, k docKind, org, id, what string, build func(tx storeTx, now time.Time) (T, error)) (*T, error) {
+func createOrgObject[T any](ctx context.Context, s *Store, k DocKind, org, id, what string, build func(tx Tx, now time.Time) (T, error)) (*T, error) {
 	var out T
-	err := s.update(ctx, func(tx storeTx) error {
-		taken, err := tx.hasDoc(k, org, id)
+	err := s.Update(ctx, func(tx Tx) error {
+		taken, err := tx.HasDoc(k, org, id)
 		if err != nil {
 			return err
 		}
 		if taken {
 			return conflict("%s %q already exists in organisation %q; update it with PUT or choose another id", what, id, org)
 		}
-		now := s.timeNow()
+		now := s.TimeNow()
 		v, err := build(tx, now)
 		if err != nil {
 			return err
 		}
-		if err := tx.ensureOrg(org, now); err != nil {
+		if err := tx.EnsureOrg(org, now); err != nil {
 			return err
 		}
 		out = v
-		return tx.putDoc(k, org, id, v)
+		return tx.PutDoc(k, org, id, v)
 	})
 	if err != nil {
 		return nil, err
@@ -132,18 +132,18 @@ func createOrgObject[T any](ctx context.Context, s *store, k docKind, org, id, w
 	return &out, nil
 }
 
-// checkOrg refuses an organisation in which nothing was ever created: with the bootstrap admin
+// CheckOrg refuses an organisation in which nothing was ever created: with the bootstrap admin
 // token any name reaches one, and a mistyped name would otherwise read as an empty organisation.
-func (s *store) checkOrg(ctx context.Context, org string) error {
+func (s *Store) CheckOrg(ctx context.Context, org string) error {
 	var ok bool
-	if err := s.view(ctx, func(tx storeTx) (err error) {
-		ok, err = tx.hasOrg(org)
+	if err := s.view(ctx, func(tx Tx) (err error) {
+		ok, err = tx.HasOrg(org)
 		return err
 	}); err != nil {
 		return err
 	}
 	if !ok {
-		return refuse(api.CodeOrgNotFound, "no such organisation %q on this orchestrator: nothing was ever created in it. "+
+		return Refuse(api.CodeOrgNotFound, "no such organisation %q on this orchestrator: nothing was ever created in it. "+
 			"Check the name; an organisation begins with its first state storage, runner or organisation token", org)
 	}
 	return nil
@@ -151,48 +151,48 @@ func (s *store) checkOrg(ctx context.Context, org string) error {
 
 // updateOrgObject changes a stored object of an organisation; change applies the input to it at
 // time now, and may refuse it.
-func updateOrgObject[T any](ctx context.Context, s *store, k docKind, org, id, what string, change func(tx storeTx, v *T, now time.Time) error) (*T, error) {
+func updateOrgObject[T any](ctx context.Context, s *Store, k DocKind, org, id, what string, change func(tx Tx, v *T, now time.Time) error) (*T, error) {
 	var out *T
-	err := s.update(ctx, func(tx storeTx) error {
+	err := s.Update(ctx, func(tx Tx) error {
 		v, err := getOrgObject[T](tx, k, org, id, what)
 		if err != nil {
 			return err
 		}
-		if err := change(tx, v, s.timeNow()); err != nil {
+		if err := change(tx, v, s.TimeNow()); err != nil {
 			return err
 		}
 		out = v
-		return tx.putDoc(k, org, id, v)
+		return tx.PutDoc(k, org, id, v)
 	})
 	return out, err
 }
 
 // getOrgObject reads one JSON object of an organisation from bucket; what names it in the
 // not-found message.
-func getOrgObject[T any](tx storeTx, k docKind, org, id, what string) (*T, error) {
+func getOrgObject[T any](tx Tx, k DocKind, org, id, what string) (*T, error) {
 	var v T
-	ok, err := tx.getDoc(k, org, id, &v)
+	ok, err := tx.GetDoc(k, org, id, &v)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, notFound("%s %q does not exist in organisation %q", what, id, org)
+		return nil, NotFound("%s %q does not exist in organisation %q", what, id, org)
 	}
 	return &v, nil
 }
 
 // viewOrgObject is getOrgObject in a read transaction of its own.
-func viewOrgObject[T any](ctx context.Context, s *store, k docKind, org, id, what string) (*T, error) {
-	return viewOne(ctx, s, func(tx storeTx) (*T, error) { return getOrgObject[T](tx, k, org, id, what) })
+func viewOrgObject[T any](ctx context.Context, s *Store, k DocKind, org, id, what string) (*T, error) {
+	return viewOne(ctx, s, func(tx Tx) (*T, error) { return getOrgObject[T](tx, k, org, id, what) })
 }
 
 // listOrgObjects reads every JSON object of an organisation from bucket, in key order.
-func listOrgObjects[T any](ctx context.Context, s *store, k docKind, org string) ([]T, error) {
+func listOrgObjects[T any](ctx context.Context, s *Store, k DocKind, org string) ([]T, error) {
 	out := []T{}
-	err := s.view(ctx, func(tx storeTx) error {
-		return tx.listDocs(k, org, func(data []byte) (bool, error) {
+	err := s.view(ctx, func(tx Tx) error {
+		return tx.ListDocs(k, org, func(data []byte) (bool, error) {
 			var v T
-			if err := unmarshal(data, &v); err != nil {
+			if err := Unmarshal(data, &v); err != nil {
 				return false, err
 			}
 			out = append(out, v)
@@ -203,9 +203,9 @@ func listOrgObjects[T any](ctx context.Context, s *store, k docKind, org string)
 }
 
 // viewOne runs a read-only transaction that produces one value.
-func viewOne[T any](ctx context.Context, s *store, fn func(tx storeTx) (*T, error)) (*T, error) {
+func viewOne[T any](ctx context.Context, s *Store, fn func(tx Tx) (*T, error)) (*T, error) {
 	var out *T
-	err := s.view(ctx, func(tx storeTx) error {
+	err := s.view(ctx, func(tx Tx) error {
 		v, err := fn(tx)
 		out = v
 		return err
