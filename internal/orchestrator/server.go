@@ -1,11 +1,13 @@
-// Package orchestrator is the reference Outpost orchestrator: the whole HTTP API (admin, agent
-// and job sides) over a bbolt database in a data directory, or over PostgreSQL for several
-// replicas, so a restart loses nothing — not the queue, not the leases and fencing numbers, not
-// the agent token ids already seen.
+// Package orchestrator is the reference Outpost orchestrator's HTTP face: the whole HTTP API
+// (admin, agent and job sides: routes, handlers, authentication, limits, TLS, metrics) and the
+// sweeper, over the rules of package store on a storage engine — a bbolt database in a data
+// directory, or PostgreSQL for several replicas — so a restart loses nothing: not the queue, not
+// the leases and fencing numbers, not the agent token ids already seen.
 //
 // It exists so that the provider, the agent and the end-to-end tests run against a real server
-// rather than a mock, and so a small team can self-host it. Start one with New and serve
-// Handler; package orchestratortest starts one on a loopback port for tests.
+// rather than a mock, and so a small team can self-host it. Open an engine with
+// store/engines.Open, start a server on it with New and serve Handler; package
+// orchestratortest starts one on a loopback port for tests.
 package orchestrator
 
 import (
@@ -47,7 +49,7 @@ const (
 // Config configures a Server. Zero values take the defaults above.
 type Config struct {
 	// Engine is where the records live: bbolt in a data directory, or PostgreSQL for several
-	// replicas (see OpenEngine). The server closes it.
+	// replicas (store/engines.Open opens the one a configuration names). The server closes it.
 	Engine store.Engine
 	// DataDir holds the signing secret file unless SigningSecretFile names another (and the
 	// engine keeps no secret of its own).

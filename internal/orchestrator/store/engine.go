@@ -7,19 +7,13 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
-// The orchestrator keeps its rules (store_*.go: what a claim, an event, a lease expiry or a purge
-// does) apart from where records live. An engine is where they live: bbolt in a data directory
-// (engine_bolt*.go, the default for one machine) or PostgreSQL (engine_pg*.go, for several
-// replicas). The rules run inside one engine transaction at a time through storeTx, so both
-// engines give the same answers and the same test suite runs against both.
-
 // Engine is a storage engine: transactions and the few operations that are not per-record.
 type Engine interface {
 	// Update runs fn in a read-write transaction and commits when fn returns nil. fn may run
 	// more than once (PostgreSQL retries serialization failures), so it must not keep state
 	// from an earlier run.
 	Update(ctx context.Context, fn func(tx Tx) error) error
-	// Batch is update for writes that many requests make at once (every poll's renewals): an
+	// Batch is Update for writes that many requests make at once (every poll's renewals): an
 	// engine may run concurrent batches in one transaction, so they share a commit. fn may run
 	// more than once.
 	Batch(ctx context.Context, fn func(tx Tx) error) error
@@ -34,6 +28,7 @@ type Engine interface {
 	CheckReplay(ctx context.Context, id string, now, until time.Time) (seen bool, err error)
 	// Wake tells the long polls of a runner on other replicas to look again.
 	Wake(ctx context.Context, runner string)
+	// Close releases the database.
 	Close() error
 }
 

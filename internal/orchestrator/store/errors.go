@@ -10,18 +10,19 @@ import (
 // Refusal is a request the API turns down: the API error code (api.Code*) and a message that
 // says what is wrong and where. Store methods return it for every outcome the caller caused, so
 // handlers never have to guess from an error string; the HTTP face answers each code with its
-// one status (statusOf), and anything else with a 500.
+// one status, and anything else with a 500.
 type Refusal struct {
 	Code    string
 	Message string
 	Field   string
 	// Committed is set on offset_mismatch so the writer can resume.
 	Committed *int64
-	// authReason, when set, is the label under which the refusal is counted in
+	// AuthReason, when set, is the label under which the refusal is counted in
 	// outpost_orchestrator_auth_failures_total.
 	AuthReason string
 }
 
+// Error is the message, prefixed with the field it blames when there is one.
 func (e *Refusal) Error() string {
 	if e.Field != "" {
 		return e.Field + ": " + e.Message
@@ -29,10 +30,12 @@ func (e *Refusal) Error() string {
 	return e.Message
 }
 
+// Refuse is a refusal with an API error code (api.Code*) and a message.
 func Refuse(code, format string, args ...any) *Refusal {
 	return &Refusal{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
+// NotFound refuses with not_found.
 func NotFound(format string, args ...any) *Refusal {
 	return Refuse(api.CodeNotFound, format, args...)
 }
@@ -78,10 +81,12 @@ func offsetMismatch(committed int64, sent int64) *Refusal {
 // for longer than a request waits (outageWait), and that nothing of the request was applied.
 type UnavailableError struct{ Err error }
 
+// Error says the database is unreachable and nothing changed.
 func (e *UnavailableError) Error() string {
 	return "the database is unreachable (nothing was changed): " + e.Err.Error()
 }
 
+// Unwrap is the error of the lost connection.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // AsRefusal maps an error onto the response it deserves; ok is false for internal errors.

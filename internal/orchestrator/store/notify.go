@@ -17,6 +17,7 @@ type Notifier struct {
 	inFlight map[string]int
 }
 
+// NewNotifier returns a notifier that wakes only this replica until Publish is set.
 func NewNotifier() *Notifier {
 	return &Notifier{channels: map[string]chan struct{}{}, inFlight: map[string]int{}}
 }
@@ -70,6 +71,7 @@ func (n *Notifier) Enter(runner string) {
 	n.mu.Unlock()
 }
 
+// Leave ends what Enter counted.
 func (n *Notifier) Leave(runner string) {
 	n.mu.Lock()
 	if n.inFlight[runner]--; n.inFlight[runner] <= 0 {
@@ -78,6 +80,7 @@ func (n *Notifier) Leave(runner string) {
 	n.mu.Unlock()
 }
 
+// Polling reports whether a poll of the runner is in flight on this replica.
 func (n *Notifier) Polling(runner string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()

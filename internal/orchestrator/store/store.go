@@ -1,3 +1,14 @@
+// Package store is the reference orchestrator's rules: what a claim, an event, a lease expiry or
+// a purge does (store_*.go, leases.go), the job tokens (jobtoken.go) and the wakes of long polls
+// (notify.go), apart from where records live. An engine is where they live: bbolt in a data
+// directory (package store/bolt, the default for one machine) or PostgreSQL (store/postgres, for
+// several replicas); store/engines opens the one a configuration names. The rules run inside one
+// engine transaction at a time through Tx (engine.go), so both engines give the same answers and
+// the same test suite runs against both.
+//
+// A rule refuses what the caller caused with a *Refusal carrying an API error code, never an HTTP
+// status: the HTTP face (package orchestrator) picks the status. depguard keeps net/http, the
+// face and the engines out of this package.
 package store
 
 import (
@@ -25,6 +36,7 @@ type Store struct {
 	logs   logUsage
 }
 
+// OrgRecord is an organisation as stored: created with the first object in it.
 type OrgRecord struct {
 	CreatedAt time.Time `json:"created_at"`
 }
@@ -46,10 +58,11 @@ func New(eng Engine, o Options) *Store {
 	return &Store{eng: eng, secret: o.Secret, now: o.Now, logCap: o.LogCap, quotas: o.Quotas.withDefaults()}
 }
 
+// Close closes the engine.
 func (s *Store) Close() error { return s.eng.Close() }
 
 // Update runs fn in a write transaction unless ctx is already done. When fn refuses the request
-// (a *refusal or an api.FieldError), what it wrote before refusing is still committed: the
+// (a *Refusal or an api.FieldError), what it wrote before refusing is still committed: the
 // store only ever writes ahead of a refusal to settle an expired lease or to record that an
 // agent was seen, and both are true whatever the request asked, so the state a refusal reports
 // is the state stored. Any other error rolls back.
@@ -95,6 +108,7 @@ func (s *Store) view(ctx context.Context, fn func(tx Tx) error) error {
 // compare equal after a JSON round trip.
 func (s *Store) TimeNow() time.Time { return s.now().UTC().Round(0) }
 
+// Unmarshal decodes a stored JSON record, saying so when it cannot.
 func Unmarshal(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("decode stored record: %w", err)

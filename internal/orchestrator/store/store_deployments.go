@@ -160,6 +160,7 @@ func deploymentView(tx Tx, rec *DeploymentRecord) (*api.Deployment, error) {
 	return &out, err
 }
 
+// GetDeployment returns a deployment with its source.
 func (s *Store) GetDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {
 	return viewOne(ctx, s, func(tx Tx) (*api.Deployment, error) {
 		rec, err := loadDeployment(tx, org, id)
@@ -230,6 +231,7 @@ func (s *Store) ListEvents(ctx context.Context, org, id string) ([]api.Event, er
 	return out, err
 }
 
+// GetOutputs returns a deployment's outputs.
 func (s *Store) GetOutputs(ctx context.Context, org, id string) (api.Outputs, error) {
 	out := api.Outputs{}
 	err := s.view(ctx, func(tx Tx) error {

@@ -36,6 +36,7 @@ type Retention struct {
 	Deployments time.Duration
 }
 
+// WithDefaults fills zero fields with the defaults and makes every negative one KeepForever.
 func (r Retention) WithDefaults() Retention {
 	set := func(d *time.Duration, def time.Duration) {
 		switch {
@@ -57,6 +58,7 @@ type Purged struct {
 	Sources, Logs, Deployments int
 }
 
+// Add adds q's counts to p.
 func (p *Purged) Add(q Purged) {
 	p.Sources += q.Sources
 	p.Logs += q.Logs

@@ -53,6 +53,7 @@ func requireStorage(tx Tx, org, id string) error {
 	return nil
 }
 
+// CreateRunner registers a runner of org, refusing one beyond the runners quota or over a state storage that does not exist.
 func (s *Store) CreateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
 	return createOrgObject(ctx, s, KindRunner, org, in.ID, "runner", func(tx Tx, now time.Time) (api.Runner, error) {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
@@ -70,14 +71,17 @@ func getRunnerTx(tx Tx, org, id string) (*api.Runner, error) {
 	return getOrgObject[api.Runner](tx, KindRunner, org, id, "runner")
 }
 
+// GetRunner returns a runner of org.
 func (s *Store) GetRunner(ctx context.Context, org, id string) (*api.Runner, error) {
 	return viewOrgObject[api.Runner](ctx, s, KindRunner, org, id, "runner")
 }
 
+// ListRunners returns the runners of org in id order.
 func (s *Store) ListRunners(ctx context.Context, org string) ([]api.Runner, error) {
 	return listOrgObjects[api.Runner](ctx, s, KindRunner, org)
 }
 
+// UpdateRunner replaces a runner's settings.
 func (s *Store) UpdateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
 	return updateOrgObject(ctx, s, KindRunner, org, in.ID, "runner", func(tx Tx, r *api.Runner, now time.Time) error {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
+// CreateStorage registers a state storage of org, refusing one beyond the state storages quota.
 func (s *Store) CreateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
 	return createOrgObject(ctx, s, KindStorage, org, in.ID, "state storage", func(tx Tx, now time.Time) (api.StateStorage, error) {
 		if err := checkObjectQuota(tx, KindStorage, org, "state storage", "--max-state-storages-per-org", s.quotas.StateStorages); err != nil {
@@ -23,14 +24,17 @@ func getStorageTx(tx Tx, org, id string) (*api.StateStorage, error) {
 	return getOrgObject[api.StateStorage](tx, KindStorage, org, id, "state storage")
 }
 
+// GetStorage returns a state storage of org.
 func (s *Store) GetStorage(ctx context.Context, org, id string) (*api.StateStorage, error) {
 	return viewOrgObject[api.StateStorage](ctx, s, KindStorage, org, id, "state storage")
 }
 
+// ListStorages returns the state storages of org in id order.
 func (s *Store) ListStorages(ctx context.Context, org string) ([]api.StateStorage, error) {
 	return listOrgObjects[api.StateStorage](ctx, s, KindStorage, org)
 }
 
+// UpdateStorage replaces a state storage's settings.
 func (s *Store) UpdateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
 	return updateOrgObject(ctx, s, KindStorage, org, in.ID, "state storage", func(_ Tx, st *api.StateStorage, now time.Time) error {
 		st.StateStorageInput, st.UpdatedAt = in, now

@@ -1,3 +1,6 @@
+// Package bolt is the orchestrator's default storage engine: every record in one bbolt file in
+// the data directory, for one orchestrator on one machine. It implements store.Engine and
+// store.Tx; the rules in package store run on it unchanged.
 package bolt
 
 import (
@@ -22,11 +25,11 @@ const DBFile = "orchestrator.db"
 // Bucket names. Keys are "org/id" (ids are DNS-1123 labels, so '/' never occurs inside one);
 // ordered indexes append big-endian numbers so that bbolt's byte order is the wanted order.
 var (
-	BucketMeta        = []byte("meta")             // "schema" → version ("secret" of older versions: signing_secret.go)
+	BucketMeta        = []byte("meta")             // "schema" → version ("secret" of older versions: LegacySecret)
 	BucketOrgs        = []byte("orgs")             // org → orgRecord
 	BucketRunners     = []byte("runners")          // org/runner → api.Runner (status fields persisted, Connected computed)
 	BucketStorages    = []byte("storages")         // org/storage → api.StateStorage
-	BucketDeployments = []byte("deployments")      // org/deployment → deploymentRecord (without source)
+	BucketDeployments = []byte("deployments")      // org/deployment → store.DeploymentRecord (without source)
 	BucketSources     = []byte("sources")          // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
 	bDeploymentSeq    = []byte("deployment_seq")   // org/ + seq → deployment id (list order)
 	bQueue            = []byte("queue")            // org/runner/ + seq → deployment id (queued deployments, oldest first)
@@ -37,7 +40,7 @@ var (
 	BucketReplay      = []byte("replay")           // token id → expiry (unix nanos)
 	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
 	bStats            = []byte("stats")            // status → number of deployments in it
-	BucketOrgTokens   = []byte("org_tokens")       // org/token id → orgTokenRecord (store_tokens.go)
+	BucketOrgTokens   = []byte("org_tokens")       // org/token id → store.OrgTokenRecord
 	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
@@ -105,7 +108,7 @@ func Open(dir string) (*Engine, error) {
 		if err := backfillEndedIndex(tx); err != nil {
 			return fmt.Errorf("index ended deployments for retention: %w", err)
 		}
-		return nil // the signing secret is kept apart from the database (signing_secret.go)
+		return nil // the signing secret is kept apart from the database (store.OpenSigningSecret)
 	})
 	if err != nil {
 		_ = db.Close()
@@ -114,6 +117,7 @@ func Open(dir string) (*Engine, error) {
 	return s, nil
 }
 
+// Close implements store.Engine.
 func (s *Engine) Close() error { return s.DB.Close() }
 
 // Secret is nil: a bbolt database keeps no signing secret (openSigningSecret reads its file).
@@ -122,6 +126,7 @@ func (s *Engine) Secret() []byte { return nil }
 // Wake has nothing to tell: one bbolt file has one orchestrator.
 func (s *Engine) Wake(context.Context, string) {}
 
+// Update implements store.Engine.
 func (s *Engine) Update(_ context.Context, fn func(tx store.Tx) error) error {
 	return s.DB.Update(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
 }
@@ -132,13 +137,15 @@ func (s *Engine) Batch(_ context.Context, fn func(tx store.Tx) error) error {
 	return s.DB.Batch(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
 }
 
+// View implements store.Engine.
 func (s *Engine) View(_ context.Context, fn func(tx store.Tx) error) error {
 	return s.DB.View(func(tx *bolt.Tx) error { return fn(Tx{tx}) })
 }
 
-// Tx is a bbolt transaction as a storeTx.
+// Tx is a bbolt transaction as a store.Tx.
 type Tx struct{ tx *bolt.Tx }
 
+// Writable implements store.Tx.
 func (t Tx) Writable() bool { return t.tx.Writable() }
 
 func key(parts ...string) []byte {
@@ -184,6 +191,7 @@ func putJSON(b *bolt.Bucket, k []byte, v any) error {
 	return b.Put(k, data)
 }
 
+// EnsureOrg implements store.Tx.
 func (t Tx) EnsureOrg(org string, now time.Time) error {
 	b := t.tx.Bucket(BucketOrgs)
 	if b.Get([]byte(org)) != nil {
@@ -192,6 +200,7 @@ func (t Tx) EnsureOrg(org string, now time.Time) error {
 	return putJSON(b, []byte(org), store.OrgRecord{CreatedAt: now})
 }
 
+// HasOrg implements store.Tx.
 func (t Tx) HasOrg(org string) (bool, error) {
 	return t.tx.Bucket(BucketOrgs).Get([]byte(org)) != nil, nil
 }
@@ -200,26 +209,32 @@ var docBuckets = map[store.DocKind][]byte{
 	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
 }
 
+// GetDoc implements store.Tx.
 func (t Tx) GetDoc(k store.DocKind, org, id string, v any) (bool, error) {
 	return getJSON(t.tx.Bucket(docBuckets[k]), key(org, id), v)
 }
 
+// HasDoc implements store.Tx.
 func (t Tx) HasDoc(k store.DocKind, org, id string) (bool, error) {
 	return t.tx.Bucket(docBuckets[k]).Get(key(org, id)) != nil, nil
 }
 
+// PutDoc implements store.Tx.
 func (t Tx) PutDoc(k store.DocKind, org, id string, v any) error {
 	return putJSON(t.tx.Bucket(docBuckets[k]), key(org, id), v)
 }
 
+// DeleteDoc implements store.Tx.
 func (t Tx) DeleteDoc(k store.DocKind, org, id string) error {
 	return t.tx.Bucket(docBuckets[k]).Delete(key(org, id))
 }
 
+// ListDocs implements store.Tx.
 func (t Tx) ListDocs(k store.DocKind, org string, each func(data []byte) (bool, error)) error {
 	return scanPrefix(t.tx.Bucket(docBuckets[k]), prefix(org), func(_, v []byte) (bool, error) { return each(v) })
 }
 
+// PutOrgToken implements store.Tx.
 func (t Tx) PutOrgToken(rec *store.OrgTokenRecord) error {
 	if err := t.tx.Bucket(bOrgTokenHashes).Put(rec.Hash, key(rec.Org, rec.ID)); err != nil {
 		return err
@@ -227,6 +242,7 @@ func (t Tx) PutOrgToken(rec *store.OrgTokenRecord) error {
 	return t.PutDoc(store.KindOrgToken, rec.Org, rec.ID, rec)
 }
 
+// DeleteOrgToken implements store.Tx.
 func (t Tx) DeleteOrgToken(rec *store.OrgTokenRecord) error {
 	if err := t.tx.Bucket(bOrgTokenHashes).Delete(rec.Hash); err != nil {
 		return err
@@ -234,6 +250,7 @@ func (t Tx) DeleteOrgToken(rec *store.OrgTokenRecord) error {
 	return t.DeleteDoc(store.KindOrgToken, rec.Org, rec.ID)
 }
 
+// OrgTokenByHash implements store.Tx.
 func (t Tx) OrgTokenByHash(h []byte) (*store.OrgTokenRecord, error) {
 	ref := t.tx.Bucket(bOrgTokenHashes).Get(h)
 	if ref == nil {
@@ -303,6 +320,7 @@ func (s *Engine) CheckReplay(_ context.Context, id string, now, until time.Time)
 	return seen, err
 }
 
+// PurgeReplay implements store.Engine.
 func (s *Engine) PurgeReplay(_ context.Context, now time.Time) (int, error) {
 	limit := u64(uint64(now.UnixNano()))
 	due := false

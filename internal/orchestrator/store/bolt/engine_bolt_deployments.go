@@ -16,6 +16,7 @@ import (
 // line with it (list order, queue, leases, status counters, purge indexes), since bbolt can only
 // look records up by key.
 
+// LoadDeployment implements store.Tx.
 func (t Tx) LoadDeployment(org, id string) (*store.DeploymentRecord, bool, error) {
 	var rec store.DeploymentRecord
 	ok, err := getJSON(t.tx.Bucket(BucketDeployments), key(org, id), &rec)
@@ -26,6 +27,7 @@ func (t Tx) LoadDeployment(org, id string) (*store.DeploymentRecord, bool, error
 	return &rec, true, nil
 }
 
+// InsertDeployment implements store.Tx.
 func (t Tx) InsertDeployment(rec *store.DeploymentRecord) error {
 	deployments := t.tx.Bucket(BucketDeployments)
 	seq, err := deployments.NextSequence()
@@ -43,6 +45,7 @@ func queueKey(rec *store.DeploymentRecord) []byte {
 	return append(prefix(rec.Org, rec.D.RunnerID), u64(rec.Seq)...)
 }
 
+// SaveDeployment implements store.Tx.
 func (t Tx) SaveDeployment(rec *store.DeploymentRecord) error {
 	tx := t.tx
 	if err := putJSON(tx.Bucket(BucketDeployments), key(rec.Org, rec.D.ID), rec); err != nil {
@@ -105,6 +108,7 @@ func addStat(tx *bolt.Tx, status api.Status, delta int64) error {
 	return b.Put([]byte(status), u64(uint64(n)))
 }
 
+// DeleteDeployment implements store.Tx.
 func (t Tx) DeleteDeployment(rec *store.DeploymentRecord) error {
 	k := key(rec.Org, rec.D.ID)
 	dels := []struct {
@@ -122,6 +126,7 @@ func (t Tx) DeleteDeployment(rec *store.DeploymentRecord) error {
 	return addStat(t.tx, rec.D.Status, -1)
 }
 
+// ListDeployments implements store.Tx.
 func (t Tx) ListDeployments(org, runnerID string, status api.Status, each func(rec *store.DeploymentRecord) (bool, error)) error {
 	return scanPrefixReverse(t.tx.Bucket(bDeploymentSeq), prefix(org), func(_, v []byte) (bool, error) {
 		rec, found, err := t.LoadDeployment(org, string(v))
@@ -138,6 +143,7 @@ func (t Tx) ListDeployments(org, runnerID string, status api.Status, each func(r
 	})
 }
 
+// CountQueued implements store.Tx.
 func (t Tx) CountQueued(org string, most int) (int, error) {
 	n := 0
 	err := scanPrefix(t.tx.Bucket(bQueue), prefix(org), func(_, _ []byte) (bool, error) {
@@ -147,6 +153,7 @@ func (t Tx) CountQueued(org string, most int) (int, error) {
 	return n, err
 }
 
+// Queued implements store.Tx.
 func (t Tx) Queued(org, runner string, limit int) ([]string, error) {
 	var out []string
 	if limit <= 0 {
@@ -159,6 +166,7 @@ func (t Tx) Queued(org, runner string, limit int) ([]string, error) {
 	return out, err
 }
 
+// Leased implements store.Tx.
 func (t Tx) Leased(org, runner string) ([]string, error) {
 	var out []string
 	p := prefix(org, runner)
@@ -169,6 +177,7 @@ func (t Tx) Leased(org, runner string) ([]string, error) {
 	return out, err
 }
 
+// ExpiredLeases implements store.Tx.
 func (t Tx) ExpiredLeases(now time.Time) ([]store.LeaseRef, error) {
 	var (
 		due  []store.LeaseRef
@@ -206,6 +215,7 @@ func (t Tx) ExpiredLeases(now time.Time) ([]store.LeaseRef, error) {
 	return due, nil
 }
 
+// StatusCounts implements store.Tx.
 func (t Tx) StatusCounts() (map[api.Status]int64, error) {
 	out := map[api.Status]int64{}
 	err := t.tx.Bucket(bStats).ForEach(func(k, v []byte) error {

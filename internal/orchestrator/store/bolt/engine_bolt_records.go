@@ -19,14 +19,17 @@ func eventKey(org, deploymentID string, attempt int, seq int64) []byte {
 	return binary.BigEndian.AppendUint64(k, uint64(seq))
 }
 
+// HasEvent implements store.Tx.
 func (t Tx) HasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
 	return t.tx.Bucket(BucketEvents).Get(eventKey(org, deployment, attempt, seq)) != nil, nil
 }
 
+// PutEvent implements store.Tx.
 func (t Tx) PutEvent(org, deployment string, attempt int, seq int64, ev api.Event) error {
 	return putJSON(t.tx.Bucket(BucketEvents), eventKey(org, deployment, attempt, seq), ev)
 }
 
+// CountEvents implements store.Tx.
 func (t Tx) CountEvents(org, deployment string, attempt, most int) (int, error) {
 	n := 0
 	p := binary.BigEndian.AppendUint32(prefix(org, deployment), uint32(attempt))
@@ -37,6 +40,7 @@ func (t Tx) CountEvents(org, deployment string, attempt, most int) (int, error) 
 	return n, err
 }
 
+// ListEvents implements store.Tx.
 func (t Tx) ListEvents(org, deployment string) ([]api.Event, error) {
 	out := []api.Event{}
 	err := scanPrefix(t.tx.Bucket(BucketEvents), prefix(org, deployment), func(_, v []byte) (bool, error) {
@@ -50,6 +54,7 @@ func (t Tx) ListEvents(org, deployment string) ([]api.Event, error) {
 	return out, err
 }
 
+// DeleteEvents implements store.Tx.
 func (t Tx) DeleteEvents(org, deployment string, budget int) (int, bool, error) {
 	return deletePrefix(t.tx.Bucket(BucketEvents), prefix(org, deployment), budget)
 }
@@ -58,10 +63,12 @@ func logKey(org, deployment string, stored int64) []byte {
 	return append(prefix(org, deployment), u64(uint64(stored))...)
 }
 
+// PutLogChunk implements store.Tx.
 func (t Tx) PutLogChunk(org, deployment string, start int64, b []byte) error {
 	return t.tx.Bucket(BucketLogs).Put(logKey(org, deployment, start), b)
 }
 
+// LastLogByte implements store.Tx.
 func (t Tx) LastLogByte(org, deployment string) (byte, error) {
 	var last byte
 	err := scanPrefixReverse(t.tx.Bucket(BucketLogs), prefix(org, deployment), func(_, v []byte) (bool, error) {
@@ -73,6 +80,7 @@ func (t Tx) LastLogByte(org, deployment string) (byte, error) {
 	return last, err
 }
 
+// ReadLog implements store.Tx.
 func (t Tx) ReadLog(org, deployment string, offset, limit int64) ([]byte, error) {
 	out := []byte{}
 	p := prefix(org, deployment)
@@ -103,6 +111,7 @@ func chunkStart(k, p []byte) int64 {
 	return int64(binary.BigEndian.Uint64(k[len(p):]))
 }
 
+// DeleteLogs implements store.Tx.
 func (t Tx) DeleteLogs(org, deployment string, budget int) (int, bool, error) {
 	return deletePrefix(t.tx.Bucket(BucketLogs), prefix(org, deployment), budget)
 }
@@ -184,6 +193,7 @@ func backfillEndedIndex(tx *bolt.Tx) error {
 	return meta.Put(MetaEndedIndexed, []byte{1})
 }
 
+// NextDue implements store.Tx.
 func (t Tx) NextDue(stage store.PurgeStageKind, cutoff time.Time) (store.DueEntry, bool, error) {
 	k, _ := t.tx.Bucket(PurgeBuckets[stage]).Cursor().First()
 	if len(k) <= 8 || bytes.Compare(k[:8], u64(uint64(cutoff.UnixNano()))) > 0 {
@@ -194,6 +204,7 @@ func (t Tx) NextDue(stage store.PurgeStageKind, cutoff time.Time) (store.DueEntr
 	return store.DueEntry{Org: string(org), ID: string(id), Key: k}, true, nil
 }
 
+// DropDue implements store.Tx.
 func (t Tx) DropDue(stage store.PurgeStageKind, e store.DueEntry) error {
 	return t.tx.Bucket(PurgeBuckets[stage]).Delete(e.Key)
 }

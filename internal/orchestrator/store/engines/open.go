@@ -1,3 +1,6 @@
+// Package engines opens the storage engine a configuration names (bbolt in a data directory, or
+// PostgreSQL) and copies a bbolt data directory into PostgreSQL: the one package that knows both
+// engines, which depguard keeps from knowing each other.
 package engines
 
 import (
@@ -8,7 +11,7 @@ import (
 	"log/slog"
 )
 
-// Options name the storage engine OpenEngine opens.
+// Options name the storage engine Open opens.
 type Options struct {
 	// DataDir holds orchestrator.db; it is created when missing. Unused with DatabaseURL.
 	DataDir string

@@ -1,3 +1,7 @@
+// Package postgres is the orchestrator's storage engine for several replicas: the records in
+// PostgreSQL (schema in migrations/, applied at start), wakes between replicas over
+// LISTEN/NOTIFY. It implements store.Engine, store.Tx and store.WakeListener; the rules in
+// package store run on it unchanged.
 package postgres
 
 import (
@@ -157,8 +161,13 @@ func (e *Engine) migrate(ctx context.Context) error {
 	})
 }
 
+// Secret implements store.Engine.
 func (e *Engine) Secret() []byte { return e.sec }
 
+// Retries counts the transactions run again after a serialization failure so far.
+func (e *Engine) Retries() int64 { return e.retries.Load() }
+
+// Close implements store.Engine.
 func (e *Engine) Close() error {
 	if e.stop != nil {
 		e.stop()
@@ -182,7 +191,7 @@ const outageWait = 5 * time.Second
 // serialization failure, with a growing random pause in between. A transaction whose connection
 // was lost before its commit was sent (the database restarted or failed over, or a pooled
 // connection died meanwhile) changed nothing, so it runs again on a new connection, for up to
-// outageWait; after that the error is a *storeUnavailableError, which the API answers with 503
+// outageWait; after that the error is a *store.UnavailableError, which the API answers with 503
 // and Retry-After, so every client retries — creates too. A connection lost during the commit
 // leaves its outcome unknown, and that error is returned as it is.
 func (e *Engine) run(ctx context.Context, iso pgx.TxIsoLevel, write bool, fn func(tx store.Tx) error) error {
@@ -245,6 +254,7 @@ func (e *Engine) Batch(ctx context.Context, fn func(tx store.Tx) error) error {
 	return e.Update(ctx, fn)
 }
 
+// Update implements store.Engine.
 func (e *Engine) Update(ctx context.Context, fn func(tx store.Tx) error) error {
 	return e.run(ctx, pgx.Serializable, true, fn)
 }
@@ -255,6 +265,7 @@ func (e *Engine) View(ctx context.Context, fn func(tx store.Tx) error) error {
 	return e.run(ctx, pgx.RepeatableRead, false, fn)
 }
 
+// CheckReplay implements store.Engine.
 func (e *Engine) CheckReplay(ctx context.Context, id string, now, until time.Time) (bool, error) {
 	// One statement: insert the id, or take over an expired one; no row back means it is
 	// remembered and still valid.
@@ -268,11 +279,13 @@ func (e *Engine) CheckReplay(ctx context.Context, id string, now, until time.Tim
 	return false, err
 }
 
+// PurgeReplay implements store.Engine.
 func (e *Engine) PurgeReplay(ctx context.Context, now time.Time) (int, error) {
 	tag, err := e.Pool.Exec(ctx, "DELETE FROM replay WHERE expires_ns < $1", now.UnixNano())
 	return int(tag.RowsAffected()), err
 }
 
+// Wake implements store.Engine.
 func (e *Engine) Wake(ctx context.Context, runner string) {
 	// Bounded: the request that queued the work waits for this, and other replicas' polls see
 	// the work at their next look anyway.

@@ -15,6 +15,7 @@ import (
 // counts and the purge order are queries over columns that saveDeployment derives from the
 // record, so there are no indexes of our own to keep in line.
 
+// LoadDeployment implements store.Tx.
 func (t *Tx) LoadDeployment(org, id string) (*store.DeploymentRecord, bool, error) {
 	var data []byte
 	ok, err := t.One("SELECT record FROM deployments WHERE org = $1 AND id = $2", []any{org, id}, &data)
@@ -24,6 +25,7 @@ func (t *Tx) LoadDeployment(org, id string) (*store.DeploymentRecord, bool, erro
 	return DecodeDeployment(data)
 }
 
+// DecodeDeployment decodes a deployment record as stored (the same JSON in both engines), marked as saved.
 func DecodeDeployment(data []byte) (*store.DeploymentRecord, bool, error) {
 	var rec store.DeploymentRecord
 	if err := store.Unmarshal(data, &rec); err != nil {
@@ -52,6 +54,7 @@ func deploymentColumns(rec *store.DeploymentRecord) ([]any, error) {
 		rec.D.SourcePurgedAt != nil, rec.D.LogsPurgedAt != nil, data}, nil
 }
 
+// InsertDeployment implements store.Tx.
 func (t *Tx) InsertDeployment(rec *store.DeploymentRecord) error {
 	var seq int64
 	if _, err := t.One("SELECT nextval('deployment_seq')", nil, &seq); err != nil {
@@ -61,6 +64,7 @@ func (t *Tx) InsertDeployment(rec *store.DeploymentRecord) error {
 	return t.SaveDeployment(rec)
 }
 
+// SaveDeployment implements store.Tx.
 func (t *Tx) SaveDeployment(rec *store.DeploymentRecord) error {
 	cols, err := deploymentColumns(rec)
 	if err != nil {
@@ -84,6 +88,7 @@ func (t *Tx) DeleteDeployment(rec *store.DeploymentRecord) error {
 	return t.Exec("DELETE FROM deployments WHERE org = $1 AND id = $2", rec.Org, rec.D.ID)
 }
 
+// ListDeployments implements store.Tx.
 func (t *Tx) ListDeployments(org, runnerID string, status api.Status, each func(rec *store.DeploymentRecord) (bool, error)) error {
 	rows, err := t.tx.Query(t.ctx, `SELECT record FROM deployments WHERE org = $1
 		AND ($2 = '' OR runner_id = $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC`, org, runnerID, string(status))
@@ -116,6 +121,7 @@ func (t *Tx) CountQueued(org string, most int) (int, error) {
 	return n, err
 }
 
+// Queued implements store.Tx.
 func (t *Tx) Queued(org, runner string, limit int) ([]string, error) {
 	if limit <= 0 {
 		return nil, nil
@@ -124,11 +130,13 @@ func (t *Tx) Queued(org, runner string, limit int) ([]string, error) {
 		ORDER BY seq LIMIT $3 FOR UPDATE SKIP LOCKED`, org, runner, limit)
 }
 
+// Leased implements store.Tx.
 func (t *Tx) Leased(org, runner string) ([]string, error) {
 	return t.ids(`SELECT id FROM deployments WHERE org = $1 AND runner_id = $2 AND lease_expires_ns IS NOT NULL
 		ORDER BY id COLLATE "C"`, org, runner)
 }
 
+// ExpiredLeases implements store.Tx.
 func (t *Tx) ExpiredLeases(now time.Time) ([]store.LeaseRef, error) {
 	rows, err := t.tx.Query(t.ctx, `SELECT org, runner_id, id FROM deployments
 		WHERE lease_expires_ns IS NOT NULL AND lease_expires_ns <= $1`, now.UnixNano())
@@ -142,6 +150,7 @@ func (t *Tx) ExpiredLeases(now time.Time) ([]store.LeaseRef, error) {
 	})
 }
 
+// StatusCounts implements store.Tx.
 func (t *Tx) StatusCounts() (map[api.Status]int64, error) {
 	rows, err := t.tx.Query(t.ctx, "SELECT status, count(*) FROM deployments GROUP BY status")
 	if err != nil {
@@ -157,12 +166,14 @@ func (t *Tx) StatusCounts() (map[api.Status]int64, error) {
 	return out, err
 }
 
+// HasEvent implements store.Tx.
 func (t *Tx) HasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
 	var one int
 	return t.One("SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 AND seq = $4",
 		[]any{org, deployment, attempt, seq}, &one)
 }
 
+// PutEvent implements store.Tx.
 func (t *Tx) PutEvent(org, deployment string, attempt int, seq int64, ev api.Event) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
@@ -171,6 +182,7 @@ func (t *Tx) PutEvent(org, deployment string, attempt int, seq int64, ev api.Eve
 	return t.Exec("INSERT INTO events (org, deployment_id, attempt, seq, doc) VALUES ($1, $2, $3, $4, $5)", org, deployment, attempt, seq, data)
 }
 
+// CountEvents implements store.Tx.
 func (t *Tx) CountEvents(org, deployment string, attempt, most int) (int, error) {
 	var n int
 	_, err := t.One(`SELECT count(*) FROM (SELECT 1 FROM events WHERE org = $1 AND deployment_id = $2 AND attempt = $3 LIMIT $4) e`,
@@ -178,6 +190,7 @@ func (t *Tx) CountEvents(org, deployment string, attempt, most int) (int, error)
 	return n, err
 }
 
+// ListEvents implements store.Tx.
 func (t *Tx) ListEvents(org, deployment string) ([]api.Event, error) {
 	rows, err := t.tx.Query(t.ctx, "SELECT doc FROM events WHERE org = $1 AND deployment_id = $2 ORDER BY attempt, seq", org, deployment)
 	if err != nil {
@@ -213,14 +226,17 @@ func (t *Tx) deleteUpTo(table, org, deployment string, budget int) (int, bool, e
 	return n, !left, err
 }
 
+// DeleteEvents implements store.Tx.
 func (t *Tx) DeleteEvents(org, deployment string, budget int) (int, bool, error) {
 	return t.deleteUpTo("events", org, deployment, budget)
 }
 
+// PutLogChunk implements store.Tx.
 func (t *Tx) PutLogChunk(org, deployment string, start int64, b []byte) error {
 	return t.Exec("INSERT INTO logs (org, deployment_id, start, data) VALUES ($1, $2, $3, $4)", org, deployment, start, b)
 }
 
+// LastLogByte implements store.Tx.
 func (t *Tx) LastLogByte(org, deployment string) (byte, error) {
 	var last []byte
 	_, err := t.One(`SELECT substring(data from length(data) for 1) FROM logs WHERE org = $1 AND deployment_id = $2 AND length(data) > 0
@@ -231,6 +247,7 @@ func (t *Tx) LastLogByte(org, deployment string) (byte, error) {
 	return last[0], err
 }
 
+// ReadLog implements store.Tx.
 func (t *Tx) ReadLog(org, deployment string, offset, limit int64) ([]byte, error) {
 	rows, err := t.tx.Query(t.ctx, `SELECT start, data FROM logs WHERE org = $1 AND deployment_id = $2
 		AND start >= coalesce((SELECT max(start) FROM logs WHERE org = $1 AND deployment_id = $2 AND start <= $3), 0)
@@ -256,6 +273,7 @@ func (t *Tx) ReadLog(org, deployment string, offset, limit int64) ([]byte, error
 	return out, rows.Err()
 }
 
+// DeleteLogs implements store.Tx.
 func (t *Tx) DeleteLogs(org, deployment string, budget int) (int, bool, error) {
 	return t.deleteUpTo("logs", org, deployment, budget)
 }
