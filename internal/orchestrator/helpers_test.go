@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,37 +21,19 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/storetest"
 )
 
 // externalURL is the base URL agent tokens are bound to in these tests; requests go to the
 // httptest port, so a restart on another port does not change what tokens name.
 const externalURL = "http://orchestrator.test:8700"
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Now().UTC().Truncate(time.Second)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // harness is a real server over real HTTP with a controllable clock and no background sweeper.
 type harness struct {
 	t     testing.TB
 	cfg   testConfig
 	eng   store.Engine // the engine the server runs on now
-	clock *fakeClock
+	clock *storetest.Clock
 	srv   *Server
 	hs    *httptest.Server
 	token string
@@ -67,7 +48,7 @@ type testConfig struct {
 
 func newHarness(t testing.TB, adjust ...func(*testConfig)) *harness {
 	t.Helper()
-	clock := newClock()
+	clock := storetest.NewClock()
 	cfg := testConfig{Config: Config{
 		DataDir:       t.TempDir(),
 		AdminToken:    "admin-token-for-tests-0123456789",

@@ -1,4 +1,4 @@
-package orchestrator
+package postgres_test
 
 import (
 	"bytes"
@@ -13,33 +13,36 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/postgres"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/storetest"
 )
+
+func TestMain(m *testing.M) { storetest.Main(m) }
 
 // TestPostgreSQLReplicasStartTogether opens three engines on an empty database at once: the
 // migrations run once (under the advisory lock) and every replica gets the same server secret,
 // so a job token minted by one is taken by the others.
 func TestPostgreSQLReplicasStartTogether(t *testing.T) {
 	t.Parallel()
-	pgURL := pgSchema(t)
+	pgURL := storetest.PostgreSQL(t)
 	log := slog.New(slog.DiscardHandler)
-	engines := make([]*postgres.Engine, 3)
+	replicas := make([]*postgres.Engine, 3)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
-	for i := range engines {
-		wg.Go(func() { engines[i], errs[i] = postgres.Open(t.Context(), pgURL, false, log) })
+	for i := range replicas {
+		wg.Go(func() { replicas[i], errs[i] = postgres.Open(t.Context(), pgURL, false, log) })
 	}
 	wg.Wait()
-	for i, e := range engines {
+	for i, e := range replicas {
 		if errs[i] != nil {
 			t.Fatalf("replica %d: %v", i, errs[i])
 		}
 		defer e.Close()
-		if len(e.Secret()) != 32 || !bytes.Equal(e.Secret(), engines[0].Secret()) {
+		if len(e.Secret()) != 32 || !bytes.Equal(e.Secret(), replicas[0].Secret()) {
 			t.Fatalf("replica %d has another server secret", i)
 		}
 	}
 	var versions int
-	if err := engines[0].Pool.QueryRow(t.Context(), "SELECT count(*) FROM schema_migrations").Scan(&versions); err != nil || versions != 1 {
+	if err := replicas[0].Pool.QueryRow(t.Context(), "SELECT count(*) FROM schema_migrations").Scan(&versions); err != nil || versions != 1 {
 		t.Fatalf("schema_migrations has %d rows (%v), want 1", versions, err)
 	}
 }
@@ -48,7 +51,7 @@ func TestPostgreSQLReplicasStartTogether(t *testing.T) {
 // and the error says what to do.
 func TestPostgreSQLNewerSchemaIsRefused(t *testing.T) {
 	t.Parallel()
-	pgURL := pgSchema(t)
+	pgURL := storetest.PostgreSQL(t)
 	log := slog.New(slog.DiscardHandler)
 	e, err := postgres.Open(t.Context(), pgURL, false, log)
 	if err != nil {
