@@ -51,9 +51,9 @@ func deploy(t *testing.T, s *store.Store, op api.Operation) *api.Deployment {
 	return d
 }
 
-func claim(t *testing.T, s *store.Store, d *api.Deployment, instance string) *api.Claim {
+func claim(t *testing.T, s *store.Store, d *api.Deployment) *api.Claim {
 	t.Helper()
-	c, err := s.Claim(t.Context(), runnerOf, d.ID, api.ClaimRequest{Attempt: d.Attempt, Instance: instance}, lease)
+	c, err := s.Claim(t.Context(), runnerOf, d.ID, api.ClaimRequest{Attempt: d.Attempt, Instance: "pod-a"}, lease)
 	if err != nil {
 		t.Fatalf("claim %s: %v", d.ID, err)
 	}
@@ -78,9 +78,9 @@ func TestExpiredLeasesFollowTheRules(t *testing.T) {
 		s, clk := newStore(t, eng)
 		ctx := t.Context()
 		plan, apply, canceled := deploy(t, s, api.OperationPlan), deploy(t, s, api.OperationApply), deploy(t, s, api.OperationPlan)
-		claim(t, s, plan, "pod-a")
-		c := claim(t, s, apply, "pod-a")
-		claim(t, s, canceled, "pod-a")
+		claim(t, s, plan)
+		c := claim(t, s, apply)
+		claim(t, s, canceled)
 		started := api.EventRequest{Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted}, Fencing: c.Lease.Fencing}
 		if _, err := s.RecordEvent(ctx, runnerOf, apply.ID, started, lease); err != nil {
 			t.Fatal(err)
@@ -116,7 +116,7 @@ func TestRefusalsCarryAPICodes(t *testing.T) {
 		s, _ := newStore(t, eng)
 		ctx := t.Context()
 		d := deploy(t, s, api.OperationPlan)
-		c := claim(t, s, d, "pod-a")
+		c := claim(t, s, d)
 		stale := api.EventRequest{Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted}, Fencing: c.Lease.Fencing - 1}
 		for _, tc := range []struct {
 			what string
