@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // envPrefix starts the environment variable of every flag: --log-cap reads
@@ -26,11 +27,11 @@ type options struct {
 	listen, dataDir, databaseURL, adminToken, externalURL, logFormat, logCap string
 	maxLogBytes                                                              string
 	databaseInsecureTLS                                                      bool
-	quotas                                                                   orchestrator.Quotas
+	quotas                                                                   store.Quotas
 	tlsCertFile, tlsKeyFile, signingSecretFile                               string
 	leaseDuration                                                            time.Duration
 	limits                                                                   orchestrator.HTTPLimits
-	retention                                                                orchestrator.Retention
+	retention                                                                store.Retention
 	printVersion                                                             bool
 }
 
@@ -84,9 +85,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.StringVar(&o.logCap, "log-cap", "16MiB", "most log bytes kept per deployment, e.g. 16MiB, 512KiB or 1048576")
 	fs.DurationVar(&o.leaseDuration, "lease-duration", orchestrator.DefaultLeaseDuration, "how long a claim or a poll's renewal keeps a job lease")
 	fs.IntVar(&o.limits.MaxConnections, "max-connections", orchestrator.DefaultMaxConnections, "most connections open at once (every agent holds one for its long poll); more wait to be accepted")
-	fs.IntVar(&o.quotas.Runners, "max-runners-per-org", orchestrator.DefaultMaxRunners, "most runners of one organisation; more are refused with 403 quota_exceeded")
-	fs.IntVar(&o.quotas.StateStorages, "max-state-storages-per-org", orchestrator.DefaultMaxStateStorages, "most state storages of one organisation")
-	fs.IntVar(&o.quotas.QueuedDeployments, "max-queued-deployments-per-org", orchestrator.DefaultMaxQueuedDeployments, "most deployments of one organisation waiting in its runners' queues")
+	fs.IntVar(&o.quotas.Runners, "max-runners-per-org", store.DefaultMaxRunners, "most runners of one organisation; more are refused with 403 quota_exceeded")
+	fs.IntVar(&o.quotas.StateStorages, "max-state-storages-per-org", store.DefaultMaxStateStorages, "most state storages of one organisation")
+	fs.IntVar(&o.quotas.QueuedDeployments, "max-queued-deployments-per-org", store.DefaultMaxQueuedDeployments, "most deployments of one organisation waiting in its runners' queues")
 	fs.StringVar(&o.maxLogBytes, "max-log-bytes-per-org", "10GiB", "most log bytes one organisation's deployments keep until they are purged; beyond it new deployments are refused, e.g. 10GiB")
 	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", orchestrator.DefaultReadHeaderTimeout, "time a request's headers may take to arrive")
 	fs.DurationVar(&o.limits.ReadTimeout, "read-timeout", orchestrator.DefaultReadTimeout, "time a whole request may take to arrive, body included (only requests with valid credentials get their body read)")
@@ -96,9 +97,9 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		*d = def
 		fs.Var(retentionValue{d}, name, usage+", counted from the deployment's end; e.g. 1h or 30d, or forever")
 	}
-	retention("source-retention", &o.retention.Sources, orchestrator.DefaultSourceRetention, "how long an ended deployment's source and variables are kept (they can hold secrets)")
-	retention("log-retention", &o.retention.Logs, orchestrator.DefaultLogRetention, "how long an ended deployment's log and events are kept")
-	retention("deployment-retention", &o.retention.Deployments, orchestrator.DefaultDeploymentRetention, "how long an ended deployment itself, with its outputs, is kept")
+	retention("source-retention", &o.retention.Sources, store.DefaultSourceRetention, "how long an ended deployment's source and variables are kept (they can hold secrets)")
+	retention("log-retention", &o.retention.Logs, store.DefaultLogRetention, "how long an ended deployment's log and events are kept")
+	retention("deployment-retention", &o.retention.Deployments, store.DefaultDeploymentRetention, "how long an ended deployment itself, with its outputs, is kept")
 	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)
@@ -168,7 +169,7 @@ func (v retentionValue) String() string {
 func (v retentionValue) Set(s string) error {
 	s = strings.TrimSpace(s)
 	if s == "forever" {
-		*v.d = orchestrator.KeepForever
+		*v.d = store.KeepForever
 		return nil
 	}
 	var d time.Duration

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -146,8 +147,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return fmt.Errorf("%w (check --tls-cert-file and --tls-key-file)", err)
 		}
 	}
+	eng, err := engines.Open(ctx, engines.Options{DataDir: o.dataDir, DatabaseURL: o.databaseURL, InsecureTLS: o.databaseInsecureTLS, Logger: log})
+	if err != nil {
+		return err
+	}
 	srv, err := orchestrator.New(orchestrator.Config{
-		DataDir: o.dataDir, DatabaseURL: o.databaseURL, DatabaseInsecureTLS: o.databaseInsecureTLS, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
+		Engine: eng, DataDir: o.dataDir, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
 		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention, Quotas: o.quotas,
 	})
 	if err != nil {

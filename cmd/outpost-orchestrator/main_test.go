@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 func noEnv(string) string { return "" }
@@ -252,7 +252,7 @@ func TestQuotaFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.quotas.Runners != 5 || o.quotas.QueuedDeployments != 7 || o.quotas.StateStorages != orchestrator.DefaultMaxStateStorages || o.maxLogBytes != "10GiB" {
+	if o.quotas.Runners != 5 || o.quotas.QueuedDeployments != 7 || o.quotas.StateStorages != store.DefaultMaxStateStorages || o.maxLogBytes != "10GiB" {
 		t.Errorf("quotas %+v, log bytes %q", o.quotas, o.maxLogBytes)
 	}
 }

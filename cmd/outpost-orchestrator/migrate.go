@@ -8,7 +8,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
 const migrateUsage = `Usage: outpost-orchestrator migrate-store --from DATA_DIR --to DATABASE_URL
@@ -56,7 +56,7 @@ func runMigrateStore(ctx context.Context, args []string, getenv func(string) str
 		return errors.New("migrate-store: set both --from (the data directory) and --to (the PostgreSQL URL); see --help")
 	}
 	fmt.Fprintf(stderr, "copying %s into PostgreSQL...\n", *from)
-	n, err := orchestrator.CopyStore(ctx, *from, *to, *insecureTLS, stderr)
+	n, err := engines.CopyStore(ctx, *from, *to, *insecureTLS, stderr)
 	if err != nil {
 		return fmt.Errorf("migrate-store: %w; nothing was written to PostgreSQL", err)
 	}

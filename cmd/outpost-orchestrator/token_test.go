@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // tokenCmd runs `outpost-orchestrator token args…` and returns stdout, stderr and the error.
@@ -142,7 +142,7 @@ func TestRetentionAndLimitFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := orchestrator.Retention{Sources: orchestrator.KeepForever, Logs: 7 * 24 * time.Hour, Deployments: 90 * 24 * time.Hour}
+	want := store.Retention{Sources: store.KeepForever, Logs: 7 * 24 * time.Hour, Deployments: 90 * 24 * time.Hour}
 	if o.retention != want || o.limits.MaxConnections != 64 || o.limits.ReadTimeout != 30*time.Second {
 		t.Fatalf("retention %+v limits %+v", o.retention, o.limits)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // Log read limits.
@@ -16,9 +17,9 @@ const (
 
 func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
 	return create(w, r, c, (*api.DeploymentInput).Validate, func(ctx context.Context, in api.DeploymentInput) (*api.Deployment, error) {
-		out, err := s.store.createDeployment(ctx, c.org, in)
+		out, err := s.store.CreateDeployment(ctx, c.org, in)
 		if err == nil {
-			s.notify.wake(c.org + "/" + in.RunnerID)
+			s.notify.Wake(c.org + "/" + in.RunnerID)
 		}
 		return out, err
 	})
@@ -33,15 +34,15 @@ func (s *Server) listDeployments(w http.ResponseWriter, r *http.Request, c *call
 		}
 	}
 	if status != "" && !status.Valid() {
-		return invalid("status", "%q is not a deployment status; use one of %s", status, statusList())
+		return store.Invalid("status", "%q is not a deployment status; use one of %s", status, statusList())
 	}
-	list, err := s.store.listDeployments(r.Context(), c.org, runnerID, status)
+	list, err := s.store.ListDeployments(r.Context(), c.org, runnerID, status)
 	return listed(w, list, err)
 }
 
 func (s *Server) getDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
 	return read(w, r, func(ctx context.Context, id string) (*api.Deployment, error) {
-		return s.store.getDeployment(ctx, c.org, id)
+		return s.store.GetDeployment(ctx, c.org, id)
 	})
 }
 
@@ -59,9 +60,9 @@ func (s *Server) getLogs(w http.ResponseWriter, r *http.Request, c *call) error 
 		return err
 	}
 	if limit == 0 || limit > maxLogRead {
-		return invalid("limit", "%d is out of range; use 1 to %d bytes", limit, maxLogRead)
+		return store.Invalid("limit", "%d is out of range; use 1 to %d bytes", limit, maxLogRead)
 	}
-	out, err := s.store.readLogs(r.Context(), c.org, id, offset, limit)
+	out, err := s.store.ReadLogs(r.Context(), c.org, id, offset, limit)
 	if err != nil {
 		return err
 	}
@@ -71,22 +72,22 @@ func (s *Server) getLogs(w http.ResponseWriter, r *http.Request, c *call) error 
 
 func (s *Server) getOutputs(w http.ResponseWriter, r *http.Request, c *call) error {
 	return read(w, r, func(ctx context.Context, id string) (api.Outputs, error) {
-		return s.store.getOutputs(ctx, c.org, id)
+		return s.store.GetOutputs(ctx, c.org, id)
 	})
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request, c *call) error {
 	return read(w, r, func(ctx context.Context, id string) (api.List[api.Event], error) {
-		list, err := s.store.listEvents(ctx, c.org, id)
+		list, err := s.store.ListEvents(ctx, c.org, id)
 		return api.List[api.Event]{Items: list}, err
 	})
 }
 
 func (s *Server) cancelDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
 	return read(w, r, func(ctx context.Context, id string) (*api.Deployment, error) {
-		out, err := s.store.cancelDeployment(ctx, c.org, id)
+		out, err := s.store.CancelDeployment(ctx, c.org, id)
 		if err == nil {
-			s.notify.wake(c.org + "/" + out.RunnerID)
+			s.notify.Wake(c.org + "/" + out.RunnerID)
 		}
 		return out, err
 	})

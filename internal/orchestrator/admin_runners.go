@@ -25,7 +25,7 @@ func (s *Server) runnerView(org string, r *api.Runner) api.Runner {
 	out := *r
 	now := s.cfg.Now()
 	recent := r.Status.LastSeenAt != nil && now.Sub(*r.Status.LastSeenAt) < ConnectedWindow
-	out.Status.Connected = recent || s.notify.polling(org+"/"+r.ID)
+	out.Status.Connected = recent || s.notify.Polling(org+"/"+r.ID)
 	return out
 }
 
@@ -39,13 +39,13 @@ func (s *Server) runnerViewOf(org string, r *api.Runner, err error) (api.Runner,
 
 func (s *Server) createRunner(w http.ResponseWriter, r *http.Request, c *call) error {
 	return create(w, r, c, validateRunner, func(ctx context.Context, in api.RunnerInput) (api.Runner, error) {
-		out, err := s.store.createRunner(ctx, c.org, in)
+		out, err := s.store.CreateRunner(ctx, c.org, in)
 		return s.runnerViewOf(c.org, out, err)
 	})
 }
 
 func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, c *call) error {
-	list, err := s.store.listRunners(r.Context(), c.org)
+	list, err := s.store.ListRunners(r.Context(), c.org)
 	for i := range list {
 		list[i] = s.runnerView(c.org, &list[i])
 	}
@@ -54,7 +54,7 @@ func (s *Server) listRunners(w http.ResponseWriter, r *http.Request, c *call) er
 
 func (s *Server) getRunner(w http.ResponseWriter, r *http.Request, c *call) error {
 	return read(w, r, func(ctx context.Context, id string) (api.Runner, error) {
-		out, err := s.store.getRunner(ctx, c.org, id)
+		out, err := s.store.GetRunner(ctx, c.org, id)
 		return s.runnerViewOf(c.org, out, err)
 	})
 }
@@ -62,11 +62,11 @@ func (s *Server) getRunner(w http.ResponseWriter, r *http.Request, c *call) erro
 func (s *Server) updateRunner(w http.ResponseWriter, r *http.Request, c *call) error {
 	idOf := func(in *api.RunnerInput) *string { return &in.ID }
 	return replace(w, r, c, "runner", idOf, validateRunner, func(ctx context.Context, in api.RunnerInput) (api.Runner, error) {
-		out, err := s.store.updateRunner(ctx, c.org, in)
+		out, err := s.store.UpdateRunner(ctx, c.org, in)
 		if err == nil {
 			// max_concurrency may have changed: let a waiting poll hand out offers under the new
 			// limit.
-			s.notify.wake(c.org + "/" + in.ID)
+			s.notify.Wake(c.org + "/" + in.ID)
 		}
 		return s.runnerViewOf(c.org, out, err)
 	})
@@ -74,9 +74,9 @@ func (s *Server) updateRunner(w http.ResponseWriter, r *http.Request, c *call) e
 
 func (s *Server) deleteRunner(w http.ResponseWriter, r *http.Request, c *call) error {
 	return remove(w, r, func(ctx context.Context, id string) error {
-		err := s.store.deleteRunner(ctx, c.org, id)
+		err := s.store.DeleteRunner(ctx, c.org, id)
 		if err == nil {
-			s.notify.wake(c.org + "/" + id)
+			s.notify.Wake(c.org + "/" + id)
 		}
 		return err
 	})

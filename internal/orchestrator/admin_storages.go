@@ -9,28 +9,28 @@ import (
 
 func (s *Server) createStorage(w http.ResponseWriter, r *http.Request, c *call) error {
 	return create(w, r, c, (*api.StateStorageInput).Validate, func(ctx context.Context, in api.StateStorageInput) (*api.StateStorage, error) {
-		return s.store.createStorage(ctx, c.org, in)
+		return s.store.CreateStorage(ctx, c.org, in)
 	})
 }
 
 func (s *Server) listStorages(w http.ResponseWriter, r *http.Request, c *call) error {
-	list, err := s.store.listStorages(r.Context(), c.org)
+	list, err := s.store.ListStorages(r.Context(), c.org)
 	return listed(w, list, err)
 }
 
 func (s *Server) getStorage(w http.ResponseWriter, r *http.Request, c *call) error {
 	return read(w, r, func(ctx context.Context, id string) (*api.StateStorage, error) {
-		return s.store.getStorage(ctx, c.org, id)
+		return s.store.GetStorage(ctx, c.org, id)
 	})
 }
 
 func (s *Server) updateStorage(w http.ResponseWriter, r *http.Request, c *call) error {
 	idOf := func(in *api.StateStorageInput) *string { return &in.ID }
 	return replace(w, r, c, "state storage", idOf, (*api.StateStorageInput).Validate, func(ctx context.Context, in api.StateStorageInput) (*api.StateStorage, error) {
-		return s.store.updateStorage(ctx, c.org, in)
+		return s.store.UpdateStorage(ctx, c.org, in)
 	})
 }
 
 func (s *Server) deleteStorage(w http.ResponseWriter, r *http.Request, c *call) error {
-	return remove(w, r, func(ctx context.Context, id string) error { return s.store.deleteStorage(ctx, c.org, id) })
+	return remove(w, r, func(ctx context.Context, id string) error { return s.store.DeleteStorage(ctx, c.org, id) })
 }

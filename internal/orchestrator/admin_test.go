@@ -8,6 +8,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 func TestRunnerAndStorageCRUD(t *testing.T) {
@@ -208,7 +209,7 @@ func TestBadInputIsRefusedWithFieldAndChangesNothing(t *testing.T) {
 func TestAdminTokenRefusedAndCounted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	before := authFailures(h, authReasonAdminToken)
+	before := authFailures(h, store.AuthReasonAdminToken)
 	for _, hdr := range []map[string]string{
 		nil,
 		{"Authorization": "Bearer wrong-token"},
@@ -224,7 +225,7 @@ func TestAdminTokenRefusedAndCounted(t *testing.T) {
 			t.Fatalf("headers %v: HTTP %d %s, want 401", hdr, r.code, r.body)
 		}
 	}
-	if got := authFailures(h, authReasonAdminToken) - before; got != 3 {
+	if got := authFailures(h, store.AuthReasonAdminToken) - before; got != 3 {
 		t.Fatalf("admin_token failures grew by %v, want 3", got)
 	}
 	// Nothing was stored: the organisation was not even created.

@@ -13,7 +13,7 @@ func (s *Server) createOrgToken(w http.ResponseWriter, r *http.Request, c *call)
 	// The answer holds the token, shown this once: no cache may keep it.
 	w.Header().Set("Cache-Control", "no-store")
 	return create(w, r, c, (*api.OrgTokenInput).Validate, func(ctx context.Context, in api.OrgTokenInput) (*api.CreatedOrgToken, error) {
-		out, err := s.store.createOrgToken(ctx, c.org, in)
+		out, err := s.store.CreateOrgToken(ctx, c.org, in)
 		if err == nil {
 			s.log.Info("organisation token created", "org", c.org, "token_id", out.ID, "name", out.Name)
 		}
@@ -22,13 +22,13 @@ func (s *Server) createOrgToken(w http.ResponseWriter, r *http.Request, c *call)
 }
 
 func (s *Server) listOrgTokens(w http.ResponseWriter, r *http.Request, c *call) error {
-	list, err := s.store.listOrgTokens(r.Context(), c.org)
+	list, err := s.store.ListOrgTokens(r.Context(), c.org)
 	return listed(w, list, err)
 }
 
 func (s *Server) revokeOrgToken(w http.ResponseWriter, r *http.Request, c *call) error {
 	return remove(w, r, func(ctx context.Context, id string) error {
-		err := s.store.revokeOrgToken(ctx, c.org, id)
+		err := s.store.RevokeOrgToken(ctx, c.org, id)
 		if err == nil {
 			s.log.Info("organisation token revoked", "org", c.org, "token_id", id)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // Limits of agent request fields.
@@ -28,24 +29,24 @@ const statusClientClosed = 499
 func validatePoll(req *api.PollRequest) error {
 	switch {
 	case req.CapacityFree < 0 || req.CapacityFree > maxCapacityFree:
-		return invalid("capacity_free", "%d is out of range; use 0 to %d", req.CapacityFree, maxCapacityFree)
+		return store.Invalid("capacity_free", "%d is out of range; use 0 to %d", req.CapacityFree, maxCapacityFree)
 	case req.WaitSeconds < 0:
-		return invalid("wait_seconds", "%d is negative; use 0 to %d (longer waits are cut to %d)", req.WaitSeconds, int(MaxPollWait.Seconds()), int(MaxPollWait.Seconds()))
+		return store.Invalid("wait_seconds", "%d is negative; use 0 to %d (longer waits are cut to %d)", req.WaitSeconds, int(MaxPollWait.Seconds()), int(MaxPollWait.Seconds()))
 	case len(req.Instance) > maxInstanceLen:
-		return invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
+		return store.Invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
 	case req.Protocol != (api.ProtocolRange{}) && !req.Protocol.Valid():
-		return invalid("protocol", "%+v names no version: min and max count from 1 and max is at least min", req.Protocol)
+		return store.Invalid("protocol", "%+v names no version: min and max count from 1 and max is at least min", req.Protocol)
 	case len(req.AgentVersion) > maxAgentVersionLen:
-		return invalid("agent_version", "is %d characters; at most %d", len(req.AgentVersion), maxAgentVersionLen)
+		return store.Invalid("agent_version", "is %d characters; at most %d", len(req.AgentVersion), maxAgentVersionLen)
 	case len(req.Held) > maxHeldEntries:
-		return invalid("held", "lists %d attempts; at most %d", len(req.Held), maxHeldEntries)
+		return store.Invalid("held", "lists %d attempts; at most %d", len(req.Held), maxHeldEntries)
 	}
 	if len(req.KeyFingerprints) > maxKeyFingerprints {
-		return invalid("key_fingerprints", "lists %d keys; at most %d", len(req.KeyFingerprints), maxKeyFingerprints)
+		return store.Invalid("key_fingerprints", "lists %d keys; at most %d", len(req.KeyFingerprints), maxKeyFingerprints)
 	}
 	for i, f := range req.KeyFingerprints {
 		if len(f) > 128 {
-			return invalid(fmt.Sprintf("key_fingerprints[%d]", i), "is %d characters; a key fingerprint has at most 128", len(f))
+			return store.Invalid(fmt.Sprintf("key_fingerprints[%d]", i), "is %d characters; a key fingerprint has at most 128", len(f))
 		}
 	}
 	for i, e := range req.Held {
@@ -54,10 +55,10 @@ func validatePoll(req *api.PollRequest) error {
 			return err
 		}
 		if e.Attempt < 1 {
-			return invalid(at+".attempt", "%d is not an attempt; attempts count from 1", e.Attempt)
+			return store.Invalid(at+".attempt", "%d is not an attempt; attempts count from 1", e.Attempt)
 		}
 		if e.Fencing < 1 {
-			return invalid(at+".fencing", "%d is not a granted fencing number; they count from 1", e.Fencing)
+			return store.Invalid(at+".fencing", "%d is not a granted fencing number; they count from 1", e.Fencing)
 		}
 	}
 	return nil
@@ -82,13 +83,13 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 		return err
 	}
 	runnerKey := c.agent.Org + "/" + c.agent.RunnerID
-	s.notify.enter(runnerKey)
+	s.notify.Enter(runnerKey)
 	s.metrics.polls.Inc()
 	defer func() {
-		s.notify.leave(runnerKey)
+		s.notify.Leave(runnerKey)
 		s.metrics.polls.Dec()
 	}()
-	onFreshStack(func() { forget, err = s.store.renewLeases(r.Context(), c.agent, &req, s.cfg.LeaseDuration) })
+	onFreshStack(func() { forget, err = s.store.RenewLeases(r.Context(), c.agent, &req, s.cfg.LeaseDuration) })
 	if err != nil {
 		return err
 	}
@@ -97,20 +98,20 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	defer timer.Stop()
 	last := wait <= 0
 	for {
-		woken := s.notify.watch(runnerKey)
+		woken := s.notify.Watch(runnerKey)
 		answered := false
 		onFreshStack(func() {
-			var a pollAnswer
-			a, err = s.store.offers(r.Context(), c.agent, &req)
+			var a store.PollAnswer
+			a, err = s.store.Offers(r.Context(), c.agent, &req)
 			if err != nil {
 				return
 			}
-			directives := append(append([]api.Directive{}, forget...), a.cancels...)
-			if a.queued > 0 || len(directives) > 0 || a.moveKey || last {
+			directives := append(append([]api.Directive{}, forget...), a.Cancels...)
+			if a.Queued > 0 || len(directives) > 0 || a.MoveKey || last {
 				writeJSON(w, http.StatusOK, api.PollResponse{
-					Offers: a.offers, Directives: directives, MaxConcurrency: a.maxConcurrency, ServerTime: s.store.timeNow(),
+					Offers: a.Offers, Directives: directives, MaxConcurrency: a.MaxConcurrency, ServerTime: s.store.TimeNow(),
 					Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
-					KeyFingerprints: keyFingerprintsFor(protocol, a.keyFingerprints),
+					KeyFingerprints: keyFingerprintsFor(protocol, a.KeyFingerprints),
 				})
 				answered = true
 			}
@@ -154,7 +155,7 @@ func (s *Server) startPoll(c *call, req *api.PollRequest) (int, error) {
 		msg := api.IncompatibleProtocolMessage(req.AgentVersion, stated, s.cfg.Version, s.cfg.AgentProtocols)
 		s.log.Warn("agent refused: incompatible agent protocol", "org", c.agent.Org, "runner_id", c.agent.RunnerID,
 			"agent_version", req.AgentVersion, "agent_protocol", stated.String(), "orchestrator_version", s.cfg.Version, "orchestrator_protocol", s.cfg.AgentProtocols.String())
-		return 0, refuse(http.StatusConflict, api.CodeIncompatibleProtocol, "%s", msg)
+		return 0, store.Refuse(api.CodeIncompatibleProtocol, "%s", msg)
 	}
 	return protocol, nil
 }
@@ -162,57 +163,57 @@ func (s *Server) startPoll(c *call, req *api.PollRequest) (int, error) {
 func validateClaim(req *api.ClaimRequest) error {
 	switch {
 	case req.Attempt < 1:
-		return invalid("attempt", "%d is not an attempt; claim the attempt the offer names (from 1)", req.Attempt)
+		return store.Invalid("attempt", "%d is not an attempt; claim the attempt the offer names (from 1)", req.Attempt)
 	case req.Instance == "":
-		return invalid("instance", "is required: name the agent process (its pod name), so retries of this claim are recognised")
+		return store.Invalid("instance", "is required: name the agent process (its pod name), so retries of this claim are recognised")
 	case len(req.Instance) > maxInstanceLen:
-		return invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
+		return store.Invalid("instance", "is %d characters; at most %d", len(req.Instance), maxInstanceLen)
 	}
 	return nil
 }
 
 func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {
 	return post(w, r, c, validateClaim, func(ctx context.Context, id string, req api.ClaimRequest) (*api.Claim, error) {
-		return s.store.claim(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+		return s.store.Claim(ctx, c.agent, id, req, s.cfg.LeaseDuration)
 	})
 }
 
 func validateEvent(req *api.EventRequest) error {
 	switch {
 	case req.Attempt < 1:
-		return invalid("attempt", "%d is not an attempt; attempts count from 1", req.Attempt)
+		return store.Invalid("attempt", "%d is not an attempt; attempts count from 1", req.Attempt)
 	case req.Fencing < 1:
-		return invalid("fencing", "%d is not a granted fencing number; send the one from the claim", req.Fencing)
+		return store.Invalid("fencing", "%d is not a granted fencing number; send the one from the claim", req.Fencing)
 	case req.Seq < 0:
-		return invalid("seq", "%d is negative; sequence numbers count from 0 per attempt", req.Seq)
+		return store.Invalid("seq", "%d is negative; sequence numbers count from 0 per attempt", req.Seq)
 	case len(req.Message) > maxEventMessageLen:
-		return invalid("message", "is %d bytes; at most %d", len(req.Message), maxEventMessageLen)
+		return store.Invalid("message", "is %d bytes; at most %d", len(req.Message), maxEventMessageLen)
 	case len(req.Reason) > maxEventReasonLen:
-		return invalid("reason", "is %d bytes; at most %d", len(req.Reason), maxEventReasonLen)
+		return store.Invalid("reason", "is %d bytes; at most %d", len(req.Reason), maxEventReasonLen)
 	}
 	switch req.Type {
 	case api.EventStarted, api.EventProgress:
 		if req.Result != "" {
-			return invalid("result", "is only allowed on %q events", api.EventFinished)
+			return store.Invalid("result", "is only allowed on %q events", api.EventFinished)
 		}
 	case api.EventFinished:
 		switch req.Result {
 		case api.StatusSucceeded, api.StatusFailed, api.StatusCanceled:
 		default:
-			return invalid("result", "%q is not a result; a finished event needs succeeded, failed or canceled", req.Result)
+			return store.Invalid("result", "%q is not a result; a finished event needs succeeded, failed or canceled", req.Result)
 		}
 	default:
-		return invalid("type", "%q is not an event type; use started, progress or finished", req.Type)
+		return store.Invalid("type", "%q is not an event type; use started, progress or finished", req.Type)
 	}
 	return nil
 }
 
 func (s *Server) event(w http.ResponseWriter, r *http.Request, c *call) error {
 	return post(w, r, c, validateEvent, func(ctx context.Context, id string, req api.EventRequest) (*api.EventResponse, error) {
-		out, err := s.store.recordEvent(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+		out, err := s.store.RecordEvent(ctx, c.agent, id, req, s.cfg.LeaseDuration)
 		if err == nil && req.Type == api.EventFinished {
 			// A slot is free again: a waiting poll may now hand out an offer.
-			s.notify.wake(c.agent.Org + "/" + c.agent.RunnerID)
+			s.notify.Wake(c.agent.Org + "/" + c.agent.RunnerID)
 		}
 		return out, err
 	})

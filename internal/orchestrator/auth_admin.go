@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // principal is who an admin request speaks for: the bootstrap admin token (--admin-token), which
@@ -33,8 +34,8 @@ func (p principal) reaches(org string) error {
 	if p.bootstrap || p.org == org {
 		return nil
 	}
-	r := notFound("not found: this organisation token reaches only organisation %q", p.org)
-	r.authReason = authReasonOtherOrg
+	r := store.NotFound("not found: this organisation token reaches only organisation %q", p.org)
+	r.AuthReason = store.AuthReasonOtherOrg
 	return r
 }
 
@@ -45,24 +46,24 @@ func (p principal) reaches(org string) error {
 func (s *Server) authenticateAdmin(r *http.Request) (principal, error) {
 	tok, ok := bearer(r)
 	if !ok {
-		return principal{}, &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
-			message: "missing admin token: send Authorization: Bearer <token> (the bootstrap admin token or an organisation token)"}
+		return principal{}, &store.Refusal{Code: api.CodeUnauthorized, AuthReason: store.AuthReasonAdminToken,
+			Message: "missing admin token: send Authorization: Bearer <token> (the bootstrap admin token or an organisation token)"}
 	}
 	if strings.HasPrefix(tok, api.OrgTokenPrefix) {
-		rec, err := s.store.orgTokenByHash(r.Context(), tokenHash(tok))
+		rec, err := s.store.OrgTokenByHash(r.Context(), store.TokenHash(tok))
 		if err != nil {
 			return principal{}, err
 		}
 		if rec == nil {
-			return principal{}, &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonOrgToken,
-				message: "the organisation token is not valid for this orchestrator: it was revoked, or never issued here"}
+			return principal{}, &store.Refusal{Code: api.CodeUnauthorized, AuthReason: store.AuthReasonOrgToken,
+				Message: "the organisation token is not valid for this orchestrator: it was revoked, or never issued here"}
 		}
 		return principal{org: rec.Org, tokenID: rec.ID, tokenName: rec.Name}, nil
 	}
 	given := sha256.Sum256([]byte(tok))
 	if subtle.ConstantTimeCompare(given[:], s.admin[:]) != 1 {
-		return principal{}, &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonAdminToken,
-			message: "the admin token is not valid for this orchestrator"}
+		return principal{}, &store.Refusal{Code: api.CodeUnauthorized, AuthReason: store.AuthReasonAdminToken,
+			Message: "the admin token is not valid for this orchestrator"}
 	}
 	return principal{bootstrap: true}, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 const pollPath = "/api/v1/agent/poll"
@@ -112,7 +113,7 @@ func TestAgentAuthRefusalsAre401AndCounted(t *testing.T) {
 
 func TestAgentURLDerivedFromHost(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.ExternalURL = "" })
+	h := newHarness(t, func(c *testConfig) { c.ExternalURL = "" })
 	a := h.setupRunner("acme", "r1", 1)
 	body := jsonBytes(t, api.PollRequest{CapacityFree: 1})
 	tok, err := a.signer.Sign("POST", h.hs.URL+pollPath, body)
@@ -159,12 +160,12 @@ func TestJobTokenRefusals(t *testing.T) {
 		tampered = c.JobToken[:len(c.JobToken)-2] + "BB"
 	}
 	for _, tok := range []string{"opj_garbage", tampered, h.token, ""} {
-		before := authFailures(h, authReasonJobToken)
+		before := authFailures(h, store.AuthReasonJobToken)
 		r := h.job(tok, http.MethodGet, "/api/v1/job/spec", "", nil)
 		if r.code != http.StatusUnauthorized {
 			t.Fatalf("token %.12q…: HTTP %d, want 401", tok, r.code)
 		}
-		if got := authFailures(h, authReasonJobToken) - before; got != 1 {
+		if got := authFailures(h, store.AuthReasonJobToken) - before; got != 1 {
 			t.Fatalf("job_token failures grew by %v, want 1", got)
 		}
 	}
@@ -180,12 +181,12 @@ func TestJobTokenRefusals(t *testing.T) {
 		t.Fatalf("log within the grace period: HTTP %d %s", r.code, r.body)
 	}
 	h.clock.Advance(2 * time.Minute)
-	before := authFailures(h, authReasonJobTokenExpired)
+	before := authFailures(h, store.AuthReasonJobTokenExpired)
 	r = h.appendLog(c.JobToken, 10, "later line\n")
 	if r.code != http.StatusUnauthorized || !strings.Contains(r.err(t).Message, "expired") {
 		t.Fatalf("log after the grace period: HTTP %d %s", r.code, r.body)
 	}
-	if got := authFailures(h, authReasonJobTokenExpired) - before; got != 1 {
+	if got := authFailures(h, store.AuthReasonJobTokenExpired) - before; got != 1 {
 		t.Fatalf("job_token_expired failures grew by %v, want 1", got)
 	}
 	if d := h.deployment(d.ID); d.LogSize != int64(len("late line\n")) {

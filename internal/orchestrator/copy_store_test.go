@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
 // TestCopyStoreKeepsEverything fills a bbolt orchestrator with deployments in every state, copies
@@ -49,14 +50,14 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	dir := src.cfg.DataDir
 	src.close()
 
-	n, err := CopyStore(t.Context(), dir, pgURL, false, io.Discard)
+	n, err := engines.CopyStore(t.Context(), dir, pgURL, false, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n.Deployments != 4 || n.Runners != 2 || n.OrgTokens != 1 || n.LogChunks != 8 || n.Events != 3 {
 		t.Fatalf("copied %+v", n)
 	}
-	dst := newHarness(t, func(c *Config) { c.DatabaseURL, c.Now = pgURL, src.clock.Now })
+	dst := newHarness(t, func(c *testConfig) { c.DatabaseURL, c.Now = pgURL, src.clock.Now })
 	for _, p := range reads {
 		if got := dst.admin(http.MethodGet, p, nil).body; !bytes.Equal(got, before[p]) {
 			t.Errorf("GET %s after the copy:\n%s\nbefore:\n%s", p, got, before[p])
@@ -80,7 +81,7 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	if list.Items[0].ID != newer.ID {
 		t.Fatalf("a deployment created after the copy is not listed first: %v", list.Items[0].ID)
 	}
-	if _, err := CopyStore(t.Context(), dir, pgURL, false, io.Discard); err == nil || !strings.Contains(err.Error(), "empty database") {
+	if _, err := engines.CopyStore(t.Context(), dir, pgURL, false, io.Discard); err == nil || !strings.Contains(err.Error(), "empty database") {
 		t.Fatalf("a second copy into the same database: %v", err)
 	}
 }

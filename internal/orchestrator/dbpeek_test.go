@@ -8,7 +8,10 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	bolt "go.etcd.io/bbolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/postgres"
+	"go.etcd.io/bbolt"
 )
 
 // What tests read of the database itself, on either engine.
@@ -17,7 +20,7 @@ import (
 var deploymentTables = []string{"deployments", "sources", "outputs", "events", "logs"}
 
 // pgRowsOf lists the tables holding a row of the deployment.
-func pgRowsOf(h *harness, pg *pgEngine, org, id string) []string {
+func pgRowsOf(h *harness, pg *postgres.Engine, org, id string) []string {
 	h.t.Helper()
 	var out []string
 	for _, table := range deploymentTables {
@@ -26,7 +29,7 @@ func pgRowsOf(h *harness, pg *pgEngine, org, id string) []string {
 			col = "id"
 		}
 		var n int
-		if err := pg.pool.QueryRow(h.t.Context(), "SELECT count(*) FROM "+table+" WHERE org = $1 AND "+col+" = $2", org, id).Scan(&n); err != nil {
+		if err := pg.Pool.QueryRow(h.t.Context(), "SELECT count(*) FROM "+table+" WHERE org = $1 AND "+col+" = $2", org, id).Scan(&n); err != nil {
 			h.t.Fatal(err)
 		}
 		for range n {
@@ -37,12 +40,12 @@ func pgRowsOf(h *harness, pg *pgEngine, org, id string) []string {
 }
 
 // pgRowCount counts the rows of deployments and their parts.
-func pgRowCount(h *harness, pg *pgEngine) int {
+func pgRowCount(h *harness, pg *postgres.Engine) int {
 	h.t.Helper()
 	total := 0
 	for _, table := range deploymentTables {
 		var n int
-		if err := pg.pool.QueryRow(h.t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		if err := pg.Pool.QueryRow(h.t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
 			h.t.Fatal(err)
 		}
 		total += n
@@ -54,17 +57,17 @@ func pgRowCount(h *harness, pg *pgEngine) int {
 // of every row of every table of the harness's PostgreSQL schema. It closes the harness.
 func storedBytes(h *harness) []byte {
 	h.t.Helper()
-	pg, ok := h.srv.store.eng.(*pgEngine)
+	pg, ok := h.eng.(*postgres.Engine)
 	if !ok {
 		h.close()
-		db, err := os.ReadFile(filepath.Join(h.cfg.DataDir, DBFile))
+		db, err := os.ReadFile(filepath.Join(h.cfg.DataDir, bolt.DBFile))
 		if err != nil {
 			h.t.Fatal(err)
 		}
 		return db
 	}
 	ctx := h.t.Context()
-	rows, err := pg.pool.Query(ctx, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
+	rows, err := pg.Pool.Query(ctx, "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()")
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -74,7 +77,7 @@ func storedBytes(h *harness) []byte {
 	}
 	var b strings.Builder
 	for _, table := range tables {
-		rows, err := pg.pool.Query(ctx, "SELECT t::text FROM "+pgx.Identifier{table}.Sanitize()+" t")
+		rows, err := pg.Pool.Query(ctx, "SELECT t::text FROM "+pgx.Identifier{table}.Sanitize()+" t")
 		if err != nil {
 			h.t.Fatal(err)
 		}
@@ -89,19 +92,19 @@ func storedBytes(h *harness) []byte {
 }
 
 // replayCount is the number of remembered agent token ids.
-func (s *store) replayCount(ctx context.Context) (int, error) {
-	if pg, ok := s.eng.(*pgEngine); ok {
+func replayCount(ctx context.Context, eng store.Engine) (int, error) {
+	if pg, ok := eng.(*postgres.Engine); ok {
 		var n int
-		err := pg.pool.QueryRow(ctx, "SELECT count(*) FROM replay").Scan(&n)
+		err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM replay").Scan(&n)
 		return n, err
 	}
-	b, ok := s.eng.(*boltEngine)
+	b, ok := eng.(*bolt.Engine)
 	if !ok {
 		return 0, errors.New("unknown engine")
 	}
 	n := 0
-	err := b.db.View(func(tx *bolt.Tx) error {
-		n = tx.Bucket(bReplay).Stats().KeyN
+	err := b.DB.View(func(tx *bbolt.Tx) error {
+		n = tx.Bucket(bolt.BucketReplay).Stats().KeyN
 		return nil
 	})
 	return n, err

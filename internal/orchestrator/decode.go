@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // decodeJSON decodes a request body strictly: unknown fields, wrong types, trailing data and
@@ -25,7 +26,7 @@ func decodeJSON(body []byte, v any) error {
 	err := dec.Decode(v)
 	if err == nil {
 		if _, extra := dec.Token(); !errors.Is(extra, io.EOF) {
-			return invalid("", "request body holds more than one JSON value; send exactly one object")
+			return store.Invalid("", "request body holds more than one JSON value; send exactly one object")
 		}
 		return nil
 	}
@@ -33,24 +34,24 @@ func decodeJSON(body []byte, v any) error {
 	var typ *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &syn):
-		return invalid("", "request body is not valid JSON: %s at byte %d", syn.Error(), syn.Offset)
+		return store.Invalid("", "request body is not valid JSON: %s at byte %d", syn.Error(), syn.Offset)
 	case errors.As(err, &typ):
 		field := typ.Field
 		if field == "" {
-			return invalid("", "request body must be a JSON %s, got %s", jsonKind(typ.Type), typ.Value)
+			return store.Invalid("", "request body must be a JSON %s, got %s", jsonKind(typ.Type), typ.Value)
 		}
-		return invalid(field, "must be %s, got %s", jsonKind(typ.Type), typ.Value)
+		return store.Invalid(field, "must be %s, got %s", jsonKind(typ.Type), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		return invalid("", "request body ends in the middle of a JSON value")
+		return store.Invalid("", "request body ends in the middle of a JSON value")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 		path := unknownFieldPath(body, reflect.TypeOf(v))
 		if path == "" {
 			path = name
 		}
-		return invalid(path, "unknown field %q; check the spelling against the API reference", path)
+		return store.Invalid(path, "unknown field %q; check the spelling against the API reference", path)
 	}
-	return invalid("", "request body cannot be decoded: %v", err)
+	return store.Invalid("", "request body cannot be decoded: %v", err)
 }
 
 func jsonKind(t reflect.Type) string {
@@ -192,7 +193,7 @@ func queryInt(r *http.Request, name string, def int64) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, invalid(name, "%q is not a non-negative integer", v)
+		return 0, store.Invalid(name, "%q is not a non-negative integer", v)
 	}
 	return n, nil
 }

@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
 )
 
 func eventPath(id string) string { return "/api/v1/agent/deployments/" + id + "/events" }
@@ -94,9 +96,9 @@ func TestEventCapPerAttempt(t *testing.T) {
 	d := h.deploy(api.OperationApply)
 	c := a.claim(d.ID, 1, "pod-a")
 	// All but the last event of the cap go straight into the store; the rest over HTTP.
-	if err := h.srv.store.update(t.Context(), func(tx storeTx) error {
-		for seq := range int64(MaxEventsPerAttempt - 1) {
-			if err := tx.putEvent("acme", d.ID, 1, seq, api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}); err != nil {
+	if err := h.srv.store.Update(t.Context(), func(tx store.Tx) error {
+		for seq := range int64(store.MaxEventsPerAttempt - 1) {
+			if err := tx.PutEvent("acme", d.ID, 1, seq, api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}); err != nil {
 				return err
 			}
 		}
@@ -107,22 +109,22 @@ func TestEventCapPerAttempt(t *testing.T) {
 	progress := func(seq int64) api.EventRequest {
 		return api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}}
 	}
-	a.mustOK(eventPath(d.ID), progress(MaxEventsPerAttempt-1), nil) // the last one within the cap
-	r := a.event(d.ID, progress(MaxEventsPerAttempt))
+	a.mustOK(eventPath(d.ID), progress(store.MaxEventsPerAttempt-1), nil) // the last one within the cap
+	r := a.event(d.ID, progress(store.MaxEventsPerAttempt))
 	if r.code != http.StatusConflict || !strings.Contains(r.err(t).Message, "1000 events, the most one attempt may record") {
 		t.Fatalf("an event beyond the cap: HTTP %d %s, want 409 naming the cap", r.code, r.body)
 	}
 	t.Logf("beyond the cap: HTTP %d %s", r.code, r.err(t).Message)
 	a.mustOK(eventPath(d.ID), progress(5), nil) // a resend of a stored one is still acknowledged
 	var resp api.EventResponse
-	a.mustOK(eventPath(d.ID), api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: MaxEventsPerAttempt + 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, &resp)
+	a.mustOK(eventPath(d.ID), api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: store.MaxEventsPerAttempt + 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, &resp)
 	if resp.Status != api.StatusSucceeded {
 		t.Fatalf("the finished event at the cap: %+v", resp)
 	}
 	var events api.List[api.Event]
 	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
-	if n := len(events.Items); n != MaxEventsPerAttempt+1 || events.Items[n-1].Type != api.EventFinished {
-		t.Fatalf("%d events stored (last %+v), want the cap of %d plus the finished event", n, events.Items[n-1], MaxEventsPerAttempt)
+	if n := len(events.Items); n != store.MaxEventsPerAttempt+1 || events.Items[n-1].Type != api.EventFinished {
+		t.Fatalf("%d events stored (last %+v), want the cap of %d plus the finished event", n, events.Items[n-1], store.MaxEventsPerAttempt)
 	}
 }
 
@@ -140,12 +142,12 @@ func TestConcurrentFinishedEventsShareCommits(t *testing.T) {
 		ids[i], fencing[i] = d.ID, a.claim(d.ID, 1, "pod-a").Lease.Fencing
 	}
 	txID := func() int {
-		be, ok := h.srv.store.eng.(*boltEngine)
+		be, ok := h.eng.(*bolt.Engine)
 		if !ok {
 			return 0
 		}
 		id := 0
-		if err := be.db.View(func(tx *bolt.Tx) error { id = tx.ID(); return nil }); err != nil {
+		if err := be.DB.View(func(tx *bbolt.Tx) error { id = tx.ID(); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		return id
@@ -157,7 +159,7 @@ func TestConcurrentFinishedEventsShareCommits(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			ev := api.EventRequest{Fencing: fencing[i], Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded}}
-			if _, err := h.srv.store.recordEvent(t.Context(), agentauth.Identity{Org: "acme", RunnerID: "r1"}, ids[i], ev, DefaultLeaseDuration); err != nil {
+			if _, err := h.srv.store.RecordEvent(t.Context(), agentauth.Identity{Org: "acme", RunnerID: "r1"}, ids[i], ev, DefaultLeaseDuration); err != nil {
 				t.Error(err)
 			}
 		})

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // The shapes the handlers share: decode and check the input, let the store act, answer with the
@@ -13,8 +14,8 @@ import (
 // wake.
 
 // create answers a create (POST): the JSON body decoded into In and checked with validate, then
-// stored; 201 with what store returns.
-func create[In, Out any](w http.ResponseWriter, r *http.Request, c *call, validate func(*In) error, store func(context.Context, In) (Out, error)) error {
+// stored; 201 with what save returns.
+func create[In, Out any](w http.ResponseWriter, r *http.Request, c *call, validate func(*In) error, save func(context.Context, In) (Out, error)) error {
 	var in In
 	if err := decodeJSON(c.body, &in); err != nil {
 		return err
@@ -22,13 +23,13 @@ func create[In, Out any](w http.ResponseWriter, r *http.Request, c *call, valida
 	if err := validate(&in); err != nil {
 		return err
 	}
-	return reply(r.Context(), w, http.StatusCreated, store, in)
+	return reply(r.Context(), w, http.StatusCreated, save, in)
 }
 
 // replace answers a full replacement (PUT) of the object named by the {id} path parameter. The
 // body's id (idOf) may be empty, which means the path's; any other id is refused, because an
 // object's id cannot change. what names the kind of object in that message.
-func replace[In, Out any](w http.ResponseWriter, r *http.Request, c *call, what string, idOf func(*In) *string, validate func(*In) error, store func(context.Context, In) (Out, error)) error {
+func replace[In, Out any](w http.ResponseWriter, r *http.Request, c *call, what string, idOf func(*In) *string, validate func(*In) error, save func(context.Context, In) (Out, error)) error {
 	id, in, err := decodeAt[In](r, c)
 	if err != nil {
 		return err
@@ -38,12 +39,12 @@ func replace[In, Out any](w http.ResponseWriter, r *http.Request, c *call, what 
 		*given = id
 	case id:
 	default:
-		return invalid("id", "%q does not match the id %q in the path; a %s's id cannot change", *given, id, what)
+		return store.Invalid("id", "%q does not match the id %q in the path; a %s's id cannot change", *given, id, what)
 	}
 	if err := validate(&in); err != nil {
 		return err
 	}
-	return reply(r.Context(), w, http.StatusOK, store, in)
+	return reply(r.Context(), w, http.StatusOK, save, in)
 }
 
 // read answers a GET or an action (POST without a body) on the object named by the {id} path

@@ -10,61 +10,52 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/storetest"
 )
 
 // externalURL is the base URL agent tokens are bound to in these tests; requests go to the
 // httptest port, so a restart on another port does not change what tokens name.
 const externalURL = "http://orchestrator.test:8700"
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Now().UTC().Truncate(time.Second)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // harness is a real server over real HTTP with a controllable clock and no background sweeper.
 type harness struct {
 	t     testing.TB
-	cfg   Config
-	clock *fakeClock
+	cfg   testConfig
+	eng   store.Engine // the engine the server runs on now
+	clock *storetest.Clock
 	srv   *Server
 	hs    *httptest.Server
 	token string
 }
 
-func newHarness(t testing.TB, adjust ...func(*Config)) *harness {
+// testConfig is a harness's server configuration and the database its engine opens (again on
+// every restart).
+type testConfig struct {
+	Config
+	DatabaseURL string
+}
+
+func newHarness(t testing.TB, adjust ...func(*testConfig)) *harness {
 	t.Helper()
-	clock := newClock()
-	cfg := Config{
+	clock := storetest.NewClock()
+	cfg := testConfig{Config: Config{
 		DataDir:       t.TempDir(),
-		DatabaseURL:   testDatabaseURL(t),
 		AdminToken:    "admin-token-for-tests-0123456789",
 		ExternalURL:   externalURL,
 		Now:           clock.Now,
 		SweepInterval: -1,
-	}
+	}, DatabaseURL: testDatabaseURL(t)}
 	for _, a := range adjust {
 		a(&cfg)
 	}
@@ -76,11 +67,17 @@ func newHarness(t testing.TB, adjust ...func(*Config)) *harness {
 
 func (h *harness) open() {
 	h.t.Helper()
-	srv, err := New(h.cfg)
+	eng, err := engines.Open(h.t.Context(), engines.Options{DataDir: h.cfg.DataDir, DatabaseURL: h.cfg.DatabaseURL, Logger: h.cfg.Logger})
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	h.srv = srv
+	cfg := h.cfg.Config
+	cfg.Engine = eng
+	srv, err := New(cfg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.srv, h.eng = srv, eng
 	h.hs = httptest.NewServer(srv.Handler())
 }
 
@@ -375,14 +372,14 @@ func authFailures(h *harness, reason string) float64 {
 }
 
 // boltDB is the bbolt database of a harness.
-func boltDB(h *harness) *bolt.DB {
+func boltDB(h *harness) *bbolt.DB {
 	h.t.Helper()
-	e, ok := h.srv.store.eng.(*boltEngine)
+	e, ok := h.eng.(*bolt.Engine)
 	if !ok {
 		h.t.Fatal("the test looks at bbolt's own layout; give it a harness on bbolt (onBolt)")
 	}
-	return e.db
+	return e.DB
 }
 
 // onBolt keeps a harness on bbolt in the PostgreSQL run too, for tests of bbolt's own layout.
-func onBolt(c *Config) { c.DatabaseURL = "" }
+func onBolt(c *testConfig) { c.DatabaseURL = "" }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // outputName is an HCL identifier, as Terraform and OpenTofu take output names: a Unicode
@@ -14,7 +15,7 @@ import (
 var outputName = regexp.MustCompile(`^[\p{L}\p{Nl}_][\p{L}\p{Nl}\p{Mn}\p{Mc}\p{Nd}\p{Pc}-]*$`)
 
 func (s *Server) jobSpec(w http.ResponseWriter, r *http.Request, c *call) error {
-	out, err := s.store.jobSpec(r.Context(), c.job, s.cfg.JobTokenGrace)
+	out, err := s.store.JobSpec(r.Context(), c.job, s.cfg.JobTokenGrace)
 	if err != nil {
 		return err
 	}
@@ -26,13 +27,13 @@ func (s *Server) jobSpec(w http.ResponseWriter, r *http.Request, c *call) error 
 func (s *Server) appendLog(w http.ResponseWriter, r *http.Request, c *call) error {
 	raw := r.URL.Query().Get(api.LogOffsetParam)
 	if raw == "" {
-		return invalid(api.LogOffsetParam, "is required: the byte offset of the body's first byte in this run's log")
+		return store.Invalid(api.LogOffsetParam, "is required: the byte offset of the body's first byte in this run's log")
 	}
 	offset, err := strconv.ParseInt(raw, 10, 64)
 	if err != nil || offset < 0 {
-		return invalid(api.LogOffsetParam, "%q is not a non-negative integer", raw)
+		return store.Invalid(api.LogOffsetParam, "%q is not a non-negative integer", raw)
 	}
-	out, err := s.store.appendLog(r.Context(), c.job, offset, c.body, s.cfg.JobTokenGrace)
+	out, err := s.store.AppendLog(r.Context(), c.job, offset, c.body, s.cfg.JobTokenGrace)
 	if err != nil {
 		return err
 	}
@@ -50,22 +51,22 @@ func (s *Server) putOutputs(w http.ResponseWriter, r *http.Request, c *call) err
 		return err
 	}
 	if outputs == nil {
-		return invalid("", "outputs must be a JSON object of name → {value, type, sensitive}")
+		return store.Invalid("", "outputs must be a JSON object of name → {value, type, sensitive}")
 	}
 	omitted := 0
 	if raw := r.URL.Query().Get(api.OutputsOmittedParam); raw != "" {
 		n, err := strconv.Atoi(raw)
 		if err != nil || n < 0 {
-			return invalid(api.OutputsOmittedParam, "%q is not a non-negative integer", raw)
+			return store.Invalid(api.OutputsOmittedParam, "%q is not a non-negative integer", raw)
 		}
 		omitted = n
 	}
 	for name, o := range outputs {
 		if !outputName.MatchString(name) {
-			return invalid(name, "is not a valid Terraform output name")
+			return store.Invalid(name, "is not a valid Terraform output name")
 		}
 		if len(o.Value) == 0 {
-			return invalid(name+".value", "is required (as `terraform output -json` prints it)")
+			return store.Invalid(name+".value", "is required (as `terraform output -json` prints it)")
 		}
 	}
 	if len(outputs) > api.MaxOutputs {
@@ -73,7 +74,7 @@ func (s *Server) putOutputs(w http.ResponseWriter, r *http.Request, c *call) err
 		outputs, dropped = outputs.Cap(api.MaxOutputs, api.MaxOutputsBytes)
 		omitted += len(dropped)
 	}
-	if err := s.store.putOutputs(r.Context(), c.job, outputs, omitted, s.cfg.JobTokenGrace); err != nil {
+	if err := s.store.PutOutputs(r.Context(), c.job, outputs, omitted, s.cfg.JobTokenGrace); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

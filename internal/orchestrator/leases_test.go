@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // holding is the held list entry of a claimed attempt.
@@ -88,7 +89,7 @@ func TestLeaseExpiryRules(t *testing.T) {
 			forgets[d.DeploymentID] = d.Reason
 		}
 	}
-	if forgets[c1.DeploymentID] != reasonLeaseLost || forgets[c2.DeploymentID] != reasonTerminal || len(forgets) != 2 {
+	if forgets[c1.DeploymentID] != store.ReasonLeaseLost || forgets[c2.DeploymentID] != store.ReasonTerminal || len(forgets) != 2 {
 		t.Fatalf("forget directives %v; want %s lease_lost and %s terminal only", forgets, c1.DeploymentID, c2.DeploymentID)
 	}
 	// Attempt 2 is offered again (oldest first) and gets a new, higher fencing number.
@@ -132,7 +133,7 @@ func TestExpiredLeaseSettlesWithoutSweeper(t *testing.T) {
 
 func TestSweeperRunsInBackground(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) {
+	h := newHarness(t, func(c *testConfig) {
 		c.SweepInterval = 20 * time.Millisecond
 		c.LeaseDuration = time.Second
 	})

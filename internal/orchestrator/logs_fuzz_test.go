@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // fuzzLogCap keeps the fuzzed logs short enough to cross the cap often.
@@ -22,7 +23,7 @@ func FuzzLogOffsets(f *testing.F) {
 	f.Add([]byte{4, 6, 'a', 0, 10, 'b', 30, 3, 'c', 2, 40, '\n', 0, 40, 'x'}, uint16(3), uint16(7))
 	// One server for every input (a server per input makes the fuzzer crawl); each input gets
 	// a deployment of its own, finished at the end so the next may claim the state key.
-	h := newHarness(f, func(c *Config) { c.LogCapBytes = fuzzLogCap })
+	h := newHarness(f, func(c *testConfig) { c.LogCapBytes = fuzzLogCap })
 	a := h.setupRunner("acme", "r1", 1)
 	f.Cleanup(func() { h.t = f }) // the server closes after the last input's test has ended
 	f.Fuzz(func(t *testing.T, ops []byte, readOff, readLimit uint16) {
@@ -113,5 +114,5 @@ func storedLog(stream []byte) []byte {
 	if out[len(out)-1] != '\n' {
 		out = append(out, '\n')
 	}
-	return append(out, truncationMarker(fuzzLogCap)...)
+	return append(out, store.TruncationMarker(fuzzLogCap)...)
 }

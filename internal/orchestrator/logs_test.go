@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // readLog reads a log of a deployment of acme.
@@ -103,7 +104,7 @@ func TestLogAppendByOffset(t *testing.T) {
 func TestLogCapTruncatesWithMarker(t *testing.T) {
 	t.Parallel()
 	const logCap = 32
-	h := newHarness(t, func(c *Config) { c.LogCapBytes = logCap })
+	h := newHarness(t, func(c *testConfig) { c.LogCapBytes = logCap })
 	a := h.setupRunner("acme", "r1", 1)
 	d := h.deploy(api.OperationPlan)
 	c := a.claim(d.ID, 1, "pod")
@@ -117,7 +118,7 @@ func TestLogCapTruncatesWithMarker(t *testing.T) {
 	if got := mustAppend(t, h, c.JobToken, 40, "more\n"); !got.Truncated || got.CommittedOffset != 45 {
 		t.Fatalf("append after truncation: %+v", got)
 	}
-	marker := truncationMarker(logCap)
+	marker := store.TruncationMarker(logCap)
 	want := strings.Repeat("a", 20) + strings.Repeat("b", 12) + "\n" + marker
 	a.mustOK("/api/v1/agent/deployments/"+d.ID+"/events", api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusFailed}}, nil)
 	chunk := h.readLog(d.ID, 0, 0)

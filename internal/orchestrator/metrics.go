@@ -10,6 +10,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // metrics are the orchestrator's Prometheus metrics, in a registry of its own so that several
@@ -32,10 +33,10 @@ var knownAuthReasons = []string{
 	string(agentauth.ReasonLifetime), string(agentauth.ReasonAudience), string(agentauth.ReasonReplayed),
 	string(agentauth.ReasonMethod), string(agentauth.ReasonURL), string(agentauth.ReasonBody),
 	string(agentauth.ReasonInternal),
-	authReasonAdminToken, authReasonOrgToken, authReasonOtherOrg, authReasonJobToken, authReasonJobTokenExpired, authReasonRunnerGone,
+	store.AuthReasonAdminToken, store.AuthReasonOrgToken, store.AuthReasonOtherOrg, store.AuthReasonJobToken, store.AuthReasonJobTokenExpired, store.AuthReasonRunnerGone,
 }
 
-func newMetrics(st *store) *metrics {
+func newMetrics(st *store.Store) *metrics {
 	m := &metrics{
 		registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -79,10 +80,10 @@ func newMetrics(st *store) *metrics {
 	return m
 }
 
-func (m *metrics) countPurged(p purged) {
-	m.purged.WithLabelValues("sources").Add(float64(p.sources))
-	m.purged.WithLabelValues("logs").Add(float64(p.logs))
-	m.purged.WithLabelValues("deployments").Add(float64(p.deployments))
+func (m *metrics) countPurged(p store.Purged) {
+	m.purged.WithLabelValues("sources").Add(float64(p.Sources))
+	m.purged.WithLabelValues("logs").Add(float64(p.Logs))
+	m.purged.WithLabelValues("deployments").Add(float64(p.Deployments))
 }
 
 func (m *metrics) observe(route string, code int, d time.Duration) {
@@ -94,7 +95,7 @@ func (m *metrics) observe(route string, code int, d time.Duration) {
 // deployments, so a scrape costs one small read, not a scan of every deployment. Its metric keeps
 // the name outpost_orchestrator_jobs: metric names stay stable.
 type deploymentsCollector struct {
-	st   *store
+	st   *store.Store
 	desc *prometheus.Desc
 }
 
@@ -103,7 +104,7 @@ func (c *deploymentsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.de
 func (c *deploymentsCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	counts, err := c.st.statusCounts(ctx)
+	counts, err := c.st.StatusCounts(ctx)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.desc, err)
 		return

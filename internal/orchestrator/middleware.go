@@ -20,6 +20,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // authKind says who may call a route.
@@ -66,10 +67,10 @@ type route struct {
 type call struct {
 	// body is the request body, read in full within the route's limit.
 	body  []byte
-	org   string             // admin routes
-	admin principal          // admin routes
-	agent agentauth.Identity // agent routes
-	job   jobTokenPayload    // job API routes
+	org   string                // admin routes
+	admin principal             // admin routes
+	agent agentauth.Identity    // agent routes
+	job   store.JobTokenPayload // job API routes
 }
 
 type infoKey struct{}
@@ -134,7 +135,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			s.log.Error("handler panicked", "request_id", info.id, "route", info.route, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			if sw.Status == 0 {
-				writeRefusal(sw, refuse(http.StatusInternalServerError, api.CodeInternal,
+				writeRefusal(sw, store.Refuse(api.CodeInternal,
 					"internal error; the orchestrator log has the details under request id %s", info.id))
 			}
 		}
@@ -156,7 +157,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}()
 	if !s.enter() {
 		sw.Header().Set("Retry-After", "1")
-		writeRefusal(sw, refuse(http.StatusServiceUnavailable, api.CodeUnavailable, "the orchestrator is shutting down; retry shortly"))
+		writeRefusal(sw, store.Refuse(api.CodeUnavailable, "the orchestrator is shutting down; retry shortly"))
 		return
 	}
 	defer s.inFlight.Done()
@@ -193,7 +194,7 @@ func (s *Server) notRouted(w http.ResponseWriter, r *http.Request, h http.Handle
 	h.ServeHTTP(c, r)
 	if c.code == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", c.h.Get("Allow"))
-		writeRefusal(w, refuse(http.StatusMethodNotAllowed, "method_not_allowed",
+		writeRefusal(w, store.Refuse(codeMethodNotAllowed,
 			"%s is not allowed on %s; allowed: %s", r.Method, r.URL.Path, c.h.Get("Allow")))
 		return
 	}
@@ -201,7 +202,7 @@ func (s *Server) notRouted(w http.ResponseWriter, r *http.Request, h http.Handle
 		h.ServeHTTP(w, r)
 		return
 	}
-	writeRefusal(w, notFound("no API route matches %s %s; see the OpenAPI document (internal/api/openapi.yaml)", r.Method, r.URL.Path))
+	writeRefusal(w, store.NotFound("no API route matches %s %s; see the OpenAPI document (internal/api/openapi.yaml)", r.Method, r.URL.Path))
 }
 
 // wrap is the per-route middleware: authentication, Content-Type, body limit, then the handler.
@@ -228,10 +229,10 @@ func (s *Server) wrap(rt route) http.Handler {
 
 // fail answers with err and counts refused credentials.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if ref, ok := asRefusal(err); ok && ref.authReason != "" {
-		s.metrics.authFailures.WithLabelValues(ref.authReason).Inc()
+	if ref, ok := store.AsRefusal(err); ok && ref.AuthReason != "" {
+		s.metrics.authFailures.WithLabelValues(ref.AuthReason).Inc()
 		s.log.Warn("credentials refused", "request_id", requestID(r.Context()), "route", routeOf(r.Context()),
-			"reason", ref.authReason, "remote", r.RemoteAddr)
+			"reason", ref.AuthReason, "remote", r.RemoteAddr)
 	}
 	writeError(w, r, s.log, err)
 }
@@ -261,13 +262,13 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 			// An organisation token's organisation exists (the token is in it); the bootstrap
 			// token reaches any name, so a mistyped one would read as an empty organisation.
 			if p.bootstrap && !rt.newOrg {
-				if err := s.store.checkOrg(r.Context(), c.org); err != nil {
+				if err := s.store.CheckOrg(r.Context(), c.org); err != nil {
 					return err
 				}
 			}
 		}
 		if rt.bootstrap && !p.bootstrap {
-			return refuse(http.StatusForbidden, api.CodeForbidden,
+			return store.Refuse(api.CodeForbidden,
 				"only the bootstrap admin token (--admin-token) manages organisation tokens; an organisation token cannot")
 		}
 		connguard.Authenticated(r.Context(), "admin "+p.String())
@@ -280,16 +281,16 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 	case authJob:
 		raw, ok := bearer(r)
 		if !ok {
-			return &refusal{status: http.StatusUnauthorized, code: api.CodeUnauthorized, authReason: authReasonJobToken,
-				message: "missing job token: send Authorization: Bearer opj_<token> (the token from the claim)"}
+			return &store.Refusal{Code: api.CodeUnauthorized, AuthReason: store.AuthReasonJobToken,
+				Message: "missing job token: send Authorization: Bearer opj_<token> (the token from the claim)"}
 		}
-		payload, err := parseJobToken(s.store.secret, raw)
+		payload, err := s.store.ParseJobToken(raw)
 		if err != nil {
 			return err
 		}
 		if rt.body != bodyNone {
 			// A token of an attempt that was superseded or ended long ago gets no body read.
-			if err := s.store.checkJobGrant(r.Context(), payload, s.cfg.JobTokenGrace); err != nil {
+			if err := s.store.CheckJobGrant(r.Context(), payload, s.cfg.JobTokenGrace); err != nil {
 				return err
 			}
 		}
@@ -319,14 +320,14 @@ func agentRefusal(err error) error {
 		return err
 	}
 	if ae.Reason == agentauth.ReasonInternal {
-		return &refusal{status: http.StatusServiceUnavailable, code: api.CodeUnavailable, message: ae.Error(), authReason: string(ae.Reason)}
+		return &store.Refusal{Code: api.CodeUnavailable, Message: ae.Error(), AuthReason: string(ae.Reason)}
 	}
 	code := api.CodeUnauthorized
 	if ae.Reason == agentauth.ReasonUnknownKey {
 		// Typed, so an agent holding another key tries it at once (agentauth.Signer.Refused).
 		code = api.CodeUnknownKey
 	}
-	return &refusal{status: http.StatusUnauthorized, code: code, message: ae.Error(), authReason: string(ae.Reason)}
+	return &store.Refusal{Code: code, Message: ae.Error(), AuthReason: string(ae.Reason)}
 }
 
 func bearer(r *http.Request) (string, bool) {
@@ -348,7 +349,7 @@ func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" || r.ContentLength != 0 {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != rt.body {
-			return refuse(http.StatusUnsupportedMediaType, api.CodeMediaType,
+			return store.Refuse(api.CodeMediaType,
 				"Content-Type must be %s for %s, got %q", rt.body, rt.pattern, ct)
 		}
 	}
@@ -358,13 +359,13 @@ func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 		var netErr net.Error
 		switch {
 		case errors.As(err, &tooBig):
-			return refuse(http.StatusRequestEntityTooLarge, api.CodeTooLarge,
+			return store.Refuse(api.CodeTooLarge,
 				"request body is larger than the limit of %s for %s", humanBytes(rt.limit), rt.pattern)
 		case errors.As(err, &netErr) && netErr.Timeout():
-			return refuse(http.StatusRequestTimeout, api.CodeRequestTimeout,
+			return store.Refuse(api.CodeRequestTimeout,
 				"the request body did not arrive within the orchestrator's read timeout; send it at once, not piece by piece")
 		}
-		return refuse(http.StatusBadRequest, api.CodeInvalid, "reading the request body failed: %v", err)
+		return store.Refuse(api.CodeInvalid, "reading the request body failed: %v", err)
 	}
 	infoOf(r.Context()).bodyRead = true
 	w.Header().Del("Connection")
@@ -372,7 +373,7 @@ func readBody(w http.ResponseWriter, r *http.Request, rt route, c *call) error {
 	// watched for the client going away, which a long poll must see for its whole 30 s.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if rt.body == bodyJSON && len(data) == 0 {
-		return invalid("", "request body is required: send a JSON object")
+		return store.Invalid("", "request body is required: send a JSON object")
 	}
 	c.body = data
 	return nil

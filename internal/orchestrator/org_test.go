@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // orgToken creates an organisation token with the bootstrap admin token.
@@ -81,7 +82,7 @@ func TestOrgTokenSeesNothingOfAnotherOrg(t *testing.T) {
 		{"POST", beta1 + "/tokens", api.OrgTokenInput{Name: "mine-now"}},
 		{"DELETE", beta1 + "/tokens/" + beta.ID, nil},
 	}
-	otherOrgBefore := authFailures(h, authReasonOtherOrg)
+	otherOrgBefore := authFailures(h, store.AuthReasonOtherOrg)
 	var first []byte
 	for _, at := range attempts {
 		r := h.as(acme.Token, at.method, at.path, at.body)
@@ -107,7 +108,7 @@ func TestOrgTokenSeesNothingOfAnotherOrg(t *testing.T) {
 			t.Errorf("GET %s: HTTP %d %s; want the same 404 as for existing objects", p, r.code, r.body)
 		}
 	}
-	if got := authFailures(h, authReasonOtherOrg) - otherOrgBefore; got != float64(len(attempts)+3) {
+	if got := authFailures(h, store.AuthReasonOtherOrg) - otherOrgBefore; got != float64(len(attempts)+3) {
 		t.Errorf("auth_failures_total{reason=other_org} grew by %v, want %d", got, len(attempts)+3)
 	}
 	if after := everythingIn(h, "beta"); after != before {
@@ -176,12 +177,12 @@ func TestOrgTokenLifecycle(t *testing.T) {
 		t.Fatalf("ci token after a restart: HTTP %d %s", r.code, r.body)
 	}
 	h.mustAdmin(http.MethodDelete, orgPath("acme")+"/tokens/"+ci.ID, nil, http.StatusNoContent, nil)
-	before := authFailures(h, authReasonOrgToken)
+	before := authFailures(h, store.AuthReasonOrgToken)
 	r = h.as(ci.Token, "GET", orgPath("acme")+"/runners", nil)
 	if r.code != http.StatusUnauthorized || !strings.Contains(r.err(t).Message, "revoked") {
 		t.Fatalf("revoked token: HTTP %d %s", r.code, r.body)
 	}
-	if got := authFailures(h, authReasonOrgToken) - before; got != 1 {
+	if got := authFailures(h, store.AuthReasonOrgToken) - before; got != 1 {
 		t.Fatalf("org_token failures grew by %v, want 1", got)
 	}
 	if r := h.as(prod.Token, "GET", orgPath("acme")+"/runners", nil); r.code != http.StatusOK {

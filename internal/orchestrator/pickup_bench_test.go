@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/postgres"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/pgtest"
 )
 
@@ -44,16 +45,16 @@ func TestPickupLatency(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := replicasAt(t, pgURL, 3)
-	var engines []*pgEngine
+	var engines []*postgres.Engine
 	for _, h := range rs {
-		if e, ok := h.srv.store.eng.(*pgEngine); ok {
+		if e, ok := h.eng.(*postgres.Engine); ok {
 			engines = append(engines, e)
 		}
 	}
 	three := pickup(t, rs, n, true)
 	var retries int64
 	for _, e := range engines {
-		retries += e.retries.Load()
+		retries += e.Retries()
 	}
 	ratio50, ratio95 := float64(three.p50)/float64(single.p50), float64(three.p95)/float64(single.p95)
 	fmt.Printf("pickup latency, %d deployments:\n  bbolt, 1 orchestrator:               p50 %s  p95 %s  max %s  (%s in all)\n"+

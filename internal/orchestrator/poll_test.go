@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 func offerIDs(offers []api.Offer) []string {
@@ -21,7 +22,7 @@ func offerIDs(offers []api.Offer) []string {
 func waitPolling(t *testing.T, h *harness, runner string, done <-chan result) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !h.srv.notify.polling(runner) {
+	for !h.srv.notify.Polling(runner) {
 		select {
 		case r := <-done:
 			t.Fatalf("poll ended before it was held: HTTP %d %s %v", r.code, r.body, r.err)
@@ -202,7 +203,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("claimed deployment after cancel: %+v", d)
 	}
 	resp := a.poll(api.PollRequest{CapacityFree: 1, WaitSeconds: 5, Held: []api.HeldAttempt{holding(c, true)}})
-	want := api.Directive{Type: api.DirectiveCancel, DeploymentID: held.ID, Attempt: 1, Reason: reasonCancelRequested}
+	want := api.Directive{Type: api.DirectiveCancel, DeploymentID: held.ID, Attempt: 1, Reason: store.ReasonCancelRequested}
 	if len(resp.Directives) != 1 || resp.Directives[0] != want || len(resp.Offers) != 0 {
 		t.Fatalf("poll after cancel: %+v, want only %+v", resp, want)
 	}
@@ -316,7 +317,7 @@ func TestLostClaimIsOfferedAgainToItsInstance(t *testing.T) {
 	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2}); len(resp.Offers) != 0 {
 		t.Fatalf("offered %v right after the claim; a claim answer may still be on its way", offerIDs(resp.Offers))
 	}
-	h.clock.Advance(reofferAfter)
+	h.clock.Advance(store.ReofferAfter)
 	if resp := a.poll(api.PollRequest{Instance: "agent-1", CapacityFree: 2}); len(resp.Offers) != 0 {
 		t.Fatalf("offered %v to another instance, which must wait for the job lease", offerIDs(resp.Offers))
 	}
@@ -334,7 +335,7 @@ func TestLostClaimIsOfferedAgainToItsInstance(t *testing.T) {
 	// Once started, it is not offered again even if the instance stops restating it (the Job
 	// exists; a lost Job is the job lease's business).
 	a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2, Held: []api.HeldAttempt{holding(c, true)}})
-	h.clock.Advance(reofferAfter)
+	h.clock.Advance(store.ReofferAfter)
 	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2}); len(resp.Offers) != 0 {
 		t.Fatalf("a started attempt was offered again: %v", offerIDs(resp.Offers))
 	}

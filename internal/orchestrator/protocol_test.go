@@ -14,7 +14,7 @@ import (
 // nothing and marks the runner seen by no agent.
 func TestPollNegotiatesTheAgentProtocol(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) { c.Version, c.AgentProtocols = "2.0.0", api.ProtocolRange{Min: 2, Max: 3} })
+	h := newHarness(t, func(c *testConfig) { c.Version, c.AgentProtocols = "2.0.0", api.ProtocolRange{Min: 2, Max: 3} })
 	a := h.setupRunner("acme", "r1", 1)
 
 	for _, c := range []struct {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // TestOrgQuotas (N3): one organisation cannot store beyond its quotas of state storages,
@@ -14,8 +15,8 @@ import (
 // organisation is not held back. Runs on bbolt and on PostgreSQL.
 func TestOrgQuotas(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) {
-		c.Quotas = Quotas{Runners: 2, StateStorages: 2, QueuedDeployments: 3, LogBytes: 100}
+	h := newHarness(t, func(c *testConfig) {
+		c.Quotas = store.Quotas{Runners: 2, StateStorages: 2, QueuedDeployments: 3, LogBytes: 100}
 	})
 	refused := func(what string, r response, flag string) {
 		t.Helper()
@@ -78,7 +79,7 @@ func TestOrgQuotas(t *testing.T) {
 	}
 	// Room in the queue again: only the log quota stands in the way.
 	h.mustAdmin(http.MethodPost, orgPath("acme")+"/deployments/"+ds[1].ID+"/cancel", nil, http.StatusOK, nil)
-	h.clock.Advance(2 * logUsageTTL)
+	h.clock.Advance(2 * store.LogUsageTTL)
 	before = everything(h)
 	refused("a deployment with the organisation's logs at the quota", deploy(), "--max-log-bytes-per-org")
 	if after := everything(h); after != before {

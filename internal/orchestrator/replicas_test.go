@@ -26,7 +26,7 @@ func replicasAt(t *testing.T, pgURL string, n int) []*harness {
 	t.Helper()
 	var hs []*harness
 	for i := range n {
-		h := newHarness(t, func(c *Config) {
+		h := newHarness(t, func(c *testConfig) {
 			c.DatabaseURL = pgURL
 			if i > 0 {
 				c.Now = hs[0].clock.Now

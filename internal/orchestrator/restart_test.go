@@ -110,7 +110,7 @@ func TestRestartKeepsEverything(t *testing.T) {
 	if d := h.deployment(apply.ID); d.Status != api.StatusLost {
 		t.Fatalf("apply after its lease ran out across a restart: %s", d.Status)
 	}
-	counts, err := h.srv.store.statusCounts(t.Context())
+	counts, err := h.srv.store.StatusCounts(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,17 +126,17 @@ func TestReplayIDsArePurgedAfterExpiry(t *testing.T) {
 	for range 3 {
 		a.poll(api.PollRequest{})
 	}
-	n, err := h.srv.store.replayCount(t.Context())
+	n, err := replayCount(t.Context(), h.eng)
 	if err != nil || n != 3 {
 		t.Fatalf("remembered ids %d (%v), want 3", n, err)
 	}
 	h.sweep()
-	if n, _ := h.srv.store.replayCount(t.Context()); n != 3 {
+	if n, _ := replayCount(t.Context(), h.eng); n != 3 {
 		t.Fatalf("ids purged before their tokens expired: %d left", n)
 	}
 	h.clock.Advance(3 * time.Minute)
 	h.sweep()
-	if n, _ := h.srv.store.replayCount(t.Context()); n != 0 {
+	if n, _ := replayCount(t.Context(), h.eng); n != 0 {
 		t.Fatalf("%d ids left after their tokens expired", n)
 	}
 }

@@ -10,9 +10,13 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/bbolt"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/postgres"
 )
 
 // runToEnd queues an apply on acme/r1 with a secret variable, runs it through claim, logs (one
@@ -45,12 +49,12 @@ func runToEnd(h *harness, a *agent, logLines int) api.Deployment {
 // keysOf lists every key of the database that names the deployment, bucket by bucket.
 func keysOf(h *harness, org, id string) []string {
 	h.t.Helper()
-	if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+	if pg, ok := h.eng.(*postgres.Engine); ok {
 		return pgRowsOf(h, pg, org, id)
 	}
 	var out []string
-	err := boltDB(h).View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+	err := boltDB(h).View(func(tx *bbolt.Tx) error {
+		return tx.ForEach(func(name []byte, b *bbolt.Bucket) error {
 			return b.ForEach(func(k, v []byte) error {
 				if bytes.Contains(k, []byte(org+"/"+id)) || (bytes.HasPrefix(k, []byte(org+"/")) && string(v) == id) {
 					out = append(out, string(name))
@@ -67,8 +71,8 @@ func keysOf(h *harness, org, id string) []string {
 
 func TestRetentionPurgesSourcesThenLogsThenDeployments(t *testing.T) {
 	t.Parallel()
-	ret := Retention{Sources: time.Hour, Logs: 48 * time.Hour, Deployments: 7 * 24 * time.Hour}
-	h := newHarness(t, func(c *Config) { c.Retention = ret; c.PurgeBatch = 5 })
+	ret := store.Retention{Sources: time.Hour, Logs: 48 * time.Hour, Deployments: 7 * 24 * time.Hour}
+	h := newHarness(t, func(c *testConfig) { c.Retention = ret; c.PurgeBatch = 5 })
 	a := h.setupRunner("acme", "r1", 2)
 	ended := runToEnd(h, a, 12)
 	// A deployment that has not ended (queued: no job lease to keep alive across the jumps of
@@ -144,8 +148,8 @@ func TestRetentionPurgesSourcesThenLogsThenDeployments(t *testing.T) {
 
 func TestRetentionKeepForeverAndValidation(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *Config) {
-		c.Retention = Retention{Sources: KeepForever, Logs: KeepForever, Deployments: KeepForever}
+	h := newHarness(t, func(c *testConfig) {
+		c.Retention = store.Retention{Sources: store.KeepForever, Logs: store.KeepForever, Deployments: store.KeepForever}
 	})
 	a := h.setupRunner("acme", "r1", 1)
 	d := runToEnd(h, a, 2)
@@ -154,7 +158,11 @@ func TestRetentionKeepForeverAndValidation(t *testing.T) {
 	if got := h.deployment(d.ID); got.Source.Inline == nil || got.LogSize != d.LogSize {
 		t.Fatalf("kept forever, yet after ten years: %+v", got)
 	}
-	_, err := New(Config{DataDir: t.TempDir(), AdminToken: h.token, Retention: Retention{Logs: time.Minute}})
+	eng, err := engines.Open(t.Context(), engines.Options{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Config{Engine: eng, DataDir: t.TempDir(), AdminToken: h.token, Retention: store.Retention{Logs: time.Minute}})
 	if err == nil || !strings.Contains(err.Error(), "log retention") {
 		t.Fatalf("log retention shorter than the job token grace: %v", err)
 	}
@@ -164,17 +172,17 @@ func TestRetentionKeepForeverAndValidation(t *testing.T) {
 // are indexed once when the database is opened, and then purged like any other.
 func TestRetentionBackfillsOldDatabases(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, onBolt, func(c *Config) { c.Retention = Retention{Sources: time.Hour} })
+	h := newHarness(t, onBolt, func(c *testConfig) { c.Retention = store.Retention{Sources: time.Hour} })
 	a := h.setupRunner("acme", "r1", 1)
 	d := runToEnd(h, a, 1)
 	// Make it look like a database written before retention: no index entries, no marker.
-	if err := boltDB(h).Update(func(tx *bolt.Tx) error {
-		for _, b := range purgeBuckets {
+	if err := boltDB(h).Update(func(tx *bbolt.Tx) error {
+		for _, b := range bolt.PurgeBuckets {
 			if err := tx.DeleteBucket(b); err != nil {
 				return err
 			}
 		}
-		return tx.Bucket(bMeta).Delete(metaEndedIndexed)
+		return tx.Bucket(bolt.BucketMeta).Delete(bolt.MetaEndedIndexed)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +200,8 @@ func TestRetentionBackfillsOldDatabases(t *testing.T) {
 func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	t.Parallel()
 	const budget, deployments, lines = 10, 6, 30
-	ret := Retention{Sources: KeepForever, Logs: KeepForever, Deployments: time.Hour}
-	h := newHarness(t, func(c *Config) { c.Retention = ret; c.PurgeBatch = budget })
+	ret := store.Retention{Sources: store.KeepForever, Logs: store.KeepForever, Deployments: time.Hour}
+	h := newHarness(t, func(c *testConfig) { c.Retention = ret; c.PurgeBatch = budget })
 	a := h.setupRunner("acme", "r1", deployments)
 	var ids []string
 	for range deployments {
@@ -201,12 +209,12 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	}
 	h.clock.Advance(2 * time.Hour)
 	countKeys := func() int {
-		if pg, ok := h.srv.store.eng.(*pgEngine); ok {
+		if pg, ok := h.eng.(*postgres.Engine); ok {
 			return pgRowCount(h, pg)
 		}
 		n := 0
-		_ = boltDB(h).View(func(tx *bolt.Tx) error {
-			return tx.ForEach(func(_ []byte, b *bolt.Bucket) error {
+		_ = boltDB(h).View(func(tx *bbolt.Tx) error {
+			return tx.ForEach(func(_ []byte, b *bbolt.Bucket) error {
 				n += b.Stats().KeyN
 				return nil
 			})
@@ -237,15 +245,15 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 		}
 	}()
 	batches, start := 0, time.Now()
-	var total purged
+	var total store.Purged
 	for {
 		before := countKeys()
-		done, more, err := h.srv.store.purgeBatch(t.Context(), h.srv.cfg.Retention, budget)
+		done, more, err := h.srv.store.PurgeBatch(t.Context(), h.srv.cfg.Retention, budget)
 		if err != nil {
 			t.Fatal(err)
 		}
 		batches++
-		total.add(done)
+		total.Add(done)
 		// The keys this batch deleted; the writer's creates running alongside only add keys, so
 		// this never overstates the batch.
 		deleted := before - countKeys()
@@ -262,8 +270,8 @@ func TestPurgeWorksInBoundedBatches(t *testing.T) {
 	took := time.Since(start)
 	close(stop)
 	wg.Wait()
-	if total.deployments != deployments {
-		t.Fatalf("purged %d deployments, want %d", total.deployments, deployments)
+	if total.Deployments != deployments {
+		t.Fatalf("purged %d deployments, want %d", total.Deployments, deployments)
 	}
 	for _, id := range ids {
 		if left := keysOf(h, "acme", id); len(left) != 0 {

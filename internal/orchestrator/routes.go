@@ -66,7 +66,7 @@ func (s *Server) routeTable() []route {
 // handleHealth answers 200 while the database answers, so a supervisor restarts an orchestrator
 // whose storage broke.
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request, _ *call) error {
-	if _, err := s.store.statusCounts(r.Context()); err != nil {
+	if _, err := s.store.StatusCounts(r.Context()); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

@@ -1,16 +1,19 @@
-// Package orchestrator is the reference Outpost orchestrator: the whole HTTP API (admin, agent
-// and job sides) over a bbolt database in a data directory, or over PostgreSQL for several
-// replicas, so a restart loses nothing — not the queue, not the leases and fencing numbers, not
-// the agent token ids already seen.
+// Package orchestrator is the reference Outpost orchestrator's HTTP face: the whole HTTP API
+// (admin, agent and job sides: routes, handlers, authentication, limits, TLS, metrics) and the
+// sweeper, over the rules of package store on a storage engine — a bbolt database in a data
+// directory, or PostgreSQL for several replicas — so a restart loses nothing: not the queue, not
+// the leases and fencing numbers, not the agent token ids already seen.
 //
 // It exists so that the provider, the agent and the end-to-end tests run against a real server
-// rather than a mock, and so a small team can self-host it. Start one with New and serve
-// Handler; package orchestratortest starts one on a loopback port for tests.
+// rather than a mock, and so a small team can self-host it. Open an engine with
+// store/engines.Open, start a server on it with New and serve Handler; package
+// orchestratortest starts one on a loopback port for tests.
 package orchestrator
 
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -40,61 +44,16 @@ const (
 	MinAdminTokenLength = 16
 	// DefaultPurgeBatch is how many keys one purge transaction deletes at most.
 	DefaultPurgeBatch = 1000
-	// MaxEventsPerAttempt caps the events one attempt may record; beyond it only its finished
-	// event is taken, so an agent cannot grow the database without bound.
-	MaxEventsPerAttempt = 1000
 )
-
-// Defaults of Retention, counted from a deployment's end.
-const (
-	// DefaultSourceRetention is short: sources and variables can hold secrets, and nothing needs
-	// them once the attempt's job runner is done.
-	DefaultSourceRetention     = time.Hour
-	DefaultLogRetention        = 30 * 24 * time.Hour
-	DefaultDeploymentRetention = 90 * 24 * time.Hour
-	// KeepForever, as a Retention field, keeps that part of ended deployments for good.
-	KeepForever time.Duration = -1
-)
-
-// Retention says how long the parts of an ended deployment are kept, counted from its end. The
-// background sweep deletes what is due in bounded batches. Zero fields take the defaults;
-// KeepForever (any negative value) keeps that part.
-type Retention struct {
-	// Sources is how long the source and the variables are kept.
-	Sources time.Duration
-	// Logs is how long the log and the events are kept; at least JobTokenGrace, so the job
-	// runner's last lines cannot land after the purge.
-	Logs time.Duration
-	// Deployments is how long the deployment itself (with its outputs) is kept; after that it
-	// is gone, and reads of it get 404.
-	Deployments time.Duration
-}
-
-func (r Retention) withDefaults() Retention {
-	set := func(d *time.Duration, def time.Duration) {
-		switch {
-		case *d == 0:
-			*d = def
-		case *d < 0:
-			*d = KeepForever
-		}
-	}
-	set(&r.Sources, DefaultSourceRetention)
-	set(&r.Logs, DefaultLogRetention)
-	set(&r.Deployments, DefaultDeploymentRetention)
-	return r
-}
 
 // Config configures a Server. Zero values take the defaults above.
 type Config struct {
-	// DataDir holds orchestrator.db; it is created when missing. Unused with DatabaseURL.
+	// Engine is where the records live: bbolt in a data directory, or PostgreSQL for several
+	// replicas (store/engines.Open opens the one a configuration names). The server closes it.
+	Engine store.Engine
+	// DataDir holds the signing secret file unless SigningSecretFile names another (and the
+	// engine keeps no secret of its own).
 	DataDir string
-	// DatabaseURL, when set, keeps everything in PostgreSQL instead of DataDir (a libpq URL or
-	// keyword/value string), so that several replicas can serve the same organisations.
-	DatabaseURL string
-	// DatabaseInsecureTLS lets DatabaseURL reach a server off loopback without verified TLS
-	// (sslmode other than verify-full); only when the operator asked for it by name.
-	DatabaseInsecureTLS bool
 	// SigningSecretFile holds the secret that signs job tokens, apart from the database; empty
 	// means SigningSecretFile in DataDir. It is created on first start unless it exists (a
 	// mounted Secret, say).
@@ -120,9 +79,9 @@ type Config struct {
 	// applied; negative disables the background sweeper (tests then call Sweep).
 	SweepInterval time.Duration
 	// Retention says how long ended deployments, their sources, logs and events are kept.
-	Retention Retention
+	Retention store.Retention
 	// Quotas bound what one organisation can store.
-	Quotas Quotas
+	Quotas store.Quotas
 	// PurgeBatch is the most keys one purge transaction deletes (DefaultPurgeBatch when zero),
 	// so a large purge never holds the database's write lock for long.
 	PurgeBatch int
@@ -138,9 +97,9 @@ type Config struct {
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	store    *store
+	store    *store.Store
 	metrics  *metrics
-	notify   *notifier
+	notify   *store.Notifier
 	verifier *agentauth.Verifier
 	mux      *http.ServeMux
 	routes   []route
@@ -155,9 +114,18 @@ type Server struct {
 	sweepDone chan struct{}
 }
 
-// New opens (or creates) the database in cfg.DataDir and returns a server whose background
-// sweeper is running. Close it to release the database.
-func New(cfg Config) (*Server, error) {
+// New returns a server over cfg.Engine whose background sweeper is running. The server owns the
+// engine from then on, also when New fails: Close (or the failure) closes it.
+func New(cfg Config) (_ *Server, err error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("no storage engine: open one (bbolt or PostgreSQL) and set Config.Engine")
+	}
+	defer func() {
+		if err != nil {
+			_ = cfg.Engine.Close()
+		}
+	}()
+	eng := cfg.Engine
 	if len(cfg.AdminToken) < MinAdminTokenLength {
 		return nil, fmt.Errorf("admin token must be at least %d characters; use a long random value", MinAdminTokenLength)
 	}
@@ -191,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.PurgeBatch <= 0 {
 		cfg.PurgeBatch = DefaultPurgeBatch
 	}
-	cfg.Retention = cfg.Retention.withDefaults()
+	cfg.Retention = cfg.Retention.WithDefaults()
 	if l := cfg.Retention.Logs; l >= 0 && l < cfg.JobTokenGrace {
 		return nil, fmt.Errorf("log retention %s is shorter than the %s a job token stays valid after the end; keep logs at least that long", l, cfg.JobTokenGrace)
 	}
@@ -203,39 +171,33 @@ func New(cfg Config) (*Server, error) {
 		}
 		external = u
 	}
-	st, err := openStore(context.Background(), cfg)
-	if err != nil {
-		return nil, err
-	}
 	// The secret signing job tokens lives apart from the database in a file, except on
 	// PostgreSQL without --signing-secret-file: every replica must share it, and the database
 	// is what they share (it is then as sensitive as a data directory; see SECURITY.md).
-	var legacy legacySecrets // an older bbolt database may still hold the secret
-	if b, ok := st.eng.(*boltEngine); ok {
-		legacy = b
-	}
+	legacy, _ := eng.(store.LegacySecrets) // an older bbolt database may still hold the secret
+	var secret []byte
 	switch {
 	case cfg.SigningSecretFile != "":
-		st.secret, err = openSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
-	case cfg.DatabaseURL != "":
-		st.secret = st.eng.secret()
+		secret, err = store.OpenSigningSecret(cfg.SigningSecretFile, legacy, cfg.Logger)
+	case eng.Secret() != nil:
+		secret = eng.Secret()
 	default:
-		st.secret, err = openSigningSecret(filepath.Join(cfg.DataDir, SigningSecretFile), legacy, cfg.Logger)
+		secret, err = store.OpenSigningSecret(filepath.Join(cfg.DataDir, store.SigningSecretFile), legacy, cfg.Logger)
 	}
 	if err != nil {
-		_ = st.close()
 		return nil, err
 	}
+	st := store.New(eng, store.Options{Secret: secret, Now: cfg.Now, LogCap: cfg.LogCapBytes, Quotas: cfg.Quotas})
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, store: st, notify: newNotifier(), external: external,
+		cfg: cfg, log: cfg.Logger, store: st, notify: store.NewNotifier(), external: external,
 		admin: sha256.Sum256([]byte(cfg.AdminToken)), closing: make(chan struct{}),
 	}
-	s.notify.publish = func(runner string) { st.eng.wake(context.Background(), runner) }
-	if l, ok := st.eng.(wakeListener); ok {
-		l.listen(s.notify)
+	s.notify.Publish = func(runner string) { eng.Wake(context.Background(), runner) }
+	if l, ok := eng.(store.WakeListener); ok {
+		l.Listen(s.notify)
 	}
 	s.metrics = newMetrics(st)
-	s.verifier = &agentauth.Verifier{Keys: st.runnerKeys, Replay: replayCache{st}, Now: cfg.Now}
+	s.verifier = &agentauth.Verifier{Keys: st.RunnerKeys, Replay: st.ReplayCache(), Now: cfg.Now}
 	s.mux = http.NewServeMux()
 	for _, rt := range s.routeTable() {
 		s.routes = append(s.routes, rt)
@@ -273,7 +235,7 @@ func (s *Server) Close() error {
 	case <-time.After(10 * time.Second):
 		s.log.Warn("closing with requests still in flight")
 	}
-	if err := s.store.close(); err != nil {
+	if err := s.store.Close(); err != nil {
 		return fmt.Errorf("close database: %w", err)
 	}
 	return nil

@@ -11,23 +11,26 @@ import (
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	bolt "go.etcd.io/bbolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/bolt"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
+	"go.etcd.io/bbolt"
 )
 
 // dbSecret returns what the database file keeps under the legacy key; the server must be closed.
 func dbSecret(t *testing.T, dir string, put []byte) []byte {
 	t.Helper()
-	db, err := bolt.Open(filepath.Join(dir, DBFile), 0o600, nil)
+	db, err := bbolt.Open(filepath.Join(dir, bolt.DBFile), 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
 	var got []byte
-	if err := db.Update(func(tx *bolt.Tx) error {
+	if err := db.Update(func(tx *bbolt.Tx) error {
 		if put != nil {
-			return tx.Bucket(bMeta).Put(legacySecretKey, put)
+			return tx.Bucket(bolt.BucketMeta).Put(bolt.LegacySecretKey, put)
 		}
-		got = bytes.Clone(tx.Bucket(bMeta).Get(legacySecretKey))
+		got = bytes.Clone(tx.Bucket(bolt.BucketMeta).Get(bolt.LegacySecretKey))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
@@ -44,21 +47,21 @@ func TestSigningSecretIsKeptOutsideTheDatabase(t *testing.T) {
 	h := newHarness(t, onBolt)
 	a := h.setupRunner("acme", "r1", 1)
 	c := a.claim(h.deploy(api.OperationApply).ID, 1, "pod-a")
-	file := filepath.Join(h.cfg.DataDir, SigningSecretFile)
+	file := filepath.Join(h.cfg.DataDir, store.SigningSecretFile)
 	st, err := os.Stat(file)
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("signing secret file %v (%v), want mode 0600", st, err)
 	}
 	raw, _ := os.ReadFile(file)
 	secret, err := hex.DecodeString(strings.TrimSpace(string(raw)))
-	if err != nil || len(secret) != signingSecretBytes {
-		t.Fatalf("signing secret file holds %q, want %d bytes in hex", raw, signingSecretBytes)
+	if err != nil || len(secret) != store.SigningSecretBytes {
+		t.Fatalf("signing secret file holds %q, want %d bytes in hex", raw, store.SigningSecretBytes)
 	}
 	h.close()
 	if got := dbSecret(t, h.cfg.DataDir, nil); got != nil {
 		t.Fatal("the database still keeps a signing secret")
 	}
-	db, _ := os.ReadFile(filepath.Join(h.cfg.DataDir, DBFile))
+	db, _ := os.ReadFile(filepath.Join(h.cfg.DataDir, bolt.DBFile))
 	if bytes.Contains(db, secret) || bytes.Contains(db, raw[:64]) {
 		t.Fatal("the database file contains the signing secret")
 	}
@@ -88,11 +91,12 @@ func TestSigningSecretFileElsewhere(t *testing.T) {
 	if err := os.WriteFile(mounted, []byte(given+"\n"), 0o400); err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, func(c *Config) { c.SigningSecretFile = mounted })
-	if !bytes.Equal(h.srv.store.secret, bytes.Repeat([]byte{0xab}, 40)) {
+	h := newHarness(t, func(c *testConfig) { c.SigningSecretFile = mounted })
+	signed := store.MintJobToken(bytes.Repeat([]byte{0xab}, 40), store.JobTokenPayload{Org: "acme", Deployment: "dep-x", Attempt: 1, Fencing: 1})
+	if _, err := h.srv.store.ParseJobToken(signed); err != nil {
 		t.Fatal("the server does not sign with the secret of --signing-secret-file")
 	}
-	if _, err := os.Stat(filepath.Join(h.cfg.DataDir, SigningSecretFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(h.cfg.DataDir, store.SigningSecretFile)); err == nil {
 		t.Fatal("a signing secret was created in the data directory although another file was given")
 	}
 	a := h.setupRunner("acme", "r1", 1)
@@ -106,7 +110,12 @@ func TestSigningSecretFileElsewhere(t *testing.T) {
 		if err := os.WriteFile(mounted, []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg := h.cfg
+		eng, err := engines.Open(t.Context(), engines.Options{DataDir: h.cfg.DataDir, DatabaseURL: h.cfg.DatabaseURL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := h.cfg.Config
+		cfg.Engine = eng
 		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), mounted) || !strings.Contains(err.Error(), "hex") {
 			t.Fatalf("secret file %q: error %v, want one naming the file and its format", bad, err)
 		}
@@ -116,12 +125,12 @@ func TestSigningSecretFileElsewhere(t *testing.T) {
 func TestSigningSecretMovesOutOfAnOlderDatabase(t *testing.T) {
 	t.Parallel()
 	logs := &bytes.Buffer{} // read only while the server is closed
-	h := newHarness(t, onBolt, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	h := newHarness(t, onBolt, func(c *testConfig) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
 	a := h.setupRunner("acme", "r1", 1)
 	c := a.claim(h.deploy(api.OperationApply).ID, 1, "pod-a")
 	h.close()
 	// Make the data directory of an older orchestrator: the secret in the database, no file.
-	file := filepath.Join(h.cfg.DataDir, SigningSecretFile)
+	file := filepath.Join(h.cfg.DataDir, store.SigningSecretFile)
 	raw, _ := os.ReadFile(file)
 	secret, _ := hex.DecodeString(strings.TrimSpace(string(raw)))
 	dbSecret(t, h.cfg.DataDir, secret)

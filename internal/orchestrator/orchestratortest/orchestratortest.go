@@ -22,6 +22,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
 // Option adjusts the server's configuration before it starts.
@@ -109,7 +110,13 @@ func StartOn(t testing.TB, addr string, opts ...Option) *Instance {
 
 func (i *Instance) start(t testing.TB, addr string) {
 	t.Helper()
-	srv, err := orchestrator.New(i.cfg)
+	eng, err := engines.Open(t.Context(), engines.Options{DataDir: i.cfg.DataDir, Logger: i.cfg.Logger})
+	if err != nil {
+		t.Fatalf("orchestratortest: open the database: %v", err)
+	}
+	cfg := i.cfg
+	cfg.Engine = eng
+	srv, err := orchestrator.New(cfg)
 	if err != nil {
 		t.Fatalf("orchestratortest: start orchestrator: %v", err)
 	}
