@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -85,6 +86,11 @@ type NodeTraces struct {
 	veth       string
 	vethIndex  int
 	hostIP     string
+	// takenAt is when the traces were recorded, in clock ticks since boot (as /proc/<pid>/stat
+	// counts a process's start). Namespace identities are inode numbers the kernel hands out
+	// again once a namespace is gone, so a process that started later in a namespace of the same
+	// number belongs to another node (another test bed, running beside this one), not to this one.
+	takenAt uint64
 }
 
 // traceNode records the traces of c's running real node.
@@ -112,7 +118,7 @@ func TraceDir(dir string) (*NodeTraces, error) {
 }
 
 func newTraces(dir string, pid int, cgroups []string, veth, hostIP string) (*NodeTraces, error) {
-	tr := &NodeTraces{dir: dir, namespaces: map[string]string{}, cgroups: cgroups, veth: veth, hostIP: hostIP}
+	tr := &NodeTraces{dir: dir, namespaces: map[string]string{}, cgroups: cgroups, veth: veth, hostIP: hostIP, takenAt: ticksSinceBoot()}
 	if len(cgroups) == 0 {
 		return nil, errors.New("testbed: the node has no cgroups")
 	}
@@ -147,17 +153,20 @@ func (tr *NodeTraces) Processes() []string {
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		cmds[pid] = string(bytes.ReplaceAll(bytes.TrimRight(cmdline, "\x00"), []byte{0}, []byte{' '}))
+		var started uint64
 		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
 			if i := bytes.LastIndexByte(stat, ')'); i > 0 {
-				if f := strings.Fields(string(stat[i+1:])); len(f) > 1 {
+				// After the command name: state, ppid, …, starttime (the 20th).
+				if f := strings.Fields(string(stat[i+1:])); len(f) > 19 {
 					parents[pid], _ = strconv.Atoi(f[1])
+					started, _ = strconv.ParseUint(f[19], 10, 64)
 				}
 			}
 		}
 		cgroups, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 		ours[pid] = strings.Contains(cmds[pid], tr.dir) || strings.Contains(string(cgroups), ":"+tr.cgroupRoot+"/")
 		for ns, id := range tr.namespaces {
-			if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns)); link == id {
+			if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns)); link == id && started <= tr.takenAt {
 				ours[pid] = true
 			}
 		}
@@ -232,4 +241,23 @@ func (tr *NodeTraces) Left(ctx context.Context, before HostState) ([]string, err
 		left = append(left, fmt.Sprintf("the test bed's directory %s is still there", tr.dir))
 	}
 	return left, nil
+}
+
+// ticksSinceBoot is the time since boot in the clock ticks of /proc/<pid>/stat (USER_HZ, 100 on
+// Linux whatever the kernel's own tick rate), rounded up, so a process that started before this
+// call never counts as later.
+func ticksSinceBoot() uint64 {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return math.MaxUint64 // no /proc: every namespace match counts, as before
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return math.MaxUint64
+	}
+	secs, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return math.MaxUint64
+	}
+	return uint64(math.Ceil(secs*100)) + 1
 }
