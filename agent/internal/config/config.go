@@ -15,7 +15,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -214,6 +216,12 @@ func Defaults() *Config {
 func Parse(args []string, getenv func(string) string, out io.Writer) (*Config, error) {
 	// The flags are parsed twice: once to learn the file (and to report bad flags and
 	// variables), then over the file's settings, so that they win over it.
+	for _, name := range slices.Sorted(maps.Keys(removedVariables)) {
+		if getenv(name) != "" {
+			key := removedVariables[name]
+			return nil, fmt.Errorf("%s is no longer read: set %s in the configuration file (--config), where the chart puts its value %s", name, key, ChartValue(key))
+		}
+	}
 	probe := Defaults()
 	fs := probe.flagSet(out, nil)
 	if err := flagenv.Parse(fs, args, EnvPrefix, getenv); err != nil {
@@ -237,6 +245,14 @@ func Parse(args []string, getenv func(string) string, out io.Writer) (*Config, e
 	}
 	c.complete(getenv)
 	return c, nil
+}
+
+// removedVariables are the JSON-valued variables of earlier agents, now keys of the file; one
+// left set (say by the chart's extraEnv) is refused rather than silently ignored.
+var removedVariables = map[string]string{
+	"OUTPOST_JOB_POD_POLICY": "jobs.policy", "OUTPOST_JOB_POD_SECURITY_CONTEXT": "jobs.podSecurityContext",
+	"OUTPOST_JOB_SECURITY_CONTEXT": "jobs.securityContext", "OUTPOST_JOB_RESOURCES": "jobs.resources",
+	"OUTPOST_JOB_PLUGIN_CACHE": "jobs.pluginCache", "OUTPOST_JOB_POD_TEMPLATE": "jobs.podTemplate",
 }
 
 // complete derives what the file, flags and environment give in another shape: trimmed lists,

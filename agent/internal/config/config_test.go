@@ -122,6 +122,10 @@ func TestParseEnvLists(t *testing.T) {
 	if _, err := Parse(nil, env(map[string]string{"OUTPOST_JOB_POD_LABELS": `{"team":"infra"}`}), io.Discard); err == nil || !strings.Contains(err.Error(), "OUTPOST_JOB_POD_LABELS") {
 		t.Errorf("labels as JSON (the format before the configuration file): err = %v", err)
 	}
+	if _, err := Parse(nil, env(map[string]string{"OUTPOST_JOB_RESOURCES": "{}"}), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "OUTPOST_JOB_RESOURCES is no longer read: set jobs.resources in the configuration file") {
+		t.Errorf("a variable of an earlier agent must be refused, naming its key: %v", err)
+	}
 	if _, err := Parse(nil, env(map[string]string{"OUTPOST_KUBE_QPS": "fast"}), io.Discard); err == nil || !strings.Contains(err.Error(), "OUTPOST_KUBE_QPS") {
 		t.Errorf("bad qps: err = %v", err)
 	}
