@@ -351,8 +351,7 @@ func (c *Config) flagSet(out io.Writer, keys map[string]string) *pflag.FlagSet {
 	b.str(&c.PodName, "pod-name", "podName", "the agent's pod name (leader identity, claim instance)")
 	b.duration(&c.Jobs.StartupTimeout.Duration, "startup-timeout", "jobs.startupTimeout", "fail an attempt whose Job's pod does not start within this")
 	b.str(&c.CABundleFile, "ca-bundle-file", "caBundleFile", "extra PEM CAs trusted for the orchestrator")
-	fs.Float64Var(&c.KubeClient.QPS, "kube-qps", c.KubeClient.QPS, "Kubernetes client QPS")
-	b.record("kube-qps", "kubeClient.qps")
+	b.fs.Float64Var(&c.KubeClient.QPS, "kube-qps", c.KubeClient.QPS, b.usage("Kubernetes client QPS", "kube-qps", "kubeClient.qps"))
 	b.integer(&c.KubeClient.Burst, "kube-burst", "kubeClient.burst", "Kubernetes client burst, at least; grown to 5 × the runner's max_concurrency")
 	b.str(&c.LogLevel, "log-level", "logLevel", "debug | info | warn | error")
 	b.str(&c.LogFormat, "log-format", "logFormat", "json | text")
@@ -362,12 +361,11 @@ func (c *Config) flagSet(out io.Writer, keys map[string]string) *pflag.FlagSet {
 	b.str(&c.Jobs.Namespace, "job-namespace", "jobs.namespace", "namespace of the runner's Jobs (= runner job.namespace); empty = all")
 	b.str(&c.State.Namespace, "state-namespace", "state.namespace", "namespace of the kubernetes state storage; when set, the only one states are kept in (a claim naming another is refused); empty: from claims, bounded by RBAC")
 	b.str(&c.State.EncryptionKeyFile, "state-encryption-key-file", "state.encryptionKeyFile", "file with a 32-byte key (raw or base64) that encrypts state chunks with AES-256-GCM (off when empty)")
-	fs.Int64Var(&c.State.Limits.MaxBodyBytes, "state-max-body-bytes", c.State.Limits.MaxBodyBytes, "largest state upload the state backend takes (bodies are streamed: this bounds what is stored, not memory)")
-	b.record("state-max-body-bytes", "state.limits.maxBodyBytes")
+	b.fs.Int64Var(&c.State.Limits.MaxBodyBytes, "state-max-body-bytes", c.State.Limits.MaxBodyBytes,
+		b.usage("largest state upload the state backend takes (bodies are streamed: this bounds what is stored, not memory)", "state-max-body-bytes", "state.limits.maxBodyBytes"))
 	b.integer(&c.State.Limits.MaxRequests, "state-max-requests", "state.limits.maxRequests", "state backend requests served at once; more wait up to 10s, then get 503")
 	b.integer(&c.State.Limits.MaxRequestsPerJob, "state-max-requests-per-job", "state.limits.maxRequestsPerJob", "state backend requests of one job served at once; more get 429")
-	fs.StringToStringVar(&c.Jobs.PodLabels, "job-pod-labels", c.Jobs.PodLabels, "extra job pod labels, e.g. team=infra,tier=iac")
-	b.record("job-pod-labels", "jobs.podLabels")
+	b.fs.StringToStringVar(&c.Jobs.PodLabels, "job-pod-labels", c.Jobs.PodLabels, b.usage("extra job pod labels, e.g. team=infra,tier=iac", "job-pod-labels", "jobs.podLabels"))
 	b.list(&c.Jobs.ImagePullSecrets, "job-image-pull-secrets", "jobs.imagePullSecrets", "comma-separated image pull Secrets for job pods")
 	b.str(&c.Jobs.CASecret, "job-ca-secret", "jobs.caSecret", "Secret with a CA bundle mounted into job pods")
 	b.str(&c.Jobs.CASecretKey, "job-ca-secret-key", "jobs.caSecretKey", "data key of the CA bundle in --job-ca-secret")
@@ -392,35 +390,36 @@ type binder struct {
 	keys map[string]string
 }
 
-func (b binder) record(flagName, key string) {
-	if b.keys != nil && key != "" {
+// usage records the flag of key and returns the flag's usage naming the key, so --help
+// tells where each flag's setting goes in the file.
+func (b binder) usage(text, flagName, key string) string {
+	if key == "" {
+		return text
+	}
+	if b.keys != nil {
 		b.keys[key] = flagName
 	}
+	return text + "; file key " + key
 }
 
 func (b binder) str(p *string, name, key, usage string) {
-	b.fs.StringVar(p, name, *p, usage)
-	b.record(name, key)
+	b.fs.StringVar(p, name, *p, b.usage(usage, name, key))
 }
 
 func (b binder) boolean(p *bool, name, key, usage string) {
-	b.fs.BoolVar(p, name, *p, usage)
-	b.record(name, key)
+	b.fs.BoolVar(p, name, *p, b.usage(usage, name, key))
 }
 
 func (b binder) integer(p *int, name, key, usage string) {
-	b.fs.IntVar(p, name, *p, usage)
-	b.record(name, key)
+	b.fs.IntVar(p, name, *p, b.usage(usage, name, key))
 }
 
 func (b binder) duration(p *time.Duration, name, key, usage string) {
-	b.fs.DurationVar(p, name, *p, usage)
-	b.record(name, key)
+	b.fs.DurationVar(p, name, *p, b.usage(usage, name, key))
 }
 
 func (b binder) list(p *[]string, name, key, usage string) {
-	b.fs.StringSliceVar(p, name, *p, usage)
-	b.record(name, key)
+	b.fs.StringSliceVar(p, name, *p, b.usage(usage, name, key))
 }
 
 // flagOfKey maps a key of the file to the flag that sets it.

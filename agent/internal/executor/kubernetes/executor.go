@@ -96,7 +96,8 @@ func New(o Options) *Executor {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	o.SecurityDefaults = o.SecurityDefaults.WithRestricted()
+	security := &o.SecurityDefaults
+	*security = security.WithRestricted()
 	if len(o.SealKey) == 0 {
 		o.SealKey = randomSealKey()
 	}
