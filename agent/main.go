@@ -2,7 +2,7 @@
 // it connects out to the orchestrator, long-polls for work, runs each deployment as a Kubernetes
 // Job (or a local process), reports the outcome, and serves the state backend and health.
 //
-//	outpost-agent [flags]      run the agent (flags and OUTPOST_* env, see --help)
+//	outpost-agent [flags]      run the agent (a --config file, OUTPOST_* env and flags, see --help)
 //	outpost-agent job          the entrypoint of a Job's main container (runs Terraform/OpenTofu)
 //	outpost-agent inject DIR   copies this binary to DIR: the init container of every job pod
 //	outpost-agent state        administer the states kept in Secrets: list, history, get, restore, unlock, import
