@@ -122,8 +122,11 @@ func Describe(key string) string {
 func ChartValue(key string) string {
 	for k := key; k != ""; k = parent(k) {
 		if v, ok := chartValues[k]; ok {
-			if v == "" {
+			switch v {
+			case "":
 				return k
+			case "-":
+				return ""
 			}
 			return v
 		}
@@ -139,7 +142,8 @@ func parent(key string) string {
 }
 
 // chartValues maps the keys of the file the chart renders to their chart values; "" is a value
-// of the same name. A key below one listed here comes from the same value.
+// of the same name, "-" a setting the chart makes without a value. A key below one listed here
+// comes from the same value.
 var chartValues = map[string]string{
 	"apiUrl": "", "insecureAllowHttp": "", "orgId": "", "runnerId": "", "cli": "", "logLevel": "", "logFormat": "",
 	"privateKey.existingSecret": "", "privateKey.secretKey": "",
@@ -155,7 +159,7 @@ var chartValues = map[string]string{
 	"jobs.pluginCache": "", "jobs.providerInstallation": "", "jobs.history": "", "jobs.forwardEnv": "",
 	"jobs.podTemplate": "", "jobs.policy": "", "jobs.podSecurityContext": "", "jobs.securityContext": "",
 	"jobs.policy.allowServiceAccountToken": "jobs.serviceAccount.automountToken",
-	"jobs.policy.agentSelector":            "none; the chart sets the agent Service's selector",
+	"jobs.policy.agentSelector":            "-",
 	"jobs.serviceAccount":                  "jobs.serviceAccount.name",
 	"jobs.image":                           "jobs.image.*",
 	"jobs.agentImage":                      "image.*",
