@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -78,7 +79,7 @@ func TestCommandsResolveKubeconfigAlike(t *testing.T) {
 		{"a list", strings.Join([]string{missing, fileB, fileA}, string(filepath.ListSeparator)), b, a},
 	} {
 		// The agent's client, built from its flags as run builds it.
-		cfg, err := config.Parse([]string{"--kubeconfig", tc.kubeconfig}, func(string) string { return "" })
+		cfg, err := config.Parse([]string{"--kubeconfig", tc.kubeconfig}, func(string) string { return "" }, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}

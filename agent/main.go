@@ -2,7 +2,7 @@
 // it connects out to the orchestrator, long-polls for work, runs each deployment as a Kubernetes
 // Job (or a local process), reports the outcome, and serves the state backend and health.
 //
-//	outpost-agent [flags]      run the agent (flags and OUTPOST_* env, see --help)
+//	outpost-agent [flags]      run the agent (a --config file, OUTPOST_* env and flags, see --help)
 //	outpost-agent job          the entrypoint of a Job's main container (runs Terraform/OpenTofu)
 //	outpost-agent inject DIR   copies this binary to DIR: the init container of every job pod
 //	outpost-agent state        administer the states kept in Secrets: list, history, get, restore, unlock, import
@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/config"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/connection"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/inject"
@@ -50,7 +51,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		case process.WrapperCommand:
 			return process.WrapperMain(args[1:])
 		case "state":
-			return statecmd.Main(args[1:], stdout, stderr)
+			return statecmd.Main(args[1:], stateDefaults(), stdout, stderr)
 		case "check-connection":
 			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
@@ -61,4 +62,15 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return runAgent(args, stderr)
+}
+
+// stateDefaults are the state settings of the agent's own configuration (its file and
+// environment), so `outpost-agent state` inside the agent's pod needs no flags; none when the
+// configuration does not parse (the command's flags still work).
+func stateDefaults() statecmd.Defaults {
+	cfg, err := config.Parse(nil, os.Getenv, io.Discard)
+	if err != nil {
+		return statecmd.Defaults{}
+	}
+	return statecmd.Defaults{Namespace: cfg.State.Namespace, OrgID: cfg.OrgID, EncryptionKeyFile: cfg.State.EncryptionKeyFile}
 }

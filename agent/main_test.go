@@ -15,20 +15,27 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/keyring"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statecmd"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
 // Configuration problems must end the agent once, with exit code 2 and a message naming the
 // setting, never a crash or a retry loop.
 func TestConfigErrorsExitTwoWithMessage(t *testing.T) {
+	badConfig := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(badConfig, []byte("jobs:\n  resources:\n    limits: {cpu: lots}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		args []string
 		want []string
 	}{
 		"bad flag":      {[]string{"--no-such-flag"}, []string{"no-such-flag"}},
-		"invalid value": {[]string{"--api-url", "ftp://x", "--executor", "docker"}, []string{"--api-url (OUTPOST_API_URL)", "--executor (OUTPOST_EXECUTOR)"}},
+		"invalid value": {[]string{"--api-url", "ftp://x", "--executor", "docker"}, []string{"apiUrl (chart value apiUrl; --api-url, OUTPOST_API_URL)", "executor (--executor, OUTPOST_EXECUTOR)"}},
 		"stray arg":     {[]string{"run"}, []string{`unexpected argument "run"`}},
-		"plain http":    {[]string{"--api-url", "http://orchestrator.example.com:8700"}, []string{"--api-url (OUTPOST_API_URL)", "unencrypted", "--insecure-allow-http (OUTPOST_INSECURE_ALLOW_HTTP=true)"}},
+		"plain http":    {[]string{"--api-url", "http://orchestrator.example.com:8700"}, []string{"apiUrl (chart value apiUrl; --api-url, OUTPOST_API_URL)", "unencrypted", "insecureAllowHttp: true (the chart value, or --insecure-allow-http)"}},
+		"bad file":      {[]string{"--config", badConfig}, []string{"configuration file " + badConfig, "jobs.resources.limits.cpu (chart value jobs.resources)"}},
+		"missing file":  {[]string{"--config", "/does/not/exist.yaml"}, []string{"--config, OUTPOST_CONFIG", "/does/not/exist.yaml"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -137,5 +144,25 @@ func TestWaitsForAReadableKey(t *testing.T) {
 	}
 	if ks := ring.Keys(); len(ks) != 2 || !ks[0].Equal(next) || !ks[1].Equal(priv) {
 		t.Fatalf("after the rotation the ring holds %d keys; want the new one, then the old one", len(ks))
+	}
+}
+
+// Inside the agent's pod, `outpost-agent state` takes the namespace, the organisation and the
+// key file from the agent's configuration file, and the environment wins over it.
+func TestStateDefaultsFromConfigFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(file, []byte("orgId: acme\nstate: {namespace: outpost-state, encryptionKeyFile: /etc/outpost/state-key/key}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OUTPOST_CONFIG", file)
+	t.Setenv("OUTPOST_ORG_ID", "")
+	t.Setenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE", "")
+	t.Setenv("OUTPOST_STATE_NAMESPACE", "")
+	if got, want := stateDefaults(), (statecmd.Defaults{Namespace: "outpost-state", OrgID: "acme", EncryptionKeyFile: "/etc/outpost/state-key/key"}); got != want {
+		t.Errorf("defaults %+v, want %+v", got, want)
+	}
+	t.Setenv("OUTPOST_STATE_NAMESPACE", "other")
+	if got := stateDefaults(); got.Namespace != "other" {
+		t.Errorf("OUTPOST_STATE_NAMESPACE=other gave namespace %q", got.Namespace)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
 	"golang.org/x/net/netutil"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/klog/v2"
@@ -61,8 +61,8 @@ type runnable interface {
 // mounted yet or is being rotated, and exiting would turn that into a crash loop that hides the
 // message. The agent waits for a readable key instead, saying why on /readyz and in its log.
 func runAgent(args []string, stderr io.Writer) int {
-	cfg, err := config.Parse(args, os.Getenv)
-	if errors.Is(err, flag.ErrHelp) {
+	cfg, err := config.Parse(args, os.Getenv, stderr)
+	if errors.Is(err, pflag.ErrHelp) {
 		return exitOK
 	}
 	if err != nil {
@@ -117,7 +117,7 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	readiness := health.NewState(cfg.PollWait, kubeCheck)
+	readiness := health.NewState(cfg.PollWait.Duration, kubeCheck)
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(gctx)
@@ -151,20 +151,20 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	g.Go(func() error { return p.exec.Run(gctx) })
 	if p.state != nil {
 		defer p.state.Close()
-		if cfg.StateListen != "" {
+		if cfg.State.Listen != "" {
 			g.Go(func() error {
-				return serve(gctx, "state backend", cfg.StateListen, p.state, stateServerLimits, log, nil)
+				return serve(gctx, "state backend", cfg.State.Listen, p.state, stateServerLimits, log, nil)
 			})
 		}
 		if stls != nil {
 			g.Go(func() error {
-				return serve(gctx, "state backend (TLS)", cfg.StateTLSListen, p.state, stateServerLimits, log, stls.server)
+				return serve(gctx, "state backend (TLS)", cfg.State.TLS.Listen, p.state, stateServerLimits, log, stls.server)
 			})
 		}
 	}
-	if cfg.LeaderElect {
+	if cfg.LeaderElection.Enabled {
 		g.Go(func() error {
-			return leader.Run(gctx, leader.Options{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName,
+			return leader.Run(gctx, leader.Options{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaderElection.LeaseName,
 				Identity: cfg.Instance(), Logger: log, OnChange: func(v bool) {
 					readiness.SetLeader(v)
 					m.Leader.Set(boolFloat(v))
@@ -239,31 +239,31 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	}
 	tokens := jobtoken.New(jobtoken.StateCredentialKey(ring.Current()))
 	p := &parts{exec: exec, tokens: tokens}
-	if cfg.LeaderElect {
-		p.forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.StateListen)
+	if cfg.LeaderElection.Enabled {
+		p.forwarder = statebackend.NewForwarder(kube, cfg.Namespace, cfg.Instance(), cfg.State.Listen)
 		if stls != nil {
-			p.forwarder.UseTLS(stls.client, cfg.StateTLSListen)
+			p.forwarder.UseTLS(stls.client, cfg.State.TLS.Listen)
 		}
 	}
 	var noStateBackend string
 	p.state, noStateBackend = newStateServer(cfg, kube, tokens, p.forwarder, log)
 	var recorder session.ConnectionRecorder
 	if kube != nil && cfg.Namespace != "" {
-		p.connection = connection.NewRecorder(connection.RecorderOptions{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaseName,
-			Identity: cfg.Instance(), Elected: cfg.LeaderElect, URL: cfg.APIURL, Logger: log})
+		p.connection = connection.NewRecorder(connection.RecorderOptions{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaderElection.LeaseName,
+			Identity: cfg.Instance(), Elected: cfg.LeaderElection.Enabled, URL: cfg.APIURL, Logger: log})
 		recorder = p.connection
 	}
 	p.session = session.New(session.Options{
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Connection: recorder, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
-		PollWait: cfg.PollWait, CancelGrace: cfg.CancelGrace, FinalTimeout: cfg.ShutdownTimeout, NoStateBackend: noStateBackend,
+		PollWait: cfg.PollWait.Duration, CancelGrace: cfg.CancelGrace.Duration, FinalTimeout: cfg.ShutdownTimeout.Duration, NoStateBackend: noStateBackend,
 		LimitChanged: func(n int) {
 			limiter.SizeFor(n)
 			log.Info("Kubernetes client burst sized for the runner's max_concurrency", "max_concurrency", n, "burst", limiter.Burst(), "qps", limiter.QPS())
 		},
 	})
 	log.Info("agent starting", "version", config.Version, "runner", cfg.RunnerID, "org", cfg.OrgID,
-		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElect)
+		"executor", cfg.Executor, "instance", cfg.Instance(), "key_fingerprint", signer.Fingerprint(), "leader_elect", cfg.LeaderElection.Enabled)
 	followKeys(ring, signer, exec, tokens, p.session, m, log)
 	return p, nil
 }
@@ -305,11 +305,11 @@ func wait(ctx context.Context, g *errgroup.Group) error {
 // keySource is where the runner's key comes from: its Secret through the Kubernetes API (the
 // chart's way: a rotated key arrives within a second), else the key file.
 func keySource(cfg *config.Config, kube kubeclient.Interface) keyring.Source {
-	if cfg.PrivateKeySecret != "" && kube != nil {
-		return keyring.SecretSource{Client: kube.CoreV1(), Namespace: cfg.Namespace, Name: cfg.PrivateKeySecret, Key: cfg.PrivateKeySecretKey,
+	if cfg.PrivateKey.ExistingSecret != "" && kube != nil {
+		return keyring.SecretSource{Client: kube.CoreV1(), Namespace: cfg.Namespace, Name: cfg.PrivateKey.ExistingSecret, Key: cfg.PrivateKey.SecretKey,
 			Backoff: retry.Backoff{Base: time.Second, Max: keyRetryInterval}}
 	}
-	return keyring.FileSource{Path: cfg.PrivateKeyFile, Interval: keyRetryInterval}
+	return keyring.FileSource{Path: cfg.PrivateKey.File, Interval: keyRetryInterval}
 }
 
 // runKeySource keeps the ring filled from src until ctx ends. Until the first key is read the
@@ -336,7 +336,7 @@ func runKeySource(ctx context.Context, src keyring.Source, ring *keyring.Ring, r
 // leader election needs no cluster unless it serves Kubernetes state, so it gets nil when no
 // kubeconfig was given.
 func newKubeClient(cfg *config.Config, limiter *kubeclient.Limiter) (kubeclient.Interface, error) {
-	if cfg.Kubeconfig == "" && cfg.Executor == config.ExecutorProcess && !cfg.LeaderElect {
+	if cfg.Kubeconfig == "" && cfg.Executor == config.ExecutorProcess && !cfg.LeaderElection.Enabled {
 		return nil, nil
 	}
 	return kubeclient.New(kubeclient.Options{Kubeconfig: cfg.Kubeconfig, Limiter: limiter, UserAgent: "outpost-agent/" + config.Version})
@@ -345,7 +345,7 @@ func newKubeClient(cfg *config.Config, limiter *kubeclient.Limiter) (kubeclient.
 // newLimiter is the agent's client-side rate limit: --kube-qps, and a burst of --kube-burst that
 // grows to two writes per attempt the runner's max_concurrency lets start at once.
 func newLimiter(cfg *config.Config) *kubeclient.Limiter {
-	return kubeclient.NewLimiter(float32(cfg.KubeQPS), cfg.KubeBurst)
+	return kubeclient.NewLimiter(float32(cfg.KubeClient.QPS), cfg.KubeClient.Burst)
 }
 
 // newStateServer returns the state backend, or nil and why not (with the setting that would
@@ -367,25 +367,25 @@ func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobto
 		return nil, why
 	}
 	if key != nil {
-		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.StateEncryptionKeyFile)
+		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.State.EncryptionKeyFile)
 	}
 	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens, Org: cfg.OrgID,
-		FallbackNamespace: cfg.StateNamespace, EncryptionKey: key, Forwarder: fw, Logger: log,
-		Limits: statebackend.Limits{MaxBodyBytes: cfg.StateMaxBodyBytes, MaxRequests: cfg.StateMaxRequests, MaxRequestsPerJob: cfg.StateMaxRequestsPerJob}}), ""
+		FallbackNamespace: cfg.State.Namespace, EncryptionKey: key, Forwarder: fw, Logger: log,
+		Limits: cfg.State.Limits}), ""
 }
 
+// newExecutor builds the executor from its section of the configuration, adding the runtime
+// parts and the settings it shares with the rest of the agent.
 func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey, stateCA string) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
-		return process.New(process.Options{WorkDir: cfg.WorkDir, AgentBinary: cfg.AgentBinary, APIURL: cfg.APIURL,
-			InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, StateCA: stateCA, CLI: cfg.CLI, CABundle: cfg.CABundleFile, Logger: log})
+		o := cfg.Process
+		o.APIURL, o.InsecureAllowHTTP, o.StateURL, o.StateCA, o.CLI, o.CABundle, o.Logger = cfg.APIURL, cfg.InsecureAllowHTTP, cfg.State.URL, stateCA, cfg.CLI, cfg.CABundleFile, log
+		return process.New(o)
 	}
-	return kubeexec.New(kubeexec.Options{Client: kube, Namespace: cfg.JobNamespace, ServiceAccount: cfg.JobServiceAccount, StartupTimeout: cfg.StartupTimeout, Logger: log,
-		OrgID: cfg.OrgID, SealKey: kubeexec.SealKey(key), Policy: cfg.JobPodPolicy, Security: &cfg.JobSecurity, PinnedTemplate: cfg.JobPodTemplate,
-		History: kubeexec.History{Succeeded: cfg.JobHistorySucceeded, Failed: cfg.JobHistoryFailed},
-		Pod: kubeexec.PodOptions{RunnerID: cfg.RunnerID, Image: cfg.JobImage, AgentImage: cfg.AgentImage, APIURL: cfg.APIURL, InsecureAllowHTTP: cfg.InsecureAllowHTTP, StateURL: cfg.StateURL, StateCA: stateCA, CLI: cfg.CLI,
-			PodLabels: cfg.JobPodLabels, ImagePullSecrets: cfg.JobImagePullSecrets, CASecret: cfg.JobCASecret, CASecretKey: cfg.JobCASecretKey,
-			ProxyEnv: cfg.JobProxyEnv, Resources: cfg.JobResources, ForwardEnv: cfg.JobForwardEnv,
-			PluginCache: cfg.JobPluginCache, ProviderInstallation: cfg.JobProviderInstallation, CancelGrace: cfg.CancelGrace}}), nil
+	o := cfg.Jobs.Options
+	o.Client, o.Logger, o.OrgID, o.SealKey = kube, log, cfg.OrgID, kubeexec.SealKey(key)
+	o.RunnerID, o.APIURL, o.InsecureAllowHTTP, o.StateURL, o.StateCA, o.CLI, o.CancelGrace = cfg.RunnerID, cfg.APIURL, cfg.InsecureAllowHTTP, cfg.State.URL, stateCA, cfg.CLI, cfg.CancelGrace.Duration
+	return kubeexec.New(o), nil
 }
 
 // serverLimits bound what clients can make one of the agent's HTTP servers hold: connections,

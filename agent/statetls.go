@@ -30,21 +30,21 @@ func (s *stateTLS) caPEM() string {
 // loadStateTLS reads (or, on the first start, makes) the state backend's CA and issues the
 // serving certificate; nil when --state-tls-secret is not set or the agent serves no state.
 func loadStateTLS(ctx context.Context, cfg *config.Config, kube kubeclient.Interface, log *slog.Logger) (*stateTLS, error) {
-	if cfg.StateTLSSecret == "" || kube == nil {
+	if cfg.State.TLS.Secret == "" || kube == nil {
 		return nil, nil
 	}
-	ca, err := statetls.Load(ctx, kube.CoreV1().Secrets(cfg.Namespace), cfg.StateTLSSecret)
+	ca, err := statetls.Load(ctx, kube.CoreV1().Secrets(cfg.Namespace), cfg.State.TLS.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("the state backend's TLS (--state-tls-secret %s/%s): %w; the agent needs get and update on that Secret (the chart's Role grants them)",
-			cfg.Namespace, cfg.StateTLSSecret, err)
+			cfg.Namespace, cfg.State.TLS.Secret, err)
 	}
-	server, err := ca.ServerConfig(cfg.StateTLSHosts)
+	server, err := ca.ServerConfig(cfg.State.TLS.Hosts)
 	if err != nil {
 		return nil, err
 	}
-	log.Info("the state backend serves TLS", "addr", cfg.StateTLSListen, "hosts", cfg.StateTLSHosts, "ca_secret", cfg.StateTLSSecret,
-		"plain_http", cfg.StateListen)
+	log.Info("the state backend serves TLS", "addr", cfg.State.TLS.Listen, "hosts", cfg.State.TLS.Hosts, "ca_secret", cfg.State.TLS.Secret,
+		"plain_http", cfg.State.Listen)
 	// The forwarder dials the leader's pod IP; the certificate names the Service, so that is the
 	// name it verifies.
-	return &stateTLS{ca: ca, server: server, client: ca.ClientConfig(cfg.StateTLSHosts[0])}, nil
+	return &stateTLS{ca: ca, server: server, client: ca.ClientConfig(cfg.State.TLS.Hosts[0])}, nil
 }

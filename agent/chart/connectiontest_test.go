@@ -130,8 +130,9 @@ func TestConnectionTestHookVariants(t *testing.T) {
 	if len(pods) != 1 || !slices.Contains(pods[0].Spec.Containers[0].Args, "--lease="+long) {
 		t.Errorf("test pod of a long full name: %+v", pods)
 	}
-	_, c := r.deployment(t)
-	wantEnv(t, c, map[string]string{"OUTPOST_LEASE_NAME": long})
+	if lease := r.agentConfig(t).LeaderElection.LeaseName; lease != long {
+		t.Errorf("leaderElection.leaseName = %q, want %q", lease, long)
+	}
 	if _, err := renderChart(t, "tests: {wait: soon}", renderOptions{}); err == nil || !strings.Contains(err.Error(), "tests") {
 		t.Errorf("tests.wait=soon: %v", err)
 	}

@@ -1,7 +1,6 @@
 package chart_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -286,7 +285,7 @@ func TestJobRulesNextToTheKeyOrTheStatesAreRefused(t *testing.T) {
 // TestJobPodPolicyValues: the chart hands the policy, the security defaults and a pinned template
 // to the agent as it documents (README "Job pod policy").
 func TestJobPodPolicyValues(t *testing.T) {
-	_, c := render(t, `
+	c := render(t, `
 jobs:
   serviceAccount: {automountToken: true}
   securityContext: {readOnlyRootFilesystem: true}
@@ -295,20 +294,19 @@ jobs:
     allowHostNamespaces: true
     allowedVolumeTypes: [hostPath]
     allowedSecrets: [cloud-credentials]
-`).deployment(t)
-	e := env(c)
-	var policy map[string]any
-	if err := json.Unmarshal([]byte(e["OUTPOST_JOB_POD_POLICY"].Value), &policy); err != nil {
-		t.Fatal(err)
+`).agentConfig(t)
+	p := c.Jobs.Policy
+	if !p.AllowHostNamespaces || !p.AllowServiceAccountToken || p.AllowPrivileged || !slices.Equal(p.AllowedVolumeTypes, []string{"hostPath"}) ||
+		!slices.Equal(p.AllowedSecrets, []string{"cloud-credentials"}) {
+		t.Errorf("jobs.policy = %+v", p)
 	}
-	if policy["allowHostNamespaces"] != true || policy["allowServiceAccountToken"] != true || policy["allowPrivileged"] != false ||
-		fmt.Sprint(policy["allowedVolumeTypes"]) != "[hostPath]" || fmt.Sprint(policy["allowedSecrets"]) != "[cloud-credentials]" {
-		t.Errorf("OUTPOST_JOB_POD_POLICY = %s", e["OUTPOST_JOB_POD_POLICY"].Value)
+	sd := &c.Jobs.SecurityDefaults
+	sc := sd.Container
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
+		t.Errorf("jobs.securityContext = %+v, want the chart defaults with readOnlyRootFilesystem", sc)
 	}
-	if got := e["OUTPOST_JOB_SECURITY_CONTEXT"].Value; got != `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]},"readOnlyRootFilesystem":true}` {
-		t.Errorf("OUTPOST_JOB_SECURITY_CONTEXT = %s, want the chart defaults with readOnlyRootFilesystem", got)
-	}
-	if got := e["OUTPOST_JOB_POD_TEMPLATE"].Value; got != `{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"2Gi"}}}]}}` {
-		t.Errorf("OUTPOST_JOB_POD_TEMPLATE = %s", got)
+	if got := c.Jobs.PinnedTemplate; got != `{"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"2Gi"}}}]}}` {
+		t.Errorf("jobs.podTemplate = %s", got)
 	}
 }

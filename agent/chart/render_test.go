@@ -1,7 +1,6 @@
 package chart_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -164,6 +164,8 @@ func decode(doc string) (string, any, error) {
 		obj = &corev1.ServiceAccount{}
 	case "v1 Service":
 		obj = &corev1.Service{}
+	case "v1 ConfigMap": // the agent's configuration file
+		obj = &corev1.ConfigMap{}
 	case "v1 Secret": // only the CA bundle of caBundle.pem
 		obj = &corev1.Secret{}
 	case "rbac.authorization.k8s.io/v1 Role":
@@ -314,6 +316,7 @@ func TestDefaults(t *testing.T) {
 
 	// Three namespaces: the agent and its key, the jobs, the states.
 	wantKeys := []string{
+		"ConfigMap outpost-system/outpost-agent-config",
 		"Deployment outpost-system/outpost-agent",
 		"NetworkPolicy outpost-system-jobs/outpost-system-outpost-agent-jobs",
 		"NetworkPolicy outpost-system/outpost-agent",
@@ -375,47 +378,8 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("rolling update %+v, want maxUnavailable 0 so a standby is always up", d.Spec.Strategy.RollingUpdate)
 	}
 
-	wantEnv(t, c, map[string]string{
-		"OUTPOST_API_URL":                "https://outpost.example.com",
-		"OUTPOST_ORG_ID":                 "acme",
-		"OUTPOST_RUNNER_ID":              "prod-eu",
-		"OUTPOST_PRIVATE_KEY_SECRET":     "prod-eu-key",
-		"OUTPOST_PRIVATE_KEY_SECRET_KEY": "private-key.pem",
-		"OUTPOST_LEADER_ELECT":           "true",
-		"OUTPOST_LEASE_NAME":             "outpost-agent",
-		"OUTPOST_STATE_LISTEN":           ":8080",
-		"OUTPOST_HEALTH_LISTEN":          ":9090",
-		"OUTPOST_STATE_URL":              "https://outpost-agent.outpost-system.svc:8443",
-		"OUTPOST_STATE_TLS_SECRET":       "outpost-agent-state-tls",
-		"OUTPOST_STATE_TLS_LISTEN":       ":8443",
-		"OUTPOST_STATE_TLS_HOSTS": "outpost-agent.outpost-system.svc,outpost-agent.outpost-system.svc.cluster.local," +
-			"outpost-agent.outpost-system,outpost-agent",
-		"OUTPOST_STATE_NAMESPACE":     releaseNamespace + "-state",
-		"OUTPOST_JOB_NAMESPACE":       releaseNamespace + "-jobs",
-		"OUTPOST_JOB_SERVICE_ACCOUNT": "outpost-job",
-		"OUTPOST_JOB_IMAGE":           jobImage,
-		"OUTPOST_AGENT_IMAGE":         agentImage,
-		"OUTPOST_CLI":                 "",
-		"OUTPOST_STARTUP_TIMEOUT":     "180s",
-		"OUTPOST_KUBE_QPS":            "50",
-		"OUTPOST_KUBE_BURST":          "100",
-		"OUTPOST_LOG_LEVEL":           "info",
-		// The job pod policy refuses everything beyond Pod Security "restricted" by default, and
-		// job pods with the labels of the agent Service's selector.
-		"OUTPOST_JOB_POD_POLICY": `{"agentSelector":{"app.kubernetes.io/component":"agent","app.kubernetes.io/instance":"outpost-agent","app.kubernetes.io/name":"outpost-agent"},` +
-			`"allowAgentLabels":false,"allowClaimSources":false,"allowHostNamespaces":false,"allowNodeName":false,"allowPrivilegeEscalation":false,"allowPrivileged":false,` +
-			`"allowRunAsRoot":false,"allowServiceAccountToken":false,"allowTolerateAll":false,"allowedCapabilities":[],"allowedClaims":[],"allowedConfigMaps":[],` +
-			`"allowedPriorityClasses":[],"allowedRuntimeClasses":[],"allowedSecrets":[],"allowedSysctls":[],"allowedVolumeTypes":[],"podSecurityLevel":""}`,
-		"OUTPOST_JOB_POD_SECURITY_CONTEXT":   `{"fsGroup":65532,"runAsGroup":65532,"runAsNonRoot":true,"runAsUser":65532,"seccompProfile":{"type":"RuntimeDefault"}}`,
-		"OUTPOST_JOB_SECURITY_CONTEXT":       `{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"]}}`,
-		"OUTPOST_STATE_MAX_BODY_BYTES":       "67108864",
-		"OUTPOST_STATE_MAX_REQUESTS":         "4",
-		"OUTPOST_STATE_MAX_REQUESTS_PER_JOB": "2",
-		"OUTPOST_JOB_RESOURCES":              `{"limits":{"memory":"2Gi"},"requests":{"cpu":"250m","memory":"512Mi"}}`,
-		"OUTPOST_JOB_HISTORY_SUCCEEDED":      "10",
-		"OUTPOST_LOG_FORMAT":                 "json",
-		"OUTPOST_JOB_HISTORY_FAILED":         "10",
-	})
+	// The settings are in the configuration file (TestConfigFile); the environment names it.
+	wantEnv(t, c, map[string]string{"OUTPOST_CONFIG": "/etc/outpost/config/agent.yaml"})
 	e := env(c)
 	if v := e["GOMEMLIMIT"].ValueFrom; v == nil || v.ResourceFieldRef == nil || v.ResourceFieldRef.Resource != "limits.memory" {
 		t.Errorf("env GOMEMLIMIT = %+v, want the container's memory limit", e["GOMEMLIMIT"])
@@ -425,9 +389,7 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("env %s = %+v, want the downward API field %s", name, e[name], field)
 		}
 	}
-	wantNoEnv(t, c, "OUTPOST_CA_BUNDLE_FILE", "OUTPOST_JOB_CA_SECRET", "OUTPOST_JOB_POD_LABELS",
-		"OUTPOST_JOB_IMAGE_PULL_SECRETS", "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY", "OUTPOST_JOB_POD_TEMPLATE", "OUTPOST_JOB_FORWARD_ENV",
-		"OUTPOST_JOB_PLUGIN_CACHE", "OUTPOST_JOB_PROVIDER_INSTALLATION")
+	wantNoEnv(t, c, "HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
 	if len(e) != len(c.Env) {
 		t.Errorf("the agent container sets an env var twice: %v", c.Env)
 	}
@@ -593,7 +555,7 @@ podAnnotations:
 		t.Errorf("agent ServiceAccount automountServiceAccountToken = %v, want true (it talks to the API)", agentSA.AutomountServiceAccountToken)
 	}
 
-	d, c := r.deployment(t)
+	d, _ := r.deployment(t)
 	if d.Spec.Template.Spec.ServiceAccountName != agentSA.Name {
 		t.Errorf("agent pods run as %q, want %q", d.Spec.Template.Spec.ServiceAccountName, agentSA.Name)
 	}
@@ -603,16 +565,10 @@ podAnnotations:
 	if _, ok := d.Spec.Template.Labels["azure.workload.identity/use"]; ok {
 		t.Error("jobs.podLabels leaked onto the agent pods")
 	}
-	wantEnv(t, c, map[string]string{
-		"OUTPOST_JOB_NAMESPACE":       "outpost-jobs",
-		"OUTPOST_JOB_SERVICE_ACCOUNT": "terraform",
-	})
-	var podLabels map[string]string
-	if err := json.Unmarshal([]byte(env(c)["OUTPOST_JOB_POD_LABELS"].Value), &podLabels); err != nil {
-		t.Fatalf("OUTPOST_JOB_POD_LABELS is not a JSON object: %v", err)
-	}
-	if want := map[string]string{"azure.workload.identity/use": "true"}; !mapsEqual(podLabels, want) {
-		t.Errorf("OUTPOST_JOB_POD_LABELS = %v, want %v", podLabels, want)
+	if cfg := r.agentConfig(t); cfg.Jobs.Namespace != "outpost-jobs" || cfg.Jobs.ServiceAccount != "terraform" {
+		t.Errorf("jobs.namespace %q, jobs.serviceAccount %q, want outpost-jobs, terraform", cfg.Jobs.Namespace, cfg.Jobs.ServiceAccount)
+	} else if want := map[string]string{"azure.workload.identity/use": "true"}; !mapsEqual(cfg.Jobs.PodLabels, want) {
+		t.Errorf("jobs.podLabels = %v, want %v", cfg.Jobs.PodLabels, want)
 	}
 
 	// The chart's labels win over podLabels, or the Deployment would lose its pods.
@@ -645,22 +601,27 @@ podAnnotations:
 func TestJobResourcesAndForwardEnv(t *testing.T) {
 	r := render(t, "jobs: {resources: null, forwardEnv: [AWS_REGION, TF_REGISTRY_CLIENT_TIMEOUT]}\nextraEnv: [{name: AWS_REGION, value: eu-west-1}]")
 	_, c := r.deployment(t)
-	wantEnv(t, c, map[string]string{
-		"OUTPOST_JOB_RESOURCES":   "{}",
-		"OUTPOST_JOB_FORWARD_ENV": "AWS_REGION,TF_REGISTRY_CLIENT_TIMEOUT",
-		"AWS_REGION":              "eu-west-1",
-	})
+	wantEnv(t, c, map[string]string{"AWS_REGION": "eu-west-1"})
+	cfg := r.agentConfig(t)
+	if len(cfg.Jobs.Resources.Requests)+len(cfg.Jobs.Resources.Limits) != 0 {
+		t.Errorf("jobs.resources: null gave %+v, want none", cfg.Jobs.Resources)
+	}
+	if want := map[string]string{"AWS_REGION": "eu-west-1", "TF_REGISTRY_CLIENT_TIMEOUT": ""}; !mapsEqual(cfg.Jobs.Options.ForwardEnv, want) {
+		t.Errorf("forwarded env %v, want %v", cfg.Jobs.Options.ForwardEnv, want)
+	}
 }
 
 func TestPluginCacheAndProviderInstallation(t *testing.T) {
 	r := render(t, `jobs:
   pluginCache: {persistentVolumeClaim: {claimName: tf-plugins}}
   providerInstallation: 'provider_installation { network_mirror { url = "https://mirror.corp/" } }'`)
-	_, c := r.deployment(t)
-	wantEnv(t, c, map[string]string{
-		"OUTPOST_JOB_PLUGIN_CACHE":          `{"persistentVolumeClaim":{"claimName":"tf-plugins"}}`,
-		"OUTPOST_JOB_PROVIDER_INSTALLATION": `provider_installation { network_mirror { url = "https://mirror.corp/" } }`,
-	})
+	cfg := r.agentConfig(t)
+	if cfg.Jobs.PluginCache == nil || cfg.Jobs.PluginCache.PersistentVolumeClaim == nil || cfg.Jobs.PluginCache.PersistentVolumeClaim.ClaimName != "tf-plugins" {
+		t.Errorf("jobs.pluginCache = %+v", cfg.Jobs.PluginCache)
+	}
+	if want := `provider_installation { network_mirror { url = "https://mirror.corp/" } }`; cfg.Jobs.ProviderInstallation != want {
+		t.Errorf("jobs.providerInstallation = %q, want %q", cfg.Jobs.ProviderInstallation, want)
+	}
 }
 
 func TestLogFormatAndExtraVolumes(t *testing.T) {
@@ -668,7 +629,9 @@ func TestLogFormatAndExtraVolumes(t *testing.T) {
 extraVolumes: [{name: corp-files, configMap: {name: corp}}]
 extraVolumeMounts: [{name: corp-files, mountPath: /etc/corp, readOnly: true}]`)
 	d, c := r.deployment(t)
-	wantEnv(t, c, map[string]string{"OUTPOST_LOG_FORMAT": "text"})
+	if f := r.agentConfig(t).LogFormat; f != "text" {
+		t.Errorf("logFormat %q, want text", f)
+	}
 	if v := volume(t, d, "corp-files"); v.ConfigMap == nil || v.ConfigMap.Name != "corp" {
 		t.Errorf("extra volume %+v", v)
 	}
@@ -819,11 +782,9 @@ caBundle: {existingSecret: corp-ca, secretKey: bundle.pem}
 	if m := mount(t, c, "ca-bundle"); m.MountPath != "/etc/outpost/ca" || !m.ReadOnly {
 		t.Errorf("ca-bundle mount = %+v, want read-only /etc/outpost/ca", m)
 	}
-	wantEnv(t, c, map[string]string{
-		"OUTPOST_CA_BUNDLE_FILE":    "/etc/outpost/ca/ca.crt",
-		"OUTPOST_JOB_CA_SECRET":     "corp-ca",
-		"OUTPOST_JOB_CA_SECRET_KEY": "bundle.pem",
-	})
+	if cfg := r.agentConfig(t); cfg.CABundleFile != "/etc/outpost/ca/ca.crt" || cfg.Jobs.CASecret != "corp-ca" || cfg.Jobs.CASecretKey != "bundle.pem" {
+		t.Errorf("caBundleFile %q, jobs.caSecret %q, jobs.caSecretKey %q", cfg.CABundleFile, cfg.Jobs.CASecret, cfg.Jobs.CASecretKey)
+	}
 	if !strings.Contains(r.notes, "Secret corp-ca in namespace outpost-jobs") {
 		t.Errorf("NOTES.txt does not ask for the CA Secret in the jobs namespace:\n%s", r.notes)
 	}
@@ -842,11 +803,13 @@ func TestCABundlePEM(t *testing.T) {
 			t.Errorf("Secret %s/%s holds %q, want the PEM", ns, name, s.StringData)
 		}
 	}
-	d, c := r.deployment(t)
+	d, _ := r.deployment(t)
 	if v := volume(t, d, "ca-bundle"); v.Secret == nil || v.Secret.SecretName != name || v.Secret.Items[0].Key != "ca.crt" {
 		t.Errorf("ca-bundle volume = %+v", v.VolumeSource)
 	}
-	wantEnv(t, c, map[string]string{"OUTPOST_JOB_CA_SECRET": name, "OUTPOST_JOB_CA_SECRET_KEY": "ca.crt", "OUTPOST_CA_BUNDLE_FILE": "/etc/outpost/ca/ca.crt"})
+	if cfg := r.agentConfig(t); cfg.CABundleFile != "/etc/outpost/ca/ca.crt" || cfg.Jobs.CASecret != name || cfg.Jobs.CASecretKey != "ca.crt" {
+		t.Errorf("caBundleFile %q, jobs.caSecret %q, jobs.caSecretKey %q", cfg.CABundleFile, cfg.Jobs.CASecret, cfg.Jobs.CASecretKey)
+	}
 	if strings.Contains(r.notes, "CA bundle") {
 		t.Errorf("NOTES.txt asks for a CA Secret the chart made itself:\n%s", r.notes)
 	}
@@ -862,11 +825,8 @@ func TestCABundlePEM(t *testing.T) {
 // TestStateEncryption checks that the state encryption key is mounted from its Secret and named
 // to the agent by file, never put in an environment variable.
 func TestStateEncryption(t *testing.T) {
-	_, c := render(t, "").deployment(t)
-	for _, e := range c.Env {
-		if e.Name == "OUTPOST_STATE_ENCRYPTION_KEY_FILE" {
-			t.Fatal("encryption must be off by default")
-		}
+	if f := render(t, "").agentConfig(t).State.EncryptionKeyFile; f != "" {
+		t.Fatalf("encryption must be off by default; key file %q", f)
 	}
 	r := render(t, "state: {encryption: {existingSecret: outpost-state-key, secretKey: aes.key}}")
 	d, c := r.deployment(t)
@@ -877,7 +837,9 @@ func TestStateEncryption(t *testing.T) {
 	if m := mount(t, c, "state-key"); m.MountPath != "/etc/outpost/state-key" || !m.ReadOnly {
 		t.Errorf("state-key mount = %+v", m)
 	}
-	wantEnv(t, c, map[string]string{"OUTPOST_STATE_ENCRYPTION_KEY_FILE": "/etc/outpost/state-key/key"})
+	if f := r.agentConfig(t).State.EncryptionKeyFile; f != "/etc/outpost/state-key/key" {
+		t.Errorf("state.encryptionKeyFile %q", f)
+	}
 	for _, e := range c.Env {
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "outpost-state-key" {
 			t.Errorf("the key must not reach the environment: %+v", e)
@@ -1012,12 +974,15 @@ func TestImages(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, c := render(t, tc.values).deployment(t)
+			r := render(t, tc.values)
+			_, c := r.deployment(t)
 			if c.Image != tc.agent {
 				t.Errorf("agent image = %q, want %q", c.Image, tc.agent)
 			}
 			// Job pods copy the job runner from the agent's image, whatever the job image.
-			wantEnv(t, c, map[string]string{"OUTPOST_JOB_IMAGE": tc.jobImage, "OUTPOST_AGENT_IMAGE": tc.agent})
+			if cfg := r.agentConfig(t); cfg.Jobs.Image != tc.jobImage || cfg.Jobs.AgentImage != tc.agent {
+				t.Errorf("jobs.image %q, jobs.agentImage %q, want %q, %q", cfg.Jobs.Image, cfg.Jobs.AgentImage, tc.jobImage, tc.agent)
+			}
 		})
 	}
 
@@ -1033,12 +998,14 @@ func TestImagePullSecrets(t *testing.T) {
 jobs: {namespace: outpost-jobs}
 imagePullSecrets: [ghcr-pull, {name: mirror-pull}]
 `)
-	d, c := r.deployment(t)
+	d, _ := r.deployment(t)
 	want := []corev1.LocalObjectReference{{Name: "ghcr-pull"}, {Name: "mirror-pull"}}
 	if !slices.Equal(d.Spec.Template.Spec.ImagePullSecrets, want) {
 		t.Errorf("imagePullSecrets = %v, want %v", d.Spec.Template.Spec.ImagePullSecrets, want)
 	}
-	wantEnv(t, c, map[string]string{"OUTPOST_JOB_IMAGE_PULL_SECRETS": "ghcr-pull,mirror-pull"})
+	if got := r.agentConfig(t).Jobs.ImagePullSecrets; !slices.Equal(got, []string{"ghcr-pull", "mirror-pull"}) {
+		t.Errorf("jobs.imagePullSecrets = %v", got)
+	}
 	if !strings.Contains(r.notes, "ghcr-pull,mirror-pull from namespace\noutpost-jobs") {
 		t.Errorf("NOTES.txt does not ask for the pull Secrets in the jobs namespace:\n%s", r.notes)
 	}
@@ -1047,17 +1014,19 @@ imagePullSecrets: [ghcr-pull, {name: mirror-pull}]
 // TestExtraEnvAndSettings checks extraEnv (last, so it wins) and the plain settings.
 // TestCLIPath: cli may name the CLI by its absolute path in the job image.
 func TestCLIPath(t *testing.T) {
-	_, c := render(t, `cli: /opt/tofu/bin/tofu`).deployment(t)
-	wantEnv(t, c, map[string]string{"OUTPOST_CLI": "/opt/tofu/bin/tofu"})
+	if cli := render(t, `cli: /opt/tofu/bin/tofu`).agentConfig(t).CLI; cli != "/opt/tofu/bin/tofu" {
+		t.Errorf("cli = %q", cli)
+	}
 }
 
 // TestInsecureAllowHTTP: the plain-http opt-in reaches the agent only when the value says so.
 func TestInsecureAllowHTTP(t *testing.T) {
-	if _, c := render(t, ``).deployment(t); env(c)["OUTPOST_INSECURE_ALLOW_HTTP"].Name != "" {
-		t.Errorf("OUTPOST_INSECURE_ALLOW_HTTP set by default: %+v", env(c)["OUTPOST_INSECURE_ALLOW_HTTP"])
+	if render(t, ``).agentConfig(t).InsecureAllowHTTP {
+		t.Error("insecureAllowHttp set by default")
 	}
-	_, c := render(t, `insecureAllowHttp: true`).deployment(t)
-	wantEnv(t, c, map[string]string{"OUTPOST_INSECURE_ALLOW_HTTP": "true"})
+	if !render(t, `insecureAllowHttp: true`).agentConfig(t).InsecureAllowHTTP {
+		t.Error("insecureAllowHttp: true does not reach the agent")
+	}
 }
 
 func TestExtraEnvAndSettings(t *testing.T) {
@@ -1086,13 +1055,13 @@ terminationGracePeriodSeconds: 120
 tmpSizeLimit: ""
 `)
 	d, c := r.deployment(t)
-	wantEnv(t, c, map[string]string{
-		"OUTPOST_CLI":             "tofu",
-		"OUTPOST_KUBE_QPS":        "20.5",
-		"OUTPOST_KUBE_BURST":      "40",
-		"OUTPOST_STARTUP_TIMEOUT": "5m",
-		"OUTPOST_LOG_LEVEL":       "warn", // extraEnv comes last and wins
-	})
+	cfg := r.agentConfig(t)
+	if cfg.CLI != "tofu" || cfg.KubeClient.QPS != 20.5 || cfg.KubeClient.Burst != 40 || cfg.Jobs.StartupTimeout.Duration != 5*time.Minute {
+		t.Errorf("cli %q, kubeClient %+v, jobs.startupTimeout %v", cfg.CLI, cfg.KubeClient, cfg.Jobs.StartupTimeout)
+	}
+	if cfg.LogLevel != "warn" {
+		t.Errorf("logLevel %q, want warn: extraEnv comes last and wins over the file", cfg.LogLevel)
+	}
 	last := c.Env[len(c.Env)-1]
 	if last.Name != "GOMEMLIMIT" || last.ValueFrom == nil || last.ValueFrom.ResourceFieldRef == nil || last.ValueFrom.ResourceFieldRef.Resource != "limits.memory" {
 		t.Errorf("last env = %+v, want GOMEMLIMIT from limits.memory", last)
@@ -1114,8 +1083,9 @@ tmpSizeLimit: ""
 // TestLeaderElectionOff checks the single-replica mode without a leader Lease.
 func TestLeaderElectionOff(t *testing.T) {
 	r := render(t, "replicaCount: 1\nleaderElection: {enabled: false}")
-	_, c := r.deployment(t)
-	wantEnv(t, c, map[string]string{"OUTPOST_LEADER_ELECT": "false"})
+	if r.agentConfig(t).LeaderElection.Enabled {
+		t.Error("leaderElection.enabled: false does not reach the agent")
+	}
 	// The single replica keeps the record of its connection on its Lease (for `helm test`), so it
 	// keeps its Lease, but needs no pods: there is no leader to forward to.
 	for _, tc := range []struct {
@@ -1151,11 +1121,9 @@ func TestNames(t *testing.T) {
 			t.Errorf("no %s; rendered %v", key, r.keys())
 		}
 	}
-	_, c := r.deployment(t)
-	wantEnv(t, c, map[string]string{
-		"OUTPOST_STATE_URL":  "https://agent-eu.outpost-system.svc:8443",
-		"OUTPOST_LEASE_NAME": "agent-eu",
-	})
+	if cfg := r.agentConfig(t); cfg.State.URL != "https://agent-eu.outpost-system.svc:8443" || cfg.LeaderElection.LeaseName != "agent-eu" {
+		t.Errorf("state.url %q, leaderElection.leaseName %q", cfg.State.URL, cfg.LeaderElection.LeaseName)
+	}
 	if role := get[rbacv1.Role](t, r, "Role", releaseNamespace, "agent-eu"); !slices.ContainsFunc(role.Rules, func(p rbacv1.PolicyRule) bool {
 		return slices.Equal(p.ResourceNames, []string{"agent-eu"})
 	}) {
@@ -1201,7 +1169,9 @@ func TestStateTLS(t *testing.T) {
 		t.Run(tc.values, func(t *testing.T) {
 			r := render(t, "jobs: {namespace: outpost-jobs}\n"+tc.values)
 			_, c := r.deployment(t)
-			wantEnv(t, c, map[string]string{"OUTPOST_STATE_URL": tc.url, "OUTPOST_STATE_LISTEN": tc.listen})
+			if cfg := r.agentConfig(t); cfg.State.URL != tc.url || cfg.State.Listen != tc.listen {
+				t.Errorf("state.url %q, state.listen %q, want %q, %q", cfg.State.URL, cfg.State.Listen, tc.url, tc.listen)
+			}
 			var pod, svc []int32
 			for _, p := range c.Ports {
 				if p.Name != "metrics" {

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -41,9 +43,15 @@ func TestJobPodSettingsReachTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.agentEnv = append(e.agentEnv, "AWS_REGION=eu-west-1", "TF_LOG=TRACE")
-	e.startAgent("agent-0", "--leader-elect=false", "--job-forward-env", "AWS_REGION,TF_LOG",
-		"--job-pod-policy", `{"allowedSecrets":["db"],"allowedConfigMaps":["settings"],"allowedPriorityClasses":["outpost-e2e-iac"]}`,
-		"--job-plugin-cache", `{"emptyDir":{"sizeLimit":"2Gi"}}`,
+	// The structured settings come from the agent's configuration file, as the chart gives them.
+	configFile := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(configFile, []byte(`jobs:
+  policy: {allowedSecrets: [db], allowedConfigMaps: [settings], allowedPriorityClasses: [outpost-e2e-iac]}
+  pluginCache: {emptyDir: {sizeLimit: 2Gi}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.startAgent("agent-0", "--leader-elect=false", "--job-forward-env", "AWS_REGION,TF_LOG", "--config", configFile,
 		"--job-provider-installation", `provider_installation { network_mirror { url = "https://mirror.corp/providers/" } }`)
 	// An apply: a plan gets no plugin cache (it could plant a provider a later apply runs).
 	d, err := e.admin.CreateDeployment(t.Context(), api.DeploymentInput{RunnerID: e.runnerID, Operation: api.OperationApply,

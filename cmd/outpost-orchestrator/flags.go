@@ -2,24 +2,26 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/flagenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 )
 
 // envPrefix starts the environment variable of every flag: --log-cap reads
-// OUTPOST_ORCHESTRATOR_LOG_CAP. A flag given on the command line wins over its variable.
+// OUTPOST_ORCHESTRATOR_LOG_CAP. A flag given on the command line wins over its variable
+// (package flagenv, which the agent parses its flags with too).
 const envPrefix = "OUTPOST_ORCHESTRATOR_"
 
 func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+	return flagenv.Name(envPrefix, flagName)
 }
 
 // options are the settings of `outpost-orchestrator` (serve).
@@ -70,7 +72,7 @@ Flags:
 // parseFlags reads the serve flags, then the environment for the flags not given.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (*options, error) {
 	o := &options{}
-	fs := flag.NewFlagSet("outpost-orchestrator", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("outpost-orchestrator", pflag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8700", "address to listen on")
 	fs.StringVar(&o.dataDir, "data-dir", "./orchestrator-data", "directory of the database")
@@ -105,7 +107,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 		fmt.Fprint(fs.Output(), serveUsage)
 		fs.PrintDefaults()
 	}
-	if err := parseWithEnv(fs, args, getenv, "version"); err != nil {
+	if err := flagenv.Parse(fs, args, envPrefix, getenv, "version"); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -123,33 +125,6 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	return o, nil
 }
 
-// parseWithEnv parses args, then sets every flag that was not given (except those named in
-// noEnv) from its environment variable; each flag's usage names its variable, so --help shows
-// them.
-func parseWithEnv(fs *flag.FlagSet, args []string, getenv func(string) string, noEnv ...string) error {
-	fs.VisitAll(func(f *flag.Flag) {
-		if !slices.Contains(noEnv, f.Name) {
-			f.Usage += " (env " + envName(f.Name) + ")"
-		}
-	})
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		v := getenv(envName(f.Name))
-		if given[f.Name] || v == "" || slices.Contains(noEnv, f.Name) {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
-		}
-	})
-	return errors.Join(errs...)
-}
-
 // retentionValue is a retention flag: a positive duration with an optional day unit (30d), or
 // forever.
 type retentionValue struct{ d *time.Duration }
@@ -165,6 +140,9 @@ func (v retentionValue) String() string {
 	}
 	return v.d.String()
 }
+
+// Type names the value in --help.
+func (retentionValue) Type() string { return "duration" }
 
 func (v retentionValue) Set(s string) error {
 	s = strings.TrimSpace(s)

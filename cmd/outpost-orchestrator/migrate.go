@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"strconv"
 
+	"github.com/spf13/pflag"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/flagenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
@@ -24,30 +25,23 @@ Flags:
 
 // runMigrateStore runs `outpost-orchestrator migrate-store`.
 func runMigrateStore(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("outpost-orchestrator migrate-store", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("outpost-orchestrator migrate-store", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	from := fs.String("from", "", "the bbolt data directory to copy (env "+envName("data-dir")+")")
+	// --from and --to read the variables of the serve flags they stand for (--data-dir and
+	// --database-url), so the same environment serves both commands.
+	from := fs.String("from", getenv(envName("data-dir")), "the bbolt data directory to copy (env "+envName("data-dir")+")")
 	to := fs.String("to", "", "the PostgreSQL connection URL to copy into (env "+envName("database-url")+"); prefer the environment variable, the URL can hold a password")
-	insecureTLS := fs.Bool("database-insecure-tls", false, "let --to reach PostgreSQL off loopback without verified TLS (sslmode other than verify-full) (env "+envName("database-insecure-tls")+")")
+	insecureTLS := fs.Bool("database-insecure-tls", false, "let --to reach PostgreSQL off loopback without verified TLS (sslmode other than verify-full)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), migrateUsage)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *from == "" {
-		*from = getenv(envName("data-dir"))
+	if err := flagenv.Parse(fs, args, envPrefix, getenv, "from", "to"); err != nil {
+		return fmt.Errorf("migrate-store: %w", err)
 	}
 	if *to == "" {
+		// Not the flag's default: --help would print the URL, password and all.
 		*to = getenv(envName("database-url"))
-	}
-	if v := getenv(envName("database-insecure-tls")); v != "" && !*insecureTLS {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("migrate-store: %s=%q is not true or false", envName("database-insecure-tls"), v)
-		}
-		*insecureTLS = b
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
@@ -83,5 +85,24 @@ func TestMigrateStoreThenServeOnPostgreSQL(t *testing.T) {
 	err = run(t.Context(), []string{"--database-url", url}, noEnv, &out, nil)
 	if err == nil || !strings.Contains(err.Error(), "--admin-token") {
 		t.Fatalf("--database-url without an admin token: %v", err)
+	}
+}
+
+// migrate-store reads --from and --to from the variables of the serve flags they stand for; a
+// bad variable is named, and --help never prints the database URL.
+func TestMigrateStoreFlagsFromEnvironment(t *testing.T) {
+	env := map[string]string{envName("data-dir"): "/does/not/exist", envName("database-url"): "postgres://u:leak-me-not@db.example/x",
+		envName("database-insecure-tls"): "maybe"}
+	getenv := func(k string) string { return env[k] }
+	var out clienttest.Buffer
+	if err := run(t.Context(), []string{"migrate-store"}, getenv, &out, nil); err == nil || !strings.Contains(err.Error(), envName("database-insecure-tls")+`="maybe"`) {
+		t.Errorf("a bad %s: %v", envName("database-insecure-tls"), err)
+	}
+	var help clienttest.Buffer
+	if err := run(t.Context(), []string{"migrate-store", "--help"}, getenv, &help, nil); !errors.Is(err, pflag.ErrHelp) {
+		t.Errorf("--help: %v", err)
+	}
+	if strings.Contains(help.String(), "leak-me-not") || !strings.Contains(help.String(), "/does/not/exist") {
+		t.Errorf("--help shows the database URL, or not the data directory from the environment:\n%s", help.String())
 	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -13,8 +12,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/flagenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -44,7 +46,7 @@ type tokenOptions struct {
 
 // runToken runs `outpost-orchestrator token <verb> …`.
 func runToken(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("outpost-orchestrator token", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("outpost-orchestrator token", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), tokenUsage)
@@ -53,7 +55,7 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fs.Usage()
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			return flag.ErrHelp
+			return pflag.ErrHelp
 		}
 		return errors.New("token: name what to do: create, list or revoke")
 	}
@@ -64,7 +66,7 @@ func runToken(ctx context.Context, args []string, getenv func(string) string, st
 	fs.StringVar(&o.org, "org", "", "the organisation (a DNS-1123 label)")
 	fs.StringVar(&o.name, "name", "", "create: who or what holds the token, e.g. ci or terraform-prod")
 	fs.BoolVar(&o.insecureHTTP, "insecure-allow-http", false, "allow an http:// --url that is not loopback: the bootstrap and new tokens then cross the network unencrypted")
-	if err := parseWithEnv(fs, args[1:], getenv, "org", "name"); err != nil {
+	if err := flagenv.Parse(fs, args[1:], envPrefix, getenv, "org", "name"); err != nil {
 		return err
 	}
 	admin, err := o.client(getenv)

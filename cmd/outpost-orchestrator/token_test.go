@@ -3,13 +3,14 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
@@ -111,7 +112,7 @@ func TestTokenCommandErrors(t *testing.T) {
 			}
 		}
 	}
-	if _, _, err := tokenCmd(t, nil, "--help"); !errors.Is(err, flag.ErrHelp) {
+	if _, _, err := tokenCmd(t, nil, "--help"); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("token --help: %v", err)
 	}
 }
@@ -120,7 +121,7 @@ func TestTokenCommandErrors(t *testing.T) {
 // what the admin token is.
 func TestHelpDocumentsTheFlags(t *testing.T) {
 	var out clienttest.Buffer
-	if _, err := parseFlags([]string{"--help"}, noEnv, &out); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseFlags([]string{"--help"}, noEnv, &out); !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
 	for _, f := range []string{"max-connections", "read-header-timeout", "read-timeout", "write-timeout", "idle-timeout",

@@ -92,11 +92,14 @@ module "kubernetes_agent_runner" {
 			r.Job.PodTemplate != `{"metadata":{"labels":{"app.kubernetes.io/name":"kubernetes-agent-runner"}}}` {
 			t.Errorf("runner job settings %+v", r.Job)
 		}
-		d := e.deploymentJSON(agentNS)
-		for _, want := range []string{`"serviceAccountName":"humanitec-kubernetes-agent-runner"`, `"name":"OUTPOST_PRIVATE_KEY_SECRET","value":"` + secretName + `"`,
-			`"name":"OUTPOST_PRIVATE_KEY_SECRET_KEY","value":"private_key"`, `"name":"OUTPOST_ORG_ID","value":"acme"`, `"name":"OUTPOST_RUNNER_ID","value":"` + runnerID + `"`} {
-			if !strings.Contains(d, want) {
-				t.Errorf("agent Deployment lacks %s:\n%s", want, d)
+		if d := e.deploymentJSON(agentNS); !strings.Contains(d, `"serviceAccountName":"humanitec-kubernetes-agent-runner"`) {
+			t.Errorf("agent Deployment does not run as humanitec-kubernetes-agent-runner:\n%s", d)
+		}
+		settings := e.agentSettings(agentNS)
+		for key, want := range map[string]string{"privateKey": `{"existingSecret":"` + secretName + `","secretKey":"private_key"}`,
+			"orgId": `"acme"`, "runnerId": `"` + runnerID + `"`} {
+			if got := setting(settings, key); got != want {
+				t.Errorf("agent setting %s = %s, want %s", key, got, want)
 			}
 		}
 		sa, err := e.kube.CoreV1().ServiceAccounts(jobNS).Get(e.ctx, "humanitec-kubernetes-agent-runner-job", metav1.GetOptions{})

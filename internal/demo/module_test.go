@@ -15,6 +15,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
@@ -169,6 +170,34 @@ func (e *moduleEnv) deploymentJSON(ns string) string {
 	return string(b)
 }
 
+// agentSettings reads the agent's configuration file from the ConfigMap the chart installed in ns.
+func (e *moduleEnv) agentSettings(ns string) map[string]any {
+	e.t.Helper()
+	cm, err := e.kube.CoreV1().ConfigMaps(ns).Get(e.ctx, "outpost-agent-config", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("agent ConfigMap not installed: %v", err)
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["agent.yaml"]), &m); err != nil {
+		e.t.Fatalf("agent.yaml of ConfigMap %s/%s: %v", ns, cm.Name, err)
+	}
+	return m
+}
+
+// setting is the value of a dotted key of the agent's settings as JSON; "" when there is none.
+func setting(settings map[string]any, key string) string {
+	var v any = settings
+	for _, k := range strings.Split(key, ".") {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		v = m[k]
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
 // TestInstallerModule applies modules/kubernetes-agent-runner for real, the way a user's root
 // module calls it, with Terraform and OpenTofu and the locally built provider: against the test
 // bed and the reference orchestrator. It checks what was registered and installed, that a second
@@ -286,16 +315,22 @@ output "fingerprint" {
 				t.Errorf("image pull Secret %s/mirror-login: %v", ns, err)
 			}
 		}
+		settings := e.agentSettings("mod-system")
+		for key, want := range map[string]string{"jobs.imagePullSecrets": `["mirror-login"]`, "jobs.image": `"mirror.example.com/outpost/job:1.2.3"`,
+			"orgId": `"acme"`, "jobs.caSecret": `"outpost-agent-ca-bundle"`, "jobs.history": `{"failed":5,"succeeded":0}`,
+			"jobs.pluginCache": `{"nfs":{"path":"/tf-plugins","server":"nfs.corp"}}`, "jobs.forwardEnv": `["AWS_REGION"]`} {
+			if got := setting(settings, key); got != want {
+				t.Errorf("agent setting %s = %s, want %s", key, got, want)
+			}
+		}
+		if got := setting(settings, "jobs.providerInstallation"); !strings.HasPrefix(got, `"provider_installation {\n  filesystem_mirror {\n    path = \"/plugins\"`) {
+			t.Errorf("agent setting jobs.providerInstallation = %s", got)
+		}
 		d := e.deploymentJSON("mod-system")
-		for _, want := range []string{`"imagePullSecrets":[{"name":"mirror-login"}]`, `"name":"OUTPOST_JOB_IMAGE_PULL_SECRETS","value":"mirror-login"`,
+		for _, want := range []string{`"imagePullSecrets":[{"name":"mirror-login"}]`,
 			`"serviceAccountName":"mod-agent"`, `"image":"mirror.example.com/outpost-dev/outpost-agent:1.2.3"`,
-			"mirror.example.com/outpost/job:1.2.3", `"name":"OUTPOST_ORG_ID","value":"acme"`,
 			`"name":"HTTPS_PROXY","value":"http://proxy.corp:3128"`, `"name":"NO_PROXY","value":".corp,`,
-			`"name":"OUTPOST_JOB_CA_SECRET","value":"outpost-agent-ca-bundle"`,
-			`"name":"OUTPOST_JOB_HISTORY_SUCCEEDED","value":"0"`, `"name":"OUTPOST_JOB_HISTORY_FAILED","value":"5"`,
-			`"name":"OUTPOST_JOB_PLUGIN_CACHE","value":"{\"nfs\":{\"path\":\"/tf-plugins\",\"server\":\"nfs.corp\"}}"`,
-			`"name":"OUTPOST_JOB_PROVIDER_INSTALLATION","value":"provider_installation {\n  filesystem_mirror {\n    path = \"/plugins\"`,
-			`"name":"OUTPOST_JOB_FORWARD_ENV","value":"AWS_REGION"`, `"name":"AWS_REGION","value":"eu-west-1"`,
+			`"name":"AWS_REGION","value":"eu-west-1"`,
 			`"name":"API_TOKEN","valueFrom":{"secretKeyRef":{"name":"agent-secrets","key":"token"}}`,
 			`"tolerations":[{"key":"dedicated","operator":"Equal","value":"outpost","effect":"NoSchedule"}]`,
 			`"limits":{"memory":"300Mi"}`} {

@@ -274,39 +274,41 @@ func TestAccKubernetesAgent_jobSettings(t *testing.T) {
 		}
 		return out
 	}
+	checkSettings := func(setting func(string) string) error {
+		for key, want := range map[string]string{
+			"jobs.history":     `{"failed":20,"succeeded":0}`,
+			"jobs.pluginCache": `{"persistentVolumeClaim":{"claimName":"tf-plugins"}}`,
+			"jobs.forwardEnv":  `["AWS_REGION"]`,
+			"jobs.image":       `"registry.corp/outpost/job:1.0"`,
+		} {
+			if got := setting(key); got != want {
+				return fmt.Errorf("agent setting %s = %s, want %s", key, got, want)
+			}
+		}
+		if v := setting("jobs.providerInstallation"); !strings.Contains(v, `url     = \"https://mirror.corp/providers/\"`) ||
+			!strings.Contains(v, `direct {\n    exclude = [\"registry.terraform.io/hashicorp/*\"]`) {
+			return fmt.Errorf("jobs.providerInstallation %s", v)
+		}
+		if v := setting("jobs.resources"); !strings.Contains(v, `"memory":"1Gi"`) || !strings.Contains(v, `"limits":{"memory":"2Gi"}`) {
+			return fmt.Errorf("jobs.resources %s: want requests.memory 1Gi merged into the chart's defaults", v)
+		}
+		return nil
+	}
 	checkRendered := func(d *appsv1.Deployment) error {
 		env := envOf(d)
 		pod := d.Spec.Template.Spec
 		c := pod.Containers[0]
 		for name, want := range map[string]string{
-			"HTTPS_PROXY":                       "http://proxy.corp:3128",
-			"HTTP_PROXY":                        "http://proxy.corp:3128",
-			"OUTPOST_JOB_HISTORY_SUCCEEDED":     "0",
-			"OUTPOST_JOB_HISTORY_FAILED":        "20",
-			"OUTPOST_JOB_PLUGIN_CACHE":          `{"persistentVolumeClaim":{"claimName":"tf-plugins"}}`,
-			"OUTPOST_JOB_FORWARD_ENV":           "AWS_REGION",
-			"OUTPOST_JOB_IMAGE":                 "registry.corp/outpost/job:1.0",
-			"AWS_REGION":                        "eu-west-1",
-			"OUTPOST_JOB_CA_SECRET_KEY":         "",
-			"OUTPOST_JOB_PROVIDER_INSTALLATION": "",
+			"HTTPS_PROXY": "http://proxy.corp:3128",
+			"HTTP_PROXY":  "http://proxy.corp:3128",
+			"AWS_REGION":  "eu-west-1",
 		} {
-			got, ok := env[name]
-			switch {
-			case !ok:
-				return fmt.Errorf("the agent has no %s", name)
-			case want != "" && got.Value != want:
+			if got := env[name]; got.Value != want {
 				return fmt.Errorf("%s = %q, want %q", name, got.Value, want)
 			}
 		}
 		if v := env["NO_PROXY"].Value; !strings.HasPrefix(v, ".corp,10.1.0.0/16,") {
 			return fmt.Errorf("NO_PROXY %q does not start with no_proxy's entries", v)
-		}
-		if v := env["OUTPOST_JOB_PROVIDER_INSTALLATION"].Value; !strings.Contains(v, `url     = "https://mirror.corp/providers/"`) ||
-			!strings.Contains(v, "direct {\n    exclude = [\"registry.terraform.io/hashicorp/*\"]") {
-			return fmt.Errorf("OUTPOST_JOB_PROVIDER_INSTALLATION %q", v)
-		}
-		if v := env["OUTPOST_JOB_RESOURCES"].Value; !strings.Contains(v, `"memory":"1Gi"`) || !strings.Contains(v, `"limits":{"memory":"2Gi"}`) {
-			return fmt.Errorf("OUTPOST_JOB_RESOURCES %q: want requests.memory 1Gi merged into the chart's defaults", v)
 		}
 		if ref := env["API_TOKEN"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "agent-secrets" || ref.SecretKeyRef.Key != "token" {
 			return fmt.Errorf("API_TOKEN %+v: want the key token of Secret agent-secrets", env["API_TOKEN"])
@@ -345,13 +347,13 @@ func TestAccKubernetesAgent_jobSettings(t *testing.T) {
 			{
 				Config: e.agentStack(ns, "agent-jobs", withPEM),
 				Check: resource.ComposeTestCheckFunc(
-					e.checkAgentDeployment(ns, func(d *appsv1.Deployment) error {
-						if err := checkRendered(d); err != nil {
+					e.checkAgentDeployment(ns, checkRendered),
+					e.checkAgentSettings(ns, func(setting func(string) string) error {
+						if err := checkSettings(setting); err != nil {
 							return err
 						}
-						env := envOf(d)
-						if env["OUTPOST_JOB_CA_SECRET"].Value != caSecret || env["OUTPOST_JOB_CA_SECRET_KEY"].Value != "ca.crt" {
-							return fmt.Errorf("CA env %v %v", env["OUTPOST_JOB_CA_SECRET"], env["OUTPOST_JOB_CA_SECRET_KEY"])
+						if setting("jobs.caSecret") != `"`+caSecret+`"` || setting("jobs.caSecretKey") != `"ca.crt"` {
+							return fmt.Errorf("CA settings %s %s", setting("jobs.caSecret"), setting("jobs.caSecretKey"))
 						}
 						return nil
 					}),
@@ -368,13 +370,13 @@ func TestAccKubernetesAgent_jobSettings(t *testing.T) {
 			{
 				Config: e.agentStack(ns, "agent-jobs", withSecret),
 				Check: resource.ComposeTestCheckFunc(
-					e.checkAgentDeployment(ns, func(d *appsv1.Deployment) error {
-						if err := checkRendered(d); err != nil {
+					e.checkAgentDeployment(ns, checkRendered),
+					e.checkAgentSettings(ns, func(setting func(string) string) error {
+						if err := checkSettings(setting); err != nil {
 							return err
 						}
-						env := envOf(d)
-						if env["OUTPOST_JOB_CA_SECRET"].Value != "corp-ca" || env["OUTPOST_JOB_CA_SECRET_KEY"].Value != "bundle.pem" {
-							return fmt.Errorf("CA env %v %v", env["OUTPOST_JOB_CA_SECRET"], env["OUTPOST_JOB_CA_SECRET_KEY"])
+						if setting("jobs.caSecret") != `"corp-ca"` || setting("jobs.caSecretKey") != `"bundle.pem"` {
+							return fmt.Errorf("CA settings %s %s", setting("jobs.caSecret"), setting("jobs.caSecretKey"))
 						}
 						return nil
 					}),

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -61,9 +60,11 @@ func TestAccKubernetesAgent_imagePullSecret(t *testing.T) {
 						if img := spec.Containers[0].Image; !strings.HasPrefix(img, "registry.example.com:5000/outpost-dev/outpost-agent:") {
 							return fmt.Errorf("agent image %s, want it from registry.example.com:5000", img)
 						}
-						env := spec.Containers[0].Env
-						if !slices.ContainsFunc(env, func(v corev1.EnvVar) bool { return v.Name == "OUTPOST_JOB_IMAGE_PULL_SECRETS" && v.Value == name }) {
-							return fmt.Errorf("the agent does not hand %s on to job pods (OUTPOST_JOB_IMAGE_PULL_SECRETS): %v", name, env)
+						return nil
+					}),
+					e.checkAgentSettings(ns, func(setting func(string) string) error {
+						if got := setting("jobs.imagePullSecrets"); got != `["`+name+`"]` {
+							return fmt.Errorf("the agent does not hand %s on to job pods (jobs.imagePullSecrets %s)", name, got)
 						}
 						return nil
 					}),

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"sigs.k8s.io/yaml"
 
 	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/helm"
@@ -192,7 +194,7 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
 							return fmt.Errorf("replicas %d", *d.Spec.Replicas)
 						case c.Image != "registry.example.com/outpost/agent:0.1.0-test":
 							return fmt.Errorf("image %q", c.Image)
-						case env["HTTPS_PROXY"] != "http://proxy.example.com:3128" || env["OUTPOST_CLI"] != "tofu" || env["OUTPOST_LOG_LEVEL"] != "debug":
+						case env["HTTPS_PROXY"] != "http://proxy.example.com:3128":
 							return fmt.Errorf("env %v", env)
 						case pod.Spec.NodeSelector["kubernetes.io/os"] != "linux" || len(pod.Spec.Tolerations) != 1:
 							return fmt.Errorf("scheduling %v %v", pod.Spec.NodeSelector, pod.Spec.Tolerations)
@@ -200,9 +202,15 @@ func TestAccKubernetesAgent_lifecycle(t *testing.T) {
 							return fmt.Errorf("requests %v", c.Resources.Requests)
 						case pod.Annotations["example.com/audit"] != "yes":
 							return fmt.Errorf("pod annotations %v (from values)", pod.Annotations)
-						case !strings.Contains(env["OUTPOST_JOB_POD_POLICY"], `"allowRunAsRoot":true`) || !strings.Contains(env["OUTPOST_JOB_POD_POLICY"], `"allowedSecrets":["cloud-credentials"]`) ||
-							!strings.Contains(env["OUTPOST_JOB_POD_POLICY"], `"allowServiceAccountToken":true`) || !strings.Contains(env["OUTPOST_JOB_POD_TEMPLATE"], `"2Gi"`):
-							return fmt.Errorf("job pod policy env %q, template %q", env["OUTPOST_JOB_POD_POLICY"], env["OUTPOST_JOB_POD_TEMPLATE"])
+						}
+						return nil
+					}),
+					e.checkAgentSettings(ns, func(setting func(string) string) error {
+						if setting("cli") != `"tofu"` || setting("logLevel") != `"debug"` || setting("jobs.policy.allowRunAsRoot") != "true" ||
+							setting("jobs.policy.allowedSecrets") != `["cloud-credentials"]` || setting("jobs.policy.allowServiceAccountToken") != "true" ||
+							!strings.Contains(setting("jobs.podTemplate"), `"2Gi"`) {
+							return fmt.Errorf("agent settings: cli %s, logLevel %s, jobs.policy %s, jobs.podTemplate %s", setting("cli"), setting("logLevel"),
+								setting("jobs.policy"), setting("jobs.podTemplate"))
 						}
 						return nil
 					}),
@@ -445,6 +453,36 @@ func (e *accEnv) checkAgentDeployment(ns string, check func(*appsv1.Deployment) 
 			return err
 		}
 		return check(d)
+	}
+}
+
+// checkAgentSettings reads the agent's configuration file from the ConfigMap the chart installed
+// in ns and hands check its settings by dotted key, each as JSON ("" when absent).
+func (e *accEnv) checkAgentSettings(ns string, check func(setting func(key string) string) error) resource.TestCheckFunc {
+	return func(*terraform.State) error {
+		name := agentchart.Fullname(defaultReleaseName, nil) + "-config"
+		cm, err := e.kube().CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		var doc map[string]any
+		if err := yaml.Unmarshal([]byte(cm.Data["agent.yaml"]), &doc); err != nil {
+			return fmt.Errorf("agent.yaml of ConfigMap %s/%s: %w", ns, name, err)
+		}
+		return check(func(key string) string {
+			var v any = doc
+			for _, k := range strings.Split(key, ".") {
+				m, ok := v.(map[string]any)
+				if !ok {
+					return ""
+				}
+				if v, ok = m[k]; !ok {
+					return ""
+				}
+			}
+			b, _ := json.Marshal(v)
+			return string(b)
+		})
 	}
 }
 

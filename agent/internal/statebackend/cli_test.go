@@ -325,7 +325,7 @@ func TestCLIForceUnlock(t *testing.T) {
 			t.Fatalf("the lock changed after a refused force-unlock: %+v", l)
 		}
 		var stdout, stderr bytes.Buffer
-		if code := statecmd.Main([]string{"force-unlock", "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg, key}, &stdout, &stderr); code != 0 {
+		if code := statecmd.Main([]string{"force-unlock", "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg, key}, statecmd.Defaults{}, &stdout, &stderr); code != 0 {
 			t.Fatalf("outpost-agent state force-unlock: exit %d\n%s%s", code, stdout.String(), stderr.String())
 		}
 		if l, _ := e.store.LockInfo(context.Background(), key); l != nil {

@@ -20,23 +20,24 @@ import (
 // just ended goes last (round robin), then the earlier first. The
 // connections under the requests are shared by package connguard (agent/run.go).
 
-// Limits bound the state backend's work in progress.
+// Limits bound the state backend's work in progress. The first three carry the names of the
+// agent's configuration file (state.limits, the chart's values of the same name).
 type Limits struct {
 	// MaxBodyBytes is the largest state upload (413 above it). It bounds what one job can make
 	// the agent store, not memory: bodies are streamed. Default 64 MiB.
-	MaxBodyBytes int64
+	MaxBodyBytes int64 `json:"maxBodyBytes"`
 	// MaxRequests are served at once; more wait up to QueueWait for a turn, then get 503 with
 	// Retry-After (the CLIs retry). Default 4.
-	MaxRequests int
+	MaxRequests int `json:"maxRequests"`
 	// MaxRequestsPerJob are served at once or wait for a turn for one lock holder (one
 	// attempt's job runner, which sends one request at a time); more get 429 at once. Default 2.
-	MaxRequestsPerJob int
+	MaxRequestsPerJob int `json:"maxRequestsPerJob"`
 	// QueueWait is how long a request waits for a turn. Default 10 s.
-	QueueWait time.Duration
+	QueueWait time.Duration `json:"-"`
 	// RequestTimeout is how long a request may hold its turn: its body must have arrived and
 	// its answer been sent by then, else its connection is cut. Default 2 min (a 64 MiB state at
 	// 0.5 MiB/s).
-	RequestTimeout time.Duration
+	RequestTimeout time.Duration `json:"-"`
 }
 
 // Defaults of Limits.

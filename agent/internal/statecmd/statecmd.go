@@ -3,7 +3,7 @@
 // several Secrets, so `kubectl get secret` cannot show, recover or unlock them; this command can,
 // with the same code the agent serves them with. It runs anywhere with a kubeconfig, and inside
 // the agent's pod (`kubectl exec deploy/outpost-agent -- outpost-agent state list`), where
-// in-cluster credentials and OUTPOST_STATE_NAMESPACE from the chart make it work without flags.
+// in-cluster credentials and the agent's own configuration (Defaults) make it work without flags.
 package statecmd
 
 import (
@@ -22,9 +22,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/config"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
 // Exit codes of Main.
@@ -47,13 +47,15 @@ Commands:
                                copy a state from the stock kubernetes backend's Secrets in the namespace
 
 Flags (before or after the command):
-  --namespace NS               namespace of the states (env OUTPOST_STATE_NAMESPACE; required)
-  --org-id ORG                 organisation the states belong to, the agent's orgId (env
+  --namespace NS               namespace of the states (default: the agent's state.namespace,
+                               OUTPOST_STATE_NAMESPACE; required)
+  --org-id ORG                 organisation the states belong to (default: the agent's orgId,
                                OUTPOST_ORG_ID; required): states are named per organisation
   --kubeconfig PATH            kubeconfig, or a list like $KUBECONFIG (default $KUBECONFIG, else
                                in-cluster credentials)
-  --encryption-key-file PATH   the agent's state encryption key (raw or base64, 32 bytes; env
-                               OUTPOST_STATE_ENCRYPTION_KEY_FILE): reads sealed states, seals what it writes
+  --encryption-key-file PATH   the agent's state encryption key (raw or base64, 32 bytes; default:
+                               the agent's state.encryptionKeyFile, OUTPOST_STATE_ENCRYPTION_KEY_FILE):
+                               reads sealed states, seals what it writes
   --json                       list, history, lock-info: JSON instead of a table
 `
 
@@ -101,12 +103,17 @@ var stateCommands = map[string]struct {
 	"force-unlock": {1, (*stateCmd).forceUnlock}, "import": {0, (*stateCmd).importStock},
 }
 
+// Defaults are the settings the flags start from: the agent's own (its configuration file and
+// environment, package config), so that inside the agent's pod no flag is needed.
+type Defaults struct {
+	Namespace, OrgID, EncryptionKeyFile string
+}
+
 // Main runs `outpost-agent state` with args (after "state"). Exit codes: 0 done, 1 the
 // operation failed (one line on stderr that names the state and what to do), 2 bad usage (with
 // the usage text).
-func Main(args []string, stdout, stderr io.Writer) int {
-	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: os.Getenv("OUTPOST_STATE_NAMESPACE"), org: os.Getenv("OUTPOST_ORG_ID"),
-		keyFile: os.Getenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE")}
+func Main(args []string, defaults Defaults, stdout, stderr io.Writer) int {
+	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: defaults.Namespace, org: defaults.OrgID, keyFile: defaults.EncryptionKeyFile}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "outpost-agent state: "+format+"\n", a...)
 		fmt.Fprint(stderr, stateUsage)
@@ -132,7 +139,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case len(pos) != command.args:
 		return usage("%s takes %d argument(s), got %d", cmd, command.args, len(pos))
 	case o.namespace == "":
-		return usage("--namespace (or OUTPOST_STATE_NAMESPACE) is required: the namespace that holds the states")
+		return usage("--namespace (or the agent's state.namespace) is required: the namespace that holds the states")
 	case o.generation < 0:
 		return usage("--generation must be positive (without it, get reads the current generation)")
 	case cmd == "import" && o.suffix == "":
@@ -143,12 +150,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			return usage("restore: GENERATION must be a positive number, got %q", pos[1])
 		}
 	}
-	key, err := (&config.Config{StateEncryptionKeyFile: o.keyFile}).LoadStateEncryptionKey()
+	key, err := statestore.ReadKeyFile(o.keyFile)
 	if err != nil {
 		return usage("--encryption-key-file: %v", err)
 	}
 	if o.org == "" {
-		return usage("--org-id (or OUTPOST_ORG_ID) is required: the organisation the agent serves (its orgId); states are named per organisation")
+		return usage("--org-id (or the agent's orgId) is required: the organisation the agent serves (its orgId); states are named per organisation")
 	}
 
 	fail := func(err error) int {
@@ -158,7 +165,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	// Client-go's default rate limits suit one operator's command; the timeout keeps a wedged
 	// API server from hanging the shell.
 	kube, err := kubeclient.New(kubeclient.Options{Kubeconfig: o.kubeconfig,
-		UserAgent: "outpost-agent-state/" + config.Version, Timeout: 60 * time.Second})
+		UserAgent: "outpost-agent-state/" + version.Version, Timeout: 60 * time.Second})
 	if err != nil {
 		return fail(err)
 	}

@@ -27,15 +27,12 @@ func TestStateCommand(t *testing.T) {
 	defer cancel()
 	ns := testbed.NewNamespace(t, cluster)
 	t.Setenv("KUBECONFIG", "")
-	t.Setenv("OUTPOST_STATE_NAMESPACE", "")
-	t.Setenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE", "")
-	t.Setenv("OUTPOST_ORG_ID", "")
 
 	run := func(wantCode int, args ...string) (string, string) {
 		t.Helper()
 		var stdout, stderr bytes.Buffer
 		full := append(append([]string{}, args...), "--kubeconfig", cluster.Kubeconfig, "--namespace", ns, "--org-id", "acme")
-		code := Main(full, &stdout, &stderr)
+		code := Main(full, Defaults{}, &stdout, &stderr)
 		t.Logf("$ outpost-agent state %s  # exit %d\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
 		if code != wantCode {
 			t.Fatalf("state %v: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, wantCode, stdout.String(), stderr.String())
@@ -165,20 +162,16 @@ func TestStateCommand(t *testing.T) {
 		t.Errorf("force-unlock of an unknown key: %s", errOut)
 	}
 
-	// The namespace and the organisation may come from the environment, as inside the agent's pod.
-	t.Setenv("OUTPOST_STATE_NAMESPACE", ns)
-	t.Setenv("OUTPOST_ORG_ID", "acme")
+	// The namespace and the organisation may come from the agent's configuration, as inside the
+	// agent's pod.
 	var stdout, stderr bytes.Buffer
-	if code := Main([]string{"get", key, "--kubeconfig", cluster.Kubeconfig}, &stdout, &stderr); code != exitOK || stdout.String() != string(states[1]) {
-		t.Errorf("get with OUTPOST_STATE_NAMESPACE: exit %d, %q, %s", code, stdout.String(), stderr.String())
+	if code := Main([]string{"get", key, "--kubeconfig", cluster.Kubeconfig}, Defaults{Namespace: ns, OrgID: "acme"}, &stdout, &stderr); code != exitOK || stdout.String() != string(states[1]) {
+		t.Errorf("get with the agent's state.namespace: exit %d, %q, %s", code, stdout.String(), stderr.String())
 	}
 }
 
 // Usage errors exit 2 with the usage text and need no cluster.
 func TestStateCommandUsage(t *testing.T) {
-	t.Setenv("OUTPOST_STATE_NAMESPACE", "")
-	t.Setenv("OUTPOST_ORG_ID", "")
-	t.Setenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE", "")
 	for name, args := range map[string][]string{
 		"no command":        {},
 		"unknown command":   {"frobnicate", "--namespace", "x"},
@@ -192,7 +185,7 @@ func TestStateCommandUsage(t *testing.T) {
 		"bad key file":      {"list", "--namespace", "x", "--encryption-key-file", "/nonexistent/key"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := Main(args, &stdout, &stderr); code != exitConfigError || !strings.Contains(stderr.String(), "usage: outpost-agent state") {
+		if code := Main(args, Defaults{}, &stdout, &stderr); code != exitConfigError || !strings.Contains(stderr.String(), "usage: outpost-agent state") {
 			t.Errorf("%s: exit code %d, want %d; stderr:\n%s", name, code, exitConfigError, stderr.String())
 		}
 	}

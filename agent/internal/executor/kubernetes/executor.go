@@ -32,33 +32,38 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 )
 
-// Options configure the executor.
+// Options configure the executor. The cluster owner's settings carry the names of the agent's
+// configuration file (section jobs, package config), so the file decodes straight into them;
+// the fields tagged "-" are the agent's runtime parts and settings it shares with other parts,
+// which the agent fills in.
 type Options struct {
-	Client kubeclient.Interface
+	Client kubeclient.Interface `json:"-"`
 	// OrgID is the agent's organisation: it labels every Job, so runners of two organisations
 	// can share a jobs namespace.
-	OrgID string
+	OrgID string `json:"-"`
 	// SealKey keys the seals of the agent's Jobs (SealKey of the runner's private key); a random
 	// key when nil, whose seals do not outlive the process. SetSealKeys replaces it when the
 	// runner's key rotates.
-	SealKey []byte
+	SealKey []byte `json:"-"`
 	// Namespace is the jobs namespace to watch; empty watches all namespaces.
-	Namespace string
+	Namespace string `json:"namespace"`
 	// ServiceAccount, when set, is the job service account the agent was installed for (and made
 	// RBAC for); a placement naming another one fails with a message saying what to align.
-	ServiceAccount string
-	Pod            PodOptions
+	ServiceAccount string `json:"serviceAccount"`
+	PodOptions
 	// Policy is the cluster owner's job pod policy: a pod it refuses is never created.
-	Policy Policy
-	// Security are the security defaults of job pods (RestrictedDefaults when zero).
-	Security *SecurityDefaults
+	Policy Policy `json:"policy"`
+	// SecurityDefaults are the security defaults of job pods, completed with
+	// RestrictedDefaults (New), so a zero value is Pod Security "restricted".
+	SecurityDefaults
 	// PinnedTemplate, when set, is the pod template of every Job, pinned by the cluster owner
 	// (chart value jobs.podTemplate): the runner's template from the orchestrator is ignored.
-	PinnedTemplate string
-	StartupTimeout time.Duration
+	PinnedTemplate string `json:"-"`
+	// StartupTimeout fails an attempt whose Job's pod has not started within it.
+	StartupTimeout metav1.Duration `json:"startupTimeout"`
 	// History is how many finished Jobs are kept after their finished event was acknowledged.
-	History History
-	Logger  *slog.Logger
+	History History      `json:"history"`
+	Logger  *slog.Logger `json:"-"`
 }
 
 // Executor implements executor.Executor on Kubernetes Jobs.
@@ -91,17 +96,15 @@ func New(o Options) *Executor {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	if o.Security == nil {
-		d := RestrictedDefaults()
-		o.Security = &d
-	}
+	security := &o.SecurityDefaults
+	*security = security.WithRestricted()
 	if len(o.SealKey) == 0 {
 		o.SealKey = randomSealKey()
 	}
-	if o.History.keeps() && o.Pod.TTLAfterFinished == 0 {
-		o.Pod.TTLAfterFinished = historyTTL
+	if o.History.keeps() && o.TTLAfterFinished == 0 {
+		o.TTLAfterFinished = historyTTL
 	}
-	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelOrgID: o.OrgID, LabelRunnerID: o.Pod.RunnerID}).String()
+	selector := labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue, LabelOrgID: o.OrgID, LabelRunnerID: o.PodOptions.RunnerID}).String()
 	jobs := newInformer(&batchv1.Job{}, selector,
 		func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
 			return o.Client.BatchV1().Jobs(o.Namespace).List(ctx, lo)
@@ -182,7 +185,7 @@ func (e *Executor) Run(ctx context.Context) error {
 		return fmt.Errorf("the Job and pod informers did not sync: %w", ctx.Err())
 	}
 	close(e.synced)
-	e.log.Info("watching Jobs", "namespace", e.o.Namespace, "runner", e.o.Pod.RunnerID)
+	e.log.Info("watching Jobs", "namespace", e.o.Namespace, "runner", e.o.RunnerID)
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {

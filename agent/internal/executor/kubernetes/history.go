@@ -37,8 +37,8 @@ const (
 
 // History says how many finished Jobs the agent keeps; zero keeps none of that outcome.
 type History struct {
-	Succeeded int
-	Failed    int
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
 }
 
 func (h History) keeps() bool { return h.Succeeded > 0 || h.Failed > 0 }

@@ -23,7 +23,7 @@ func TestTrimHistoryDeletesEachExpiredJobOnce(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	e := New(Options{Client: cs, Pod: opts, History: History{Succeeded: 1}})
+	e := New(Options{Client: cs, PodOptions: opts, History: History{Succeeded: 1}})
 	for i := range 3 {
 		c := claim("")
 		c.DeploymentID = fmt.Sprintf("dep-%d", i)

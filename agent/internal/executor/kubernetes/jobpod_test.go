@@ -112,7 +112,7 @@ func TestJobPodSettingsMeetThePolicy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := New(Options{Pod: opts})
+			e := New(Options{PodOptions: opts})
 			_, _, err := e.build(claimWithPod("", tc.pod), "opst_test")
 			var pe *PolicyError
 			if !errors.As(err, &pe) || !errors.Is(err, executor.ErrPolicy) {
@@ -123,14 +123,14 @@ func TestJobPodSettingsMeetThePolicy(t *testing.T) {
 			}
 		})
 	}
-	e := New(Options{Pod: opts, Policy: Policy{AllowedSecrets: []string{"db"}}})
+	e := New(Options{PodOptions: opts, Policy: Policy{AllowedSecrets: []string{"db"}}})
 	if _, _, err := e.build(claimWithPod("", cases[1].pod), "opst_test"); err != nil {
 		t.Fatalf("with jobs.policy.allowedSecrets naming db the env must pass: %v", err)
 	}
 }
 
 func TestPinnedTemplateIgnoresJobPodSettings(t *testing.T) {
-	e := New(Options{Pod: opts, PinnedTemplate: `{"spec":{"containers":[{"name":"main"}]}}`})
+	e := New(Options{PodOptions: opts, PinnedTemplate: `{"spec":{"containers":[{"name":"main"}]}}`})
 	job, _, err := e.build(claimWithPod("", &api.JobPod{Labels: map[string]string{"team": "x"}}), "opst_test")
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestPinnedTemplateIgnoresJobPodSettings(t *testing.T) {
 }
 
 func TestInvalidJobPodSettingsFailTheClaim(t *testing.T) {
-	e := New(Options{Pod: opts})
+	e := New(Options{PodOptions: opts})
 	_, _, err := e.build(claimWithPod("", &api.JobPod{Env: []api.JobEnvVar{{Name: "OUTPOST_API_URL", Value: "http://evil"}}}), "opst_test")
 	if !errors.Is(err, executor.ErrInvalidJob) {
 		t.Fatalf("build = %v, want ErrInvalidJob", err)
@@ -180,7 +180,7 @@ func TestPluginCacheAndProviderInstallation(t *testing.T) {
 		t.Errorf("plugin cache volume %+v", vol)
 	}
 	// Its claim is the cluster owner's, so the job pod policy needs no allowedClaims for it.
-	if _, _, err := New(Options{Pod: o}).build(claim(tpl), "opst_test"); err != nil {
+	if _, _, err := New(Options{PodOptions: o}).build(claim(tpl), "opst_test"); err != nil {
 		t.Errorf("the policy refuses the plugin cache's claim: %v", err)
 	}
 	// N11: a plan never gets the shared cache, so it cannot plant a provider a later apply runs.

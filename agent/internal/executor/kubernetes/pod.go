@@ -48,51 +48,56 @@ const (
 	runnerVolumeLimit = "128Mi"
 )
 
-// PodOptions are the agent-wide inputs of the Job a claimed attempt becomes.
+// PodOptions are the agent-wide inputs of the Job a claimed attempt becomes. The cluster owner's
+// settings carry the names of the agent's configuration file (section jobs); the fields tagged
+// "-" are shared with the rest of the agent, which fills them in.
 type PodOptions struct {
-	RunnerID string
+	RunnerID string `json:"-"`
 	// Image is the image of main when the runner's pod template names none (the chart's
 	// jobs.image). An image set on main in the template wins.
-	Image string
+	Image string `json:"image"`
 	// AgentImage is the image the job runner is copied from (the agent's own).
-	AgentImage string
-	APIURL     string
+	AgentImage string `json:"agentImage"`
+	APIURL     string `json:"-"`
 	// InsecureAllowHTTP hands the agent's --insecure-allow-http on to the job runner.
-	InsecureAllowHTTP bool
+	InsecureAllowHTTP bool `json:"-"`
 	// StateURL is where job runners reach the agent's state backend; set only for kubernetes state.
-	StateURL string
+	StateURL string `json:"-"`
 	// StateCA is the PEM of the state backend's CA, handed to the job runner (jobenv.StateCA)
 	// with StateURL; empty when the state backend serves no TLS.
-	StateCA string
+	StateCA string `json:"-"`
 	// CLI is the job runners' CLI; empty lets each take whichever of tofu and terraform its image has.
-	CLI              string
-	PodLabels        map[string]string
-	ImagePullSecrets []string
-	CASecret         string
+	CLI string `json:"-"`
+	// PodLabels are extra labels of job pods, e.g. for NetworkPolicies.
+	PodLabels map[string]string `json:"podLabels"`
+	// ImagePullSecrets are added to job pods.
+	ImagePullSecrets []string `json:"imagePullSecrets"`
+	// CASecret names a Secret (in the jobs namespace) with a CA bundle mounted into job pods.
+	CASecret string `json:"caSecret"`
 	// CASecretKey is the data key of the CA bundle in CASecret (default ca.crt).
-	CASecretKey string
+	CASecretKey string `json:"caSecretKey"`
 	// ProxyEnv are the proxy variables (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) for main; each is set
 	// in upper and lower case. A template whose main sets any proxy variable keeps its own.
-	ProxyEnv map[string]string
+	ProxyEnv map[string]string `json:"-"`
 	// Resources are main's resources when neither the runner's pod template nor its job pod
 	// settings set any (the chart's jobs.resources).
-	Resources corev1.ResourceRequirements
+	Resources corev1.ResourceRequirements `json:"resources"`
 	// ForwardEnv are variables of the agent's environment handed on to main (the chart's
 	// jobs.forwardEnv); a variable of the same name set by the runner wins, an empty one is left out.
-	ForwardEnv map[string]string
+	ForwardEnv map[string]string `json:"-"`
 	// PluginCache, when set, is the cluster owner's volume for the CLI's provider plugin cache
 	// (chart value jobs.pluginCache), mounted into main at pluginCacheMountPath for applies and
 	// destroys, never for plans (see sharesPluginCache).
-	PluginCache *corev1.VolumeSource
+	PluginCache *corev1.VolumeSource `json:"pluginCache,omitempty"`
 	// ProviderInstallation is a provider_installation block for the CLI (chart value
 	// jobs.providerInstallation): network or filesystem mirrors for clusters without registry access.
-	ProviderInstallation string
+	ProviderInstallation string `json:"providerInstallation"`
 	// TTLAfterFinished is how long the Job controller keeps a finished Job the agent has not
 	// deleted; zero is a day. New sets a week when the executor keeps a history.
-	TTLAfterFinished int32
+	TTLAfterFinished int32 `json:"-"`
 	// CancelGrace is the time the CLI gets to stop on cancel; it sets the pod's termination
 	// grace (at least 120 s) and is added to the job timeout for activeDeadlineSeconds.
-	CancelGrace time.Duration
+	CancelGrace time.Duration `json:"-"`
 }
 
 // BuildJob turns a claim into the Job and the token Secret that run its attempt. The user's pod

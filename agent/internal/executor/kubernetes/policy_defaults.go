@@ -19,8 +19,8 @@ const RestrictedUID = 65532
 // SecurityDefaults are the security settings job pods get where the template leaves them unset:
 // Pod for the pod, Container for every container and init container.
 type SecurityDefaults struct {
-	Pod       corev1.PodSecurityContext
-	Container corev1.SecurityContext
+	Pod       corev1.PodSecurityContext `json:"podSecurityContext"`
+	Container corev1.SecurityContext    `json:"securityContext"`
 }
 
 // RestrictedDefaults are Pod Security "restricted": non-root (uid and gid 65532, fsGroup too so

@@ -76,7 +76,7 @@ func buildWith(t *testing.T, p Policy, tpl string) error {
 	if p.AgentSelector == nil {
 		p.AgentSelector = testAgentSelector
 	}
-	e := New(Options{Policy: p, Pod: opts})
+	e := New(Options{Policy: p, PodOptions: opts})
 	_, _, err := e.build(claim(tpl), "opst_test")
 	return err
 }
@@ -134,7 +134,7 @@ func TestPolicyRelaxations(t *testing.T) {
 }
 
 func TestRestrictedDefaultsFillTheUnsetFields(t *testing.T) {
-	e := New(Options{Pod: opts})
+	e := New(Options{PodOptions: opts})
 	tpl := `{"spec":{"securityContext":{"runAsUser":1000},"initContainers":[{"name":"setup","image":"x"}],
 	  "containers":[{"name":"main","securityContext":{"capabilities":{"add":["NET_BIND_SERVICE"],"drop":["NET_RAW"]}}},{"name":"side","image":"x"}]}}`
 	e.o.Policy.AllowedCapabilities = []string{"NET_BIND_SERVICE"}
@@ -170,7 +170,7 @@ func TestConfiguredDefaultsCannotDropRestricted(t *testing.T) {
 
 func TestPinnedTemplateReplacesTheRunners(t *testing.T) {
 	pinned := `{"metadata":{"labels":{"pinned":"yes"}},"spec":{"containers":[{"name":"main","resources":{"limits":{"memory":"2Gi"}}}]}}`
-	e := New(Options{Pod: opts, PinnedTemplate: pinned})
+	e := New(Options{PodOptions: opts, PinnedTemplate: pinned})
 	job, _, err := e.build(claim(`{"spec":{"hostPID":true,"containers":[{"name":"main"}]}}`), "opst_test")
 	if err != nil {
 		t.Fatalf("the runner's hostile template must be ignored under a pinned one: %v", err)

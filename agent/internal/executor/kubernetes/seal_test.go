@@ -14,7 +14,7 @@ import (
 func TestSealsAcrossARotation(t *testing.T) {
 	_, oldKey, _ := ed25519.GenerateKey(nil)
 	_, newKey, _ := ed25519.GenerateKey(nil)
-	e := New(Options{Pod: opts, SealKey: SealKey(oldKey)})
+	e := New(Options{PodOptions: opts, SealKey: SealKey(oldKey)})
 	old, _, err := e.build(claimWithPod("", nil), "opst_test")
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestSealsAcrossARotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	onlyNew := New(Options{Pod: opts, SealKey: SealKey(newKey)})
+	onlyNew := New(Options{PodOptions: opts, SealKey: SealKey(newKey)})
 	if !onlyNew.sealed(fresh) {
 		t.Fatal("a Job built after the rotation is not sealed with the new key")
 	}

@@ -89,16 +89,17 @@ func (e *Executor) build(c *api.Claim, stateToken string) (*batchv1.Job, *corev1
 		pc.Placement.Job.Pod = nil
 		c = &pc
 	}
-	job, secret, err := BuildJob(c, stateToken, e.o.Pod, time.Now())
+	pod, security := &e.o.PodOptions, &e.o.SecurityDefaults
+	job, secret, err := BuildJob(c, stateToken, *pod, time.Now())
 	if err != nil {
 		if errors.Is(err, podtemplate.ErrInvalid) {
-			return nil, nil, fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, e.o.Pod.RunnerID, err)
+			return nil, nil, fmt.Errorf("%w: pod template of runner %s: %w", executor.ErrInvalidJob, pod.RunnerID, err)
 		}
 		return nil, nil, err
 	}
 	tpl := &job.Spec.Template
-	e.o.Security.Apply(&tpl.Spec, &e.o.Policy)
-	if err := e.o.Policy.Check(tpl, e.o.Pod.owned(secret.Name)); err != nil {
+	security.Apply(&tpl.Spec, &e.o.Policy)
+	if err := e.o.Policy.Check(tpl, pod.owned(secret.Name)); err != nil {
 		return nil, nil, err
 	}
 	for _, l := range []map[string]string{job.Labels, tpl.Labels, secret.Labels} {

@@ -207,7 +207,7 @@ func (e *Executor) watchdog(ctx context.Context) {
 			continue
 		}
 		hopeless := e.neverStarts(j)
-		if now.Sub(j.CreationTimestamp.Time) < e.o.StartupTimeout && hopeless == "" {
+		if now.Sub(j.CreationTimestamp.Time) < e.o.StartupTimeout.Duration && hopeless == "" {
 			continue
 		}
 		s, ok := e.status(j)
@@ -215,7 +215,7 @@ func (e *Executor) watchdog(ctx context.Context) {
 			continue
 		}
 		reason, msg := e.startupReason(ctx, j)
-		f := startupFailure{Reason: reason, Message: fmt.Sprintf("the Job's pod did not start within %s: %s", e.o.StartupTimeout, msg)}
+		f := startupFailure{Reason: reason, Message: fmt.Sprintf("the Job's pod did not start within %s: %s", e.o.StartupTimeout.Duration, msg)}
 		if hopeless != "" {
 			f.Message = "the Job's pod cannot start: " + msg
 		}

@@ -21,7 +21,7 @@ import (
 func FuzzJobStatus(f *testing.F) {
 	f.Add("dep-123", "2", "7", "apply", "prod/net", "ns-state", "2026-11-27T08:00:00Z", "seal", `{"type":"finished"}`, "", uint8(0), "x")
 	f.Add("", "x", "-1", "", "", "", "not a time", "", "", "yes", uint8(3), "")
-	e := New(Options{Client: fake.NewClientset(), Pod: opts, SealKey: []byte("fuzz-seal-key-0123456789abcdef01"), Logger: slog.New(slog.DiscardHandler)})
+	e := New(Options{Client: fake.NewClientset(), PodOptions: opts, SealKey: []byte("fuzz-seal-key-0123456789abcdef01"), Logger: slog.New(slog.DiscardHandler)})
 	f.Fuzz(func(t *testing.T, dep, attempt, fencing, op, key, ns, claimedAt, seal, event, cancel string, change uint8, to string) {
 		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "outpost-" + strconv.Itoa(len(dep)), Namespace: "jobs", UID: types.UID("uid-1"),
 			Labels: map[string]string{LabelManagedBy: ManagedByValue, LabelRunnerID: "r1", LabelDeploymentID: labelValue(dep), LabelAttempt: attempt},

@@ -40,7 +40,7 @@ func TestStartCreatesTheJobThenItsOwnedTokenSecret(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	e := New(Options{Client: cs, Pod: opts})
+	e := New(Options{Client: cs, PodOptions: opts})
 	c := claim("")
 	if err := e.Start(t.Context(), c, "opst_test"); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestTokenSecretOfAKeptJobIsDeletedByItsUID(t *testing.T) {
 	})
 	c := claim("")
 	for _, restarted := range []bool{false, true} {
-		e := New(Options{Client: cs, Pod: opts})
+		e := New(Options{Client: cs, PodOptions: opts})
 		if err := e.Start(t.Context(), c, "opst_test"); err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestTokenSecretOfAKeptJobIsDeletedByItsUID(t *testing.T) {
 			t.Fatal(err)
 		}
 		if restarted {
-			e = New(Options{Client: cs, Pod: opts})
+			e = New(Options{Client: cs, PodOptions: opts})
 		}
 		cs.ClearActions()
 		if err := e.deleteTokenSecret(t.Context(), job); err != nil {
@@ -137,10 +137,10 @@ func TestTokenOfARecreatedJobIsNotUsed(t *testing.T) {
 	})
 	c := claim("")
 	key := []byte("the-runners-seal-key-0123456789a")
-	if err := New(Options{Client: cs, Pod: opts, SealKey: key}).Start(t.Context(), c, "opst_test"); err != nil {
+	if err := New(Options{Client: cs, PodOptions: opts, SealKey: key}).Start(t.Context(), c, "opst_test"); err != nil {
 		t.Fatal(err)
 	}
-	restarted := New(Options{Client: cs, Pod: opts, SealKey: key})
+	restarted := New(Options{Client: cs, PodOptions: opts, SealKey: key})
 	jobs := cs.BatchV1().Jobs("jobs")
 	orig, err := jobs.Get(t.Context(), JobName(c.DeploymentID, c.Attempt), metav1.GetOptions{})
 	if err != nil {
@@ -172,7 +172,7 @@ func TestTokenOfARecreatedJobIsNotUsed(t *testing.T) {
 // each is logged once) only while they exist: a stream of unsealed Jobs created and deleted by
 // someone else leaves nothing behind.
 func TestDeletedJobsAreForgotten(t *testing.T) {
-	e := New(Options{Client: fake.NewClientset(), Pod: opts})
+	e := New(Options{Client: fake.NewClientset(), PodOptions: opts})
 	for i := range 1000 {
 		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: "jobs", UID: types.UID(fmt.Sprint("uid-", i))}}
 		e.reportUnsealed(j)

@@ -41,18 +41,19 @@ const (
 
 // Options configure the executor.
 type Options struct {
-	WorkDir string
+	// WorkDir holds the attempts' folders.
+	WorkDir string `json:"workDir"`
 	// AgentBinary is the outpost-agent that runs `job` (and the wrapper).
-	AgentBinary string
-	APIURL      string
+	AgentBinary string `json:"agentBinary"`
+	APIURL      string `json:"-"`
 	// InsecureAllowHTTP hands the agent's --insecure-allow-http on to the job runner.
-	InsecureAllowHTTP bool
-	StateURL          string
+	InsecureAllowHTTP bool   `json:"-"`
+	StateURL          string `json:"-"`
 	// StateCA is the PEM of the state backend's CA (--state-tls-secret), handed to the job runner.
-	StateCA  string
-	CLI      string
-	CABundle string
-	Logger   *slog.Logger
+	StateCA  string       `json:"-"`
+	CLI      string       `json:"-"`
+	CABundle string       `json:"-"`
+	Logger   *slog.Logger `json:"-"`
 }
 
 // Executor implements executor.Executor with local processes.
