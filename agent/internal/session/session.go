@@ -94,8 +94,9 @@ type Session struct {
 	// orchKnown is false until the first poll told the runner's max_concurrency.
 	orchKnown bool
 	// limit is the last value given to LimitChanged.
-	limit    int
-	inflight sync.WaitGroup
+	limit int
+	// queues are the term's event work queues (nil before the event loop starts).
+	queues *eventQueues
 	// kick wakes the event loop early.
 	kick *executor.Notifier
 	// cutPoll ends the long poll in flight (nil when none is), and pollFree is the capacity it
@@ -114,16 +115,17 @@ type Session struct {
 
 // attemptState is what the session remembers about an attempt between passes. All of it can be
 // lost: a new session resends the events (the orchestrator deduplicates them by seq).
+// What the attempt needs next is its phase (phaseOf); its retries are paced by the work queues.
 type attemptState struct {
 	fencing     int64
 	startedSent bool
-	acked       bool // the finished event was acknowledged
+	acked       bool // the finished event was acknowledged, or the orchestrator forgot the attempt
 	refused     bool // the orchestrator refused an event for good; wait for forget
 	cleaned     bool
-	seen        bool
-	busy        bool // a goroutine is sending for this attempt
-	back        retry.Backoff
-	nextTry     time.Time
+	seen        bool // the executor listed it this term
+	// status is what the executor last reported (or, for an attempt it does not hold, the
+	// finished event to send).
+	status executor.AttemptStatus
 	// pendingEvent is the finished event of an attempt the executor never got to hold (its start
 	// failed), so it has no outbox but this.
 	pendingEvent []byte
@@ -192,7 +194,6 @@ func (s *Session) Run(ctx context.Context) error {
 	g.Go(func() error { return s.pollLoop(gctx) })
 	g.Go(func() error { return s.eventLoop(gctx) })
 	err := g.Wait()
-	s.inflight.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -293,7 +294,7 @@ func grantOf(c *api.Claim) jobtoken.Grant {
 func (s *Session) state(k executor.AttemptKey) *attemptState {
 	att := s.attempts[k]
 	if att == nil {
-		att = &attemptState{back: s.o.EventBackoff}
+		att = &attemptState{}
 		s.attempts[k] = att
 	}
 	return att
