@@ -4,6 +4,23 @@
 // level-triggered: every pass rebuilds its picture from the executor's List, so an agent that
 // restarts, or a message that got lost, heals on the next pass without any state of its own
 // surviving.
+//
+// # Pacing
+//
+// The orchestrator never offers more attempts than a poll states free slots. So when a finished
+// event is acknowledged while a poll that stated no free slot is held, the session cuts that
+// poll short and the next one states the slot (attemptEnded); otherwise a busy agent's queue
+// would wait out the long poll. A poll that stated a free slot is left alone: the orchestrator
+// answers it itself. After an answer with offers the next poll goes as soon as their claims are
+// answered (awaitClaims: until then the orchestrator would answer at once with the same offers),
+// after new directives at once; only an answer that brought nothing new waits the gap
+// (minPollGap, 250 ms) that keeps a repeating server from a busy loop.
+//
+// Events and cleanups are work queues of attempts (events.go): started and finished events have
+// maxConcurrentSends workers, cleanups workers of their own, so a cleanup, whose Kubernetes
+// requests give way to starts at the client's rate limit (kubeclient.Deferrable), never holds up
+// the finished events that free the runner's slots. Failed sends and cleanups are retried per
+// attempt with the session's backoff, never sooner than a Retry-After (retries.go).
 package session
 
 import (
