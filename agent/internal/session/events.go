@@ -4,25 +4,105 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync"
 	"time"
+
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// maxConcurrentSends bounds the goroutines sending events, so a backlog (orchestrator back after an
-// outage) drains in parallel without opening hundreds of connections.
-const maxConcurrentSends = 16
+// maxConcurrentSends is the number of event workers: a backlog (orchestrator back after an
+// outage) drains in parallel without opening hundreds of connections. Cleanups have workers of
+// their own (maxConcurrentCleanups), so an attempt's cleanup, whose Kubernetes requests give way
+// to starts at the client's rate limit, never holds up the finished events of others, which free
+// the runner's slots.
+const (
+	maxConcurrentSends    = 16
+	maxConcurrentCleanups = 16
+)
 
-// eventLoop sends started and finished events whenever the executor signals a change, and at
-// least every two seconds (retries, and changes a watch may have coalesced).
+// phase is what an attempt needs next from the event workers, derived from what the executor
+// reports and what the orchestrator has acknowledged (phaseOf).
+type phase int
+
+const (
+	// phaseRunning: nothing to send now (not started yet, or its started event acknowledged).
+	phaseRunning phase = iota
+	// phaseSendStarted: the CLI started; the started event is due.
+	phaseSendStarted
+	// phaseSendFinished: the attempt ended; the finished event is due (after the started event,
+	// if that was never sent).
+	phaseSendFinished
+	// phaseRefused: the orchestrator refused an event for good; wait for its forget directive.
+	phaseRefused
+	// phaseCleanup: acknowledged (or forgotten); the executor's cleanup is due.
+	phaseCleanup
+	// phaseDone: cleaned up; forgotten once the executor no longer lists it.
+	phaseDone
+)
+
+// phaseOf is the one place that reads an attempt's flags. An attempt the orchestrator forgot is
+// cleaned up even after a refusal: forget is the directive a refused attempt waits for.
+func phaseOf(st executor.AttemptStatus, att *attemptState) phase {
+	switch {
+	case att.acked && att.cleaned:
+		return phaseDone
+	case att.acked:
+		return phaseCleanup
+	case att.refused:
+		return phaseRefused
+	case st.Terminal():
+		return phaseSendFinished
+	case st.Started && !att.startedSent:
+		return phaseSendStarted
+	default:
+		return phaseRunning
+	}
+}
+
+// eventQueues are a term's two work queues of attempts, each with its workers: sends (started
+// and finished events) and cleanups. A key is never worked on by two workers at once; a key added
+// while it is being worked on is worked on again afterwards, from the state of that moment.
+type eventQueues struct {
+	sends, cleanups         workqueue.TypedRateLimitingInterface[executor.AttemptKey]
+	sendRetry, cleanupRetry *retryLimiter
+}
+
+func newEventQueues(back retry.Backoff) *eventQueues {
+	q := &eventQueues{sendRetry: newRetryLimiter(back), cleanupRetry: newRetryLimiter(back)}
+	q.sends = workqueue.NewTypedRateLimitingQueueWithConfig[executor.AttemptKey](q.sendRetry, workqueue.TypedRateLimitingQueueConfig[executor.AttemptKey]{})
+	q.cleanups = workqueue.NewTypedRateLimitingQueueWithConfig[executor.AttemptKey](q.cleanupRetry, workqueue.TypedRateLimitingQueueConfig[executor.AttemptKey]{})
+	return q
+}
+
+// eventLoop runs the event workers and, whenever the executor signals a change and at least
+// every two seconds (retries, and changes a watch may have coalesced), queues the attempts that
+// need work. When ctx ends the queues stop taking work; what a worker has begun finishes under
+// its own timeout.
 func (s *Session) eventLoop(ctx context.Context) error {
+	q := newEventQueues(s.o.EventBackoff)
+	s.mu.Lock()
+	s.queues = q
+	s.mu.Unlock()
+	var workers sync.WaitGroup
+	for range maxConcurrentSends {
+		workers.Go(func() { s.work(ctx, q.sends, s.processSend) })
+	}
+	for range maxConcurrentCleanups {
+		workers.Go(func() { s.work(ctx, q.cleanups, s.processCleanup) })
+	}
+	defer func() {
+		q.sends.ShutDown()
+		q.cleanups.ShutDown()
+		workers.Wait()
+	}()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
-	sem := make(chan struct{}, maxConcurrentSends)
 	for {
-		if err := s.eventPass(ctx, sem); err != nil && ctx.Err() == nil {
+		if err := s.eventPass(ctx, q); err != nil && ctx.Err() == nil {
 			s.log.Error("event pass failed", "err", err)
 		}
 		select {
@@ -35,9 +115,9 @@ func (s *Session) eventLoop(ctx context.Context) error {
 	}
 }
 
-// eventPass compares what the executor holds with what the orchestrator was told, and starts a
-// send for every attempt that needs one.
-func (s *Session) eventPass(ctx context.Context, sem chan struct{}) error {
+// eventPass compares what the executor holds with what the orchestrator was told, and queues
+// every attempt that needs a send or a cleanup.
+func (s *Session) eventPass(ctx context.Context, q *eventQueues) error {
 	statuses, err := s.o.Executor.List(ctx)
 	if err != nil {
 		return err
@@ -55,18 +135,11 @@ func (s *Session) eventPass(ctx context.Context, sem chan struct{}) error {
 		if att.fencing == 0 {
 			att.fencing = st.Fencing
 		}
+		att.status = st
 		if st.Terminal() && !att.acked {
 			pending++
 		}
-		if att.busy || now.Before(att.nextTry) || att.refused {
-			continue
-		}
-		needStarted := st.Started && !att.startedSent
-		needFinished := st.Terminal() && !att.acked
-		needCleanup := att.acked && !att.cleaned
-		if needStarted || needFinished || needCleanup {
-			s.launch(ctx, sem, att, st)
-		}
+		q.queue(k, phaseOf(st, att))
 	}
 	for k, att := range s.attempts {
 		switch {
@@ -74,10 +147,13 @@ func (s *Session) eventPass(ctx context.Context, sem chan struct{}) error {
 		case att.pendingEvent != nil && !att.acked:
 			// The executor never held it (start failed): its finished event lives only here.
 			pending++
-			if !att.busy && !now.Before(att.nextTry) {
-				s.launch(ctx, sem, att, executor.AttemptStatus{DeploymentID: k.DeploymentID, Attempt: k.Attempt, Fencing: att.fencing, PendingEvent: att.pendingEvent, Status: api.StatusFailed})
-			}
-		case att.seen && !att.acked && !att.refused && !att.busy:
+			att.status = executor.AttemptStatus{DeploymentID: k.DeploymentID, Attempt: k.Attempt, Fencing: att.fencing, PendingEvent: att.pendingEvent, Status: api.StatusFailed}
+			q.queue(k, phaseOf(att.status, att))
+		case att.seen && !att.acked && !att.refused && att.status.Terminal():
+			// Gone after it ended, its finished event not yet acknowledged: that event is known.
+			att.pendingEvent = encodeEvent(finishedEvent(att.status, att.fencing))
+			pending++
+		case att.seen && !att.acked && !att.refused:
 			// Held before, gone now without a finished event: someone deleted the Job.
 			s.log.Warn("attempt disappeared before it finished; sending its finished event as failed", "deployment_id", k.DeploymentID, "attempt", k.Attempt, "fencing", att.fencing)
 			att.pendingEvent = encodeEvent(api.EventRequest{Fencing: att.fencing, Event: api.Event{Attempt: k.Attempt, Seq: SeqFinished, Type: api.EventFinished,
@@ -94,57 +170,97 @@ func (s *Session) eventPass(ctx context.Context, sem chan struct{}) error {
 	return nil
 }
 
-// launch sends what an attempt needs in a goroutine of its own. Called with s.mu held.
-func (s *Session) launch(ctx context.Context, sem chan struct{}, att *attemptState, st executor.AttemptStatus) {
-	att.busy = true
-	s.inflight.Add(1)
-	go func() {
-		defer s.inflight.Done()
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			s.mu.Lock()
-			att.busy = false
-			s.mu.Unlock()
-			return
+// queue adds an attempt to the queue its phase calls for, unless it waits out a retry there (the
+// retry adds it when due).
+func (q *eventQueues) queue(k executor.AttemptKey, ph phase) {
+	switch ph {
+	case phaseSendStarted, phaseSendFinished:
+		if q.sendRetry.NumRequeues(k) == 0 {
+			q.sends.Add(k)
 		}
-		// A send that has begun is finished even when the session stops: losing leadership or
-		// SIGTERM must not leave an acknowledged-but-not-cleaned or half-sent attempt behind.
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout)
-		defer cancel()
-		log := s.log.With("deployment_id", st.DeploymentID, "attempt", st.Attempt)
-		clean, err := s.send(sctx, att, st, log)
-		// The cleanup does not hold a sending slot: its requests give way to starts at the
-		// Kubernetes client's rate limit, and the finished events of other attempts (which free
-		// the runner's slots) must not wait for that.
-		<-sem
-		if err == nil && clean {
-			err = s.cleanup(sctx, att, st)
+	case phaseCleanup:
+		if q.cleanupRetry.NumRequeues(k) == 0 {
+			q.cleanups.Add(k)
 		}
-		s.settle(att, err, log)
-	}()
+	}
 }
 
-// settle records the outcome of a launch: the attempt is free for the next pass, and a failure
-// is retried with backoff unless the orchestrator refused for good.
-func (s *Session) settle(att *attemptState, err error, log *slog.Logger) {
+// work is one worker: it takes keys from queue until the queue shuts down. A key's work runs to
+// its end even when the session stops (losing leadership or SIGTERM must not leave a half-sent
+// or acknowledged-but-not-cleaned attempt behind), bounded by FinalTimeout.
+func (s *Session) work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[executor.AttemptKey], process func(context.Context, executor.AttemptKey)) {
+	for {
+		k, shutdown := queue.Get()
+		if shutdown {
+			return
+		}
+		func() {
+			defer queue.Done(k)
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout)
+			defer cancel()
+			process(wctx, k)
+		}()
+	}
+}
+
+// processSend sends what an attempt's phase calls for, then hands it to the cleanups when it is
+// done with the orchestrator.
+func (s *Session) processSend(ctx context.Context, k executor.AttemptKey) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	att.busy = false
+	att, q := s.attempts[k], s.queues
+	var st executor.AttemptStatus
+	ph := phaseRunning
+	if att != nil {
+		st, ph = att.status, phaseOf(att.status, att)
+	}
+	s.mu.Unlock()
+	if ph != phaseSendStarted && ph != phaseSendFinished {
+		q.sendRetry.Forget(k)
+		return
+	}
+	log := s.log.With("deployment_id", k.DeploymentID, "attempt", k.Attempt)
+	clean, err := s.send(ctx, att, st, log)
 	switch {
 	case err == nil:
-		att.back.Reset()
-		att.nextTry = time.Time{}
+		q.sendRetry.Forget(k)
+		if clean {
+			q.cleanups.Add(k)
+		}
 	case !retry.Eventually(err):
+		q.sendRetry.Forget(k)
+		s.mu.Lock()
 		att.refused = true
+		s.mu.Unlock()
 		s.o.Metrics.Events.WithLabelValues("refused").Inc()
 		log.Warn("the orchestrator refused the attempt's event; waiting for its directive", "err", err)
 	default:
-		wait := att.back.Next(api.RetryAfter(err))
-		att.nextTry = time.Now().Add(wait)
+		wait := q.sendRetry.next(k, api.RetryAfter(err))
+		q.sends.AddAfter(k, wait)
 		s.o.Metrics.Events.WithLabelValues("retry").Inc()
 		log.Warn("event not delivered; will retry", "err", err, "wait", wait.Round(time.Millisecond).String())
 	}
+}
+
+// processCleanup runs the executor's cleanup of an acknowledged attempt, retried with backoff.
+func (s *Session) processCleanup(ctx context.Context, k executor.AttemptKey) {
+	s.mu.Lock()
+	att, q := s.attempts[k], s.queues
+	ph := phaseRunning
+	if att != nil {
+		ph = phaseOf(att.status, att)
+	}
+	s.mu.Unlock()
+	if ph != phaseCleanup {
+		q.cleanupRetry.Forget(k)
+		return
+	}
+	if err := s.cleanup(ctx, att, k); err != nil {
+		wait := q.cleanupRetry.next(k, 0)
+		q.cleanups.AddAfter(k, wait)
+		s.log.Warn("attempt not cleaned up; will retry", "deployment_id", k.DeploymentID, "attempt", k.Attempt, "err", err, "wait", wait.Round(time.Millisecond).String())
+		return
+	}
+	q.cleanupRetry.Forget(k)
 }
 
 // send delivers the started event, then the finished event of one attempt, and reports whether
@@ -204,11 +320,11 @@ func (s *Session) send(ctx context.Context, att *attemptState, st executor.Attem
 }
 
 // cleanup removes an acknowledged attempt from the executor and forgets its state token.
-func (s *Session) cleanup(ctx context.Context, att *attemptState, st executor.AttemptStatus) error {
-	if err := s.o.Executor.Cleanup(ctx, st.DeploymentID, st.Attempt); err != nil {
+func (s *Session) cleanup(ctx context.Context, att *attemptState, k executor.AttemptKey) error {
+	if err := s.o.Executor.Cleanup(ctx, k.DeploymentID, k.Attempt); err != nil {
 		return err
 	}
-	s.o.Tokens.Delete(st.DeploymentID, st.Attempt)
+	s.o.Tokens.Delete(k.DeploymentID, k.Attempt)
 	s.mu.Lock()
 	att.cleaned = true
 	s.mu.Unlock()
@@ -293,7 +409,7 @@ func (s *Session) forget(ctx context.Context, d api.Directive, log *slog.Logger)
 			}
 		}
 	}
-	// Marked done, so the event loop sends nothing more for it and cleans it up (and retries a
+	// Marked done, so the event workers send nothing more for it and clean it up (and retry a
 	// cleanup that fails). The poll loop, which calls this, does not wait for the cleanup: its
 	// requests give way to starts at the client's rate limit.
 	s.mu.Lock()

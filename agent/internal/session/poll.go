@@ -192,11 +192,14 @@ func (s *Session) checkProtocol(resp *api.PollResponse) error {
 // are retried now instead of up to a minute later.
 func (s *Session) orchestratorBack() {
 	s.mu.Lock()
-	for _, att := range s.attempts {
-		att.nextTry = time.Time{}
-		att.back.Reset()
-	}
+	q := s.queues
 	s.mu.Unlock()
+	if q != nil {
+		for _, k := range q.sendRetry.waiting() {
+			q.sendRetry.Forget(k)
+			q.sends.Add(k)
+		}
+	}
 	s.kick.Notify()
 	s.log.Info("orchestrator reachable again; retrying pending events now")
 }

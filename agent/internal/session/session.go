@@ -4,6 +4,23 @@
 // level-triggered: every pass rebuilds its picture from the executor's List, so an agent that
 // restarts, or a message that got lost, heals on the next pass without any state of its own
 // surviving.
+//
+// # Pacing
+//
+// The orchestrator never offers more attempts than a poll states free slots. So when a finished
+// event is acknowledged while a poll that stated no free slot is held, the session cuts that
+// poll short and the next one states the slot (attemptEnded); otherwise a busy agent's queue
+// would wait out the long poll. A poll that stated a free slot is left alone: the orchestrator
+// answers it itself. After an answer with offers the next poll goes as soon as their claims are
+// answered (awaitClaims: until then the orchestrator would answer at once with the same offers),
+// after new directives at once; only an answer that brought nothing new waits the gap
+// (minPollGap, 250 ms) that keeps a repeating server from a busy loop.
+//
+// Events and cleanups are work queues of attempts (events.go): started and finished events have
+// maxConcurrentSends workers, cleanups workers of their own, so a cleanup, whose Kubernetes
+// requests give way to starts at the client's rate limit (kubeclient.Deferrable), never holds up
+// the finished events that free the runner's slots. Failed sends and cleanups are retried per
+// attempt with the session's backoff, never sooner than a Retry-After (retries.go).
 package session
 
 import (
@@ -94,8 +111,9 @@ type Session struct {
 	// orchKnown is false until the first poll told the runner's max_concurrency.
 	orchKnown bool
 	// limit is the last value given to LimitChanged.
-	limit    int
-	inflight sync.WaitGroup
+	limit int
+	// queues are the term's event work queues (nil before the event loop starts).
+	queues *eventQueues
 	// kick wakes the event loop early.
 	kick *executor.Notifier
 	// cutPoll ends the long poll in flight (nil when none is), and pollFree is the capacity it
@@ -114,16 +132,17 @@ type Session struct {
 
 // attemptState is what the session remembers about an attempt between passes. All of it can be
 // lost: a new session resends the events (the orchestrator deduplicates them by seq).
+// What the attempt needs next is its phase (phaseOf); its retries are paced by the work queues.
 type attemptState struct {
 	fencing     int64
 	startedSent bool
-	acked       bool // the finished event was acknowledged
+	acked       bool // the finished event was acknowledged, or the orchestrator forgot the attempt
 	refused     bool // the orchestrator refused an event for good; wait for forget
 	cleaned     bool
-	seen        bool
-	busy        bool // a goroutine is sending for this attempt
-	back        retry.Backoff
-	nextTry     time.Time
+	seen        bool // the executor listed it this term
+	// status is what the executor last reported (or, for an attempt it does not hold, the
+	// finished event to send).
+	status executor.AttemptStatus
 	// pendingEvent is the finished event of an attempt the executor never got to hold (its start
 	// failed), so it has no outbox but this.
 	pendingEvent []byte
@@ -192,7 +211,6 @@ func (s *Session) Run(ctx context.Context) error {
 	g.Go(func() error { return s.pollLoop(gctx) })
 	g.Go(func() error { return s.eventLoop(gctx) })
 	err := g.Wait()
-	s.inflight.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -293,7 +311,7 @@ func grantOf(c *api.Claim) jobtoken.Grant {
 func (s *Session) state(k executor.AttemptKey) *attemptState {
 	att := s.attempts[k]
 	if att == nil {
-		att = &attemptState{back: s.o.EventBackoff}
+		att = &attemptState{}
 		s.attempts[k] = att
 	}
 	return att

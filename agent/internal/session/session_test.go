@@ -803,3 +803,43 @@ func TestAgentWithoutStateBackendRefusesKubernetesState(t *testing.T) {
 		t.Errorf("starts %v, want only in-s3", ex.starts)
 	}
 }
+
+// refusingOrch refuses every event for good (a stale fencing number) and, once it has refused
+// one, answers polls with a forget directive for that attempt, as the orchestrator does for an
+// attempt it no longer assigns to the agent.
+type refusingOrch struct {
+	fakeOrch
+	refused int
+}
+
+func (r *refusingOrch) Event(context.Context, string, api.EventRequest) (*api.EventResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refused++
+	return nil, &api.Error{StatusCode: 409, Code: api.CodeConflict, Message: "stale fencing number"}
+}
+
+func (r *refusingOrch) Poll(ctx context.Context, _ api.PollRequest) (*api.PollResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	resp := &api.PollResponse{MaxConcurrency: 1}
+	if r.refused > 0 {
+		resp.Directives = []api.Directive{{Type: api.DirectiveForget, DeploymentID: "dep-a", Attempt: 1, Reason: "terminal"}}
+	}
+	return resp, nil
+}
+
+// An attempt whose event the orchestrator refused waits for its forget directive, and is then
+// cleaned up: a refusal must not leave its Job behind for good.
+func TestARefusedAttemptIsCleanedUpWhenForgotten(t *testing.T) {
+	ex := newFakeExec()
+	if err := ex.Start(t.Context(), &api.Claim{DeploymentID: "dep-a", Attempt: 1, Lease: api.Lease{Fencing: 1}}, "opst_a"); err != nil {
+		t.Fatal(err)
+	}
+	ex.set("dep-a", func(s *executor.AttemptStatus) { s.Started, s.Status, s.Fencing = true, api.StatusSucceeded, 1 })
+	orch := &refusingOrch{}
+	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollGap: 10 * time.Millisecond})
+	stop := run(t, s)
+	waitFor(t, "the refused and forgotten attempt cleaned up", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.cleaned["dep-a"] == 1 })
+	stop()
+}
