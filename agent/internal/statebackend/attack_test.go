@@ -327,3 +327,31 @@ func TestPlanTakesNoLockAndShowsNoFreeText(t *testing.T) {
 		t.Errorf("holder's own conflict: %d %s", code, body)
 	}
 }
+
+// A plan that took a real lock through the agent of the previous release (which locked for
+// plans) and sends its UNLOCK after a `helm upgrade` put this agent in front of it gets its
+// lock released, not 409: the CLI fails a plan whose unlock fails. Another holder's lock of the
+// same ID is still refused.
+func TestPlanReleasesALockItTookThroughAnEarlierAgent(t *testing.T) {
+	e := newEnv(t, statestore.Options{})
+	e.authz.addPlan("plan", "pw-plan")
+	e.authz.addPlan("other", "pw-o")
+	key, u := "team/app", e.url("team/app")
+	var info statestore.LockInfo
+	if err := json.Unmarshal(lockBody("plan-lock"), &info); err != nil {
+		t.Fatal(err)
+	}
+	info.Holder = "job/plan/1" // as the earlier agent's LOCK recorded it
+	if err := e.store.Lock(context.Background(), key, info); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := doReq(t, "UNLOCK", u, "other", "pw-o", lockBody("plan-lock")); code != 409 {
+		t.Errorf("another plan's UNLOCK of the lock: %d %s, want 409", code, body)
+	}
+	if code, body, _ := doReq(t, "UNLOCK", u, "plan", "pw-plan", lockBody("plan-lock")); code != 200 {
+		t.Errorf("the plan's UNLOCK of its own lock: %d %s, want 200", code, body)
+	}
+	if l, err := e.store.LockInfo(context.Background(), key); err != nil || l != nil {
+		t.Errorf("the lock after its plan's UNLOCK: %+v, %v; want none", l, err)
+	}
+}

@@ -42,7 +42,8 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder strin
 
 // unlock releases holder's lock. A plan (readOnly) holds none: its unlock is answered 200, or
 // 409 when it names the ID of the lock someone else holds (as anyone's would be), so no CLI
-// reports a lock released that is not.
+// reports a lock released that is not; a lock the plan itself took through an earlier agent is
+// released.
 func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder string, readOnly bool) {
 	body, ok := h.readLockBody(w, r)
 	if !ok {
@@ -61,13 +62,23 @@ func (h *Handler) unlock(w http.ResponseWriter, r *http.Request, key, holder str
 		return
 	}
 	var err error
+	release := !readOnly
 	if readOnly {
 		var held *statestore.HeldLock
-		if held, err = h.store.LockInfo(r.Context(), key); err == nil && held != nil && held.Info.ID == info.ID {
+		switch held, err = h.store.LockInfo(r.Context(), key); {
+		case err != nil || held == nil || held.Info.ID != info.ID:
+		case held.Info.Holder == holder:
+			// The plan's own lock, taken through an agent of an earlier release, which locked
+			// for plans too (a plan that outlived a `helm upgrade`): its own to release.
+			release = true
+		default:
 			err = &statestore.LockMismatchError{Key: key, LockID: info.ID, Lock: held}
 		}
-	} else if err = h.store.Unlock(r.Context(), key, info.ID, holder); err == nil {
-		h.stopRenewal(key, info.ID)
+	}
+	if release {
+		if err = h.store.Unlock(r.Context(), key, info.ID, holder); err == nil {
+			h.stopRenewal(key, info.ID)
+		}
 	}
 	if err != nil && !errors.Is(err, statestore.ErrNotLocked) {
 		h.storeError(w, r, key, holder, "unlock", err)
