@@ -372,10 +372,10 @@ const nodeTeardownWait = 10 * time.Second
 // address still taken, and a check for leftovers would race the kernel.
 func removeNodeLeftovers(l nodeLeftovers) error {
 	deadline := time.Now().Add(nodeTeardownWait)
-	for l.PIDNamespace != "" && len(processesInNamespace("pid", l.PIDNamespace)) > 0 {
+	for l.PIDNamespace != "" && len(processesInPIDNamespace(l.PIDNamespace)) > 0 {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("testbed: processes of the node still running %s after it was stopped: %v",
-				nodeTeardownWait, processesInNamespace("pid", l.PIDNamespace))
+				nodeTeardownWait, processesInPIDNamespace(l.PIDNamespace))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -405,9 +405,9 @@ func linkExists(name string) bool {
 	return err == nil
 }
 
-// processesInNamespace lists the live (not zombie) processes whose namespace of the given kind
-// is ns.
-func processesInNamespace(kind, ns string) []int {
+// processesInPIDNamespace lists the live (not zombie) processes of the PID namespace ns.
+func processesInPIDNamespace(ns string) []int {
+	const kind = "pid"
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
