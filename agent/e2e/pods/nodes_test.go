@@ -314,7 +314,7 @@ func nodeDrain(t *testing.T) faulttest.Row {
 
 // nodeLoss stops the second node hard (testbed.StopNodeHard: network dropped, then every process
 // of the node killed) while an apply and a plan run there, the leading agent replica runs there,
-// and another apply runs on the first node. Once the node is NotReady the test deletes its Node,
+// and (under `make faults`) another apply runs on the first node. Once the node is NotReady the test deletes its Node,
 // as a cloud's node lifecycle controller does for an instance that is gone. Then:
 //
 //   - the plan's pod is given up (taint-based eviction, the pod garbage collector), the Job runs
@@ -323,7 +323,8 @@ func nodeDrain(t *testing.T) faulttest.Row {
 //     partly happened, in one pod, never re-run; its state lock is released (a plan of the same
 //     state afterwards does not wait for it); its pod is gone;
 //   - the agent replica of the lost node is replaced on the first node and the other replica
-//     takes the leader Lease; the other apply succeeds once.
+//     takes the leader Lease; the other apply succeeds once (it may take until TCP gives up on a
+//     state connection to the lost agent, see below).
 //
 // The bound: the node lifecycle controller marks the node NotReady 10 s after its last Lease
 // renewal (--node-monitor-grace-period=10s); the pod garbage collector fails the Pods of a
@@ -371,9 +372,18 @@ func nodeLoss(t *testing.T) faulttest.Row {
 			t.Fatalf("kubectl %v: %v\n%s", cmd, err, out)
 		}
 	}
-	other := e.enqueue(api.OperationApply, slow(20), "lost-other")
-	e.waitLog(other.ID, slowStarts, 3*time.Minute)
-	for id, want := range map[string]string{apply.ID: second, plan.ID: second, other.ID: first} {
+	// The other apply runs under `make faults` only: when the Service had sent its CLI's kept-alive
+	// state connection to the agent on the lost node, its state write waits until TCP gives up on
+	// that connection (about 15 min with Linux's defaults) before the CLI retries elsewhere.
+	// Nothing is lost, but it is too slow and too random for `make test`.
+	placed := map[string]string{apply.ID: second, plan.ID: second}
+	var other *api.Deployment
+	if faulttest.Full() {
+		other = e.enqueue(api.OperationApply, slow(20), "lost-other")
+		e.waitLog(other.ID, slowStarts, 3*time.Minute)
+		placed[other.ID] = first
+	}
+	for id, want := range placed {
 		for _, p := range e.jobPodsOf(id) {
 			if p.Spec.NodeName != want {
 				t.Fatalf("job pod %s runs on %q, want %s", p.Name, p.Spec.NodeName, want)
@@ -409,14 +419,18 @@ func nodeLoss(t *testing.T) faulttest.Row {
 	newLeader := time.Since(lost)
 
 	runs := map[string]run{}
-	for _, id := range []string{plan.ID, other.ID, apply.ID} {
-		runs[id] = e.follow(id, lost, 5*time.Minute)
+	ids := []string{plan.ID, apply.ID}
+	if other != nil {
+		ids = append(ids, other.ID)
+	}
+	for _, id := range ids {
+		runs[id] = e.follow(id, lost, 20*time.Minute)
 	}
 	recovered := time.Since(lost)
 	applyWatch.stop()
 	planWatch.stop()
 
-	row := faulttest.Row{Deployments: 3, Recover: recovered}
+	row := faulttest.Row{Deployments: len(ids), Recover: recovered}
 	a := runs[apply.ID]
 	switch {
 	case a.d.Status != api.StatusFailed || a.d.Reason != "node_lost":
@@ -425,7 +439,10 @@ func nodeLoss(t *testing.T) faulttest.Row {
 	case !strings.Contains(a.d.Message, second) || !strings.Contains(a.d.Message, "may have partly happened"):
 		t.Errorf("the apply's message %q should name the node and say the run may have partly happened", a.d.Message)
 	}
-	for _, id := range []string{plan.ID, other.ID} {
+	for _, id := range ids {
+		if id == apply.ID {
+			continue
+		}
 		if r := runs[id]; r.d.Status != api.StatusSucceeded {
 			row.Lost++
 			t.Errorf("%s %s: %s (%s: %s)\n%s", r.d.Operation, id, r.d.Status, r.d.Reason, r.d.Message, r.log)
@@ -444,7 +461,7 @@ func nodeLoss(t *testing.T) faulttest.Row {
 		row.Twice++
 		t.Errorf("the apply ran in %d pods, want 1", n)
 	}
-	if strings.Count(runs[other.ID].log, slowEnds) > 1 {
+	if other != nil && strings.Count(runs[other.ID].log, slowEnds) > 1 {
 		row.Twice++
 	}
 	planNodes := rerunOn(t, planWatch, first)
@@ -466,7 +483,10 @@ func nodeLoss(t *testing.T) faulttest.Row {
 	if a.d.FinishedAt != nil {
 		applyEnded = a.d.FinishedAt.Sub(lost)
 	}
-	row.Note = fmt.Sprintf("apply ended node_lost %s after the loss (node NotReady after %s, Node deleted then); plan pods %v; leader %s then %s after %s; other apply on %s succeeded",
-		applyEnded.Round(100*time.Millisecond), notReady.Round(100*time.Millisecond), planNodes, leaderBefore, e.leader(), newLeader.Round(100*time.Millisecond), first)
+	row.Note = fmt.Sprintf("apply ended node_lost %s after the loss (node NotReady after %s, Node deleted then); plan pods %v; leader %s then %s after %s",
+		applyEnded.Round(100*time.Millisecond), notReady.Round(100*time.Millisecond), planNodes, leaderBefore, e.leader(), newLeader.Round(100*time.Millisecond))
+	if other != nil {
+		row.Note += fmt.Sprintf("; other apply on %s ended %s after the loss", first, runs[other.ID].took.Round(100*time.Millisecond))
+	}
 	return row
 }
