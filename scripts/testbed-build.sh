@@ -160,7 +160,7 @@ build_components() {
 	echo "testbed-build: built ${missing[*]} in $((SECONDS - start))s"
 }
 
-build_components etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy
+build_components etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
 
 # CoreDNS: rebuilt when the binary reports another version (its module pins COREDNS_VERSION).
 if [[ "$("$bin/coredns" -version 2>/dev/null | head -1)" != "CoreDNS-${COREDNS_VERSION#v}" ]]; then

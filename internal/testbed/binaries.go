@@ -116,3 +116,18 @@ func isExecutable(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
 }
+
+// Kubectl returns the path of the test bed's kubectl, built from the same Kubernetes release as
+// its other parts (scripts/testbed-build.sh), for tests that act as a cluster operator would
+// (`kubectl drain`). Point it at the test bed with --kubeconfig Cluster.Kubeconfig.
+func Kubectl() (string, error) {
+	dir, err := findBinaries()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubectl")
+	if !isExecutable(path) {
+		return "", &MissingBinariesError{Dir: dir, Missing: []string{"kubectl"}}
+	}
+	return path, nil
+}

@@ -87,6 +87,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, binDir, bindIP string, etc
 		// HostIP, which Pods reach.
 		args = append(args, "--endpoint-reconciler-type=none")
 	}
+	if len(c.nodes) > 1 {
+		args = append(args, lifecycleAPIServerArgs...)
+	}
 	p, err := startProcess(c.Dir, "kube-apiserver", filepath.Join(binDir, "kube-apiserver"), args, nil, detach)
 	if err != nil {
 		return err

@@ -25,6 +25,8 @@ type detachedState struct {
 	Started    time.Time         `json:"started"`
 	Processes  []detachedProcess `json:"processes"`
 	Node       *detachedNode     `json:"node,omitempty"`
+	// MoreNodes are the real nodes after the first (Options.Nodes).
+	MoreNodes []detachedNode `json:"moreNodes,omitempty"`
 }
 
 // detachedNode is what StopDir and Reuse need to know about a detached test bed's real node.
@@ -45,9 +47,14 @@ type detachedProcess struct {
 
 func (c *Cluster) writeState() error {
 	st := detachedState{Kubeconfig: c.Kubeconfig, Host: c.Host, Jobs: c.Jobs, Started: time.Now().UTC()}
-	if c.node != nil {
-		st.Node = &detachedNode{HostIP: c.HostIP, ContainerdSocket: c.node.files.socket, Registry: c.Registry,
-			nodeLeftovers: c.node.leftovers()}
+	for i, n := range c.nodes {
+		dn := detachedNode{HostIP: c.HostIP, ContainerdSocket: n.files.socket, nodeLeftovers: n.leftovers()}
+		if i == 0 {
+			dn.Registry = c.Registry
+			st.Node = &dn
+		} else {
+			st.MoreNodes = append(st.MoreNodes, dn)
+		}
 	}
 	for _, p := range c.procs {
 		st.Processes = append(st.Processes, detachedProcess{Name: p.name, Pid: p.cmd.Process.Pid, Exe: p.cmd.Path})
@@ -158,6 +165,11 @@ func StopDir(dir string) error {
 		}
 		if st.Node != nil {
 			if err := removeNodeLeftovers(st.Node.nodeLeftovers); err != nil {
+				return err
+			}
+		}
+		for _, n := range st.MoreNodes {
+			if err := removeNodeLeftovers(n.nodeLeftovers); err != nil {
 				return err
 			}
 		}

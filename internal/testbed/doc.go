@@ -33,6 +33,12 @@
 // is missing; Main then runs the tests without it and RequireNode skips those that need it,
 // except under CI=true, where the run fails.
 //
+// Options.Nodes: 2 runs a second real node beside the first (Cluster.RealNodes names both): its
+// own namespaces, containerd, kubelet, kube-proxy, CoreDNS and kube-network-policies, joined to
+// the first's network so Pods on both reach each other by their own addresses (node_network.go).
+// The node lifecycle then takes seconds rather than minutes, for tests that lose or drain a node;
+// Kubectl gives them the kubectl of the same Kubernetes release.
+//
 // Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { testbed.Main(m, testbed.Options{Jobs: true, Node: true}) }

@@ -170,17 +170,17 @@ func tarDir(dir, dst string) (err error) {
 
 // importBuiltinImages waits for containerd (the process ctrd) to serve, then builds the pause and
 // toolbox images from the testbed-pod binary and imports them.
-func (c *Cluster) importBuiltinImages(ctx context.Context, ctrd *process, binary string) error {
+func (c *Cluster) importBuiltinImages(ctx context.Context, n *node, ctrd *process, binary string) error {
 	deadline := time.Now().Add(nodeReadyTimeout)
 	for {
 		var d net.Dialer
-		conn, err := d.DialContext(ctx, "unix", c.node.files.socket)
+		conn, err := d.DialContext(ctx, "unix", n.files.socket)
 		if err == nil {
 			_ = conn.Close()
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return ctrd.failure(fmt.Sprintf("did not serve on %s (%v)", c.node.files.socket, err))
+			return ctrd.failure(fmt.Sprintf("did not serve on %s (%v)", n.files.socket, err))
 		}
 		select {
 		case <-ctrd.exited: // crashed, or stopped because the start failed elsewhere
@@ -189,7 +189,7 @@ func (c *Cluster) importBuiltinImages(ctx context.Context, ctrd *process, binary
 		}
 	}
 	for _, img := range []struct{ ref, name string }{{PauseImage, "pause"}, {ToolboxImage, "toolbox"}} {
-		archive := filepath.Join(c.node.dir, "images", img.name+".tar")
+		archive := filepath.Join(n.dir, "images", img.name+".tar")
 		entrypoint := []string{"/" + podBinary}
 		if img.name == "pause" {
 			entrypoint = append(entrypoint, "pause")
@@ -197,24 +197,34 @@ func (c *Cluster) importBuiltinImages(ctx context.Context, ctrd *process, binary
 		if err := writeImageArchive(archive, img.ref, binary, entrypoint); err != nil {
 			return fmt.Errorf("testbed: building %s: %w", img.ref, err)
 		}
-		if err := c.ImportImage(ctx, archive); err != nil {
+		if err := importInto(ctx, n.files.socket, archive); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// ImportImage imports an image archive into the real node's containerd, where the kubelet finds
+// ImportImage imports an image archive into the containerd of every real node, where the kubelet finds
 // it by the names it carries: an OCI image layout tar (names from the annotation
 // io.containerd.image.name of index.json) or a `docker save` tar, as `ctr images import` reads
 // them. Pods using it need an imagePullPolicy other than Always (no registry has it), and their
 // image name must match the imported one exactly. Tests of what users do push to Cluster.Registry
 // instead, so the node pulls.
 func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
-	if c.containerdSocket == "" {
+	if len(c.containerdSockets) == 0 {
 		return errors.New("testbed: ImportImage: this test bed runs no real node (testbed.Options{Node: true})")
 	}
-	cmd := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket, "--namespace", "k8s.io",
+	for _, socket := range c.containerdSockets {
+		if err := importInto(ctx, socket, archive); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// importInto imports an image archive into the containerd listening on socket.
+func importInto(ctx context.Context, socket, archive string) error {
+	cmd := exec.CommandContext(ctx, "ctr", "--address", socket, "--namespace", "k8s.io",
 		"images", "import", archive)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("testbed: importing %s into the node's containerd: %w: %s", archive, err, strings.TrimSpace(string(out)))
@@ -222,17 +232,19 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 	return nil
 }
 
-// RemoveImage removes an image from the real node's containerd (`ctr images rm`), so the next
+// RemoveImage removes an image from every real node's containerd (`ctr images rm`), so the next
 // Pod that names it pulls it again: a test of a pull that an earlier Pod on the node made
 // unnecessary. Containers running from it keep running. An image the node does not have is no
 // error.
 func (c *Cluster) RemoveImage(ctx context.Context, ref string) error {
-	if c.containerdSocket == "" {
+	if len(c.containerdSockets) == 0 {
 		return errors.New("testbed: RemoveImage: this test bed runs no real node (testbed.Options{Node: true})")
 	}
-	cmd := exec.CommandContext(ctx, "ctr", "--address", c.containerdSocket, "--namespace", "k8s.io", "images", "rm", ref)
-	if out, err := cmd.CombinedOutput(); err != nil && !strings.Contains(string(out), "not found") {
-		return fmt.Errorf("testbed: removing %s from the node's containerd: %w: %s", ref, err, strings.TrimSpace(string(out)))
+	for _, socket := range c.containerdSockets {
+		cmd := exec.CommandContext(ctx, "ctr", "--address", socket, "--namespace", "k8s.io", "images", "rm", ref)
+		if out, err := cmd.CombinedOutput(); err != nil && !strings.Contains(string(out), "not found") {
+			return fmt.Errorf("testbed: removing %s from the node's containerd: %w: %s", ref, err, strings.TrimSpace(string(out)))
+		}
 	}
 	return nil
 }

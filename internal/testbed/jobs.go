@@ -76,6 +76,18 @@ var nodeControllers = []string{
 	"root-ca-certificate-publisher-controller",
 }
 
+// lifecycleControllers and lifecycleArgs make a lost node's Pods go within seconds when the test
+// bed runs several real nodes (Options.Nodes): taint-eviction deletes the Pods of a node tainted
+// unreachable or not-ready once their toleration (5 s, lifecycleAPIServerArgs) ends, and the pod
+// garbage collector deletes the Pods bound to a Node that no longer exists.
+var lifecycleControllers = []string{"taint-eviction-controller", "pod-garbage-collector-controller"}
+
+var lifecycleArgs = []string{"--node-monitor-grace-period=10s", "--node-monitor-period=2s"}
+
+// lifecycleAPIServerArgs shorten the tolerations the API server gives every Pod of a not-ready
+// or unreachable node (default 300 s).
+var lifecycleAPIServerArgs = []string{"--default-not-ready-toleration-seconds=5", "--default-unreachable-toleration-seconds=5"}
+
 // startControlLoops starts kube-controller-manager and kube-scheduler, which Jobs on kwok's fake
 // node and Pods on the real node both need.
 func (c *Cluster) startControlLoops(binDir string, detach bool) error {
@@ -84,7 +96,12 @@ func (c *Cluster) startControlLoops(binDir string, detach bool) error {
 	if c.Node {
 		ctrls = append(slices.Clip(ctrls), nodeControllers...)
 	}
-	kcm, err := startProcess(c.Dir, "kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"), []string{
+	var extra []string
+	if len(c.nodes) > 1 {
+		ctrls = append(slices.Clip(ctrls), lifecycleControllers...)
+		extra = lifecycleArgs
+	}
+	kcm, err := startProcess(c.Dir, "kube-controller-manager", filepath.Join(binDir, "kube-controller-manager"), append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
@@ -97,7 +114,7 @@ func (c *Cluster) startControlLoops(binDir string, detach bool) error {
 		"--concurrent-job-syncs=20",
 		"--concurrent-gc-syncs=20",
 		"--use-service-account-credentials=false",
-	}, nil, detach)
+	}, extra...), nil, detach)
 	if err != nil {
 		return err
 	}

@@ -110,7 +110,7 @@ func TraceDir(dir string) (*NodeTraces, error) {
 		return nil, fmt.Errorf("testbed: %s records no test bed with a real node", dir)
 	}
 	// The node's init, containerd, the kubelet and kube-proxy all share its namespaces.
-	pids := processesInNamespace("pid", st.Node.PIDNamespace)
+	pids := processesInPIDNamespace(st.Node.PIDNamespace)
 	if len(pids) == 0 {
 		return nil, fmt.Errorf("testbed: no process of the node of %s runs", dir)
 	}

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -34,8 +35,26 @@ import (
 // What remains on the host is only what must: the node's directory under the test bed's Dir and
 // its cgroups (node_cgroups.go), both removed by Stop.
 
-// RealNodeName is the name of the test bed's real node.
+// RealNodeName is the name of the test bed's real node, the first one when it runs several
+// (Options.Nodes); the others are named by RealNodeNames.
 const RealNodeName = "outpost-testbed-real"
+
+// MaxNodes is the most real nodes a test bed runs (Options.Nodes): each costs about 300 MiB and
+// a core-second of start-up on machines with two cores.
+const MaxNodes = 2
+
+// realNodeName returns the name of real node number num (1-based): RealNodeName, then
+// RealNodeName-2.
+func realNodeName(num int) string {
+	if num == 1 {
+		return RealNodeName
+	}
+	return RealNodeName + "-" + strconv.Itoa(num)
+}
+
+// RealNodeLabel is a label every real node carries ("true"), so a Pod can be kept on real nodes
+// without naming one (OnRealNodes).
+const RealNodeLabel = "testbed.outpost.dev/real-node"
 
 // RealNodeTaint is the key of the NoSchedule taint that keeps Pods off the real node when kwok's
 // fake node runs too (Options{Jobs: true, Node: true}); Pods meant for the real node tolerate it
@@ -47,7 +66,9 @@ const nodeReadyTimeout = 120 * time.Second
 
 // node is the state of a running real node.
 type node struct {
-	dir     string // <Dir>/node
+	num     int    // 1 for the first node, 2 for the second
+	name    string // its Node's name, realNodeName(num)
+	dir     string // <Dir>/node, <Dir>/node-2
 	initPID int    // this machine's pid of the node's init, PID 1 of the node's namespaces
 	pidNS   string // the node's PID namespace, as /proc/<pid>/ns/pid reads ("pid:[…]")
 	link    *nodeLink
@@ -56,52 +77,96 @@ type node struct {
 	imports chan error // the result of importing the built-in images, once
 }
 
-// startNodeSandbox creates the node's namespaces, network and cgroups and starts containerd and
-// the import of the built-in images, which need no API server, so they overlap etcd's and the
-// API server's start-up. It sets c.HostIP, which the API server binds to.
-func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bool) error {
+// startNodeSandbox creates the namespaces, network and cgroups of each of count nodes, joins
+// their networks (node_network.go), and starts their containerd and the import of the built-in
+// images, which need no API server, so they overlap etcd's and the API server's start-up. It
+// sets c.HostIP, which the API server binds to: the host end of the first node's veth.
+func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, count int, detach bool) error {
 	if err := checkNodePrerequisites(binDir); err != nil {
 		return err
 	}
 	sweepStaleCgroups()
-	n := &node{dir: c.path("node"), imports: make(chan error, 1)}
-	for _, d := range []string{"cni", "cni-ipam", "containerd", "kubelet", "pod-logs", "images", "certs.d"} {
-		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
-			return fmt.Errorf("testbed: %w", err)
-		}
-	}
 	// The mount point of the node's tmpfs for CNI state; an empty directory, as the package
 	// containernetworking-plugins would make.
 	if err := os.MkdirAll("/var/lib/cni", 0o755); err != nil {
 		return fmt.Errorf("testbed: %w", err)
 	}
+	for num := 1; num <= count; num++ {
+		n, err := c.startNodeNamespaces(ctx, binDir, num, detach)
+		if err != nil {
+			return err
+		}
+		if num == 1 {
+			c.HostIP = n.link.hostIP.String()
+			if err := c.startMetadataStandIn(binDir, detach); err != nil {
+				return err
+			}
+		} else if err := reachHostIP(ctx, n, c.HostIP); err != nil {
+			return fmt.Errorf("testbed: %w", err)
+		}
+		if err := c.connectMetadata(ctx, n); err != nil {
+			return err
+		}
+	}
+	if err := connectNodes(ctx, c.nodes); err != nil {
+		return fmt.Errorf("testbed: %w", err)
+	}
+	for _, n := range c.nodes {
+		if err := c.startContainerd(ctx, n, binDir, detach); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// suffix is what the names of a node's processes, logs and directory end with: nothing for the
+// first node (so one-node test beds keep their names), "-2" for the second.
+func (n *node) suffix() string {
+	if n.num == 1 {
+		return ""
+	}
+	return "-" + strconv.Itoa(n.num)
+}
+
+// startNodeNamespaces starts node num's init in new namespaces, mounts its tmpfs, connects its
+// network namespace to this machine and creates its cgroups.
+func (c *Cluster) startNodeNamespaces(ctx context.Context, binDir string, num int, detach bool) (*node, error) {
+	n := &node{num: num, name: realNodeName(num), imports: make(chan error, 1)}
+	n.dir = c.path("node" + n.suffix())
+	for _, d := range []string{"cni", "cni-ipam", "containerd", "kubelet", "pod-logs", "images", "certs.d"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o700); err != nil {
+			return nil, fmt.Errorf("testbed: %w", err)
+		}
+	}
 	pod := filepath.Join(binDir, podBinary)
-	init, err := startProcess(c.Dir, "node", "unshare", []string{
+	init, err := startProcess(c.Dir, "node"+n.suffix(), "unshare", []string{
 		"--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "--mount-proc", "--net",
 		"--", pod, "pause",
 	}, nodeEnv(), detach)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.track(init); err != nil {
-		return err
+		return nil, err
 	}
-	c.node = n
+	c.nodes = append(c.nodes, n)
+	if num == 1 {
+		c.node = n
+	}
 	if n.initPID, err = waitForChild(ctx, init, pod); err != nil {
-		return err
+		return nil, err
 	}
 	for _, dir := range []string{"/run", "/var/log", "/var/lib/cni"} {
 		if err := run(ctx, nsenter(n.initPID, "mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir)...); err != nil {
-			return fmt.Errorf("testbed: preparing the node's mount namespace: %w", err)
+			return nil, fmt.Errorf("testbed: preparing the node's mount namespace: %w", err)
 		}
 	}
 	n.pidNS, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", n.initPID))
 	if n.link, err = setupNodeLink(ctx, n.initPID); err != nil {
-		return fmt.Errorf("testbed: %w", err)
+		return nil, fmt.Errorf("testbed: %w", err)
 	}
-	c.HostIP = n.link.hostIP.String()
-	if err := c.startMetadataStandIn(ctx, binDir, detach); err != nil {
-		return err
+	if err := keepPodAddresses(ctx, n); err != nil {
+		return nil, fmt.Errorf("testbed: %w", err)
 	}
 	owner := strconv.Itoa(os.Getpid())
 	if detach {
@@ -109,27 +174,34 @@ func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bo
 	}
 	name := cgroupPrefix + owner + "-" + strconv.Itoa(n.link.index)
 	if n.cgroups, err = createCgroupRoot(name); err != nil {
-		return fmt.Errorf("testbed: %w", err)
+		return nil, fmt.Errorf("testbed: %w", err)
 	}
 
 	n.files = nodeFiles{
 		dir:        n.dir,
+		name:       n.name,
 		socket:     filepath.Join(n.dir, "containerd.sock"),
 		kubeconfig: c.path("kubeconfig"),
 		caFile:     c.path("pki/ca.crt"),
 		nodeIP:     n.link.nodeIP.String(),
+		podSubnet:  nodePodSubnet(num),
 		cgroupRoot: "/" + name,
 	}
 	if detach {
 		if err := c.writeState(); err != nil { // records the cgroups for StopDir
-			return fmt.Errorf("testbed: recording the node in %s: %w", c.Dir, err)
+			return nil, fmt.Errorf("testbed: recording the node in %s: %w", c.Dir, err)
 		}
 	}
-	if err := c.writeNodeFiles(); err != nil {
-		return fmt.Errorf("testbed: writing the node's configuration: %w", err)
+	if err := n.writeFiles(); err != nil {
+		return nil, fmt.Errorf("testbed: writing the node's configuration: %w", err)
 	}
+	return n, nil
+}
 
-	ctrd, err := startProcess(c.Dir, "containerd", "nsenter",
+// startContainerd starts the node's containerd and, in the background, the import of the
+// built-in images into it (startNodeAgents waits for it).
+func (c *Cluster) startContainerd(ctx context.Context, n *node, binDir string, detach bool) error {
+	ctrd, err := startProcess(c.Dir, "containerd"+n.suffix(), "nsenter",
 		nsenter(n.initPID, "containerd", "--config", n.files.path("containerd.toml"))[1:], nodeEnv(), detach)
 	if err != nil {
 		return err
@@ -137,15 +209,15 @@ func (c *Cluster) startNodeSandbox(ctx context.Context, binDir string, detach bo
 	if err := c.track(ctrd); err != nil {
 		return err
 	}
-	c.containerdSocket = n.files.socket
-	go func() { n.imports <- c.importBuiltinImages(ctx, ctrd, pod) }()
+	c.containerdSockets = append(c.containerdSockets, n.files.socket)
+	go func() { n.imports <- c.importBuiltinImages(ctx, n, ctrd, filepath.Join(binDir, podBinary)) }()
 	return nil
 }
 
-// writeNodeFiles writes the configuration files of containerd, the CNI plugins, kube-proxy and
+// writeFiles writes the configuration files of containerd, the CNI plugins, kube-proxy and
 // CoreDNS (the kubelet's is written by startNodeAgents).
-func (c *Cluster) writeNodeFiles() error {
-	f := c.node.files
+func (n *node) writeFiles() error {
+	f := n.files
 	files := map[string]string{
 		"containerd.toml":        f.containerdConfig(),
 		"cni/10-bridge.conflist": f.cniConfig(),
@@ -160,52 +232,58 @@ func (c *Cluster) writeNodeFiles() error {
 	return nil
 }
 
-// startNodeAgents starts the kubelet, kube-proxy, CoreDNS and kube-network-policies once the API server answers and the
-// built-in images are in containerd, and returns the kubelet's process for waitNodeReady. taint
-// registers the node with RealNodeTaint (kwok's fake node runs too).
-func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool, detach bool) (*process, error) {
-	n := c.node
-	select {
-	case err := <-n.imports:
-		if err != nil {
-			return nil, err
+// startNodeAgents starts the kubelet, kube-proxy, CoreDNS and kube-network-policies of every node
+// once the API server answers and the built-in images are in the node's containerd, and returns
+// the kubelets' processes for waitNodeReady, in node order. taint registers the nodes with
+// RealNodeTaint (kwok's fake node runs too).
+func (c *Cluster) startNodeAgents(ctx context.Context, binDir string, taint bool, detach bool) ([]*process, error) {
+	var kubelets []*process
+	for _, n := range c.nodes {
+		select {
+		case err := <-n.imports:
+			if err != nil {
+				return nil, err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
 		}
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	n.files.taint = taint
-	if err := os.WriteFile(n.files.path("kubelet.yaml"), []byte(n.files.kubeletConfig()), 0o600); err != nil {
-		return nil, fmt.Errorf("testbed: %w", err)
-	}
-	agents := []struct {
-		name string
-		args []string
-	}{
-		{"kubelet", []string{
-			"--config=" + n.files.path("kubelet.yaml"),
-			"--kubeconfig=" + n.files.kubeconfig,
-			"--root-dir=" + n.files.path("kubelet"),
-			"--hostname-override=" + RealNodeName,
-			"--node-ip=" + n.files.nodeIP,
-			// Lowering it needs CAP_SYS_RESOURCE, which these machines lack.
-			"--oom-score-adj=0",
-		}},
-		{"kube-proxy", []string{"--config=" + n.files.path("kube-proxy.yaml")}},
-		{"coredns", []string{"-conf", n.files.path("Corefile")}},
-		{netpolBinary, n.files.netpolArgs()},
-	}
-	procs := map[string]*process{}
-	for _, a := range agents {
-		p, err := startProcess(c.Dir, a.name, "nsenter", nsenter(n.initPID, filepath.Join(binDir, a.name), a.args...)[1:], nodeEnv(), detach)
-		if err != nil {
-			return nil, err
+		n.files.taint = taint
+		n.files.fastLifecycle = len(c.nodes) > 1
+		if err := os.WriteFile(n.files.path("kubelet.yaml"), []byte(n.files.kubeletConfig()), 0o600); err != nil {
+			return nil, fmt.Errorf("testbed: %w", err)
 		}
-		if err := c.track(p); err != nil {
-			return nil, err
+		agents := []struct {
+			name string
+			args []string
+		}{
+			{"kubelet", []string{
+				"--config=" + n.files.path("kubelet.yaml"),
+				"--kubeconfig=" + n.files.kubeconfig,
+				"--root-dir=" + n.files.path("kubelet"),
+				"--hostname-override=" + n.name,
+				"--node-ip=" + n.files.nodeIP,
+				"--node-labels=" + RealNodeLabel + "=true",
+				// Lowering it needs CAP_SYS_RESOURCE, which these machines lack.
+				"--oom-score-adj=0",
+			}},
+			{"kube-proxy", []string{"--config=" + n.files.path("kube-proxy.yaml")}},
+			{"coredns", []string{"-conf", n.files.path("Corefile")}},
+			{netpolBinary, n.files.netpolArgs()},
 		}
-		procs[a.name] = p
+		for _, a := range agents {
+			p, err := startProcess(c.Dir, a.name+n.suffix(), "nsenter", nsenter(n.initPID, filepath.Join(binDir, a.name), a.args...)[1:], nodeEnv(), detach)
+			if err != nil {
+				return nil, err
+			}
+			if err := c.track(p); err != nil {
+				return nil, err
+			}
+			if a.name == "kubelet" {
+				kubelets = append(kubelets, p)
+			}
+		}
 	}
-	return procs["kubelet"], nil
+	return kubelets, nil
 }
 
 // nsenter returns the command line that runs program with args in all three namespaces of the
@@ -256,13 +334,14 @@ func waitForChild(ctx context.Context, p *process, program string) (int, error) 
 	}
 }
 
-// stopNode removes what the node leaves on the host once its processes are gone: its cgroups,
-// and the host end of its veth (see awaitNodeGone).
+// stopNode removes what the nodes leave on the host once their processes are gone: their
+// cgroups, and the host ends of their veths (see removeNodeLeftovers).
 func (c *Cluster) stopNode() error {
-	if c.node == nil {
-		return nil
+	var errs []error
+	for _, n := range c.nodes {
+		errs = append(errs, removeNodeLeftovers(n.leftovers()))
 	}
-	return removeNodeLeftovers(c.node.leftovers())
+	return errors.Join(errs...)
 }
 
 // leftovers is what of the node removeNodeLeftovers cleans up.
@@ -293,10 +372,10 @@ const nodeTeardownWait = 10 * time.Second
 // address still taken, and a check for leftovers would race the kernel.
 func removeNodeLeftovers(l nodeLeftovers) error {
 	deadline := time.Now().Add(nodeTeardownWait)
-	for l.PIDNamespace != "" && len(processesInNamespace("pid", l.PIDNamespace)) > 0 {
+	for l.PIDNamespace != "" && len(processesInPIDNamespace(l.PIDNamespace)) > 0 {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("testbed: processes of the node still running %s after it was stopped: %v",
-				nodeTeardownWait, processesInNamespace("pid", l.PIDNamespace))
+				nodeTeardownWait, processesInPIDNamespace(l.PIDNamespace))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -326,9 +405,9 @@ func linkExists(name string) bool {
 	return err == nil
 }
 
-// processesInNamespace lists the live (not zombie) processes whose namespace of the given kind
-// is ns.
-func processesInNamespace(kind, ns string) []int {
+// processesInPIDNamespace lists the live (not zombie) processes of the PID namespace ns.
+func processesInPIDNamespace(ns string) []int {
+	const kind = "pid"
 	var pids []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {

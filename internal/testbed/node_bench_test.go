@@ -24,10 +24,11 @@ func BenchmarkStart(b *testing.B) {
 		{"jobs", Options{Jobs: true}},
 		{"node", Options{Node: true}},
 		{"jobs+node", Options{Jobs: true, Node: true}},
+		{"two-nodes", Options{Node: true, Nodes: 2}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var total time.Duration
-			var rss, nodeRSS float64
+			var rss, nodeRSS, node2RSS float64
 			for b.Loop() {
 				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 				start := time.Now()
@@ -47,11 +48,18 @@ func BenchmarkStart(b *testing.B) {
 					if slices.Contains(nodeComponents, p.name) {
 						nodeRSS += r
 					}
+					if slices.Contains(nodeComponents, strings.TrimSuffix(p.name, "-2")) && strings.HasSuffix(p.name, "-2") {
+						node2RSS += r
+					}
 				}
-				if c.node != nil {
-					extra := namespaceRSS(c.node.initPID)
+				for _, n := range c.nodes {
+					extra := namespaceRSS(n.initPID)
 					rss += extra
-					nodeRSS += extra
+					if n.num == 1 {
+						nodeRSS += extra
+					} else {
+						node2RSS += extra
+					}
 				}
 				if err := c.Stop(); err != nil {
 					b.Fatal(err)
@@ -64,12 +72,16 @@ func BenchmarkStart(b *testing.B) {
 			if tc.opts.Node {
 				b.ReportMetric(nodeRSS/n/(1<<20), "MiB-RSS-node")
 			}
+			if tc.opts.Nodes > 1 {
+				b.ReportMetric(node2RSS/n/(1<<20), "MiB-RSS-node2")
+			}
 		})
 	}
 }
 
 // nodeComponents are the processes of the real node, by their test bed names.
-var nodeComponents = []string{"node", "containerd", "kubelet", "kube-proxy", "coredns"}
+// (those of a second node end with "-2").
+var nodeComponents = []string{"node", "containerd", "kubelet", "kube-proxy", "coredns", netpolBinary}
 
 // processTreeRSS is the resident set size of pid and of its children in this machine's PID
 // namespace (nsenter's child is the component itself).

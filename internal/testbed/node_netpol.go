@@ -35,14 +35,14 @@ const MetadataIP = "169.254.169.254"
 // MetadataText is what the metadata stand-in answers to every HTTP request.
 const MetadataText = "outpost-testbed metadata stand-in"
 
-// The /30 between the node's network namespace and the metadata stand-in's. Both namespaces are
-// the test bed's own, so every test bed can use the same addresses.
-const (
-	metadataLinkNodeCIDR = "10.248.0.1/30"
-	metadataLinkNodeIP   = "10.248.0.1"
-	metadataLinkMetaCIDR = "10.248.0.2/30"
-	metadataLinkMetaIP   = "10.248.0.2"
-)
+// metadataLink returns the /30 between node num's network namespace and the metadata
+// stand-in's: the node's address and the stand-in's. Both namespaces are the test bed's own, so
+// every test bed can use the same addresses: 10.248.0.1 and .2 for the first node, .5 and .6 for
+// the second.
+func metadataLink(num int) (nodeIP, metaIP string) {
+	base := 4 * (num - 1)
+	return fmt.Sprintf("10.248.0.%d", base+1), fmt.Sprintf("10.248.0.%d", base+2)
+}
 
 // netpolTable is the nftables table kube-network-policies keeps in the node's network namespace.
 const netpolTable = "kube-network-policies"
@@ -50,9 +50,9 @@ const netpolTable = "kube-network-policies"
 // netpolQueue is the nfqueue kube-network-policies reads.
 const netpolQueue = 100
 
-// startMetadataStandIn starts the metadata stand-in's process in a new network namespace and
-// joins that namespace to the node's.
-func (c *Cluster) startMetadataStandIn(ctx context.Context, binDir string, detach bool) error {
+// startMetadataStandIn starts the metadata stand-in's process in a new network namespace;
+// connectMetadata joins that namespace to each node's.
+func (c *Cluster) startMetadataStandIn(binDir string, detach bool) error {
 	p, err := startProcess(c.Dir, "metadata", "unshare", []string{
 		"--net", "--", filepath.Join(binDir, podBinary), "serve", ":80", MetadataText,
 	}, nodeEnv(), detach)
@@ -82,7 +82,17 @@ func (c *Cluster) startMetadataStandIn(ctx context.Context, binDir string, detac
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	node, meta := strconv.Itoa(c.node.initPID), strconv.Itoa(pid)
+	c.metadataPID = pid
+	return nil
+}
+
+// connectMetadata joins node n's network namespace to the metadata stand-in's with a veth pair
+// and routes MetadataIP over it. The stand-in answers the first node by its default route and
+// every other by the /30 they share (Pods' traffic to it leaves their node masqueraded).
+func (c *Cluster) connectMetadata(ctx context.Context, n *node) error {
+	node, meta := strconv.Itoa(n.initPID), strconv.Itoa(c.metadataPID)
+	nodeIP, metaIP := metadataLink(n.num)
+	dev := "eth" + strconv.Itoa(n.num-1) // the stand-in's end
 	inNode := func(args ...string) []string {
 		return append([]string{"nsenter", "--target", node, "--net", "--"}, args...)
 	}
@@ -90,19 +100,22 @@ func (c *Cluster) startMetadataStandIn(ctx context.Context, binDir string, detac
 		return append([]string{"nsenter", "--target", meta, "--net", "--"}, args...)
 	}
 	steps := [][]string{
-		inNode("ip", "link", "add", "metadata0", "type", "veth", "peer", "name", "eth0", "netns", meta),
-		inNode("ip", "addr", "add", metadataLinkNodeCIDR, "dev", "metadata0"),
+		inNode("ip", "link", "add", "metadata0", "type", "veth", "peer", "name", dev, "netns", meta),
+		inNode("ip", "addr", "add", nodeIP+"/30", "dev", "metadata0"),
 		inNode("ip", "link", "set", "metadata0", "up"),
-		inNode("ip", "route", "add", MetadataIP+"/32", "via", metadataLinkMetaIP),
-		inMeta("ip", "link", "set", "lo", "up"),
-		inMeta("ip", "addr", "add", metadataLinkMetaCIDR, "dev", "eth0"),
-		inMeta("ip", "link", "set", "eth0", "up"),
-		inMeta("ip", "addr", "add", MetadataIP+"/32", "dev", "lo"),
-		inMeta("ip", "route", "add", "default", "via", metadataLinkNodeIP),
+		inNode("ip", "route", "add", MetadataIP+"/32", "via", metaIP),
+		inMeta("ip", "addr", "add", metaIP+"/30", "dev", dev),
+		inMeta("ip", "link", "set", dev, "up"),
+	}
+	if n.num == 1 {
+		steps = append(steps,
+			inMeta("ip", "link", "set", "lo", "up"),
+			inMeta("ip", "addr", "add", MetadataIP+"/32", "dev", "lo"),
+			inMeta("ip", "route", "add", "default", "via", nodeIP))
 	}
 	for _, s := range steps {
 		if err := run(ctx, s...); err != nil {
-			return fmt.Errorf("testbed: connecting the metadata stand-in to the node: %w", err)
+			return fmt.Errorf("testbed: connecting the metadata stand-in to node %s: %w", n.name, err)
 		}
 	}
 	return nil
@@ -112,23 +125,29 @@ func (c *Cluster) startMetadataStandIn(ctx context.Context, binDir string, detac
 func (f nodeFiles) netpolArgs() []string {
 	return []string{
 		"--kubeconfig=" + f.kubeconfig,
-		"--hostname-override=" + RealNodeName,
+		"--hostname-override=" + f.name,
 		"--nfqueue-id=" + strconv.Itoa(netpolQueue),
 	}
 }
 
-// waitNetworkPoliciesReady waits until kube-network-policies has put its table into the node's
+// waitNetworkPoliciesReady waits until kube-network-policies has put its table into each node's
 // network namespace (it does once its informers synced), so the first test's packets are judged.
 func (c *Cluster) waitNetworkPoliciesReady(ctx context.Context) error {
-	p := c.proc(netpolBinary)
 	nft, err := lookPath("nft")
 	if err != nil {
 		return err
 	}
-	return c.waitFor(ctx, p, nodeReadyTimeout, "to put its nftables table into the node's network namespace", func() bool {
-		cmd := exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(c.node.initPID), "--net", "--", nft, "list", "table", "inet", netpolTable)
-		return cmd.Run() == nil
-	})
+	for _, n := range c.nodes {
+		p := c.proc(netpolBinary + n.suffix())
+		err := c.waitFor(ctx, p, nodeReadyTimeout, "to put its nftables table into the node's network namespace", func() bool {
+			cmd := exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(n.initPID), "--net", "--", nft, "list", "table", "inet", netpolTable)
+			return cmd.Run() == nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // netpolBinary is the name of the test bed's kube-network-policies binary.

@@ -23,7 +23,7 @@ import (
 //
 //	this machine: veth "otb<N>", HostIP  (10.247.x.y+1) ── node namespace: "eth0", node IP (+2)
 //
-// Pods sit on a bridge inside the node's namespace (podSubnet), Services (serviceClusterIPRange)
+// Pods sit on a bridge inside the node's namespace (nodePodSubnet), Services (serviceClusterIPRange)
 // exist only as kube-proxy's iptables rules there, and the bridge plugin masquerades Pod traffic
 // leaving the namespace as the node IP. Why a namespace rather than the host's own network:
 //
@@ -43,13 +43,90 @@ import (
 // advertises it, so the `kubernetes` Service of the cluster points there and in-cluster clients in
 // Pods work. A server on this machine that Pods must reach (the orchestrator) listens on HostIP
 // too; nothing outside this machine routes to that address.
+//
+// A second node (Options.Nodes) has a namespace, veth and /30 of its own, the next /24 of
+// clusterCIDR for its Pods, and a route to HostIP through its own veth (this machine answers for
+// its own addresses on any interface, so nothing is forwarded). The nodes' namespaces are joined
+// by one more veth pair between them (connectNodes), with a /30 of nodeLinkRange's neighbour
+// peerLinkRange and a route to each other's Pod subnet, so a Pod reaches every other Pod by its
+// own address, as on a real cluster, without this machine forwarding a packet: traffic between
+// Pods is not masqueraded (keepPodAddresses), so NetworkPolicies see who sent it.
 const (
 	nodeLinkRange = "10.247.0.0/16"
-	podSubnet     = "10.246.0.0/24"
+	// clusterCIDR holds every node's Pod subnet: node N has the /24 number N-1 (nodePodSubnet).
+	clusterCIDR   = "10.246.0.0/16"
+	peerLinkRange = "10.249.0.0/16"
 	// nodeLinkLock serializes the choice of a free /30 between test beds starting at once, in any
 	// process on this machine.
 	nodeLinkLock = "/run/outpost-testbed-network.lock"
 )
+
+// nodePodSubnet is the Pod subnet of node num (1-based).
+func nodePodSubnet(num int) string { return fmt.Sprintf("10.246.%d.0/24", num-1) }
+
+// reachHostIP routes HostIP (the first node's host end, where the API server and the registry
+// listen) through node n's own veth.
+func reachHostIP(ctx context.Context, n *node, hostIP string) error {
+	err := run(ctx, "nsenter", "--target", strconv.Itoa(n.initPID), "--net", "--",
+		"ip", "route", "add", hostIP+"/32", "via", n.link.hostIP.String())
+	if err != nil {
+		return fmt.Errorf("routing HostIP from node %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// keepPodAddresses exempts traffic between Pods from the masquerading the bridge plugin adds for
+// each Pod (which would make a Pod on another node look like that node's address). It goes first
+// in the node's nat POSTROUTING, before containerd has started any Pod; kube-proxy, which starts
+// later, puts its own jump (hairpin traffic through a Service) above it.
+func keepPodAddresses(ctx context.Context, n *node) error {
+	iptables, err := lookPath("iptables")
+	if err != nil {
+		return err
+	}
+	err = run(ctx, "nsenter", "--target", strconv.Itoa(n.initPID), "--net", "--", iptables, "-t", "nat", "-I", "POSTROUTING", "1",
+		"-s", clusterCIDR, "-d", clusterCIDR, "-m", "comment", "--comment", "outpost-testbed: Pod to Pod keeps its address", "-j", "ACCEPT")
+	if err != nil {
+		return fmt.Errorf("exempting Pod traffic from masquerading on node %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// connectNodes joins every pair of nodes' network namespaces with a veth pair ("peer<N>" in each
+// names the other node) and routes each node's Pod subnet over it. The link goes with either
+// namespace.
+func connectNodes(ctx context.Context, nodes []*node) error {
+	base := binary.BigEndian.Uint32(netip.MustParsePrefix(peerLinkRange).Addr().AsSlice())
+	block := uint32(0)
+	for i, a := range nodes {
+		for _, b := range nodes[i+1:] {
+			ipA, ipB := addrFrom(base+block*4+1), addrFrom(base+block*4+2)
+			block++
+			inA := func(args ...string) []string {
+				return append([]string{"nsenter", "--target", strconv.Itoa(a.initPID), "--net", "--"}, args...)
+			}
+			inB := func(args ...string) []string {
+				return append([]string{"nsenter", "--target", strconv.Itoa(b.initPID), "--net", "--"}, args...)
+			}
+			devA, devB := "peer"+strconv.Itoa(b.num), "peer"+strconv.Itoa(a.num)
+			steps := [][]string{
+				inA("ip", "link", "add", devA, "type", "veth", "peer", "name", devB, "netns", strconv.Itoa(b.initPID)),
+				inA("ip", "addr", "add", ipA.String()+"/30", "dev", devA),
+				inA("ip", "link", "set", devA, "up"),
+				inA("ip", "route", "add", b.files.podSubnet, "via", ipB.String()),
+				inB("ip", "addr", "add", ipB.String()+"/30", "dev", devB),
+				inB("ip", "link", "set", devB, "up"),
+				inB("ip", "route", "add", a.files.podSubnet, "via", ipA.String()),
+			}
+			for _, s := range steps {
+				if err := run(ctx, s...); err != nil {
+					return fmt.Errorf("joining the networks of nodes %s and %s: %w", a.name, b.name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
 
 // nodeLink is the veth pair of one node.
 type nodeLink struct {

@@ -14,7 +14,7 @@ import (
 // Ready, loses the not-ready taint, and a probe Pod from ToolboxImage runs to Succeeded (a
 // sandbox from PauseImage, an address from the CNI bridge, a container started by runc). A broken
 // part shows at start-up, named, with the log of the component to blame.
-func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
+func (c *Cluster) waitNodeReady(ctx context.Context, rn *node, kubelet *process) error {
 	ctx, cancel := context.WithTimeout(ctx, nodeReadyTimeout)
 	defer cancel()
 	cs, err := kubernetes.NewForConfig(c.RESTConfig)
@@ -23,7 +23,7 @@ func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
 	}
 	var lastNode *corev1.Node
 	err = c.poll(ctx, func() (bool, error) {
-		n, err := cs.CoreV1().Nodes().Get(ctx, RealNodeName, metav1.GetOptions{})
+		n, err := cs.CoreV1().Nodes().Get(ctx, rn.name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil //nolint:nilerr // not registered yet; the deadline reports it
 		}
@@ -39,10 +39,10 @@ func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
 		return true, nil
 	})
 	if err != nil {
-		what := "did not register the real node"
+		what := "did not register the real node " + rn.name
 		if lastNode != nil {
-			what = fmt.Sprintf("did not make the real node Ready and untainted (conditions %v, taints %v)",
-				conditionSummary(lastNode), lastNode.Spec.Taints)
+			what = fmt.Sprintf("did not make the real node %s Ready and untainted (conditions %v, taints %v)",
+				rn.name, conditionSummary(lastNode), lastNode.Spec.Taints)
 		}
 		return c.jobsFailure(err, kubelet, what)
 	}
@@ -59,6 +59,7 @@ func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
 		},
 	}
 	OnRealNode(&probe.Spec)
+	probe.Spec.NodeSelector[corev1.LabelHostname] = rn.name
 	if err := c.createProbe(ctx, cs, probe); err != nil {
 		return err
 	}
@@ -70,7 +71,7 @@ func (c *Cluster) waitNodeReady(ctx context.Context, kubelet *process) error {
 		return p.Status.Phase == corev1.PodSucceeded, nil
 	})
 	if err != nil {
-		what := "did not run a probe Pod"
+		what := "did not run a probe Pod on " + rn.name
 		if lastPod != nil {
 			what += ": " + podSummary(lastPod)
 			if ev := podEvents(ctx, cs, lastPod); ev != "" {

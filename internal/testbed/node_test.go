@@ -222,18 +222,8 @@ func TestPodReachesHostAndAPIServer(t *testing.T) {
 	c := testbed.Shared(t)
 	testbed.RequireNode(t, c)
 	ns := testbed.NewNamespace(t, c)
-	var lc net.ListenConfig
-	l, err := lc.Listen(t.Context(), "tcp", net.JoinHostPort(c.HostIP, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	text := "host-" + rand.String(8)
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, text)
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
-	_, port, err := net.SplitHostPort(l.Addr().String())
+	_, port, err := net.SplitHostPort(serveOnHostIP(t, c, text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +236,23 @@ func TestPodReachesHostAndAPIServer(t *testing.T) {
 	if phase != corev1.PodSucceeded || !strings.Contains(out, fmt.Sprintf("%q", testbed.KubernetesVersion)) {
 		t.Fatalf("Pod %s, output %q; want the API server's version through the kubernetes Service", phase, out)
 	}
+}
+
+// serveOnHostIP runs an HTTP server of the test on HostIP answering text, until the test ends,
+// and returns its address.
+func serveOnHostIP(t *testing.T, c *testbed.Cluster, text string) string {
+	t.Helper()
+	var lc net.ListenConfig
+	l, err := lc.Listen(t.Context(), "tcp", net.JoinHostPort(c.HostIP, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, text)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return l.Addr().String()
 }
 
 func lastLine(s string) string {

@@ -150,8 +150,8 @@ func (c *Cluster) startRegistry(binDir string, p *pki, detach bool) (*process, e
 		}
 	}
 	c.Registry = r
-	if c.node != nil {
-		if err := c.node.files.writeRegistryHosts(host, c.path("pki/ca.crt")); err != nil {
+	for _, n := range c.nodes {
+		if err := n.files.writeRegistryHosts(host, c.path("pki/ca.crt")); err != nil {
 			return nil, fmt.Errorf("testbed: telling containerd about the registry: %w", err)
 		}
 	}

@@ -188,7 +188,13 @@ func Reuse(ctx context.Context, kubeconfig string) (*Cluster, error) {
 		// A test bed from `outpost-testbed up` records where its node's containerd listens
 		// beside its kubeconfig; ImportImage needs it.
 		if st, _ := readState(filepath.Dir(kubeconfig)); st != nil && st.Node != nil {
-			c.HostIP, c.containerdSocket, c.Registry = st.Node.HostIP, st.Node.ContainerdSocket, st.Node.Registry
+			c.HostIP, c.Registry = st.Node.HostIP, st.Node.Registry
+			c.containerdSockets = []string{st.Node.ContainerdSocket}
+			c.RealNodes = []string{RealNodeName}
+			for i, n := range st.MoreNodes {
+				c.containerdSockets = append(c.containerdSockets, n.ContainerdSocket)
+				c.RealNodes = append(c.RealNodes, realNodeName(i+2))
+			}
 		}
 	case !apierrors.IsNotFound(err):
 		return nil, fmt.Errorf("looking for the real Node: %w", err)

@@ -197,13 +197,14 @@ func (e *env) deployWatchingPod(op api.Operation, files map[string]string, state
 
 // podWatch records the job pods of one deployment while it runs.
 type podWatch struct {
-	last  *corev1.Pod     // the newest state seen of the newest pod
-	names map[string]bool // every pod seen
-	stop  func()          // ends the watch; last and names are final after it
+	last  *corev1.Pod       // the newest state seen of the newest pod
+	names map[string]bool   // every pod seen
+	nodes map[string]string // the node of every pod seen that was scheduled, by pod name
+	stop  func()            // ends the watch; last, names and nodes are final after it
 }
 
 func (e *env) watchPods(id string) *podWatch {
-	w := &podWatch{names: map[string]bool{}}
+	w := &podWatch{names: map[string]bool{}, nodes: map[string]string{}}
 	done, quit := make(chan struct{}), make(chan struct{})
 	w.stop = func() { close(quit); <-done }
 	go func() {
@@ -214,6 +215,9 @@ func (e *env) watchPods(id string) *podWatch {
 				for i := range pods.Items {
 					p := pods.Items[i]
 					w.names[p.Name] = true
+					if p.Spec.NodeName != "" {
+						w.nodes[p.Name] = p.Spec.NodeName
+					}
 					if w.last == nil || !p.CreationTimestamp.Before(&w.last.CreationTimestamp) {
 						w.last = &p
 					}

@@ -83,12 +83,20 @@ type envOptions struct {
 	// agent reports version.
 	chart   *chart.Chart
 	version string
+	// cluster, when set, is a test bed of the test's own (one it may drain or break, with
+	// several nodes) instead of the package's shared one; the images are copied into its
+	// registry from the shared one's.
+	cluster *testbed.Cluster
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	c := testbed.Shared(t)
 	images(t, c)
+	src := c.Registry
+	if o.cluster != nil {
+		c = o.cluster
+	}
 	ctx := t.Context()
 	e := &env{t: t, c: c, orch: orchestratortest.StartOn(t, net.JoinHostPort(c.HostIP, "0"))}
 	var err error
@@ -100,7 +108,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	e.agentNS, e.jobsNS, e.stateNS = testbed.NewNamespace(t, c), testbed.NewNamespace(t, c), testbed.NewNamespace(t, c)
 	// Registered after the namespaces, so it runs before they are deleted.
 	t.Cleanup(e.dumpOnFailure)
-	e.mirror()
+	e.mirror(src)
 	login := c.Registry.DockerConfigJSON(c.Registry.Username, c.Registry.Password)
 	for _, ns := range []string{e.agentNS, e.jobsNS} {
 		e.createPullSecret(ns, pullSecret, login)
@@ -209,7 +217,7 @@ func (e *env) waitConnected(version string) {
 // mirror copies the pushed images into a path of the env's own in the registry, as `crane copy`
 // would (the blobs are mounted from the first path, not uploaded again), and sets the env's image
 // names: the pods of every env pull, never find the image on the node already.
-func (e *env) mirror() {
+func (e *env) mirror(src *testbed.Registry) {
 	e.t.Helper()
 	ctx := e.t.Context()
 	r := e.c.Registry
@@ -218,11 +226,15 @@ func (e *env) mirror() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	srcOpts, err := src.RemoteOptions(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
 	for _, p := range []struct {
 		path string
 		to   *string
 	}{{pushed.agent, &e.agentImage}, {pushed.job, &e.jobImage}, {pushed.terraform, &e.terraformImage}, {pushed.toolbox, &e.toolboxImage}} {
-		from, err := name.NewTag(r.Host + "/" + p.path)
+		from, err := name.NewTag(src.Host + "/" + p.path)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -230,7 +242,7 @@ func (e *env) mirror() {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		desc, err := remote.Get(from, opts...)
+		desc, err := remote.Get(from, srcOpts...)
 		if err != nil {
 			e.t.Fatalf("reading %s from the registry: %v", from, err)
 		}

@@ -21,17 +21,21 @@ import (
 // Reasons an executor gives for a failed or canceled attempt. They become the reason of the
 // finished event and the label of the failure metric, so keep the set small and stable.
 const (
-	ReasonExitCode           = "exit_code"
-	ReasonOOMKilled          = "oom_killed"
-	ReasonDeadlineExceeded   = "deadline_exceeded"
-	ReasonUnschedulable      = "unschedulable"
-	ReasonImagePull          = "image_pull"
-	ReasonStartupTimeout     = "startup_timeout"
-	ReasonInvalidTemplate    = "invalid_pod_template"
-	ReasonPodPolicy          = "pod_policy"
-	ReasonNoStateBackend     = "no_state_backend"
-	ReasonStartFailed        = "start_failed"
-	ReasonEvicted            = "evicted"
+	ReasonExitCode         = "exit_code"
+	ReasonOOMKilled        = "oom_killed"
+	ReasonDeadlineExceeded = "deadline_exceeded"
+	ReasonUnschedulable    = "unschedulable"
+	ReasonImagePull        = "image_pull"
+	ReasonStartupTimeout   = "startup_timeout"
+	ReasonInvalidTemplate  = "invalid_pod_template"
+	ReasonPodPolicy        = "pod_policy"
+	ReasonNoStateBackend   = "no_state_backend"
+	ReasonStartFailed      = "start_failed"
+	ReasonEvicted          = "evicted"
+	// ReasonNodeLost: the node of the attempt's pod stopped answering and Kubernetes gave the pod
+	// up (taint-based eviction, then the pod garbage collector once the node is gone). Its CLI
+	// may have partly run.
+	ReasonNodeLost           = "node_lost"
 	ReasonCanceled           = "canceled"
 	ReasonLost               = "lost"
 	ReasonDisappeared        = "disappeared"

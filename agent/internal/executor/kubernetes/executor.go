@@ -193,6 +193,7 @@ func (e *Executor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+			e.markNodeLost(ctx)
 			e.watchdog(ctx)
 			e.trimHistory(kubeclient.Deferrable(ctx))
 		}

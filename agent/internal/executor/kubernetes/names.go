@@ -27,9 +27,13 @@ const (
 	AnnDeploymentID = "outpost.dev/deployment-id"
 	AnnCancel       = "outpost.dev/cancel-requested"
 	AnnStartupError = "outpost.dev/startup-failure"
-	AnnClaimedAt    = "outpost.dev/claimed-at"
-	AnnOperation    = "outpost.dev/operation"
-	AnnTokenSHA256  = "outpost.dev/token-sha256"
+	// AnnNodeLost records on a Job that its pod's node was lost ("<node>: <reason>"), written
+	// while the pod still shows it: the pod garbage collector deletes the pod soon after the Job
+	// fails, and a new leader reads the Job, not the pod.
+	AnnNodeLost    = "outpost.dev/node-lost"
+	AnnClaimedAt   = "outpost.dev/claimed-at"
+	AnnOperation   = "outpost.dev/operation"
+	AnnTokenSHA256 = "outpost.dev/token-sha256"
 	// AnnSeal and AnnPendingEventSeal hold the agent's seals (see seal.go).
 	AnnSeal             = "outpost.dev/seal"
 	AnnPendingEventSeal = "outpost.dev/pending-event-seal"

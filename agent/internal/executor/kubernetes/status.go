@@ -11,9 +11,11 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -94,8 +96,21 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 	case cond == batchv1.JobFailed:
 		s.Status = api.StatusFailed
 		s.Reason, s.Message = failureReason(reason, msg, main)
-		if p := disrupted(pods); p != nil && reason != batchv1.JobReasonDeadlineExceeded {
+		switch p := disrupted(pods); {
+		case reason == batchv1.JobReasonDeadlineExceeded:
+		case j.Annotations[AnnNodeLost] != "" || (p != nil && nodeLost(disruptionReason(p))):
+			lost := j.Annotations[AnnNodeLost]
+			if lost == "" {
+				lost = p.Spec.NodeName + ": " + disruptionReason(p)
+			}
+			s.Reason, s.Message = executor.ReasonNodeLost, fmt.Sprintf("the node of the Job's pod was lost (%s) while it ran; "+
+				"the run may have partly happened and is not re-run automatically: check what it changed and the state (its lock is released) before running it again", lost)
+		case p != nil:
 			s.Reason, s.Message = executor.ReasonEvicted, fmt.Sprintf("pod %s was evicted or preempted (%s); an apply or destroy is not re-run automatically", p.Name, disruptionReason(p))
+		case reason == batchv1.JobReasonPodFailurePolicy && strings.Contains(msg, string(corev1.DisruptionTarget)):
+			// The disrupted pod is gone already (deleted with the eviction): the Job's condition
+			// still names the disruption.
+			s.Reason, s.Message = executor.ReasonEvicted, "the Job's pod was evicted or preempted; an apply or destroy is not re-run automatically: "+msg
 		}
 		s.FinishedAt = latest(s.FinishedAt, at)
 	}
@@ -138,6 +153,41 @@ func failureReason(condReason, condMsg string, main *corev1.ContainerStatus) (st
 		return executor.ReasonExitCode, msg
 	}
 	return executor.ReasonUnknownTermination, strings.TrimSpace(condReason + ": " + condMsg)
+}
+
+// nodeLost reports whether a DisruptionTarget reason says Kubernetes gave a pod up with its
+// node: the taint manager evicts the pods of a node that stopped answering, the pod garbage
+// collector fails those bound to a node that is gone or out of service.
+func nodeLost(reason string) bool {
+	return reason == "DeletionByTaintManager" || reason == "DeletionByPodGC"
+}
+
+// markNodeLost records on each running Job whose pod Kubernetes is giving up with its node
+// (AnnNodeLost), so the Job's failure reads as a lost node even after the pod is gone.
+func (e *Executor) markNodeLost(ctx context.Context) {
+	jobs, err := e.jobs.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, j := range jobs {
+		if j.DeletionTimestamp != nil || j.Annotations[AnnNodeLost] != "" || finished(j) == batchv1.JobComplete {
+			continue
+		}
+		for _, p := range e.podsOf(j) {
+			reason := disruptionReason(p)
+			if !nodeLost(reason) {
+				continue
+			}
+			value := p.Spec.NodeName + ": " + reason
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnNodeLost: value}}})
+			if _, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				e.log.Error("record the lost node on the Job", "k8s_job", j.Name, "err", err)
+				break
+			}
+			e.log.Warn("the node of a job pod was lost", "k8s_job", j.Name, "namespace", j.Namespace, "pod", p.Name, "node", p.Spec.NodeName, "reason", reason)
+			break
+		}
+	}
 }
 
 // disrupted returns a pod that failed with the DisruptionTarget condition, if any.
@@ -207,11 +257,19 @@ func (e *Executor) watchdog(ctx context.Context) {
 			continue
 		}
 		hopeless := e.neverStarts(j)
-		if now.Sub(j.CreationTimestamp.Time) < e.o.StartupTimeout.Duration && hopeless == "" {
+		// The newest pod's start-up is timed: one that replaced a disrupted pod (a plan evicted
+		// by a drain, or given up with its node) has the timeout of its own, however old the Job.
+		since, started := j.CreationTimestamp.Time, false
+		if pods := e.podsOf(j); len(pods) > 0 {
+			newest := pods[len(pods)-1]
+			since = newest.CreationTimestamp.Time
+			cs := mainStatus(newest)
+			started = cs != nil && (cs.State.Running != nil || cs.State.Terminated != nil)
+		}
+		if now.Sub(since) < e.o.StartupTimeout.Duration && hopeless == "" {
 			continue
 		}
-		s, ok := e.status(j)
-		if !ok || s.Started {
+		if _, ok := e.status(j); !ok || started {
 			continue
 		}
 		reason, msg := e.startupReason(ctx, j)
