@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/client-go/util/workqueue"
-
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
@@ -61,21 +59,6 @@ func phaseOf(st executor.AttemptStatus, att *attemptState) phase {
 	default:
 		return phaseRunning
 	}
-}
-
-// eventQueues are a term's two work queues of attempts, each with its workers: sends (started
-// and finished events) and cleanups. A key is never worked on by two workers at once; a key added
-// while it is being worked on is worked on again afterwards, from the state of that moment.
-type eventQueues struct {
-	sends, cleanups         workqueue.TypedRateLimitingInterface[executor.AttemptKey]
-	sendRetry, cleanupRetry *retryLimiter
-}
-
-func newEventQueues(back retry.Backoff) *eventQueues {
-	q := &eventQueues{sendRetry: newRetryLimiter(back), cleanupRetry: newRetryLimiter(back)}
-	q.sends = workqueue.NewTypedRateLimitingQueueWithConfig[executor.AttemptKey](q.sendRetry, workqueue.TypedRateLimitingQueueConfig[executor.AttemptKey]{})
-	q.cleanups = workqueue.NewTypedRateLimitingQueueWithConfig[executor.AttemptKey](q.cleanupRetry, workqueue.TypedRateLimitingQueueConfig[executor.AttemptKey]{})
-	return q
 }
 
 // eventLoop runs the event workers and, whenever the executor signals a change and at least
@@ -168,39 +151,6 @@ func (s *Session) eventPass(ctx context.Context, q *eventQueues) error {
 	}
 	s.o.Metrics.PendingEvents.Set(float64(pending))
 	return nil
-}
-
-// queue adds an attempt to the queue its phase calls for, unless it waits out a retry there (the
-// retry adds it when due).
-func (q *eventQueues) queue(k executor.AttemptKey, ph phase) {
-	switch ph {
-	case phaseSendStarted, phaseSendFinished:
-		if q.sendRetry.NumRequeues(k) == 0 {
-			q.sends.Add(k)
-		}
-	case phaseCleanup:
-		if q.cleanupRetry.NumRequeues(k) == 0 {
-			q.cleanups.Add(k)
-		}
-	}
-}
-
-// work is one worker: it takes keys from queue until the queue shuts down. A key's work runs to
-// its end even when the session stops (losing leadership or SIGTERM must not leave a half-sent
-// or acknowledged-but-not-cleaned attempt behind), bounded by FinalTimeout.
-func (s *Session) work(ctx context.Context, queue workqueue.TypedRateLimitingInterface[executor.AttemptKey], process func(context.Context, executor.AttemptKey)) {
-	for {
-		k, shutdown := queue.Get()
-		if shutdown {
-			return
-		}
-		func() {
-			defer queue.Done(k)
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout)
-			defer cancel()
-			process(wctx, k)
-		}()
-	}
 }
 
 // processSend sends what an attempt's phase calls for, then hands it to the cleanups when it is

@@ -20,7 +20,7 @@
 // maxConcurrentSends workers, cleanups workers of their own, so a cleanup, whose Kubernetes
 // requests give way to starts at the client's rate limit (kubeclient.Deferrable), never holds up
 // the finished events that free the runner's slots. Failed sends and cleanups are retried per
-// attempt with the session's backoff, never sooner than a Retry-After (retries.go).
+// attempt with the session's backoff, never sooner than a Retry-After (queues.go).
 package session
 
 import (
