@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -348,7 +346,7 @@ func (c *Cluster) stopNode() error {
 func (n *node) leftovers() nodeLeftovers {
 	l := nodeLeftovers{Cgroups: n.cgroups, PIDNamespace: n.pidNS}
 	if n.link != nil { // nil when the node failed before its network was set up
-		l.Veth = n.link.veth
+		l.Veth, l.VethIndex = n.link.veth, n.link.ifindex
 	}
 	return l
 }
@@ -359,6 +357,7 @@ type nodeLeftovers struct {
 	Cgroups      []string `json:"cgroups"`
 	PIDNamespace string   `json:"pidNamespace,omitempty"`
 	Veth         string   `json:"veth,omitempty"`
+	VethIndex    int      `json:"vethIndex,omitempty"` // 0 in a state written before it was recorded
 }
 
 // nodeTeardownWait bounds the wait for the kernel's asynchronous part of a node's teardown.
@@ -387,22 +386,19 @@ func removeNodeLeftovers(l nodeLeftovers) error {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
-	for linkExists(l.Veth) {
-		// Deleting either end of a veth pair deletes both; "Cannot find device" means the
-		// kernel got there first.
-		_ = exec.CommandContext(ctx, "ip", "link", "del", l.Veth).Run()
+	for {
+		gone, err := deleteOwnLink(ctx, l.Veth, l.VethIndex)
+		if err != nil {
+			return fmt.Errorf("testbed: %w", err)
+		}
+		if gone {
+			return nil
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("testbed: the node's veth %s is still there %s after the node stopped", l.Veth, nodeTeardownWait)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return nil
-}
-
-// linkExists reports whether this machine has a network interface of that name.
-func linkExists(name string) bool {
-	_, err := net.InterfaceByName(name)
-	return err == nil
 }
 
 // processesInPIDNamespace lists the live (not zombie) processes of the PID namespace ns.

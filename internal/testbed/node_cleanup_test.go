@@ -3,6 +3,7 @@ package testbed
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -136,4 +137,57 @@ func checkNothingLeft(t *testing.T, before HostState, bed *NodeTraces) {
 	for _, l := range left {
 		t.Error(l)
 	}
+}
+
+// A node's teardown deletes its own veth, never a link another test bed has since been given
+// under the same name: once a node is gone its block and veth name are free, and deleting by name
+// alone took a concurrent test bed's API server address with it (a demo test failed with
+// "connection refused" while another test bed stopped a node hard).
+func TestNodeTeardownSparesALinkThatReusedItsName(t *testing.T) {
+	if _, err := lookPath("ip"); err != nil {
+		if inCI() {
+			t.Fatal(err)
+		}
+		t.Skipf("skipped: %v", err)
+	}
+	ctx := t.Context()
+	name := fmt.Sprintf("otbq%d", os.Getpid()%1000000)
+	addVeth := func() int {
+		t.Helper()
+		if err := run(ctx, "ip", "link", "add", name, "type", "veth", "peer", "name", name+"p"); err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.InterfaceByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Index
+	}
+	t.Cleanup(func() { _ = run(context.WithoutCancel(ctx), "ip", "link", "del", name) })
+
+	ours := addVeth()
+	if err := run(ctx, "ip", "link", "del", name); err != nil { // the node's link goes first, as in StopNodeHard
+		t.Fatal(err)
+	}
+	theirs := addVeth() // another test bed's node is given the same name
+	if theirs == ours {
+		t.Fatalf("the kernel reused interface index %d at once; the test cannot tell the links apart", ours)
+	}
+	if err := removeNodeLeftovers(nodeLeftovers{Veth: name, VethIndex: ours}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := net.InterfaceByName(name); err != nil || l.Index != theirs {
+		t.Fatalf("the other test bed's link %s (index %d) was deleted by a teardown of a node whose link had index %d", name, theirs, ours)
+	}
+	if err := removeNodeLeftovers(nodeLeftovers{Veth: name, VethIndex: theirs}); err != nil {
+		t.Fatal(err)
+	}
+	if linkExists(name) {
+		t.Fatalf("the link %s is still there after the teardown of the node it belongs to", name)
+	}
+}
+
+func linkExists(name string) bool {
+	_, err := net.InterfaceByName(name)
+	return err == nil
 }

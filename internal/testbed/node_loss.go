@@ -36,8 +36,8 @@ func (c *Cluster) StopNodeHard(ctx context.Context, name string) error {
 		}
 	}
 	var errs []error
-	if linkExists(n.link.veth) {
-		errs = append(errs, run(ctx, "ip", "link", "del", n.link.veth))
+	if _, err := deleteOwnLink(ctx, n.link.veth, n.link.ifindex); err != nil {
+		errs = append(errs, err)
 	}
 	for _, other := range c.nodes {
 		if other != n {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -134,20 +135,21 @@ type nodeLink struct {
 	hostIP netip.Addr // this machine's end
 	nodeIP netip.Addr // the node namespace's end, the Node's InternalIP
 	veth   string     // name of this machine's end
+	// ifindex is the host end's interface index. Names come back: once the node is gone another
+	// test bed may take the same block and name, so the link is deleted only if it still has
+	// this index (ownLinkGone).
+	ifindex int
 }
 
 // setupNodeLink chooses a free /30 and connects the network namespace of process pid to this
 // machine with a veth pair. The namespace side is named eth0 and gets its address, the loopback
 // comes up, and no default route is added.
 func setupNodeLink(ctx context.Context, pid int) (*nodeLink, error) {
-	lock, err := os.OpenFile(nodeLinkLock, os.O_CREATE|os.O_RDWR, 0o600)
+	unlock, err := lockNodeLinks()
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", nodeLinkLock, err)
+		return nil, err
 	}
-	defer lock.Close() // releases the lock
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return nil, fmt.Errorf("locking %s: %w", nodeLinkLock, err)
-	}
+	defer unlock()
 	l, err := allocateNodeLink()
 	if err != nil {
 		return nil, err
@@ -170,7 +172,48 @@ func setupNodeLink(ctx context.Context, pid int) (*nodeLink, error) {
 			return nil, fmt.Errorf("connecting the node's network namespace: %w", err)
 		}
 	}
+	host, err := net.InterfaceByName(l.veth)
+	if err != nil {
+		return nil, fmt.Errorf("reading the index of the node's veth %s: %w", l.veth, err)
+	}
+	l.ifindex = host.Index
 	return l, nil
+}
+
+// lockNodeLinks takes nodeLinkLock, which every test bed on this machine holds while it chooses
+// and creates a veth and while it deletes one; the returned function releases it.
+func lockNodeLinks() (func(), error) {
+	lock, err := os.OpenFile(nodeLinkLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", nodeLinkLock, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("locking %s: %w", nodeLinkLock, err)
+	}
+	return func() { lock.Close() }, nil // closing releases the lock
+}
+
+// deleteOwnLink deletes the host end of a node's veth if the link of that name is still the one
+// the node created (same interface index), under nodeLinkLock so that no test bed can create a
+// link of that name between the check and the deletion. It reports whether the node's link is
+// gone. Deleting by name alone once deleted a veth another test bed had just been given under
+// the same name (after StopNodeHard freed it), taking that bed's API server address with it.
+func deleteOwnLink(ctx context.Context, name string, ifindex int) (bool, error) {
+	unlock, err := lockNodeLinks()
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
+	l, err := net.InterfaceByName(name)
+	if err != nil || (ifindex != 0 && l.Index != ifindex) {
+		return true, nil // gone, or the name now belongs to another test bed's node
+	}
+	// Deleting either end of a veth pair deletes both; "Cannot find device" means the kernel
+	// got there first.
+	_ = exec.CommandContext(ctx, "ip", "link", "del", name).Run()
+	_, err = net.InterfaceByName(name)
+	return err != nil, nil
 }
 
 // allocateNodeLink returns the first /30 of nodeLinkRange that no interface of this machine has
@@ -197,7 +240,12 @@ func allocateNodeLink() (*nodeLink, error) {
 
 	base := binary.BigEndian.Uint32(rng.Addr().AsSlice())
 	blocks := 1 << (32 - rng.Bits() - 2)
-	for i := range blocks {
+	// The search starts at a random block, so a block (and veth name) freed a moment ago is
+	// rarely the next one handed out: a test binary built before deleteOwnLink existed still
+	// deletes its node's veth by name.
+	start := rand.IntN(blocks)
+	for k := range blocks {
+		i := (start + k) % blocks
 		first := base + uint32(i)*4
 		block := netip.PrefixFrom(addrFrom(first), 30)
 		if overlapsAny(block, used) {
