@@ -41,6 +41,9 @@ const (
 	KindOrgToken
 	KindSource  // api.Source of a deployment (kept apart: it can be 16 MiB)
 	KindOutputs // api.Outputs of a deployment
+	// KindSession is a console session (SessionRecord), kept under the organisation
+	// SessionScope and the SHA-256 of its cookie: every replica finds every session.
+	KindSession
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.
