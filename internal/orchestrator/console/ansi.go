@@ -8,32 +8,47 @@ import (
 
 // ansiHTML turns terminal output into HTML for a <pre>: the text escaped, SGR colour and bold
 // sequences as <span class="ansi-…"> (styled by console.css, so the CSP needs no inline styles),
-// every other escape sequence dropped. Each call starts with no attributes set: a log chunk
-// begins at a line, and Terraform resets its colours by the end of each line.
+// every other escape sequence (CSI, OSC) dropped. Each call starts with no attributes set: a log
+// chunk begins at a line, and Terraform resets its colours by the end of each line.
 func ansiHTML(s string) string {
 	var b strings.Builder
 	var classes []string
-	open := false
-	flush := func() {
-		if open {
-			b.WriteString("</span>")
-			open = false
+	open := "" // the classes of the span written and not closed yet
+	want := "" // the classes the next text is to have
+	text := func(t string) {
+		if t == "" {
+			return
 		}
-		if len(classes) > 0 {
-			b.WriteString(`<span class="` + strings.Join(classes, " ") + `">`)
-			open = true
+		if open != want {
+			if open != "" {
+				b.WriteString("</span>")
+			}
+			if want != "" {
+				b.WriteString(`<span class="` + want + `">`)
+			}
+			open = want
 		}
+		b.WriteString(html.EscapeString(t))
 	}
 	for len(s) > 0 {
 		i := strings.IndexByte(s, 0x1b)
 		if i < 0 {
-			b.WriteString(html.EscapeString(s))
+			text(s)
 			break
 		}
-		b.WriteString(html.EscapeString(s[:i]))
+		text(s[:i])
 		s = s[i+1:]
+		if len(s) > 0 && s[0] == ']' {
+			// OSC (a window title, a hyperlink): dropped up to its BEL or ST.
+			end := strings.IndexAny(s, "\x07\x1b")
+			if end < 0 {
+				break
+			}
+			s = strings.TrimPrefix(s[end+1:], "\\")
+			continue
+		}
 		if len(s) == 0 || s[0] != '[' {
-			continue // a lone ESC or another kind of sequence: dropped with its next byte kept
+			continue // a lone ESC or another kind of sequence: the ESC is dropped
 		}
 		// CSI: parameters, then one final byte in 0x40–0x7e.
 		end := 1
@@ -45,13 +60,12 @@ func ansiHTML(s string) string {
 		}
 		params, final := s[1:end], s[end]
 		s = s[end+1:]
-		if final != 'm' {
-			continue
+		if final == 'm' {
+			classes = applySGR(classes, params)
+			want = strings.Join(classes, " ")
 		}
-		classes = applySGR(classes, params)
-		flush()
 	}
-	if open {
+	if open != "" {
 		b.WriteString("</span>")
 	}
 	return b.String()
