@@ -15,7 +15,10 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/storetest"
 )
+
+func TestMain(m *testing.M) { storetest.Main(m) }
 
 // The console over HTTP, against a real orchestrator on loopback: sessions, CSRF, escaping, the
 // organisation boundary, the sign-in limit and the log stream. The browser tests
@@ -447,4 +450,36 @@ func (b *browser) stream(ctx context.Context, path, lastID string, n int) []sseE
 	}
 	b.t.Fatalf("stream %s ended after %d of %d events: %v", path, len(out), n, sc.Err())
 	return nil
+}
+
+// TestReplicasShareSessionsAndStreams: two orchestrator replicas over one PostgreSQL database: a
+// session begun on one opens pages and the log stream on the other, and sign-out on the other
+// ends it on both.
+func TestReplicasShareSessionsAndStreams(t *testing.T) {
+	pgURL := storetest.PostgreSQL(t)
+	ctx := t.Context()
+	a := orchestratortest.Start(t, orchestratortest.WithDatabase(pgURL))
+	b := orchestratortest.Start(t, orchestratortest.WithDatabase(pgURL), orchestratortest.WithData(t.TempDir(), a.AdminToken))
+	admin, key := a.RegisterRunner(ctx, t)
+	d, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationPlan, StateKey: "k",
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := a.NewAgent(t, "acme", "r1", key, "v-test").Claim(ctx, d.ID)
+	run.Log(ctx, "written through replica a\n")
+	onA := signIn(t, a.URL, a.AdminToken, "acme")
+	onB := &browser{t: t, base: b.URL, cookie: onA.cookie, csrf: onA.csrf}
+	if resp, page := onB.get("/orgs/acme/deployments/" + d.ID); resp.StatusCode != http.StatusOK || !strings.Contains(page, d.ID) {
+		t.Fatalf("replica b did not serve replica a's session: %d", resp.StatusCode)
+	}
+	if ev := onB.stream(ctx, "/orgs/acme/deployments/"+d.ID+"/log", "", 1); ev[0].data != "written through replica a\n" {
+		t.Fatalf("replica b's log stream: %+v", ev[0])
+	}
+	if resp := onB.post("/signout", url.Values{"csrf": {onB.csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out on replica b answered %d", resp.StatusCode)
+	}
+	if resp, _ := onA.get("/orgs/acme/runners"); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("after sign-out on replica b, replica a still served the session (%d)", resp.StatusCode)
+	}
 }
