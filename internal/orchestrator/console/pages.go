@@ -196,32 +196,24 @@ type deploymentsBody struct {
 	Rows                                           []api.Deployment
 	StatusChoices, RunnerChoices, OperationChoices []choice
 	From, To, Query, Prev, Next                    string
-	Shown, Total                                   int
+	// First and Last number the rows shown, from 1.
+	First, Last int
 }
 
 func (c *Console) deploymentsBody(ctx context.Context, org string, f deploymentFilter) (*deploymentsBody, error) {
 	status := api.Status("")
 	if len(f.statuses) == 1 {
-		status = f.statuses[0] // the store's own index narrows the read
+		status = f.statuses[0] // the engine filters on it
 	}
-	all, err := c.cfg.Store.ListDeployments(ctx, org, f.runner, status)
+	rows, more, err := c.cfg.Store.PageDeployments(ctx, org, f.runner, status, f.keeps, f.page*pageSize, pageSize)
 	if err != nil {
 		return nil, err
 	}
-	var rows []api.Deployment
-	for i := range all {
-		if f.keeps(&all[i]) {
-			rows = append(rows, all[i])
-		}
-	}
-	b := &deploymentsBody{Org: org, Total: len(rows), From: f.fromRaw, To: f.toRaw, Query: f.query(f.page)}
-	start := min(f.page*pageSize, len(rows))
-	end := min(start+pageSize, len(rows))
-	b.Rows, b.Shown = rows[start:end], end-start
+	b := &deploymentsBody{Org: org, Rows: rows, From: f.fromRaw, To: f.toRaw, Query: f.query(f.page), First: f.page*pageSize + 1, Last: f.page*pageSize + len(rows)}
 	if f.page > 0 {
 		b.Prev = f.query(f.page - 1)
 	}
-	if end < len(rows) {
+	if more {
 		b.Next = f.query(f.page + 1)
 	}
 	for _, s := range api.Statuses {
