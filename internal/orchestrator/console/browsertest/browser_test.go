@@ -167,6 +167,9 @@ func (s *session) signIn(token, org string) {
 // the page, and checks that a forged form is refused, that markup in a runner description and in
 // a log line stays text, and that one organisation's session cannot open another's pages.
 func TestConsoleInBrowser(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short starts no browser")
+	}
 	exe := chromium(t)
 	dir := screenshots(t)
 	ctx := t.Context()
