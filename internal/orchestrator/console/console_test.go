@@ -392,6 +392,11 @@ func TestLogStream(t *testing.T) {
 	if ev[0].data != "third, still being written\n" || ev[1].name != "end" {
 		t.Fatalf("the end of the log: %+v", ev)
 	}
+	// The summary of an ended deployment comes once, then "done" closes the stream.
+	if ev := b.stream(ctx, "/orgs/acme/deployments/"+f.acmeDep+"/live", "", 2); ev[0].name != "summary" ||
+		!strings.Contains(ev[0].data, "succeeded") || ev[1].name != "done" {
+		t.Fatalf("the summary stream of an ended deployment: %+v", ev)
+	}
 	resp, raw := b.get("/orgs/acme/deployments/" + f.acmeDep + "/log.txt")
 	if resp.StatusCode != http.StatusOK || raw != "first\nsecond\nthird, still being written\n" {
 		t.Fatalf("raw log: %d %q", resp.StatusCode, raw)

@@ -91,7 +91,9 @@ func (c *Console) loop(r *http.Request, step func() (done bool, err error)) erro
 	}
 }
 
-// fragmentStream sends the fragment render makes as event name whenever it changed.
+// fragmentStream sends the fragment render makes as event name whenever it changed. When render
+// says the fragment is final (a deployment that ended) it sends "done" and ends the stream: the
+// page's sse-close="done" closes the browser's side, which would otherwise reconnect.
 func (c *Console) fragmentStream(w http.ResponseWriter, r *http.Request, name string, render func() (string, bool, error)) error {
 	s := c.startSSE(w)
 	last := ""
@@ -105,6 +107,9 @@ func (c *Console) fragmentStream(w http.ResponseWriter, r *http.Request, name st
 				return true, nil //nolint:nilerr // the browser went away
 			}
 			last = html
+		}
+		if final {
+			_ = s.event("", "done", "")
 		}
 		return final, nil
 	})
