@@ -16,13 +16,18 @@ import (
 // pageSize is how many deployments one page of the list shows.
 const pageSize = 50
 
+// maxQueueShown is where the runners page stops counting a queue (it then reads "10000+").
+const maxQueueShown = 10000
+
 // runnerRow is one line of the runners table.
 type runnerRow struct {
 	ID, Description, Status, AgentVersion, LastPoll string
 	Skew                                            bool
 	InFlight, MaxConcurrency, Queued                int
-	Namespace, ServiceAccount                       string
-	Keys                                            []keyView
+	// QueueFull says the queue was counted only up to maxQueueShown.
+	QueueFull                 bool
+	Namespace, ServiceAccount string
+	Keys                      []keyView
 }
 
 type keyView struct {
@@ -40,19 +45,13 @@ func (c *Console) runnersBody(ctx context.Context, org string) (*runnersBody, er
 	if err != nil {
 		return nil, err
 	}
-	// One read of the organisation's deployments counts every runner's queue and work in flight.
-	deps, err := c.cfg.Store.ListDeployments(ctx, org, "", "")
+	ids := make([]string, len(list))
+	for i := range list {
+		ids[i] = list[i].ID
+	}
+	work, err := c.cfg.Store.RunnersWork(ctx, org, ids, maxQueueShown)
 	if err != nil {
 		return nil, err
-	}
-	queued, inFlight := map[string]int{}, map[string]int{}
-	for _, d := range deps {
-		switch d.Status {
-		case api.StatusQueued:
-			queued[d.RunnerID]++
-		case api.StatusClaimed, api.StatusRunning:
-			inFlight[d.RunnerID]++
-		}
 	}
 	now := c.cfg.Now()
 	out := &runnersBody{Version: c.cfg.Version}
@@ -61,9 +60,10 @@ func (c *Console) runnersBody(ctx context.Context, org string) (*runnersBody, er
 		row := runnerRow{
 			ID: r.ID, Description: r.Description, AgentVersion: r.Status.AgentVersion,
 			Skew:     r.Status.AgentVersion != "" && r.Status.AgentVersion != c.cfg.Version,
-			InFlight: inFlight[r.ID], MaxConcurrency: r.MaxConcurrency, Queued: queued[r.ID],
+			InFlight: work[r.ID].InFlight, MaxConcurrency: r.MaxConcurrency, Queued: work[r.ID].Queued,
 			Namespace: r.Job.Namespace, ServiceAccount: r.Job.ServiceAccount, LastPoll: "never",
 		}
+		row.QueueFull = row.Queued >= maxQueueShown
 		if r.Status.LastSeenAt != nil {
 			row.LastPoll = ago(now.Sub(*r.Status.LastSeenAt))
 		}

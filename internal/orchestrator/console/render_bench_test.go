@@ -73,7 +73,14 @@ func TestRenderLatency(t *testing.T) {
 				r := httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil)
 				r.SetPathValue("org", "acme")
 				r.SetPathValue("id", last)
-				return h(httptest.NewRecorder(), r, v)
+				w := httptest.NewRecorder()
+				if err := h(w, r, v); err != nil {
+					return err
+				}
+				if w.Code != http.StatusOK || w.Body.Len() < 1000 {
+					return fmt.Errorf("%s answered %d with %d bytes", path, w.Code, w.Body.Len())
+				}
+				return nil
 			}
 		}
 		measure("API list read (store.ListDeployments)", func() error { _, err := st.ListDeployments(ctx, "acme", "", ""); return err })

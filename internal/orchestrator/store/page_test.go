@@ -9,7 +9,7 @@ import (
 )
 
 // TestPageDeployments: pages run newest first over the deployments keep accepts, and say
-// whether another page follows.
+// whether another page follows; RunnersWork counts queues and work in flight.
 func TestPageDeployments(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, eng store.Engine) {
 		s, _ := newStore(t, eng)
@@ -37,6 +37,14 @@ func TestPageDeployments(t *testing.T) {
 		}
 		if page, _, _ := s.PageDeployments(t.Context(), "acme", "r2", "", all, 0, 5); len(page) != 0 {
 			t.Fatalf("another runner's page holds %v", idsOf(page))
+		}
+		// Runners' work from the indexes: one claimed, four queued (counted up to most).
+		if _, err := s.Claim(t.Context(), runnerOf, ids[0], api.ClaimRequest{Attempt: 1, Instance: "a"}, lease); err != nil {
+			t.Fatal(err)
+		}
+		work, err := s.RunnersWork(t.Context(), "acme", []string{"r1", "r2"}, 3)
+		if err != nil || work["r1"] != (store.RunnerWork{Queued: 3, InFlight: 1}) || work["r2"] != (store.RunnerWork{}) {
+			t.Fatalf("runners' work %+v, %v; want r1 3 queued (of 4, counted to 3) and 1 in flight, r2 none", work, err)
 		}
 	})
 }
