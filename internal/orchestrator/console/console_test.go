@@ -302,6 +302,9 @@ func TestOrganisationBoundary(t *testing.T) {
 	if resp := b.post("/orgs/beta/deployments/"+f.betaDep+"/cancel", url.Values{"csrf": {b.csrf}}); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("cancel of beta's deployment answered %d, want 404", resp.StatusCode)
 	}
+	if resp, page := b.get("/orgs/acme/state-keys"); resp.StatusCode != http.StatusOK || !strings.Contains(page, "apps/web") || !strings.Contains(page, f.acmeDep) {
+		t.Errorf("acme's state keys page (%d) does not list apps/web with its deployment", resp.StatusCode)
+	}
 	for _, p := range []string{"/orgs/acme/runners", "/orgs/acme/deployments", "/orgs/acme/state-keys"} {
 		if _, page := b.get(p); strings.Contains(page, "secret-runner") || strings.Contains(page, f.betaDep) {
 			t.Errorf("acme's %s shows beta's data", p)
