@@ -1,5 +1,5 @@
 # Sourced by the scripts that provide a tool the tests need from a Debian package
-# (scripts/postgres.sh, scripts/qemu.sh, scripts/shellcheck.sh, scripts/gnupg.sh).
+# (scripts/postgres.sh, scripts/qemu.sh, scripts/shellcheck.sh, scripts/gnupg.sh, scripts/chromium.sh).
 
 # debian_package NAME PACKAGE SKIPPED installs PACKAGE with apt-get when run as root on Debian, and
 # says so on stderr under NAME. Otherwise it says what is missing and that SKIPPED (which tests)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +129,7 @@ func testDemoOnPods(t *testing.T) {
 	if strings.Contains(text, "image ghcr.io/outpost-dev/") {
 		t.Errorf("a pod ran an image named ghcr.io/outpost-dev/…; every one must come from the test bed's registry")
 	}
+	checkConsole(t, text)
 	if strings.Count(text, "ran in job pod ") != 2 {
 		t.Errorf("want two deployments each in a job pod; the output says %d", strings.Count(text, "ran in job pod "))
 	}
@@ -174,6 +177,7 @@ func testDemoWithProcesses(t *testing.T, cli string) {
 		"state key quickstart/hello",
 		"no changes",
 	)
+	checkConsole(t, out.String())
 	if t.Failed() {
 		t.Logf("--- output ---\n%s", out.String())
 	}
@@ -257,4 +261,34 @@ func registryHost(text string) string {
 		return "<none>"
 	}
 	return m[1]
+}
+
+// checkConsole signs in to the web console the way the demo's output says: the URL it prints,
+// the admin token from the file it names and the organisation it names.
+func checkConsole(t *testing.T, text string) {
+	t.Helper()
+	m := regexp.MustCompile(`web console: (\S+)/\s+sign in with the admin token \(cat (\S+)\) and organisation (\S+)`).FindStringSubmatch(text)
+	if m == nil {
+		t.Error("the demo's output does not say where the web console is and how to sign in")
+		return
+	}
+	token, err := os.ReadFile(m[2])
+	if err != nil {
+		t.Fatalf("the admin token file the demo names: %v", err)
+	}
+	form := url.Values{"token": {strings.TrimSpace(string(token))}, "org": {m[3]}}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, m[1]+"/signin", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatalf("sign in to the demo's console: %v", err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/orgs/"+m[3]+"/runners" {
+		t.Errorf("signing in to the demo's console answered %d (Location %q), want 303 to its runners", resp.StatusCode, resp.Header.Get("Location"))
+	}
 }

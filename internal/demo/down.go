@@ -65,6 +65,7 @@ func printLookAround(c *Config, kubeconfig, apiURL, agentNS string, took time.Du
 	}
 	fmt.Fprintf(w, "    kubectl get secrets -A -l app.kubernetes.io/managed-by=outpost-agent   # state and key Secrets\n")
 	fmt.Fprintf(w, "    orchestrator: %s   (admin token: cat %s)\n", apiURL, filepath.Join(c.Dir, "admin-token"))
+	fmt.Fprintf(w, "    web console: %s/   sign in with the admin token (cat %s) and organisation %s\n", apiURL, filepath.Join(c.Dir, "admin-token"), c.Org)
 	fmt.Fprintf(w, "    curl -s -H \"Authorization: Bearer $(cat %s)\" %s/api/v1/orgs/%s/deployments\n", filepath.Join(c.Dir, "admin-token"), apiURL, c.Org)
 	fmt.Fprintf(w, "    logs: %s\n", filepath.Join(c.Dir, "logs"))
 	fmt.Fprintf(w, "    tear everything down: make demo-down\n")

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
@@ -17,6 +18,7 @@ type principal struct {
 	org       string
 	tokenID   string
 	tokenName string
+	tokenHash []byte
 }
 
 // String names the principal in access logs: the token's id and name, never the token.
@@ -49,8 +51,14 @@ func (s *Server) authenticateAdmin(r *http.Request) (principal, error) {
 		return principal{}, &store.Refusal{Code: api.CodeUnauthorized, AuthReason: store.AuthReasonAdminToken,
 			Message: "missing admin token: send Authorization: Bearer <token> (the bootstrap admin token or an organisation token)"}
 	}
+	return s.authenticateToken(r.Context(), tok)
+}
+
+// authenticateToken identifies the holder of an admin token: the API's bearer token, or the
+// token typed into the console's sign-in form.
+func (s *Server) authenticateToken(ctx context.Context, tok string) (principal, error) {
 	if strings.HasPrefix(tok, api.OrgTokenPrefix) {
-		rec, err := s.store.OrgTokenByHash(r.Context(), store.TokenHash(tok))
+		rec, err := s.store.OrgTokenByHash(ctx, store.TokenHash(tok))
 		if err != nil {
 			return principal{}, err
 		}
@@ -58,7 +66,7 @@ func (s *Server) authenticateAdmin(r *http.Request) (principal, error) {
 			return principal{}, &store.Refusal{Code: api.CodeUnauthorized, AuthReason: store.AuthReasonOrgToken,
 				Message: "the organisation token is not valid for this orchestrator: it was revoked, or never issued here"}
 		}
-		return principal{org: rec.Org, tokenID: rec.ID, tokenName: rec.Name}, nil
+		return principal{org: rec.Org, tokenID: rec.ID, tokenName: rec.Name, tokenHash: rec.Hash}, nil
 	}
 	given := sha256.Sum256([]byte(tok))
 	if subtle.ConstantTimeCompare(given[:], s.admin[:]) != 1 {

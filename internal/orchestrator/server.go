@@ -203,6 +203,9 @@ func New(cfg Config) (_ *Server, err error) {
 		s.routes = append(s.routes, rt)
 		s.mux.Handle(rt.pattern, s.wrap(rt))
 	}
+	if err := s.mountConsole(); err != nil {
+		return nil, err
+	}
 	if cfg.SweepInterval > 0 {
 		s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
 		go s.sweepLoop(cfg.SweepInterval, s.sweepStop, s.sweepDone)
@@ -210,7 +213,8 @@ func New(cfg Config) (_ *Server, err error) {
 	return s, nil
 }
 
-// Handler is the HTTP handler of the whole API, /healthz and /metrics included.
+// Handler is the HTTP handler of the whole API, /healthz and /metrics included, and of the web
+// console (package console) under /.
 func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
 
 // Close stops the sweeper, answers waiting long polls, waits (up to 10 s) for requests in

@@ -12,7 +12,7 @@ import (
 // calls for. The rules themselves are the store's.
 
 // Sweep runs one pass of the background sweeper now: it settles expired leases, purges expired
-// agent token ids and deletes what retention says is due. The server runs it every
+// agent token ids and console sessions and deletes what retention says is due. The server runs it every
 // SweepInterval; tests with a fake clock call it after moving the clock, instead of waiting.
 func (s *Server) Sweep(ctx context.Context) error {
 	runners, err := s.store.ExpireLeases(ctx)
@@ -24,6 +24,9 @@ func (s *Server) Sweep(ctx context.Context) error {
 	}
 	if _, err := s.store.PurgeReplay(ctx); err != nil {
 		return fmt.Errorf("purge agent token ids: %w", err)
+	}
+	if _, err := s.store.PurgeSessions(ctx, s.cfg.PurgeBatch); err != nil {
+		return fmt.Errorf("purge expired console sessions: %w", err)
 	}
 	if err := s.applyRetention(ctx); err != nil {
 		return fmt.Errorf("apply retention: %w", err)

@@ -30,8 +30,9 @@ type Option func(*settings)
 
 // settings are what the options adjust: the server's configuration and how it is served.
 type settings struct {
-	cfg    orchestrator.Config
-	limits *orchestrator.HTTPLimits
+	cfg         orchestrator.Config
+	limits      *orchestrator.HTTPLimits
+	databaseURL string
 }
 
 // WithHTTPLimits serves the orchestrator as the command does (Server.HTTPServer within l:
@@ -59,6 +60,13 @@ func WithData(dataDir, adminToken string) Option {
 	return func(s *settings) { s.cfg.DataDir, s.cfg.AdminToken = dataDir, adminToken }
 }
 
+// WithDatabase keeps the records in the PostgreSQL database at url instead of the data
+// directory; instances started with the same url and admin token (WithData) are replicas of
+// one orchestrator.
+func WithDatabase(url string) Option {
+	return func(s *settings) { s.databaseURL = url }
+}
+
 // Instance is a running orchestrator.
 type Instance struct {
 	// URL is the base URL, e.g. http://127.0.0.1:41234; it stays the same across Restart.
@@ -75,6 +83,7 @@ type Instance struct {
 	limits *orchestrator.HTTPLimits
 	http   *httptest.Server
 	addr   string
+	dbURL  string
 }
 
 // Start starts an orchestrator on a free loopback port with a fresh data directory. The
@@ -102,7 +111,7 @@ func StartOn(t testing.TB, addr string, opts ...Option) *Instance {
 		o(&set)
 	}
 	cfg := set.cfg
-	inst := &Instance{AdminToken: cfg.AdminToken, DataDir: cfg.DataDir, cfg: cfg, limits: set.limits}
+	inst := &Instance{AdminToken: cfg.AdminToken, DataDir: cfg.DataDir, cfg: cfg, limits: set.limits, dbURL: set.databaseURL}
 	inst.start(t, addr)
 	t.Cleanup(func() { inst.stop(t) })
 	return inst
@@ -110,7 +119,7 @@ func StartOn(t testing.TB, addr string, opts ...Option) *Instance {
 
 func (i *Instance) start(t testing.TB, addr string) {
 	t.Helper()
-	eng, err := engines.Open(t.Context(), engines.Options{DataDir: i.cfg.DataDir, Logger: i.cfg.Logger})
+	eng, err := engines.Open(t.Context(), engines.Options{DataDir: i.cfg.DataDir, DatabaseURL: i.dbURL, Logger: i.cfg.Logger})
 	if err != nil {
 		t.Fatalf("orchestratortest: open the database: %v", err)
 	}

@@ -41,6 +41,9 @@ const (
 	KindOrgToken
 	KindSource  // api.Source of a deployment (kept apart: it can be 16 MiB)
 	KindOutputs // api.Outputs of a deployment
+	// KindSession is a console session (SessionRecord), kept under the organisation
+	// SessionScope and the SHA-256 of its cookie: every replica finds every session.
+	KindSession
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.
@@ -101,6 +104,9 @@ type Tx interface {
 	// CountQueued counts the queued deployments of org's runners, stopping at most; it locks
 	// nothing.
 	CountQueued(org string, most int) (int, error)
+	// CountRunnerQueue counts one runner's queued deployments, stopping at most; it locks
+	// nothing (Queued does, on PostgreSQL, to keep concurrent polls apart).
+	CountRunnerQueue(org, runner string, most int) (int, error)
 	// Leased returns the ids of a runner's deployments that hold a job lease.
 	Leased(org, runner string) ([]string, error)
 	// ExpiredLeases returns the deployments whose job lease ran out by now.

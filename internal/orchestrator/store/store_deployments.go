@@ -184,6 +184,33 @@ func (s *Store) ListDeployments(ctx context.Context, org, runnerID string, statu
 	return out, err
 }
 
+// PageDeployments returns one page of org's deployments, newest first: of those that match
+// runnerID and status (either empty for any) and that keep accepts, the limit after the first
+// skip; more says whether another follows. It reads no further than the page, so the first
+// pages of a long history cost what a short one does.
+func (s *Store) PageDeployments(ctx context.Context, org, runnerID string, status api.Status, keep func(*api.Deployment) bool, skip, limit int) (page []api.Deployment, more bool, err error) {
+	err = s.view(ctx, func(tx Tx) error {
+		page, more = page[:0], false
+		seen := 0
+		return tx.ListDeployments(org, runnerID, status, func(rec *DeploymentRecord) (bool, error) {
+			if !keep(&rec.D) {
+				return true, nil
+			}
+			seen++
+			switch {
+			case seen <= skip:
+				return true, nil
+			case len(page) == limit:
+				more = true
+				return false, nil
+			}
+			page = append(page, rec.D)
+			return true, nil
+		})
+	})
+	return page, more, err
+}
+
 // CancelDeployment ends a queued deployment at once and asks the agent to stop a claimed or
 // running one (the agent sees a cancel directive in its next poll).
 func (s *Store) CancelDeployment(ctx context.Context, org, id string) (*api.Deployment, error) {

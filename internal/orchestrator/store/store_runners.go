@@ -209,3 +209,30 @@ func (s *Store) RunnerKeys(ctx context.Context, org, id string) ([]ed25519.Publi
 	}
 	return out, nil
 }
+
+// RunnerWork is what one runner has to do: its queued deployments and those holding a job lease
+// (claimed or running).
+type RunnerWork struct {
+	Queued, InFlight int
+}
+
+// RunnersWork counts each named runner's queue and work in flight from the engine's indexes,
+// without reading the deployments themselves; a queue is counted up to most.
+func (s *Store) RunnersWork(ctx context.Context, org string, runners []string, most int) (map[string]RunnerWork, error) {
+	out := make(map[string]RunnerWork, len(runners))
+	err := s.view(ctx, func(tx Tx) error {
+		for _, r := range runners {
+			q, err := tx.CountRunnerQueue(org, r, most)
+			if err != nil {
+				return err
+			}
+			leased, err := tx.Leased(org, r)
+			if err != nil {
+				return err
+			}
+			out[r] = RunnerWork{Queued: q, InFlight: len(leased)}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -41,10 +41,11 @@ var (
 	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
 	bStats            = []byte("stats")            // status → number of deployments in it
 	BucketOrgTokens   = []byte("org_tokens")       // org/token id → store.OrgTokenRecord
+	BucketSessions    = []byte("console_sessions") // "/" + session hash → store.SessionRecord
 	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
-		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes,
+		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions,
 		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
@@ -207,6 +208,7 @@ func (t Tx) HasOrg(org string) (bool, error) {
 
 var docBuckets = map[store.DocKind][]byte{
 	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
+	store.KindSession: BucketSessions,
 }
 
 // GetDoc implements store.Tx.

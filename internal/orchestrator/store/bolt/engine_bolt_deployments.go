@@ -153,6 +153,19 @@ func (t Tx) CountQueued(org string, most int) (int, error) {
 	return n, err
 }
 
+// CountRunnerQueue implements store.Tx.
+func (t Tx) CountRunnerQueue(org, runner string, most int) (int, error) {
+	n := 0
+	if most <= 0 {
+		return 0, nil
+	}
+	err := scanPrefix(t.tx.Bucket(bQueue), prefix(org, runner), func(_, _ []byte) (bool, error) {
+		n++
+		return n < most, nil
+	})
+	return n, err
+}
+
 // Queued implements store.Tx.
 func (t Tx) Queued(org, runner string, limit int) ([]string, error) {
 	var out []string

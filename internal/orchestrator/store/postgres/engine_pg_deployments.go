@@ -121,6 +121,14 @@ func (t *Tx) CountQueued(org string, most int) (int, error) {
 	return n, err
 }
 
+// CountRunnerQueue implements store.Tx.
+func (t *Tx) CountRunnerQueue(org, runner string, most int) (int, error) {
+	var n int
+	err := t.tx.QueryRow(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM deployments WHERE org = $1 AND runner_id = $2 AND status = 'queued' LIMIT $3) q`,
+		org, runner, most).Scan(&n)
+	return n, err
+}
+
 // Queued implements store.Tx.
 func (t *Tx) Queued(org, runner string, limit int) ([]string, error) {
 	if limit <= 0 {
