@@ -200,7 +200,7 @@ func fileLayer(src, name string) ([]byte, error) {
 // ToolboxLayerTar returns the toolbox image's one layer, uncompressed: a tar holding the
 // testbed-pod program as /testbed-pod. A test image that needs the toolbox beside other content
 // (a job image whose Terraform runs `/testbed-pod reach …` through local-exec, say) adds it as a
-// layer with its image library (ToolboxLayer).
+// layer with its image library (tools/ocitest.ToolboxLayer).
 func ToolboxLayerTar() ([]byte, error) {
 	binDir, err := findBinaries()
 	if err != nil {

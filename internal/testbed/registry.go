@@ -2,7 +2,6 @@ package testbed
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -22,11 +21,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -39,7 +33,8 @@ import (
 // CA (a hosts.toml under its config_path, see containerd.toml) but holds no credentials: a Pod
 // pulls only with an imagePullSecret that logs in, exactly as on a cluster whose nodes have no
 // registry credentials of their own. Tests push images with go-containerregistry
-// (Registry.RemoteOptions) and name them Registry.Host + "/…".
+// (tools/ocitest.RemoteOptions, outside the root module) or PushToolbox, and name them
+// Registry.Host + "/…".
 //
 // Only the sandbox ("pause") and toolbox images stay imported with ctr at start-up: containerd
 // pulls the sandbox image itself, without any Pod's pull secret, so it would need credentials in
@@ -88,20 +83,6 @@ func (r *Registry) Transport() (*http.Transport, error) {
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
-	}, nil
-}
-
-// RemoteOptions are the go-containerregistry options that push to and read from the registry:
-// its CA, its login, and ctx.
-func (r *Registry) RemoteOptions(ctx context.Context) ([]remote.Option, error) {
-	t, err := r.Transport()
-	if err != nil {
-		return nil, err
-	}
-	return []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithTransport(t),
-		remote.WithAuth(&authn.Basic{Username: r.Username, Password: r.Password}),
 	}, nil
 }
 
@@ -237,18 +218,6 @@ func (f nodeFiles) writeRegistryHosts(host, caFile string) error {
   ca = %q
 `, "https://"+host, "https://"+host, caFile)
 	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(toml), 0o600)
-}
-
-// ToolboxLayer returns an image layer holding the toolbox program (ToolboxImage's one file) as
-// /testbed-pod, for a test image that needs it beside other content: a job image whose
-// Terraform runs `/testbed-pod reach …` through local-exec, say.
-func ToolboxLayer() (v1.Layer, error) {
-	b, err := ToolboxLayerTar()
-	if err != nil {
-		return nil, err
-	}
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
-		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
 }
 
 // PushToolbox pushes the toolbox image (ToolboxImage's content: the testbed-pod program, entrypoint
