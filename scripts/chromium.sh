@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Chromium (Debian package chromium) when it is missing, for the web console's browser
-# tests (internal/orchestrator/console/browsertest), which drive it headless with chromedp
+# tests (tools/browsertest), which drive it headless with chromedp
 # against a real orchestrator on loopback.
 #
 # Run as root it installs the package with apt-get (and says so). Without root, or off Debian, it

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Reports functions that no program of this module can reach: golang.org/x/tools/cmd/deadcode
-# (version in scripts/versions.env) follows the calls from every main package (the provider, the
-# agent, the orchestrator, the demo and test-bed launchers), tests not counted, so code that only
+# Reports functions that no program of the repository can reach: golang.org/x/tools/cmd/deadcode
+# (version in scripts/versions.env) follows the calls from every main package of the root and
+# tools modules (the provider, the agent, the orchestrator; the demo, image, release and test-bed
+# launchers, which reach into the root module's packages too), tests not counted, so code that only
 # tests call is dead too. Test-support packages are left out: internal/testbed and packages named
 # *test (orchestratortest) exist for tests.
 #
@@ -11,11 +12,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-module="$(go list -m)"
+# The root module (go list -m names every module of the workspace, go.work).
+module="$(GOWORK=off go list -m)"
 deadcode="$(scripts/tools.sh --path deadcode)"
 echo "deadcode: looking for unreachable functions (about 30 s of CPU)..."
 # One line per dead function: "<package relative to the module> <func> <file:line:col>".
-found="$("$deadcode" -f '{{range .Funcs}}{{$.Path}} {{.Name}} {{.Position}}{{"\n"}}{{end}}' ./... |
+found="$("$deadcode" -f '{{range .Funcs}}{{$.Path}} {{.Name}} {{.Position}}{{"\n"}}{{end}}' ./... ./tools/... |
 	sed "s|^$module/||; s|^$module |. |" |
 	awk '$1 !~ /^internal\/testbed(\/|$)/ && $1 !~ /test$/')"
 known="$(grep -v '^#' scripts/deadcode-known.txt | grep -v '^[[:space:]]*$' || true)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs GnuPG (Debian package gnupg: gpg, gpg-agent, gpgconf) when it is missing, for the
 # release test that signs the snapshot's SHA256SUMS with a throwaway key exactly as the release
-# signs it (internal/release TestChecksumsSignatureDryRun).
+# signs it (tools/release TestChecksumsSignatureDryRun).
 #
 # Run as root it installs the package with apt-get (and says so). Without root, or off Debian, it
 # only says what is missing; that test is then skipped (failed under CI=true).

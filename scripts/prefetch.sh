@@ -39,6 +39,8 @@ tool() {
 # In the order the steps of .ci/run need them.
 tool "github.com/hashicorp/terraform-plugin-docs@$TFPLUGINDOCS_VERSION"
 in_module .
+in_module tools
+in_module agent/e2e/pods
 in_module internal/testbed/components
 in_module internal/testbed/coredns
 in_module internal/testbed/registry

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs qemu-user (Debian package qemu-user-static) when it is missing, for the test that runs
-# the arm64 images' binaries under emulation (internal/image/recipe
+# the arm64 images' binaries under emulation (tools/image/recipe
 # TestArm64ImagesRunUnderEmulation); without it the build still checks every arm64 file's
 # architecture and libraries, but nothing arm64 runs.
 #

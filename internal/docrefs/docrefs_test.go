@@ -15,9 +15,9 @@ var (
 	mdLink = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	// repoPath is a path into the repository: it starts with one of its top-level directories and
 	// names a file (or a glob of files) by extension. URL paths such as agent/poll have none.
-	repoPath = regexp.MustCompile("(?:^|[\\s`'\"(\\[])((?:agent|internal|cmd|scripts|docs|examples|modules|templates|\\.ci)/[\\w./*-]*\\.(?:go|md|sh|mk|ya?ml|json|tf|tmpl|env|txt))\\b")
+	repoPath = regexp.MustCompile("(?:^|[\\s`'\"(\\[])((?:agent|internal|cmd|tools|scripts|docs|examples|modules|templates|\\.ci)/[\\w./*-]*\\.(?:go|md|sh|mk|ya?ml|json|tf|tmpl|env|txt))\\b")
 	// quotedDir is a directory of the repository quoted on its own: `internal/testbed/components`.
-	quotedDir = regexp.MustCompile("`((?:agent|internal|cmd|scripts|docs|examples|modules|templates|\\.ci)/[\\w./-]*[\\w-])/?`")
+	quotedDir = regexp.MustCompile("`((?:agent|internal|cmd|tools|scripts|docs|examples|modules|templates|\\.ci)/[\\w./-]*[\\w-])/?`")
 	// topDoc is a document named in capitals, such as ARCHITECTURE.md.
 	topDoc = regexp.MustCompile(`\b([A-Z][A-Z_-]+\.md)\b`)
 	// makeTarget is a make target a reader is told to run: `make test`.

@@ -52,7 +52,7 @@
 //	func TestRealPod(t *testing.T) {
 //		c := testbed.Shared(t)
 //		testbed.RequireNode(t, c)
-//		ref, err := c.PushToolbox(t.Context(), "test/toolbox:1") // or remote.Write with c.Registry.RemoteOptions
+//		ref, err := c.PushToolbox(t.Context(), "test/toolbox:1") // or remote.Write with tools/ocitest.RemoteOptions
 //		// a Pod pulling ref with an imagePullSecret of c.Registry.DockerConfigJSON(...)
 //		spec := corev1.PodSpec{...}
 //		testbed.OnRealNode(&spec)

@@ -5,10 +5,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -16,13 +17,6 @@ import (
 	"runtime"
 	"strings"
 	"time"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // Images the test bed builds from the testbed-pod program (internal/testbed/cmd/testbed-pod) and
@@ -43,61 +37,148 @@ const (
 // podBinary is the name of the testbed-pod program among the test bed binaries.
 const podBinary = "testbed-pod"
 
+// The two built-in images are written by hand, not with an image library: they are one layer
+// and a config each, and the test bed is imported by the product's own tests, whose module
+// (the root go.mod) keeps image libraries out (ARCHITECTURE.md, "Modules"). The media types and
+// files are those of the OCI image spec v1.1 (image layout, manifest, config).
+const (
+	ociManifestType = "application/vnd.oci.image.manifest.v1+json"
+	ociConfigType   = "application/vnd.oci.image.config.v1+json"
+	ociLayerType    = "application/vnd.oci.image.layer.v1.tar+gzip"
+	ociIndexType    = "application/vnd.oci.image.index.v1+json"
+)
+
+// ociDescriptor points at a blob: its media type, digest and size.
+type ociDescriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Platform    *ociPlatform      `json:"platform,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+type ociPlatform struct {
+	Architecture string `json:"architecture"`
+	OS           string `json:"os"`
+}
+
+// ociImage is a single-layer image held in memory: the gzipped layer, the config and the
+// manifest that points at both.
+type ociImage struct {
+	layer, config, manifest []byte
+}
+
+// blobs are the image's blobs in the order a push uploads them (the manifest last, apart).
+func (img *ociImage) blobs() [][]byte { return [][]byte{img.layer, img.config} }
+
+// descriptor is the manifest's descriptor.
+func (img *ociImage) descriptor() ociDescriptor {
+	return ociDescriptor{MediaType: ociManifestType, Digest: digestOf(img.manifest), Size: int64(len(img.manifest))}
+}
+
+func digestOf(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // writeImageArchive writes a single-layer OCI image holding the file binary as /testbed-pod, with
 // the given entrypoint, as an OCI image layout tar archive (what `ctr images import` reads) at
 // path. The image is named ref through the annotation containerd's importer uses, so it needs no
 // --base-name. Both built-in images share their one layer, so the node stores it once.
-func writeImageArchive(path, ref, binary string, entrypoint []string) error {
+func writeImageArchive(path, ref, binary string, entrypoint []string) (err error) {
 	img, err := podImage(binary, entrypoint)
 	if err != nil {
 		return fmt.Errorf("building %s: %w", ref, err)
 	}
-	dir := path + ".layout"
-	defer os.RemoveAll(dir)
-	p, err := layout.Write(dir, empty.Index)
+	desc := img.descriptor()
+	desc.Platform = &ociPlatform{Architecture: runtime.GOARCH, OS: "linux"}
+	desc.Annotations = map[string]string{
+		"io.containerd.image.name":          ref,
+		"org.opencontainers.image.ref.name": ref[strings.LastIndex(ref, ":")+1:],
+	}
+	index, err := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": ociIndexType, "manifests": []ociDescriptor{desc}})
 	if err != nil {
 		return err
 	}
-	tag := ref[strings.LastIndex(ref, ":")+1:]
-	err = p.AppendImage(img,
-		layout.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
-		layout.WithAnnotations(map[string]string{
-			"io.containerd.image.name":          ref,
-			"org.opencontainers.image.ref.name": tag,
-		}))
+	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("writing the OCI layout of %s: %w", ref, err)
+		return err
 	}
-	return tarDir(dir, path)
+	defer func() {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	tw := tar.NewWriter(f)
+	files := []struct {
+		name string
+		data []byte
+	}{
+		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
+		{"index.json", index},
+	}
+	for _, b := range append(img.blobs(), img.manifest) {
+		files = append(files, struct {
+			name string
+			data []byte
+		}{"blobs/sha256/" + strings.TrimPrefix(digestOf(b), "sha256:"), b})
+	}
+	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
+		if err := tw.WriteHeader(&tar.Header{Name: dir, Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+			return err
+		}
+	}
+	for _, file := range files {
+		if err := tw.WriteHeader(&tar.Header{Name: file.name, Mode: 0o644, Size: int64(len(file.data)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(file.data); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
 }
 
 // podImage is a single-layer OCI image holding the file binary as /testbed-pod, with the given
 // entrypoint, for this machine's architecture.
-func podImage(binary string, entrypoint []string) (v1.Image, error) {
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return fileLayer(binary, podBinary) },
-		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
+func podImage(binary string, entrypoint []string) (*ociImage, error) {
+	layerTar, err := fileLayer(binary, podBinary)
 	if err != nil {
 		return nil, fmt.Errorf("building the layer: %w", err)
 	}
-	img, err := mutate.AppendLayers(mutate.MediaType(empty.Image, types.OCIManifestSchema1), layer)
+	var gz bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
 	if err != nil {
 		return nil, err
 	}
-	img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-	cfg, err := img.ConfigFile()
+	if _, err := zw.Write(layerTar); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	img := &ociImage{layer: gz.Bytes()}
+	img.config, err = json.Marshal(map[string]any{
+		"architecture": runtime.GOARCH,
+		"os":           "linux",
+		"config":       map[string]any{"Entrypoint": entrypoint, "Env": []string{"PATH=/"}},
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{digestOf(layerTar)}},
+	})
 	if err != nil {
 		return nil, err
 	}
-	cfg = cfg.DeepCopy()
-	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
-	cfg.Config.Entrypoint = entrypoint
-	cfg.Config.Env = []string{"PATH=/"}
-	return mutate.ConfigFile(img, cfg)
+	img.manifest, err = json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     ociManifestType,
+		"config":        ociDescriptor{MediaType: ociConfigType, Digest: digestOf(img.config), Size: int64(len(img.config))},
+		"layers":        []ociDescriptor{{MediaType: ociLayerType, Digest: digestOf(img.layer), Size: int64(len(img.layer))}},
+	})
+	return img, err
 }
 
-// fileLayer returns a layer tar holding the file at src as /name, mode 0755, with a fixed
-// modification time so the same binary always makes the same image.
-func fileLayer(src, name string) (io.ReadCloser, error) {
+// fileLayer returns a layer tar (uncompressed) holding the file at src as /name, mode 0755, with
+// a fixed modification time so the same binary always makes the same image.
+func fileLayer(src, name string) ([]byte, error) {
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return nil, err
@@ -113,59 +194,19 @@ func fileLayer(src, name string) (io.ReadCloser, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
-	return io.NopCloser(&buf), nil
+	return buf.Bytes(), nil
 }
 
-// tarDir writes the files under dir, with paths relative to it, as a tar archive at dst.
-func tarDir(dir, dst string) (err error) {
-	f, err := os.Create(dst)
+// ToolboxLayerTar returns the toolbox image's one layer, uncompressed: a tar holding the
+// testbed-pod program as /testbed-pod. A test image that needs the toolbox beside other content
+// (a job image whose Terraform runs `/testbed-pod reach …` through local-exec, say) adds it as a
+// layer with its image library (tools/ocitest.ToolboxLayer).
+func ToolboxLayerTar() ([]byte, error) {
+	binDir, err := findBinaries()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	tw := tar.NewWriter(f)
-	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == dir {
-			return err
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		hdr, err := tar.FileInfoHeader(info, "")
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			hdr.Name += "/"
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		src, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		_, err = io.Copy(tw, src)
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
+	return fileLayer(filepath.Join(binDir, podBinary), podBinary)
 }
 
 // importBuiltinImages waits for containerd (the process ctrd) to serve, then builds the pause and

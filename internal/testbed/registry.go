@@ -1,7 +1,7 @@
 package testbed
 
 import (
-	"compress/gzip"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -14,17 +14,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -37,7 +33,8 @@ import (
 // CA (a hosts.toml under its config_path, see containerd.toml) but holds no credentials: a Pod
 // pulls only with an imagePullSecret that logs in, exactly as on a cluster whose nodes have no
 // registry credentials of their own. Tests push images with go-containerregistry
-// (Registry.RemoteOptions) and name them Registry.Host + "/…".
+// (tools/ocitest.RemoteOptions, outside the root module) or PushToolbox, and name them
+// Registry.Host + "/…".
 //
 // Only the sandbox ("pause") and toolbox images stay imported with ctr at start-up: containerd
 // pulls the sandbox image itself, without any Pod's pull secret, so it would need credentials in
@@ -86,20 +83,6 @@ func (r *Registry) Transport() (*http.Transport, error) {
 		MaxIdleConnsPerHost: 8,
 		IdleConnTimeout:     90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second,
-	}, nil
-}
-
-// RemoteOptions are the go-containerregistry options that push to and read from the registry:
-// its CA, its login, and ctx.
-func (r *Registry) RemoteOptions(ctx context.Context) ([]remote.Option, error) {
-	t, err := r.Transport()
-	if err != nil {
-		return nil, err
-	}
-	return []remote.Option{
-		remote.WithContext(ctx),
-		remote.WithTransport(t),
-		remote.WithAuth(&authn.Basic{Username: r.Username, Password: r.Password}),
 	}, nil
 }
 
@@ -237,24 +220,16 @@ func (f nodeFiles) writeRegistryHosts(host, caFile string) error {
 	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(toml), 0o600)
 }
 
-// ToolboxLayer returns an image layer holding the toolbox program (ToolboxImage's one file) as
-// /testbed-pod, for a test image that needs it beside other content: a job image whose
-// Terraform runs `/testbed-pod reach …` through local-exec, say.
-func ToolboxLayer() (v1.Layer, error) {
-	binDir, err := findBinaries()
-	if err != nil {
-		return nil, err
-	}
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return fileLayer(filepath.Join(binDir, podBinary), podBinary) },
-		tarball.WithCompressionLevel(gzip.BestSpeed), tarball.WithMediaType(types.OCILayer))
-}
-
 // PushToolbox pushes the toolbox image (ToolboxImage's content: the testbed-pod program, entrypoint
-// /testbed-pod) to the registry as Registry.Host/repo and returns that reference, for tests
-// whose Pods must pull an image that runs but does nothing else, with a pull secret.
+// /testbed-pod) to the registry as Registry.Host/repo ("name:tag") and returns that reference,
+// for tests whose Pods must pull an image that runs but does nothing else, with a pull secret.
 func (c *Cluster) PushToolbox(ctx context.Context, repo string) (string, error) {
 	if c.Registry == nil {
 		return "", errors.New("testbed: PushToolbox: this test bed runs no registry (testbed.Options{Node: true})")
+	}
+	repoName, tag, ok := strings.Cut(repo, ":")
+	if !ok || repoName == "" || tag == "" {
+		return "", fmt.Errorf("testbed: PushToolbox: %q is not name:tag", repo)
 	}
 	binDir, err := findBinaries()
 	if err != nil {
@@ -264,16 +239,61 @@ func (c *Cluster) PushToolbox(ctx context.Context, repo string) (string, error) 
 	if err != nil {
 		return "", fmt.Errorf("testbed: building the toolbox image: %w", err)
 	}
-	ref, err := name.NewTag(c.Registry.Host+"/"+repo, name.StrictValidation)
-	if err != nil {
-		return "", fmt.Errorf("testbed: PushToolbox: %w", err)
-	}
-	opts, err := c.Registry.RemoteOptions(ctx)
-	if err != nil {
-		return "", err
-	}
-	if err := remote.Write(ref, img, opts...); err != nil {
+	ref := c.Registry.Host + "/" + repo
+	if err := c.Registry.push(ctx, repoName, tag, img); err != nil {
 		return "", fmt.Errorf("testbed: pushing the toolbox image to %s: %w", ref, err)
 	}
-	return ref.String(), nil
+	return ref, nil
+}
+
+// push uploads img's blobs and then its manifest as repo:tag, through the registry API of the
+// OCI distribution spec (a monolithic upload per blob: POST, then PUT with the digest), logged
+// in as the registry's user.
+func (r *Registry) push(ctx context.Context, repo, tag string, img *ociImage) error {
+	t, err := r.Transport()
+	if err != nil {
+		return err
+	}
+	defer t.CloseIdleConnections()
+	hc := &http.Client{Transport: t, Timeout: time.Minute}
+	base := &url.URL{Scheme: "https", Host: r.Host}
+	// do sends one request and returns the answer's headers, or an error unless its status is want.
+	do := func(method string, u *url.URL, contentType string, body []byte, want int) (http.Header, error) {
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.SetBasicAuth(r.Username, r.Password)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != want {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			return nil, fmt.Errorf("%s %s: %s, want %d: %s", method, u.Path, resp.Status, want, strings.TrimSpace(string(msg)))
+		}
+		return resp.Header, nil
+	}
+	for _, blob := range img.blobs() {
+		h, err := do(http.MethodPost, base.JoinPath("v2", repo, "blobs", "uploads", "/"), "", nil, http.StatusAccepted)
+		if err != nil {
+			return err
+		}
+		loc, err := base.Parse(h.Get("Location"))
+		if err != nil {
+			return fmt.Errorf("the upload's Location %q: %w", h.Get("Location"), err)
+		}
+		q := loc.Query()
+		q.Set("digest", digestOf(blob))
+		loc.RawQuery = q.Encode()
+		if _, err := do(http.MethodPut, loc, "application/octet-stream", blob, http.StatusCreated); err != nil {
+			return err
+		}
+	}
+	_, err = do(http.MethodPut, base.JoinPath("v2", repo, "manifests", tag), ociManifestType, img.manifest, http.StatusCreated)
+	return err
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/ocitest"
 )
 
 const (
@@ -222,11 +223,11 @@ func (e *env) mirror(src *testbed.Registry) {
 	ctx := e.t.Context()
 	r := e.c.Registry
 	e.registry = r.Host + "/e-" + rand.String(8)
-	opts, err := r.RemoteOptions(ctx)
+	opts, err := ocitest.RemoteOptions(ctx, r)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	srcOpts, err := src.RemoteOptions(ctx)
+	srcOpts, err := ocitest.RemoteOptions(ctx, src)
 	if err != nil {
 		e.t.Fatal(err)
 	}

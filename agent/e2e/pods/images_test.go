@@ -24,11 +24,12 @@ import (
 	"helm.sh/helm/v3/pkg/chart/loader"
 
 	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/image"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/release"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/image"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/image/recipe"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/ocitest"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/release"
 )
 
 // The images the chart deploys by default are the product's, named under ghcr.io/outpost-dev and
@@ -164,7 +165,7 @@ func pushAll(ctx context.Context, t testing.TB, c *testbed.Cluster, indexes map[
 		return fmt.Errorf("building the terraform test image: %w", err)
 	}
 	tfTook := time.Since(start)
-	opts, err := c.Registry.RemoteOptions(ctx)
+	opts, err := ocitest.RemoteOptions(ctx, c.Registry)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/ocitest"
 )
 
 // netcheckImage is the job image (OpenTofu) with the test bed's toolbox program added as
@@ -152,7 +153,7 @@ func reachLines(out string) string {
 // image with the toolbox program added.
 func (e *env) pushNetcheck() {
 	e.t.Helper()
-	opts, err := e.c.Registry.RemoteOptions(e.t.Context())
+	opts, err := ocitest.RemoteOptions(e.t.Context(), e.c.Registry)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func (e *env) pushNetcheck() {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		layer, err := testbed.ToolboxLayer()
+		layer, err := ocitest.ToolboxLayer()
 		if err != nil {
 			e.t.Fatal(err)
 		}

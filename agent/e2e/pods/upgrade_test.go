@@ -29,11 +29,12 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/image/recipe"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/release"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/image/recipe"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/ocitest"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/release"
 )
 
 // longApply holds its job pod for a while, so it runs across an upgrade; its state is written
@@ -223,7 +224,7 @@ func (e *env) pushPrevious(prev releasetest.Previous) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	opts, err := e.c.Registry.RemoteOptions(e.t.Context())
+	opts, err := ocitest.RemoteOptions(e.t.Context(), e.c.Registry)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 
 // The console over HTTP, against a real orchestrator on loopback: sessions, CSRF, escaping, the
 // organisation boundary, the sign-in limit and the log stream. The browser tests
-// (console/browsertest) drive the same pages in Chromium.
+// (tools/browsertest) drive the same pages in Chromium.
 
 // fixture is an orchestrator with organisation acme (runner r1, one queued deployment) and
 // organisation beta (its own runner and deployment), and a token of each.

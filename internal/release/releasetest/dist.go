@@ -1,5 +1,8 @@
 // Package releasetest reads what a build of .goreleaser.yml left in its dist directory, for the
-// tests that install those artifacts as users would (internal/release, agent/e2e/pods).
+// tests that install those artifacts as users would (tools/release, agent/e2e/pods), and builds
+// the previous release for the upgrade tests. It stays in the root module, apart from the release
+// itself (tools/release), because the product's own tests use it (agent/e2e,
+// cmd/outpost-orchestrator) and it needs nothing beyond the standard library.
 package releasetest
 
 import (

@@ -129,7 +129,12 @@ func BuildPrevious(ctx context.Context, repo, cacheDir string, logf func(string,
 	if err != nil {
 		return Previous{}, err
 	}
-	if err := run(ctx, src, env, "go", "run", "./cmd/outpost-images", "--out", filepath.Join(tmp, "images"), "--version", p.Version,
+	// The image builder moved into the tools module (tools/); a build from before that has it in cmd/.
+	images := "./tools/cmd/outpost-images"
+	if _, err := os.Stat(filepath.Join(src, "tools", "cmd", "outpost-images")); err != nil {
+		images = "./cmd/outpost-images"
+	}
+	if err := run(ctx, src, env, "go", "run", images, "--out", filepath.Join(tmp, "images"), "--version", p.Version,
 		"--platforms", "linux/amd64", "--tofu-version", tofu); err != nil {
 		return Previous{}, err
 	}

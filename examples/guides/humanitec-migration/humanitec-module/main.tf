@@ -1,7 +1,7 @@
 # Humanitec's documented installer-module call (generic Kubernetes setup, with the EKS service
 # account annotation and every self-hosting input), moved to Outpost by changing `source` alone.
 # The locals are theirs; one outpost provider replaces platform-orchestrator, kubernetes and helm.
-# TestInstallerModule (internal/demo) applies this file as written, with Terraform and OpenTofu.
+# TestInstallerModule (tools/demo) applies this file as written, with Terraform and OpenTofu.
 
 terraform {
   required_version = ">= 1.10"
