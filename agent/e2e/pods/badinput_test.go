@@ -20,7 +20,7 @@ func TestBadImages(t *testing.T) {
 		// jobsLogin replaces the pull Secret of the jobs namespace: "wrong" with a wrong
 		// password, "missing" deletes it (the agent namespace keeps the right one).
 		jobsLogin string
-		reason    string
+		reason    api.Reason
 		want      []string
 		// within bounds the time from the enqueue to the failure.
 		within time.Duration
