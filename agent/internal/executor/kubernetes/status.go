@@ -84,6 +84,7 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 	switch cond, reason, msg, at := finishedCondition(j); {
 	case j.Annotations[AnnCancel] != "" && (!live || cond != ""):
 		s.Status, s.Reason, s.Message = api.StatusCanceled, executor.ReasonCanceled, "canceled by request"
+		s.Detail = conditionDetail(j, batchv1.JobSuspended)
 		s.FinishedAt = latest(s.FinishedAt, at)
 	case j.Annotations[AnnStartupError] != "":
 		var f startupFailure
@@ -136,6 +137,16 @@ func finishedCondition(j *batchv1.Job) (batchv1.JobConditionType, string, string
 		}
 	}
 	return "", "", "", time.Time{}
+}
+
+// conditionDetail is a true condition of the Job in the Job controller's words ("" without it).
+func conditionDetail(j *batchv1.Job, t batchv1.JobConditionType) string {
+	for _, c := range j.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return strings.TrimSpace(c.Reason + ": " + c.Message)
+		}
+	}
+	return ""
 }
 
 func finished(j *batchv1.Job) batchv1.JobConditionType {
@@ -414,7 +425,7 @@ func (e *Executor) eventReason(ctx context.Context, p *corev1.Pod, ns, kind, nam
 	sort.Slice(items, func(a, b int) bool { return items[a].LastTimestamp.Before(&items[b].LastTimestamp) })
 	for i := len(items) - 1; i >= 0; i-- {
 		ev := items[i]
-		if ev.Type != corev1.EventTypeWarning {
+		if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != kind || ev.InvolvedObject.Name != name {
 			continue
 		}
 		detail := ev.Reason + ": " + ev.Message

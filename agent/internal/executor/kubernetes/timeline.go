@@ -93,12 +93,15 @@ func (e *Executor) observeWarnings(ctx context.Context) {
 		if now.Sub(last.at) < warningsEvery {
 			continue
 		}
+		// Events outlive what they report: a pod already bound is no longer unschedulable, and
+		// a Job with a pod no longer fails to create one.
 		var w *executor.Waiting
 		if len(pods) > 0 {
 			p := pods[len(pods)-1]
-			w = e.eventReason(ctx, p, p.Namespace, "Pod", p.Name)
-		}
-		if w == nil {
+			if w = e.eventReason(ctx, p, p.Namespace, "Pod", p.Name); w != nil && w.Reason == executor.ReasonUnschedulable && p.Spec.NodeName != "" {
+				w = nil
+			}
+		} else {
 			w = e.eventReason(ctx, nil, j.Namespace, "Job", j.Name)
 		}
 		e.mu.Lock()

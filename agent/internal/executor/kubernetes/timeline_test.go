@@ -1,6 +1,8 @@
 package kubernetes
 
 import (
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -90,5 +94,37 @@ func TestTimelineStepsFromTheOldestPod(t *testing.T) {
 	}
 	if got := timeline(j, []*corev1.Pod{pending}); len(got) != 1 {
 		t.Errorf("timeline of an unbound pod %+v, want the Job's creation only", got)
+	}
+}
+
+// TestWaitingFromTheJobsWarningEvents: a Job the Job controller cannot create a pod for (a
+// ResourceQuota with no room) waits for quota_exceeded, in the API server's words, from the Job's
+// Warning event; the same event is ignored once the Job has a pod.
+func TestWaitingFromTheJobsWarningEvents(t *testing.T) {
+	client := fake.NewClientset()
+	e := New(Options{Client: client, PodOptions: opts, Logger: slog.New(slog.DiscardHandler)})
+	j, p := disruptedJob(t, e, "")
+	j.Status.Conditions = nil
+	refusal := `pods "outpost-dep-1-1-abcde" is forbidden: exceeded quota: jobs, requested: requests.memory=512Mi, used: requests.memory=1Gi, limited: requests.memory=1Gi`
+	if _, err := client.CoreV1().Events(j.Namespace).Create(t.Context(), &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", Namespace: j.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Job", Name: j.Name, Namespace: j.Namespace}, Type: corev1.EventTypeWarning,
+		Reason: "FailedCreate", Message: "Error creating: " + refusal}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.informers[0].GetIndexer().Add(j)
+	e.observeWarnings(t.Context())
+	s, ok := e.status(j)
+	if !ok || s.Waiting == nil || s.Waiting.Reason != api.ReasonQuotaExceeded || !strings.Contains(s.Waiting.Detail, refusal) {
+		t.Fatalf("waiting %+v, want quota_exceeded with the API server's refusal", s.Waiting)
+	}
+
+	p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+	_ = e.informers[1].GetIndexer().Add(p)
+	e.mu.Lock()
+	e.warnings = map[types.UID]warning{}
+	e.mu.Unlock()
+	e.observeWarnings(t.Context())
+	if s, _ := e.status(j); s.Waiting != nil {
+		t.Fatalf("waiting %+v once the Job has a pod, want none", s.Waiting)
 	}
 }
