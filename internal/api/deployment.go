@@ -109,13 +109,19 @@ type Deployment struct {
 	Status         Status                     `json:"status"`
 	// Attempt counts from 1; it grows when an expired job lease returns the deployment to the
 	// queue.
-	Attempt         int    `json:"attempt"`
-	CancelRequested bool   `json:"cancel_requested,omitempty"`
-	ExitCode        *int   `json:"exit_code,omitempty"`
-	Reason          string `json:"reason,omitempty"`
-	Message         string `json:"message,omitempty"`
-	LogSize         int64  `json:"log_size"`
-	LogTruncated    bool   `json:"log_truncated,omitempty"`
+	Attempt         int  `json:"attempt"`
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+	ExitCode        *int `json:"exit_code,omitempty"`
+	// Reason is why the deployment ended, or, while its attempt waits before the CLI started,
+	// why it waits (the latest waiting event); empty otherwise.
+	Reason Reason `json:"reason,omitempty"`
+	// Message says in Outpost's words what happened and what to do.
+	Message string `json:"message,omitempty"`
+	// Detail is what the cluster said, verbatim: the scheduler's message, the registry's answer,
+	// the memory limit main was OOM-killed at, the Job controller's condition.
+	Detail       string `json:"detail,omitempty"`
+	LogSize      int64  `json:"log_size"`
+	LogTruncated bool   `json:"log_truncated,omitempty"`
 	// OutputsOmitted counts the Terraform outputs the job runner (or the orchestrator) left out
 	// of the stored outputs to keep within MaxOutputs and MaxOutputsBytes; the deployment's
 	// result does not depend on it.
@@ -179,18 +185,31 @@ func (o Outputs) Cap(maxCount, maxBytes int) (kept Outputs, omitted []string) {
 	return kept, omitted
 }
 
-// Event is what the agent says happened to an attempt (the body of EventRequest without the
-// fencing number); the admin API lists the recorded ones.
+// Event is one point of an attempt's timeline: what the agent says happened to it (the body of
+// EventRequest without the fencing number), or the claim, which the orchestrator records. The
+// admin API lists an attempt's events in timeline order (by attempt, time to the second, step,
+// seq); every listed event has a Step.
 type Event struct {
 	Attempt int       `json:"attempt"`
 	Seq     int64     `json:"seq"`
 	Type    EventType `json:"type"`
+	// Step is the point of the timeline the event marks (claimed, job_created, pod_scheduled,
+	// pod_initialized, waiting, cli_started, finished). Sent by agents from ProtocolTimeline on.
+	Step Step `json:"step,omitempty"`
 	// Result is the terminal status of a finished event: succeeded, failed or canceled.
-	Result   Status    `json:"result,omitempty"`
-	ExitCode *int      `json:"exit_code,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Message  string    `json:"message,omitempty"`
-	Time     time.Time `json:"time"`
+	Result   Status `json:"result,omitempty"`
+	ExitCode *int   `json:"exit_code,omitempty"`
+	// Reason is the typed cause of a waiting event or of a finished event that did not succeed.
+	Reason Reason `json:"reason,omitempty"`
+	// Message says in Outpost's words what happened and what to do.
+	Message string `json:"message,omitempty"`
+	// Detail is the cluster's own words, verbatim: the scheduler's message, the registry's
+	// answer, the memory limit of an OOM kill, the Job controller's condition. Sent by agents
+	// from ProtocolTimeline on (before, it is part of Message).
+	Detail string `json:"detail,omitempty"`
+	// Node is the node the pod was scheduled to (pod_scheduled).
+	Node string    `json:"node,omitempty"`
+	Time time.Time `json:"time"`
 }
 
 // LogChunk is a slice of a deployment's log, from the admin API.

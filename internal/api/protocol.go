@@ -13,14 +13,22 @@ import "fmt"
 //   - 2: a poll may state the runner keys the agent holds (key_fingerprints), and its answer
 //     names the runner's current keys. An orchestrator of version 1 refuses a poll with the
 //     field, so an agent states it only once an answer chose 2 (ProtocolKeyFingerprints).
+//   - 3: events carry step, detail and node, and the agent sends the attempt's timeline as
+//     progress events (job_created, pod_scheduled, pod_initialized, and one waiting event per
+//     reason). An orchestrator of version 2 refuses an event with those fields, so the agent's
+//     client leaves them out, folding detail into message, and the session sends no progress
+//     events until an answer chose 3 (ProtocolTimeline).
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 2
+	AgentProtocol = 3
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
 	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
 	// answers.
 	ProtocolKeyFingerprints = 2
+	// ProtocolTimeline is the version that brought the timeline: step, detail and node on
+	// events, and progress events for each step and waiting reason.
+	ProtocolTimeline = 3
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

@@ -160,7 +160,7 @@ func outcome(dep *api.Deployment) string {
 		parts = append(parts, fmt.Sprintf("exit code %d", *dep.ExitCode))
 	}
 	if dep.Reason != "" {
-		parts = append(parts, "reason "+dep.Reason)
+		parts = append(parts, "reason "+string(dep.Reason))
 	}
 	s := strings.Join(parts, ", ")
 	if dep.Message != "" {

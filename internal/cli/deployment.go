@@ -119,6 +119,15 @@ func statusText(d *api.Deployment) string {
 	return string(d.Status)
 }
 
+// waitingText is why a claimed deployment's attempt waits before its CLI starts (the latest
+// waiting event's reason and message), or "".
+func waitingText(d *api.Deployment) string {
+	if d.Status != api.StatusClaimed || d.Reason == "" {
+		return ""
+	}
+	return string(d.Reason) + ": " + oneLine(d.Message, 200)
+}
+
 // took is how long the deployment ran, or has been running.
 func took(now time.Time, d *api.Deployment) string {
 	start := d.StartedAt
@@ -169,12 +178,18 @@ func deploymentFields(now time.Time, d *api.Deployment) [][2]string {
 	if d.LogTruncated {
 		logs += " (truncated)"
 	}
+	result := outcome(d)
+	if waitingText(d) != "" {
+		result = ""
+	}
 	return [][2]string{
 		{"ID", d.ID},
 		{"Runner", d.RunnerID},
 		{"Operation", string(d.Operation)},
 		{"Status", statusText(d)},
-		{"Result", outcome(d)},
+		{"Waiting", waitingText(d)},
+		{"Result", result},
+		{"Cluster said", oneLine(d.Detail, 200)},
 		{"State key", d.StateKey},
 		{"Source", src},
 		{"Variables", strings.Join(names, ", ")},
@@ -289,9 +304,15 @@ func printOutput(w io.Writer, outs api.Outputs, id, name string) error {
 
 func (a *app) deploymentEventsCommand() *cobra.Command {
 	return a.onDeployment(&cobra.Command{
-		Use:     "events ID",
-		Short:   "List what the agent reported about a deployment's attempts",
-		Example: "  outpost deployment events dep-4kq2x7mbh3z9p",
+		Use:   "events ID",
+		Short: "Show the timeline of a deployment's attempts: each step, and why it waited or failed",
+		Long: `Show the timeline of a deployment's attempts, as the orchestrator and the agent recorded it:
+claimed, Job created, pod scheduled (with its node), pod initialized, CLI started, finished, and
+a waiting step for each reason the attempt waited for before its CLI started. REASON is the typed
+reason (unschedulable, image_pull, quota_exceeded, oom_killed, deadline_exceeded, canceled, …);
+DETAIL is what the cluster said in its own words (the scheduler's message, the registry's answer,
+the memory limit of an OOM kill), or Outpost's message when the cluster said nothing.`,
+		Example: "  outpost deployment events dep-4kq2x7mbh3z9p\n  outpost deployment events dep-4kq2x7mbh3z9p -o json | jq -r '.items[] | select(.reason) | .reason'",
 	}, func(ctx context.Context, s *session, args []string) error {
 		evs, err := s.ListEvents(ctx, args[0])
 		if err != nil {
@@ -302,18 +323,31 @@ func (a *app) deploymentEventsCommand() *cobra.Command {
 				fmt.Fprintln(w, "No events yet: no agent has started the deployment.")
 				return
 			}
-			rows := [][]string{{"ATTEMPT", "SEQ", "TYPE", "RESULT", "EXIT", "REASON", "TIME", "MESSAGE"}}
-			for _, e := range evs {
-				exit := "-"
-				if e.ExitCode != nil {
-					exit = strconv.Itoa(*e.ExitCode)
-				}
-				rows = append(rows, []string{strconv.Itoa(e.Attempt), strconv.FormatInt(e.Seq, 10), string(e.Type), orDash(string(e.Result)),
-					exit, orDash(e.Reason), e.Time.Local().Format(time.RFC3339), oneLine(e.Message, 80)})
-			}
-			table(w, rows)
+			table(w, eventRows(evs))
 		})
 	})
+}
+
+// eventRows is the timeline table of events: the cluster's words where it said any, the node of
+// a scheduled pod, Outpost's message otherwise.
+func eventRows(evs []api.Event) [][]string {
+	rows := [][]string{{"ATTEMPT", "TIME", "STEP", "RESULT", "EXIT", "REASON", "DETAIL"}}
+	for _, e := range evs {
+		exit := "-"
+		if e.ExitCode != nil {
+			exit = strconv.Itoa(*e.ExitCode)
+		}
+		detail := e.Detail
+		switch {
+		case e.Node != "":
+			detail = "node " + e.Node
+		case detail == "":
+			detail = e.Message
+		}
+		rows = append(rows, []string{strconv.Itoa(e.Attempt), e.Time.Local().Format(time.RFC3339), orDash(string(e.StepOf())), orDash(string(e.Result)),
+			exit, orDash(string(e.Reason)), orDash(oneLine(detail, 100))})
+	}
+	return rows
 }
 
 func (a *app) deploymentCancelCommand() *cobra.Command {

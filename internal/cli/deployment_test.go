@@ -120,9 +120,9 @@ func TestDeployAndInspectDeployments(t *testing.T) {
 	if err := json.Unmarshal([]byte(h.must("deployment", "outputs", dep.ID, "-o", "json").stdout), &outs); err != nil || string(outs["token"].Value) != `"s3cr3t"` {
 		t.Errorf("outputs -o json: %+v, %v", outs, err)
 	}
-	h.expect(0, []string{"deployment", "events", dep.ID}, "started", "finished", "succeeded")
+	h.expect(0, []string{"deployment", "events", dep.ID}, "claimed", "cli_started", "finished", "succeeded")
 	var evs api.List[api.Event]
-	if err := json.Unmarshal([]byte(h.must("deployment", "events", dep.ID, "-o", "json").stdout), &evs); err != nil || len(evs.Items) != 2 {
+	if err := json.Unmarshal([]byte(h.must("deployment", "events", dep.ID, "-o", "json").stdout), &evs); err != nil || len(evs.Items) != 3 {
 		t.Errorf("events -o json: %+v, %v", evs, err)
 	}
 	h.expect(cli.ExitError, []string{"deployment", "cancel", dep.ID}, "already ended (succeeded)")

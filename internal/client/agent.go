@@ -84,9 +84,14 @@ func (c *AgentClient) Claim(ctx context.Context, deploymentID string, req api.Cl
 }
 
 // Event sends an event about an attempt; events are idempotent by (deployment, attempt, seq).
+// Until a poll answer chose api.ProtocolTimeline, the event goes in the older shape (without
+// step, detail and node; detail folded into message), which an older orchestrator takes.
 func (c *AgentClient) Event(ctx context.Context, deploymentID string, req api.EventRequest) (*api.EventResponse, error) {
 	if req.Time.IsZero() {
 		req.Time = time.Now().UTC()
+	}
+	if int(c.protocol.Load()) < api.ProtocolTimeline {
+		req.Event = req.WithoutTimeline()
 	}
 	return roundTrip[api.EventResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/events", retryable: retry.Idempotent}, req)
 }

@@ -281,7 +281,9 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 		t.Fatalf("outputs: %+v, %v", outs, err)
 	}
 	events, err := admin.ListEvents(ctx, dep.ID)
-	if err != nil || len(events) != 2 || events[0].Type != api.EventStarted || events[1].Type != api.EventFinished {
+	// The claim is the timeline's first step, recorded by the orchestrator.
+	if err != nil || len(events) != 3 || events[0].Step != api.StepClaimed || events[1].Type != api.EventStarted || events[1].Step != api.StepCLIStarted ||
+		events[2].Type != api.EventFinished || events[2].Step != api.StepFinished {
 		t.Fatalf("events (duplicates must not be stored twice): %+v, %v", events, err)
 	}
 	if list, err := admin.ListDeployments(ctx, client.DeploymentFilter{RunnerID: "eu-1", Status: api.StatusSucceeded}); err != nil || len(list) != 1 {

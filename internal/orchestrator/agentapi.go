@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -18,6 +19,8 @@ const (
 	maxCapacityFree    = api.MaxMaxConcurrency
 	maxEventMessageLen = 64 << 10
 	maxEventReasonLen  = 256
+	// maxNodeNameLen is the longest Kubernetes node name (a DNS subdomain).
+	maxNodeNameLen = 253
 	// maxKeyFingerprints bounds the keys a poll may say the agent holds (it holds three at most).
 	maxKeyFingerprints = 8
 )
@@ -186,10 +189,22 @@ func validateEvent(req *api.EventRequest) error {
 		return store.Invalid("fencing", "%d is not a granted fencing number; send the one from the claim", req.Fencing)
 	case req.Seq < 0:
 		return store.Invalid("seq", "%d is negative; sequence numbers count from 0 per attempt", req.Seq)
+	case req.Seq == api.SeqClaimed:
+		return store.Invalid("seq", "%d is the seq of the claim's event, which the orchestrator records; use another", req.Seq)
 	case len(req.Message) > maxEventMessageLen:
 		return store.Invalid("message", "is %d bytes; at most %d", len(req.Message), maxEventMessageLen)
 	case len(req.Reason) > maxEventReasonLen:
 		return store.Invalid("reason", "is %d bytes; at most %d", len(req.Reason), maxEventReasonLen)
+	case len(req.Detail) > maxEventMessageLen:
+		return store.Invalid("detail", "is %d bytes; at most %d", len(req.Detail), maxEventMessageLen)
+	case len(req.Node) > maxNodeNameLen:
+		return store.Invalid("node", "is %d bytes; at most %d (a Kubernetes node name)", len(req.Node), maxNodeNameLen)
+	case req.Step != "" && !req.Step.Valid():
+		return store.Invalid("step", "%q is not a step; use one of %s", req.Step, stepNames())
+	case req.Step == api.StepClaimed:
+		return store.Invalid("step", "%q is recorded by the orchestrator at the claim; an agent does not send it", req.Step)
+	case req.Step == api.StepWaiting && req.Reason == "":
+		return store.Invalid("reason", "is empty; a waiting event says what the attempt waits for")
 	}
 	switch req.Type {
 	case api.EventStarted, api.EventProgress:
@@ -208,9 +223,21 @@ func validateEvent(req *api.EventRequest) error {
 	return nil
 }
 
+// stepNames lists the steps for messages.
+func stepNames() string {
+	names := make([]string, len(api.Steps))
+	for i, st := range api.Steps {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
+}
+
 func (s *Server) event(w http.ResponseWriter, r *http.Request, c *call) error {
 	return post(w, r, c, validateEvent, func(ctx context.Context, id string, req api.EventRequest) (*api.EventResponse, error) {
-		out, err := s.store.RecordEvent(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+		out, counted, err := s.store.RecordEvent(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+		if counted != "" {
+			s.metrics.reasons.WithLabelValues(c.agent.Org, c.agent.RunnerID, string(counted)).Inc()
+		}
 		if err == nil && req.Type == api.EventFinished {
 			// A slot is free again: a waiting poll may now hand out an offer.
 			s.notify.Wake(c.agent.Org + "/" + c.agent.RunnerID)

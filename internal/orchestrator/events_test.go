@@ -95,9 +95,11 @@ func TestEventCapPerAttempt(t *testing.T) {
 	a := h.setupRunner("acme", "r1", 1)
 	d := h.deploy(api.OperationApply)
 	c := a.claim(d.ID, 1, "pod-a")
-	// All but the last event of the cap go straight into the store; the rest over HTTP.
+	// All but the last event of the cap go straight into the store (the claim recorded one);
+	// the rest over HTTP.
 	if err := h.srv.store.Update(t.Context(), func(tx store.Tx) error {
-		for seq := range int64(store.MaxEventsPerAttempt - 1) {
+		for i := range int64(store.MaxEventsPerAttempt - 2) {
+			seq := 10000 + i
 			if err := tx.PutEvent("acme", d.ID, 1, seq, api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}); err != nil {
 				return err
 			}
@@ -109,15 +111,15 @@ func TestEventCapPerAttempt(t *testing.T) {
 	progress := func(seq int64) api.EventRequest {
 		return api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress}}
 	}
-	a.mustOK(eventPath(d.ID), progress(store.MaxEventsPerAttempt-1), nil) // the last one within the cap
-	r := a.event(d.ID, progress(store.MaxEventsPerAttempt))
+	a.mustOK(eventPath(d.ID), progress(20000), nil) // the last one within the cap
+	r := a.event(d.ID, progress(20001))
 	if r.code != http.StatusConflict || !strings.Contains(r.err(t).Message, "1000 events, the most one attempt may record") {
 		t.Fatalf("an event beyond the cap: HTTP %d %s, want 409 naming the cap", r.code, r.body)
 	}
 	t.Logf("beyond the cap: HTTP %d %s", r.code, r.err(t).Message)
-	a.mustOK(eventPath(d.ID), progress(5), nil) // a resend of a stored one is still acknowledged
+	a.mustOK(eventPath(d.ID), progress(10005), nil) // a resend of a stored one is still acknowledged
 	var resp api.EventResponse
-	a.mustOK(eventPath(d.ID), api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: store.MaxEventsPerAttempt + 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, &resp)
+	a.mustOK(eventPath(d.ID), api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: api.SeqFinished, Type: api.EventFinished, Result: api.StatusSucceeded}}, &resp)
 	if resp.Status != api.StatusSucceeded {
 		t.Fatalf("the finished event at the cap: %+v", resp)
 	}
@@ -159,7 +161,7 @@ func TestConcurrentFinishedEventsShareCommits(t *testing.T) {
 		wg.Go(func() {
 			<-start
 			ev := api.EventRequest{Fencing: fencing[i], Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded}}
-			if _, err := h.srv.store.RecordEvent(t.Context(), agentauth.Identity{Org: "acme", RunnerID: "r1"}, ids[i], ev, DefaultLeaseDuration); err != nil {
+			if _, _, err := h.srv.store.RecordEvent(t.Context(), agentauth.Identity{Org: "acme", RunnerID: "r1"}, ids[i], ev, DefaultLeaseDuration); err != nil {
 				t.Error(err)
 			}
 		})
@@ -175,5 +177,40 @@ func TestConcurrentFinishedEventsShareCommits(t *testing.T) {
 		t.Errorf("%d finished events took %d commits; want them to share commits", n, commits)
 	} else {
 		t.Logf("%d finished events, %d commits (0 on PostgreSQL: not counted)", n, commits)
+	}
+}
+
+// TestReasonsReachTheMetrics: a waiting event and a finished event with another reason each count
+// once in outpost_orchestrator_deployment_reasons_total for their runner (a resend counts none, a
+// finished event with the reason the attempt waited for counts none), and the queue depth is
+// per runner.
+func TestReasonsReachTheMetrics(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 1)
+	d := h.deploy(api.OperationApply)
+	h.deploy(api.OperationPlan)
+	h.deploy(api.OperationPlan)
+	if got := h.metric(`outpost_orchestrator_queue_depth{org="acme",runner="r1"}`); got != 3 {
+		t.Fatalf("queue depth of r1: %v, want 3", got)
+	}
+	c := a.claim(d.ID, 1, "pod-a")
+	if got := h.metric(`outpost_orchestrator_queue_depth{org="acme",runner="r1"}`); got != 2 {
+		t.Fatalf("queue depth of r1 after a claim: %v, want 2", got)
+	}
+	seq, _ := api.WaitingSeq(api.ReasonUnschedulable)
+	waiting := api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: seq, Type: api.EventProgress, Step: api.StepWaiting,
+		Reason: api.ReasonUnschedulable, Message: "no node fits", Detail: "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."}}
+	a.mustOK(eventPath(d.ID), waiting, nil)
+	a.mustOK(eventPath(d.ID), waiting, nil) // a resend
+	if got := h.deployment(d.ID); got.Reason != api.ReasonUnschedulable || got.Detail != waiting.Detail {
+		t.Fatalf("waiting deployment: reason %q, detail %q", got.Reason, got.Detail)
+	}
+	a.mustOK(eventPath(d.ID), api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: api.SeqFinished, Type: api.EventFinished,
+		Step: api.StepFinished, Result: api.StatusFailed, Reason: api.ReasonStartupTimeout, Message: "did not start"}}, nil)
+	for reason, want := range map[api.Reason]float64{api.ReasonUnschedulable: 1, api.ReasonStartupTimeout: 1, api.ReasonOOMKilled: 0} {
+		if got := h.metric(`outpost_orchestrator_deployment_reasons_total{org="acme",reason="` + string(reason) + `",runner="r1"}`); got != want {
+			t.Errorf("reason %s counted %v times, want %v", reason, got, want)
+		}
 	}
 }

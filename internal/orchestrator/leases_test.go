@@ -63,7 +63,7 @@ func TestLeaseExpiryRules(t *testing.T) {
 	}
 	for id, w := range want {
 		d := h.deployment(id)
-		if d.Status != w.status || d.Attempt != w.attempt || d.Reason != w.reason {
+		if d.Status != w.status || d.Attempt != w.attempt || string(d.Reason) != w.reason {
 			t.Errorf("%s (%s): status %s attempt %d reason %q; want %s, %d, %q", id, d.Operation, d.Status, d.Attempt, d.Reason, w.status, w.attempt, w.reason)
 		}
 		if w.status == api.StatusLost && d.FinishedAt == nil {

@@ -23,6 +23,7 @@ type metrics struct {
 	polls        prometheus.Gauge
 	inFlight     prometheus.Gauge
 	purged       *prometheus.CounterVec
+	reasons      *prometheus.CounterVec
 }
 
 // knownAuthReasons are pre-created at zero, so a dashboard (and a test) sees the series before
@@ -64,6 +65,10 @@ func newMetrics(st *store.Store) *metrics {
 			Name: "outpost_orchestrator_purged_total",
 			Help: "Ended deployments whose part retention deleted: what=sources (source and variables), logs (log and events), deployments (the whole deployment).",
 		}, []string{"what"}),
+		reasons: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "outpost_orchestrator_deployment_reasons_total",
+			Help: "Reasons agents reported by organisation and runner: why an attempt waited (unschedulable, image_pull, quota_exceeded, …) or why it ended without success (oom_killed, deadline_exceeded, canceled, …); each reason counts once per attempt. Reasons an older orchestrator does not know count as other.",
+		}, []string{"org", "runner", "reason"}),
 	}
 	for _, w := range []string{"sources", "logs", "deployments"} {
 		m.purged.WithLabelValues(w)
@@ -71,9 +76,11 @@ func newMetrics(st *store.Store) *metrics {
 	for _, r := range knownAuthReasons {
 		m.authFailures.WithLabelValues(r)
 	}
-	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls, m.inFlight, m.purged,
+	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls, m.inFlight, m.purged, m.reasons,
 		&deploymentsCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_jobs",
 			"Deployments by status.", []string{"status"}, nil)},
+		&queueCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_queue_depth",
+			"Queued deployments by organisation and runner (runners with none queued are left out).", []string{"org", "runner"}, nil)},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -111,5 +118,28 @@ func (c *deploymentsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, s := range api.Statuses {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), string(s))
+	}
+}
+
+// queueCollector reads how many deployments wait in each runner's queue at scrape time, from the
+// engine's queue index (a scan of the queued deployments only, which quotas bound per
+// organisation).
+type queueCollector struct {
+	st   *store.Store
+	desc *prometheus.Desc
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	depths, err := c.st.QueueDepths(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for _, d := range depths {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(d.Queued), d.Org, d.Runner)
 	}
 }

@@ -242,7 +242,7 @@ var goSchemas = map[string]any{
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.
 var nonStructSchemas = map[string]bool{
 	"Health": true, "Outputs": true, "Variables": true, "StateStorageType": true,
-	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true,
+	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true,
 }
 
 func TestOpenAPISchemasMatchWireTypes(t *testing.T) {

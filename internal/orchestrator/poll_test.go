@@ -149,8 +149,8 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 	}
 	var events api.List[api.Event]
 	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
-	if len(events.Items) != 2 || events.Items[0].Type != api.EventStarted || events.Items[1].Result != api.StatusSucceeded {
-		t.Fatalf("events %+v, want started then finished once each", events.Items)
+	if len(events.Items) != 3 || events.Items[0].Step != api.StepClaimed || events.Items[1].Type != api.EventStarted || events.Items[2].Result != api.StatusSucceeded {
+		t.Fatalf("events %+v, want the claim, then started and finished once each", events.Items)
 	}
 	got := h.deployment(d.ID)
 	if got.Status != api.StatusSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.FinishedAt == nil {
@@ -166,10 +166,13 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 		req   api.EventRequest
 		field string
 	}{
-		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 3, Type: "exploded"}}, "type"},
-		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 3, Type: api.EventFinished, Result: "done"}}, "result"},
-		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 0, Seq: 3, Type: api.EventProgress}}, "attempt"},
-		{api.EventRequest{Fencing: 7, Event: api.Event{Attempt: 1, Seq: 3, Type: api.EventProgress}}, "fencing"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: "exploded"}}, "type"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventFinished, Result: "done"}}, "result"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 0, Seq: 9, Type: api.EventProgress}}, "attempt"},
+		{api.EventRequest{Fencing: 7, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventProgress}}, "fencing"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: api.SeqClaimed, Type: api.EventProgress}}, "seq"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventProgress, Step: "pulled"}}, "step"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventProgress, Step: api.StepWaiting}}, "reason"},
 	}
 	for _, b := range bad {
 		if r := a.event(d.ID, b.req); r.code != http.StatusBadRequest || r.err(t).Field != b.field {
@@ -177,7 +180,7 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 		}
 	}
 	h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
-	if len(events.Items) != 2 {
+	if len(events.Items) != 3 { // the claim's, started, finished
 		t.Fatalf("refused events were stored: %+v", events.Items)
 	}
 }

@@ -139,7 +139,7 @@ func TestReplicasRunEachDeploymentOnce(t *testing.T) {
 	}
 	var heldEvents api.List[api.Event]
 	rs[1].mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+heldDep.ID+"/events", nil, http.StatusOK, &heldEvents)
-	if d := rs[1].deployment(heldDep.ID); d.Status != api.StatusSucceeded || d.Attempt != 1 || len(heldEvents.Items) != 2 {
+	if d := rs[1].deployment(heldDep.ID); d.Status != api.StatusSucceeded || d.Attempt != 1 || len(heldEvents.Items) != 2+1 { // the claim's, the agent's two
 		t.Fatalf("attempt held through the dropped replica: %s, attempt %d, %d events", d.Status, d.Attempt, len(heldEvents.Items))
 	}
 	deadline := time.Now().Add(60 * time.Second)
@@ -154,8 +154,8 @@ func TestReplicasRunEachDeploymentOnce(t *testing.T) {
 		d := rs[0].deployment(id)
 		var events api.List[api.Event]
 		rs[1].mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+id+"/events", nil, http.StatusOK, &events)
-		if d.Status != api.StatusSucceeded || d.Attempt != 1 || len(claims[id]) != 1 || len(events.Items) != 2 {
-			t.Errorf("deployment %s: %s, attempt %d, granted to %v, %d events; want succeeded once, in attempt 1, by one instance, 2 events",
+		if d.Status != api.StatusSucceeded || d.Attempt != 1 || len(claims[id]) != 1 || len(events.Items) != 3 {
+			t.Errorf("deployment %s: %s, attempt %d, granted to %v, %d events; want succeeded once, in attempt 1, by one instance, 3 events (claimed, started, finished)",
 				id, d.Status, d.Attempt, claims[id], len(events.Items))
 		}
 	}

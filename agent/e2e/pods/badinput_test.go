@@ -20,20 +20,24 @@ func TestBadImages(t *testing.T) {
 		// jobsLogin replaces the pull Secret of the jobs namespace: "wrong" with a wrong
 		// password, "missing" deletes it (the agent namespace keeps the right one).
 		jobsLogin string
-		reason    string
+		reason    api.Reason
 		want      []string
+		// detail is what the cluster's words (the events' and the deployment's detail) hold.
+		detail []string
 		// within bounds the time from the enqueue to the failure.
 		within time.Duration
 	}{{
 		// Nothing answers for .invalid: the pull fails and backs off until the startup timeout.
 		name: "image that does not exist", image: "registry.outpost.invalid/acme/no-such-image:1",
 		reason: executor.ReasonImagePull, within: startupTimeout + 20*time.Second,
-		want: []string{"did not start within 30s", "cannot get image registry.outpost.invalid/acme/no-such-image:1", "check that the image name and tag exist"},
+		want:   []string{"did not start within 30s", "cannot get image registry.outpost.invalid/acme/no-such-image:1", "check that the image name and tag exist"},
+		detail: []string{"registry.outpost.invalid/acme/no-such-image:1"},
 	}, {
 		// An air-gapped node without the image: no wait helps, so it fails at once.
 		name: "node that cannot pull", image: "registry.outpost.invalid/acme/not-loaded:1", pullPolicy: "Never",
 		reason: executor.ReasonImagePull, within: startupTimeout,
-		want: []string{"cannot start", "ErrImageNeverPull", "registry.outpost.invalid/acme/not-loaded:1", "load the image there"},
+		want:   []string{"cannot start", "ErrImageNeverPull", "registry.outpost.invalid/acme/not-loaded:1", "load the image there"},
+		detail: []string{"ErrImageNeverPull"},
 	}, {
 		// An image that runs, but has neither CLI: the job runner says so and exits.
 		name: "image without terraform or tofu", image: registryVar + "/outpost-test/toolbox:1",
@@ -47,6 +51,7 @@ func TestBadImages(t *testing.T) {
 		reason: executor.ReasonImagePull, within: startupTimeout + 20*time.Second,
 		want: []string{"did not start within 30s", "container main cannot get image", "/outpost-dev/outpost-job:", "401 Unauthorized",
 			"refused the login of the job pod's imagePullSecrets (" + pullSecret + " in namespace", "image_pull_secret"},
+		detail: []string{"401 Unauthorized"},
 	}, {
 		// The pull Secret exists in the agent's namespace only (NOTES.txt warns about it).
 		name: "no pull secret in the jobs namespace", jobsLogin: "missing",
@@ -78,6 +83,10 @@ func TestBadImages(t *testing.T) {
 			}
 			if r.took > tc.within {
 				t.Errorf("failed %s after the enqueue, want within %s", r.took.Round(time.Second), tc.within)
+			}
+			if tc.detail != nil {
+				// The registry's answer, apart from Outpost's advice, in the API and the metrics.
+				e.checkReason(r.d.ID, tc.reason, tc.detail...)
 			}
 			t.Logf("failed after %s: %s", r.took.Round(100*time.Millisecond), r.d.Message)
 			e.noLeftovers()

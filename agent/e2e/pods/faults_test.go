@@ -80,6 +80,8 @@ func TestAgentPodDeletedMidDeployment(t *testing.T) {
 	if n := e.finishedEvents(d.ID); n != 1 {
 		t.Errorf("%d finished events, want 1", n)
 	}
+	// The new leader restates the timeline the old one sent: each step is kept once.
+	e.checkTimeline(d.ID, api.StepClaimed, api.StepJobCreated, api.StepPodScheduled, api.StepPodInitialized, api.StepCLIStarted, api.StepFinished)
 	if len(pods.names) != 1 {
 		t.Errorf("job pods %v, want one: the deployment must run once", pods.names)
 	}
@@ -123,6 +125,7 @@ func TestCancel(t *testing.T) {
 	if !strings.Contains(r.log, "==> stopping") || !strings.Contains(r.log, "Interrupt received") || strings.Contains(r.log, slowEnds) {
 		t.Errorf("the CLI was not interrupted gracefully:\n%s", r.log)
 	}
+	e.checkReason(d.ID, api.ReasonCanceled, "JobSuspended")
 	t.Logf("canceled %s after the cancel request", time.Since(canceled).Round(10*time.Millisecond))
 	e.noLeftovers()
 

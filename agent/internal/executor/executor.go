@@ -18,28 +18,27 @@ import (
 // terminal: the session sends them as the result of the finished event and, once the
 // orchestrator has acknowledged it, calls Cleanup.
 
-// Reasons an executor gives for a failed or canceled attempt. They become the reason of the
-// finished event and the label of the failure metric, so keep the set small and stable.
+// Reasons an executor gives for a waiting, failed or canceled attempt: the API's typed reasons
+// (api.Reason), named here for the executors. They become the reason of waiting and finished
+// events and the label of the failure metrics.
 const (
-	ReasonExitCode         = "exit_code"
-	ReasonOOMKilled        = "oom_killed"
-	ReasonDeadlineExceeded = "deadline_exceeded"
-	ReasonUnschedulable    = "unschedulable"
-	ReasonImagePull        = "image_pull"
-	ReasonStartupTimeout   = "startup_timeout"
-	ReasonInvalidTemplate  = "invalid_pod_template"
-	ReasonPodPolicy        = "pod_policy"
-	ReasonNoStateBackend   = "no_state_backend"
-	ReasonStartFailed      = "start_failed"
-	ReasonEvicted          = "evicted"
-	// ReasonNodeLost: the node of the attempt's pod stopped answering and Kubernetes gave the pod
-	// up (taint-based eviction, then the pod garbage collector once the node is gone). Its CLI
-	// may have partly run.
-	ReasonNodeLost           = "node_lost"
-	ReasonCanceled           = "canceled"
-	ReasonLost               = "lost"
-	ReasonDisappeared        = "disappeared"
-	ReasonUnknownTermination = "unknown"
+	ReasonExitCode           = api.ReasonExitCode
+	ReasonOOMKilled          = api.ReasonOOMKilled
+	ReasonDeadlineExceeded   = api.ReasonDeadlineExceeded
+	ReasonUnschedulable      = api.ReasonUnschedulable
+	ReasonImagePull          = api.ReasonImagePull
+	ReasonQuotaExceeded      = api.ReasonQuotaExceeded
+	ReasonStartupTimeout     = api.ReasonStartupTimeout
+	ReasonInvalidTemplate    = api.ReasonInvalidTemplate
+	ReasonPodPolicy          = api.ReasonPodPolicy
+	ReasonNoStateBackend     = api.ReasonNoStateBackend
+	ReasonStartFailed        = api.ReasonStartFailed
+	ReasonEvicted            = api.ReasonEvicted
+	ReasonNodeLost           = api.ReasonNodeLost
+	ReasonCanceled           = api.ReasonCanceled
+	ReasonLost               = api.ReasonLost
+	ReasonDisappeared        = api.ReasonDisappeared
+	ReasonUnknownTermination = api.ReasonUnknownTermination
 )
 
 // ErrInvalidJob marks a Start error that no retry can fix (a pod template that breaks the
@@ -90,8 +89,18 @@ type AttemptStatus struct {
 	Started bool
 	// ExitCode of main, when it terminated.
 	ExitCode *int
-	Reason   string
-	Message  string
+	// Reason, Message and Detail say why a terminal attempt did not succeed: the typed reason,
+	// Outpost's words (what to do), and the cluster's own words (Detail: the scheduler's
+	// message, the registry's answer, the memory limit of an OOM kill).
+	Reason  api.Reason
+	Message string
+	Detail  string
+	// Waiting, while the attempt's CLI has not started, is what the cluster says it waits for
+	// (nil when it names nothing).
+	Waiting *Waiting
+	// Timeline holds the steps of the attempt seen so far before its CLI started (job_created,
+	// pod_scheduled, pod_initialized), oldest first.
+	Timeline []Step
 	// StateKey is the claim's state key, for the state backend's authorizer after a restart.
 	StateKey string
 	// StateNamespace is where the claim's kubernetes state storage keeps states ("" for others).
@@ -105,6 +114,22 @@ type AttemptStatus struct {
 	ClaimedAt  time.Time
 	StartedAt  time.Time
 	FinishedAt time.Time
+}
+
+// Waiting is why an attempt that has not started yet waits.
+type Waiting struct {
+	Reason api.Reason
+	// Message is Outpost's explanation and what to do; Detail the cluster's own words.
+	Message string
+	Detail  string
+}
+
+// Step is a point of an attempt's timeline the executor saw: when it happened, and the node
+// for api.StepPodScheduled.
+type Step struct {
+	Step api.Step
+	Time time.Time
+	Node string
 }
 
 // Terminal reports whether the attempt has ended.

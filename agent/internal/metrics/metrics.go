@@ -28,13 +28,15 @@ type Metrics struct {
 	StartLatency    prometheus.Histogram
 	JobDuration     *prometheus.HistogramVec
 	JobFailures     *prometheus.CounterVec
-	Readopted       prometheus.Counter
-	PendingEvents   prometheus.Gauge
-	Leader          prometheus.Gauge
-	Events          *prometheus.CounterVec
-	PollFailures    *prometheus.CounterVec
-	KeyRefused      prometheus.Gauge
-	KeyChanges      prometheus.Counter
+	// Waiting counts the reasons attempts waited for before their CLI started, as reported.
+	Waiting       *prometheus.CounterVec
+	Readopted     prometheus.Counter
+	PendingEvents prometheus.Gauge
+	Leader        prometheus.Gauge
+	Events        *prometheus.CounterVec
+	PollFailures  *prometheus.CounterVec
+	KeyRefused    prometheus.Gauge
+	KeyChanges    prometheus.Counter
 }
 
 // New registers every metric on a new registry.
@@ -58,6 +60,8 @@ func New(version string) *Metrics {
 			Help: "Run time of finished attempts by result.", Buckets: prometheus.ExponentialBuckets(1, 2.5, 10)}, []string{"result"}),
 		JobFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "job_failures_total",
 			Help: "Failed attempts by reason (exit_code, oom_killed, deadline_exceeded, unschedulable, image_pull, ...)."}, []string{"reason"}),
+		Waiting: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "job_waits_total",
+			Help: "Reasons attempts waited for before their CLI started (unschedulable, image_pull, quota_exceeded, ...), each once per attempt, as reported to the orchestrator."}, []string{"reason"}),
 		Readopted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "readopted_jobs_total",
 			Help: "Attempts found running when this agent became leader or started."}),
 		PendingEvents: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "pending_events",
@@ -75,7 +79,7 @@ func New(version string) *Metrics {
 	info := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "build_info", Help: "Agent build.", ConstLabels: prometheus.Labels{"version": version}})
 	info.Set(1)
 	m.Registry.MustRegister(m.Requests, m.RequestDuration, m.PollDuration, m.Claims, m.JobsRunning, m.CapacityFree,
-		m.StartLatency, m.JobDuration, m.JobFailures, m.Readopted, m.PendingEvents, m.Leader, m.Events, m.PollFailures, m.KeyRefused, m.KeyChanges, info,
+		m.StartLatency, m.JobDuration, m.JobFailures, m.Waiting, m.Readopted, m.PendingEvents, m.Leader, m.Events, m.PollFailures, m.KeyRefused, m.KeyChanges, info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

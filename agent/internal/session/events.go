@@ -29,6 +29,8 @@ type phase int
 const (
 	// phaseRunning: nothing to send now (not started yet, or its started event acknowledged).
 	phaseRunning phase = iota
+	// phaseSendProgress: timeline events (steps seen, reasons waited for) are due.
+	phaseSendProgress
 	// phaseSendStarted: the CLI started; the started event is due.
 	phaseSendStarted
 	// phaseSendFinished: the attempt ended; the finished event is due (after the started event,
@@ -56,6 +58,8 @@ func phaseOf(st executor.AttemptStatus, att *attemptState) phase {
 		return phaseSendFinished
 	case st.Started && !att.startedSent:
 		return phaseSendStarted
+	case len(att.progress) > 0:
+		return phaseSendProgress
 	default:
 		return phaseRunning
 	}
@@ -110,6 +114,7 @@ func (s *Session) eventPass(ctx context.Context, q *eventQueues) error {
 	pending := 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	holdForTimeline := s.protocol == 0 && now.Sub(s.began) < holdForProtocol
 	for _, st := range statuses {
 		k := st.Key()
 		present[k] = true
@@ -119,8 +124,15 @@ func (s *Session) eventPass(ctx context.Context, q *eventQueues) error {
 			att.fencing = st.Fencing
 		}
 		att.status = st
+		att.progress = nil
+		if s.protocol >= api.ProtocolTimeline && !att.acked && !att.refused {
+			att.progress = progressEvents(st, att, now)
+		}
 		if st.Terminal() && !att.acked {
 			pending++
+		}
+		if holdForTimeline && (len(st.Timeline) > 0 || st.Waiting != nil) && !att.acked {
+			continue // its timeline events may be due; the first poll answer says
 		}
 		q.queue(k, phaseOf(st, att))
 	}
@@ -164,7 +176,7 @@ func (s *Session) processSend(ctx context.Context, k executor.AttemptKey) {
 		st, ph = att.status, phaseOf(att.status, att)
 	}
 	s.mu.Unlock()
-	if ph != phaseSendStarted && ph != phaseSendFinished {
+	if ph != phaseSendStarted && ph != phaseSendFinished && ph != phaseSendProgress {
 		q.sendRetry.Forget(k)
 		return
 	}
@@ -213,16 +225,22 @@ func (s *Session) processCleanup(ctx context.Context, k executor.AttemptKey) {
 	q.cleanupRetry.Forget(k)
 }
 
-// send delivers the started event, then the finished event of one attempt, and reports whether
-// the attempt is ready for its cleanup.
+// send delivers the attempt's timeline events, then its started event, then its finished event,
+// and reports whether the attempt is ready for its cleanup.
 func (s *Session) send(ctx context.Context, att *attemptState, st executor.AttemptStatus, log *slog.Logger) (clean bool, err error) {
 	s.mu.Lock()
-	startedSent, acked, fencing := att.startedSent, att.acked, att.fencing
+	startedSent, acked, fencing, progress := att.startedSent, att.acked, att.fencing, att.progress
 	s.mu.Unlock()
+	if err = s.sendProgress(ctx, att, st, progress, log); err != nil {
+		if st.Terminal() && !acked {
+			s.keepPending(ctx, st, fencing, log)
+		}
+		return false, err
+	}
 	// An acknowledged attempt (or one the orchestrator told to forget) gets no more events, only
 	// its cleanup.
 	if st.Started && !startedSent && !acked {
-		ev := api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqStarted, Type: api.EventStarted, Time: st.StartedAt.UTC()}}
+		ev := api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqStarted, Type: api.EventStarted, Step: api.StepCLIStarted, Time: st.StartedAt.UTC()}}
 		if st.Fencing != 0 {
 			ev.Fencing = st.Fencing
 		}
@@ -311,7 +329,7 @@ func (s *Session) observeFinished(st executor.AttemptStatus, event []byte, log *
 		s.o.Metrics.JobDuration.WithLabelValues(string(ev.Result)).Observe(st.FinishedAt.Sub(st.StartedAt).Seconds())
 	}
 	if ev.Result == api.StatusFailed {
-		s.o.Metrics.JobFailures.WithLabelValues(ev.Reason).Inc()
+		s.o.Metrics.JobFailures.WithLabelValues(string(ev.Reason)).Inc()
 	}
 	log.Info("finished event acknowledged", "result", ev.Result, "exit_code", ev.ExitCode, "reason", ev.Reason)
 }
@@ -330,8 +348,8 @@ func finishedEvent(st executor.AttemptStatus, fencing int64) api.EventRequest {
 	if t.IsZero() {
 		t = time.Now().UTC()
 	}
-	return api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqFinished, Type: api.EventFinished,
-		Result: result, ExitCode: st.ExitCode, Reason: st.Reason, Message: st.Message, Time: t.Truncate(time.Second)}}
+	return api.EventRequest{Fencing: fencing, Event: api.Event{Attempt: st.Attempt, Seq: SeqFinished, Type: api.EventFinished, Step: api.StepFinished,
+		Result: result, ExitCode: st.ExitCode, Reason: st.Reason, Message: st.Message, Detail: st.Detail, Time: t.Truncate(time.Second)}}
 }
 
 func encodeEvent(ev api.EventRequest) []byte {

@@ -97,6 +97,10 @@ func (s *Session) pollLoop(ctx context.Context) error {
 		s.logClockOffset()
 		s.mu.Lock()
 		s.orchMax, s.orchKnown = max(resp.MaxConcurrency, 0), true
+		if s.protocol == 0 {
+			s.kick.Notify() // events held for the protocol (holdForProtocol) may go now
+		}
+		s.protocol = max(resp.Protocol, api.LegacyProtocol)
 		limit, changed := s.limitLocked()
 		s.mu.Unlock()
 		if changed && s.o.LimitChanged != nil {

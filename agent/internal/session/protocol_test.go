@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/health"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
@@ -100,5 +101,70 @@ func TestAgentRefusesAnAnswerInAnotherProtocol(t *testing.T) {
 	}
 	if err := s.checkProtocol(&api.PollResponse{Protocol: 2}); err != nil {
 		t.Fatalf("an answer in protocol 2 refused: %v", err)
+	}
+}
+
+// An agent of this release and a real orchestrator: one that speaks protocol 3 records the
+// attempt's timeline (a step, a wait with the cluster's words) and the failure's detail apart
+// from its message; one that speaks up to 2 (an older release, which refuses unknown fields) gets
+// no progress events and the detail folded into the message, and takes every event.
+func TestTimelineFollowsTheNegotiatedProtocol(t *testing.T) {
+	for _, orch := range []api.ProtocolRange{{Min: 1, Max: api.ProtocolTimeline}, {Min: 1, Max: api.ProtocolTimeline - 1}} {
+		t.Run("orchestrator "+orch.String(), func(t *testing.T) {
+			inst := orchestratortest.Start(t, orchestratortest.WithRelease("2.0.0", orch))
+			ctx := t.Context()
+			admin, priv := inst.RegisterRunner(ctx, t)
+			d, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationPlan,
+				Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ex := newFakeExec()
+			s := New(Options{Client: ac, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: time.Second,
+				EventBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
+			stop := run(t, s)
+			defer stop()
+			waitFor(t, "the attempt claimed", func() bool { l, _ := ex.List(ctx); return len(l) == 1 })
+			at := time.Now().UTC().Truncate(time.Second)
+			scheduler := "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+			ex.set(d.ID, func(s *executor.AttemptStatus) {
+				s.Timeline = []executor.Step{{Step: api.StepJobCreated, Time: at}}
+				s.Waiting = &executor.Waiting{Reason: api.ReasonUnschedulable, Message: "no node fits", Detail: scheduler}
+			})
+			if orch.Max >= api.ProtocolTimeline {
+				waitFor(t, "the wait recorded", func() bool {
+					got, _ := admin.GetDeployment(ctx, d.ID)
+					return got != nil && got.Reason == api.ReasonUnschedulable
+				})
+			} else {
+				time.Sleep(500 * time.Millisecond)
+			}
+			ex.set(d.ID, func(s *executor.AttemptStatus) {
+				s.Status, s.Reason, s.Message, s.Detail, s.FinishedAt = api.StatusFailed, api.ReasonUnschedulable, "did not start", scheduler, at.Add(time.Second)
+			})
+			waitFor(t, "the attempt cleaned up", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.cleaned[d.ID] == 1 })
+			evs, err := admin.ListEvents(ctx, d.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var steps []string
+			for _, ev := range evs {
+				steps = append(steps, string(ev.Step))
+			}
+			last := evs[len(evs)-1]
+			if orch.Max >= api.ProtocolTimeline {
+				if strings.Join(steps, " ") != "claimed job_created waiting finished" || last.Detail != scheduler || last.Message != "did not start" || evs[2].Detail != scheduler {
+					t.Fatalf("events %+v, want the timeline with the scheduler's words apart", evs)
+				}
+				return
+			}
+			if strings.Join(steps, " ") != "claimed finished" || last.Detail != "" || last.Message != "did not start: "+scheduler || last.Reason != api.ReasonUnschedulable {
+				t.Fatalf("events %+v, want no progress events and the detail in the message", evs)
+			}
+		})
 	}
 }

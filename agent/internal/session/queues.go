@@ -30,7 +30,7 @@ func newEventQueues(back retry.Backoff) *eventQueues {
 // retry adds it when due).
 func (q *eventQueues) queue(k executor.AttemptKey, ph phase) {
 	switch ph {
-	case phaseSendStarted, phaseSendFinished:
+	case phaseSendProgress, phaseSendStarted, phaseSendFinished:
 		if q.sendRetry.NumRequeues(k) == 0 {
 			q.sends.Add(k)
 		}

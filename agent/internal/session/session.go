@@ -1,6 +1,7 @@
 // Package session is the agent's conversation with the orchestrator: the long poll that restates
 // capacity and held attempts (renewing their job leases), claims of offered attempts, directives
-// (cancel, forget), and the events (started, finished) of the attempts the executor runs. It is
+// (cancel, forget), and the events (the timeline, started, finished) of the attempts the
+// executor runs. It is
 // level-triggered: every pass rebuilds its picture from the executor's List, so an agent that
 // restarts, or a message that got lost, heals on the next pass without any state of its own
 // surviving.
@@ -128,7 +129,18 @@ type Session struct {
 	claimAnswered chan struct{}
 	// lastDirectives are the directives of the last poll answer (pollLoop only).
 	lastDirectives map[api.Directive]bool
+	// protocol is the agent protocol version the last poll answer chose (0 before the first);
+	// from api.ProtocolTimeline on, attempts' timeline events are sent.
+	protocol int
+	// began is when the current term started (Run).
+	began time.Time
 }
+
+// holdForProtocol is how long, after a term starts, the events of an attempt with a timeline
+// wait for the first poll answer to say which protocol the orchestrator speaks, so the steps an
+// attempt reached while no agent ran are sent before its finished event instead of being lost.
+// Polls that keep failing do not hold the finished events longer than this.
+const holdForProtocol = 10 * time.Second
 
 // attemptState is what the session remembers about an attempt between passes. All of it can be
 // lost: a new session resends the events (the orchestrator deduplicates them by seq).
@@ -146,14 +158,18 @@ type attemptState struct {
 	// pendingEvent is the finished event of an attempt the executor never got to hold (its start
 	// failed), so it has no outbox but this.
 	pendingEvent []byte
+	// progress are the attempt's timeline events not yet acknowledged, in seq order (timeline.go);
+	// sentSeqs the seqs of those the orchestrator acknowledged or refused for good.
+	progress []api.EventRequest
+	sentSeqs map[int64]bool
 }
 
 // Seq numbers of events. They are derived, not counted, so an agent that restarts sends
 // byte-identical events and the orchestrator's (deployment, attempt, seq) dedup makes it exactly
 // once.
 const (
-	SeqStarted  = 1
-	SeqFinished = 2
+	SeqStarted  = api.SeqStarted
+	SeqFinished = api.SeqFinished
 )
 
 // New returns a session.
@@ -201,6 +217,7 @@ func (s *Session) Run(ctx context.Context) error {
 	// A term starts from what the executor holds, not from what an earlier term remembered.
 	s.mu.Lock()
 	s.attempts = map[executor.AttemptKey]*attemptState{}
+	s.began = time.Now()
 	s.mu.Unlock()
 	s.o.Tokens.Adopting()
 	if err := s.adopt(ctx); err != nil {

@@ -35,6 +35,9 @@ type fakeOrch struct {
 	pollErr error
 	// storage is the state storage type of the claims' placements, by deployment (none unset).
 	storage map[string]string
+	// protocol is the agent protocol the poll answers choose (0: an orchestrator from before
+	// negotiation).
+	protocol int
 }
 
 func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
@@ -66,7 +69,10 @@ func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResp
 		case <-time.After(hold):
 		}
 	}
-	return &api.PollResponse{Offers: offers, MaxConcurrency: limit, OrchestratorVersion: "9.9.9"}, nil
+	f.mu.Lock()
+	protocol := f.protocol
+	f.mu.Unlock()
+	return &api.PollResponse{Offers: offers, MaxConcurrency: limit, OrchestratorVersion: "9.9.9", Protocol: protocol}, nil
 }
 
 func (f *fakeOrch) Claim(_ context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -246,6 +247,8 @@ func (c *Console) deployments(w http.ResponseWriter, r *http.Request, v *visit) 
 type timelineEntry struct {
 	Time                  time.Time
 	Kind, Reason, Message string
+	// Detail is the cluster's own words (the scheduler's message, the registry's answer).
+	Detail string
 }
 
 type outputView struct {
@@ -279,18 +282,26 @@ func (c *Console) deploymentBody(ctx context.Context, v *visit, id string) (*dep
 	}
 	b := &deploymentBody{Org: v.org, CSRF: v.csrf, D: d, Cancelable: !d.Status.Terminal() && !d.CancelRequested}
 	b.Timeline = append(b.Timeline, timelineEntry{Time: d.CreatedAt, Kind: "queued"})
-	if d.ClaimedAt != nil {
+	// The store records a claimed step at each claim; a deployment claimed before it did has
+	// only ClaimedAt.
+	if d.ClaimedAt != nil && !slices.ContainsFunc(events, func(e api.Event) bool { return e.Step == api.StepClaimed }) {
 		b.Timeline = append(b.Timeline, timelineEntry{Time: *d.ClaimedAt, Kind: "claimed"})
 	}
 	for _, e := range events {
 		kind := string(e.Type)
+		if e.Step != "" {
+			kind = strings.ReplaceAll(string(e.Step), "_", " ")
+		}
 		if e.Result != "" {
 			kind += " " + string(e.Result)
+		}
+		if e.Node != "" {
+			kind += " on " + e.Node
 		}
 		if e.Attempt > 1 {
 			kind += " (attempt " + strconv.Itoa(e.Attempt) + ")"
 		}
-		b.Timeline = append(b.Timeline, timelineEntry{Time: e.Time, Kind: kind, Reason: e.Reason, Message: e.Message})
+		b.Timeline = append(b.Timeline, timelineEntry{Time: e.Time, Kind: kind, Reason: string(e.Reason), Message: e.Message, Detail: e.Detail})
 	}
 	slices.SortStableFunc(b.Timeline, func(a, b timelineEntry) int { return a.Time.Compare(b.Time) })
 	names := make([]string, 0, len(outputs))

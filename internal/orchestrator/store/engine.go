@@ -62,6 +62,12 @@ type DueEntry struct {
 	Key     []byte
 }
 
+// QueueDepth is how many deployments wait in one runner's queue.
+type QueueDepth struct {
+	Org, Runner string
+	Queued      int
+}
+
 // LeaseRef names a deployment holding a job lease.
 type LeaseRef struct {
 	Org, Runner, Deployment string
@@ -112,6 +118,9 @@ type Tx interface {
 	// ExpiredLeases returns the deployments whose job lease ran out by now.
 	ExpiredLeases(now time.Time) ([]LeaseRef, error)
 	StatusCounts() (map[api.Status]int64, error)
+	// QueueDepths counts the queued deployments of every runner that has any, by organisation
+	// and runner; it locks nothing.
+	QueueDepths() ([]QueueDepth, error)
 
 	HasEvent(org, deployment string, attempt int, seq int64) (bool, error)
 	PutEvent(org, deployment string, attempt int, seq int64, ev api.Event) error

@@ -28,23 +28,23 @@ func settleLease(tx Tx, rec *DeploymentRecord, now time.Time) (bool, error) {
 	}
 	switch {
 	case rec.D.Status == api.StatusRunning && rec.D.Operation != api.OperationPlan:
-		return true, finishDeployment(tx, rec, api.StatusLost, "lease_expired", fmt.Sprintf(
+		return true, finishDeployment(tx, rec, api.StatusLost, api.ReasonLeaseExpired, fmt.Sprintf(
 			"the agent's job lease on attempt %d (instance %q) expired at %s while the %s was running; "+
 				"it is not re-run automatically because it may have changed infrastructure half-way; "+
 				"check the state and start a new deployment",
 			rec.D.Attempt, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Operation), now)
 	case rec.D.CancelRequested:
-		return true, finishDeployment(tx, rec, api.StatusCanceled, "canceled",
+		return true, finishDeployment(tx, rec, api.StatusCanceled, api.ReasonCanceled,
 			fmt.Sprintf("cancel was requested and the agent's job lease expired at %s", l.ExpiresAt.Format(time.RFC3339)), now)
 	case !runnerExists:
-		return true, finishDeployment(tx, rec, api.StatusCanceled, "runner_deleted",
+		return true, finishDeployment(tx, rec, api.StatusCanceled, api.ReasonRunnerDeleted,
 			fmt.Sprintf("runner %q was deleted and its agent's job lease expired", rec.D.RunnerID), now)
 	}
 	prev := rec.D.Attempt
 	rec.D.Status = api.StatusQueued
 	rec.D.Attempt++
 	rec.D.ClaimedAt, rec.D.StartedAt = nil, nil
-	rec.D.Reason = "lease_expired"
+	rec.D.Reason, rec.D.Detail = api.ReasonLeaseExpired, ""
 	rec.D.Message = fmt.Sprintf("the agent's job lease on attempt %d (instance %q) expired at %s before it finished; queued again as attempt %d",
 		prev, l.Instance, l.ExpiresAt.Format(time.RFC3339), rec.D.Attempt)
 	rec.Lease = nil

@@ -82,7 +82,7 @@ func TestExpiredLeasesFollowTheRules(t *testing.T) {
 		c := claim(t, s, apply)
 		claim(t, s, canceled)
 		started := api.EventRequest{Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted}, Fencing: c.Lease.Fencing}
-		if _, err := s.RecordEvent(ctx, runnerOf, apply.ID, started, lease); err != nil {
+		if _, _, err := s.RecordEvent(ctx, runnerOf, apply.ID, started, lease); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.CancelDeployment(ctx, "acme", canceled.ID); err != nil {
@@ -128,7 +128,7 @@ func TestRefusalsCarryAPICodes(t *testing.T) {
 				_, err := s.Claim(ctx, runnerOf, d.ID, api.ClaimRequest{Attempt: 1, Instance: "pod-b"}, lease)
 				return err
 			}(), api.CodeConflict},
-			{"event of an older grant", func() error { _, err := s.RecordEvent(ctx, runnerOf, d.ID, stale, lease); return err }(), api.CodeStaleFencing},
+			{"event of an older grant", func() error { _, _, err := s.RecordEvent(ctx, runnerOf, d.ID, stale, lease); return err }(), api.CodeStaleFencing},
 			{"organisation never created", s.CheckOrg(ctx, "nobody"), api.CodeOrgNotFound},
 		} {
 			var r *store.Refusal

@@ -241,8 +241,13 @@ func (s *Store) Claim(ctx context.Context, id agentauth.Identity, deploymentID s
 			rec.Lease = &leaseRecord{Fencing: rec.Fencing, Instance: req.Instance}
 			rec.D.Status = api.StatusClaimed
 			rec.D.ClaimedAt = &now
-			rec.D.Reason, rec.D.Message = "", ""
+			rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
 			rec.LogCommitted = 0
+			// The claim is the attempt's first step; the agent reports the others.
+			claimed := api.Event{Attempt: rec.D.Attempt, Seq: api.SeqClaimed, Type: api.EventProgress, Step: api.StepClaimed, Time: now}
+			if err := tx.PutEvent(id.Org, deploymentID, rec.D.Attempt, api.SeqClaimed, claimed); err != nil {
+				return err
+			}
 			if rec.D.LogSize > 0 {
 				note := fmt.Sprintf("\n[outpost: attempt %d starts here; the lines above are from earlier attempts]\n", rec.D.Attempt)
 				if err := appendCapped(tx, rec, []byte(note), s.logCap); err != nil {
@@ -300,16 +305,22 @@ func placementOf(tx Tx, rec *DeploymentRecord) (*api.Placement, error) {
 }
 
 // RecordEvent stores an event once per (deployment, attempt, seq) and applies it: started makes
-// the deployment running, finished ends it and releases the job lease. A resend of a stored event
-// is acknowledged without change, before any other check, so an agent that lost the answer to
-// its finished event can still get it acknowledged. New events are taken only for the current
-// attempt of a deployment that has not ended, and at most MaxEventsPerAttempt per attempt, the
-// finished event always.
-func (s *Store) RecordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (*api.EventResponse, error) {
-	var out api.EventResponse
+// the deployment running, finished ends it and releases the job lease, a waiting event sets the
+// deployment's reason until a later step (pod scheduled or initialized, CLI started) clears it. A
+// resend of a stored event is acknowledged without change, before any other check, so an agent
+// that lost the answer to its finished event can still get it acknowledged. New events are taken
+// only for the current attempt of a deployment that has not ended, and at most
+// MaxEventsPerAttempt per attempt, the finished event always.
+//
+// counted is the reason the event adds to the runner's reason counts, or "": a waiting event's
+// reason, and a finished event's unless the attempt already waited for the same reason, so each
+// reason counts once per attempt.
+func (s *Store) RecordEvent(ctx context.Context, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration) (out *api.EventResponse, counted api.Reason, err error) {
+	var resp api.EventResponse
 	// A batch: when a wave of attempts finishes, their events share commits (and fsyncs) instead
 	// of queueing one commit each. The batch may run this again, so out is set only at the end.
-	err := s.batch(ctx, func(tx Tx) error {
+	err = s.batch(ctx, func(tx Tx) error {
+		counted = ""
 		now := s.TimeNow()
 		if _, err := touchRunner(tx, id, "", now); err != nil {
 			return err
@@ -323,7 +334,7 @@ func (s *Store) RecordEvent(ctx context.Context, id agentauth.Identity, deployme
 			return err
 		}
 		if seen {
-			out = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
+			resp = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
 			return nil
 		}
 		if _, err := settleLease(tx, rec, now); err != nil {
@@ -354,33 +365,72 @@ func (s *Store) RecordEvent(ctx context.Context, id agentauth.Identity, deployme
 		}
 		ev := req.Event
 		ev.Time = when
+		ev.Step = ev.StepOf()
 		if err := tx.PutEvent(id.Org, deploymentID, req.Attempt, req.Seq, ev); err != nil {
+			return err
+		}
+		if counted, err = countedReason(tx, id.Org, deploymentID, ev); err != nil {
 			return err
 		}
 		// The current attempt of a deployment that has not ended holds the job lease.
 		if rec.Lease != nil {
 			rec.Lease.ExpiresAt = now.Add(leaseFor)
+			switch ev.Step {
+			case api.StepWaiting:
+				if rec.D.Status != api.StatusClaimed {
+					break
+				}
+				rec.D.Reason, rec.D.Message, rec.D.Detail = ev.Reason, ev.Message, ev.Detail
+			case api.StepPodScheduled, api.StepPodInitialized:
+				rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
+			}
 			switch req.Type {
 			case api.EventStarted:
 				if rec.D.Status == api.StatusClaimed {
 					rec.D.Status = api.StatusRunning
 					rec.D.StartedAt = &now
+					rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
 				}
 			case api.EventFinished:
 				rec.D.ExitCode = req.ExitCode
 				if err := finishDeployment(tx, rec, req.Result, req.Reason, req.Message, now); err != nil {
 					return err
 				}
+				rec.D.Detail = req.Detail
 			}
 			if err := tx.SaveDeployment(rec); err != nil {
 				return err
 			}
 		}
-		out = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
+		resp = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return &out, nil
+	return &resp, counted, nil
 }
+
+// countedReason is the reason a newly stored event adds to its runner's reason counts (see
+// RecordEvent): a reason outside api.Reasons counts as "other", so a newer agent's reasons
+// cannot grow the metric's series without bound.
+func countedReason(tx Tx, org, deploymentID string, ev api.Event) (api.Reason, error) {
+	if ev.Reason == "" || (ev.Type == api.EventFinished && ev.Result == api.StatusSucceeded) {
+		return "", nil
+	}
+	if ev.Type == api.EventFinished {
+		if seq, ok := api.WaitingSeq(ev.Reason); ok {
+			waited, err := tx.HasEvent(org, deploymentID, ev.Attempt, seq)
+			if err != nil || waited {
+				return "", err
+			}
+		}
+	}
+	if !ev.Reason.Known() {
+		return ReasonOther, nil
+	}
+	return ev.Reason, nil
+}
+
+// ReasonOther is the reason counted for one outside api.Reasons.
+const ReasonOther api.Reason = "other"

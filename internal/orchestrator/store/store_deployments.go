@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -84,9 +85,9 @@ func loadIndexedDeployment(tx Tx, org, id string) (*DeploymentRecord, error) {
 
 // finishDeployment ends a deployment in a terminal status and releases its job lease; from its
 // end on, retention counts.
-func finishDeployment(tx Tx, rec *DeploymentRecord, status api.Status, reason, message string, now time.Time) error {
+func finishDeployment(tx Tx, rec *DeploymentRecord, status api.Status, reason api.Reason, message string, now time.Time) error {
 	rec.D.Status = status
-	rec.D.Reason, rec.D.Message = reason, message
+	rec.D.Reason, rec.D.Message, rec.D.Detail = reason, message, ""
 	rec.D.FinishedAt = &now
 	rec.Lease = nil
 	return tx.SaveDeployment(rec)
@@ -228,7 +229,7 @@ func (s *Store) CancelDeployment(ctx context.Context, org, id string) (*api.Depl
 		case st.Terminal():
 			return conflict("deployment %q already ended with status %s; nothing to cancel", id, st)
 		case st == api.StatusQueued:
-			if err := finishDeployment(tx, rec, api.StatusCanceled, "canceled", "canceled before it started", now); err != nil {
+			if err := finishDeployment(tx, rec, api.StatusCanceled, api.ReasonCanceled, "canceled before it started", now); err != nil {
 				return err
 			}
 			rec.D.CancelRequested = true
@@ -244,7 +245,20 @@ func (s *Store) CancelDeployment(ctx context.Context, org, id string) (*api.Depl
 	return out, err
 }
 
-// ListEvents returns the deployment's events by attempt, then sequence number.
+// QueueDepths counts the queued deployments of every runner that has any.
+func (s *Store) QueueDepths(ctx context.Context) ([]QueueDepth, error) {
+	var out []QueueDepth
+	err := s.view(ctx, func(tx Tx) error {
+		var err error
+		out, err = tx.QueueDepths()
+		return err
+	})
+	return out, err
+}
+
+// ListEvents returns the deployment's events in timeline order: by attempt, then time to the
+// second (the cluster's timestamps have no finer grain), then step, then sequence number. Each
+// has its step, also those of agents that send none (api.Event.StepOf).
 func (s *Store) ListEvents(ctx context.Context, org, id string) ([]api.Event, error) {
 	var out []api.Event
 	err := s.view(ctx, func(tx Tx) error {
@@ -254,6 +268,13 @@ func (s *Store) ListEvents(ctx context.Context, org, id string) ([]api.Event, er
 		var err error
 		out, err = tx.ListEvents(org, id)
 		return err
+	})
+	for i := range out {
+		out[i].Step = out[i].StepOf()
+	}
+	slices.SortStableFunc(out, func(a, b api.Event) int {
+		return cmp.Or(cmp.Compare(a.Attempt, b.Attempt), a.Time.Truncate(time.Second).Compare(b.Time.Truncate(time.Second)),
+			cmp.Compare(a.Step.Rank(), b.Step.Rank()), cmp.Compare(a.Seq, b.Seq))
 	})
 	return out, err
 }

@@ -162,7 +162,7 @@ func (s *Store) DeleteRunner(ctx context.Context, org, id string) error {
 			if err != nil {
 				return err
 			}
-			if err := finishDeployment(tx, rec, api.StatusCanceled, "runner_deleted", fmt.Sprintf("runner %q was deleted before the deployment started", id), now); err != nil {
+			if err := finishDeployment(tx, rec, api.StatusCanceled, api.ReasonRunnerDeleted, fmt.Sprintf("runner %q was deleted before the deployment started", id), now); err != nil {
 				return err
 			}
 		}

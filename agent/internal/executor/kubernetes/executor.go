@@ -87,6 +87,8 @@ type Executor struct {
 	// expiring holds the kept Jobs whose delete was sent, until the informer sees them go, so
 	// trimHistory (run after every keep, on a cache that lags) deletes each once.
 	expiring map[types.UID]bool
+	// warnings are the last Warning-event lookups of waiting Jobs (observeWarnings).
+	warnings map[types.UID]warning
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -127,6 +129,7 @@ func New(o Options) *Executor {
 		notify:   executor.NewNotifier(),
 		log:      o.Logger.With("executor", "kubernetes"),
 		unsealed: map[types.UID]bool{}, tokenSecrets: map[types.UID]types.UID{}, expiring: map[types.UID]bool{},
+		warnings: map[types.UID]warning{},
 	}
 	e.SetSealKeys([][]byte{o.SealKey})
 	h := cache.ResourceEventHandlerFuncs{
@@ -195,6 +198,7 @@ func (e *Executor) Run(ctx context.Context) error {
 		case <-tick.C:
 			e.markNodeLost(ctx)
 			e.watchdog(ctx)
+			e.observeWarnings(ctx)
 			e.trimHistory(kubeclient.Deferrable(ctx))
 		}
 	}
@@ -208,6 +212,7 @@ func (e *Executor) forgetJob(uid types.UID) {
 	delete(e.tokenSecrets, uid)
 	delete(e.expiring, uid)
 	delete(e.unsealed, uid)
+	delete(e.warnings, uid)
 	e.mu.Unlock()
 }
 

@@ -24,8 +24,10 @@ import (
 
 // startupFailure is the JSON of the startup-failure annotation.
 type startupFailure struct {
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
+	Reason  api.Reason `json:"reason"`
+	Message string     `json:"message"`
+	// Detail is the cluster's own words (an annotation written before it existed has none).
+	Detail string `json:"detail,omitempty"`
 }
 
 // status derives an attempt's status from its Job and pods. ok is false for objects that are not
@@ -55,13 +57,14 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 	pods := e.podsOf(j)
 	live := false
 	var main *corev1.ContainerStatus
+	var mainPod *corev1.Pod
 	for _, p := range pods {
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
 			live = true
 		}
 		if cs := mainStatus(p); cs != nil && (cs.State.Running != nil || cs.State.Terminated != nil) {
 			s.Started = true
-			main = cs
+			main, mainPod = cs, p
 			if cs.State.Running != nil {
 				s.StartedAt = cs.State.Running.StartedAt.Time
 			} else {
@@ -72,6 +75,7 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 	if s.Started {
 		s.Status = api.StatusRunning
 	}
+	s.Timeline = timeline(j, pods)
 	if main != nil && main.State.Terminated != nil {
 		code := int(main.State.Terminated.ExitCode)
 		s.ExitCode = &code
@@ -80,11 +84,12 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 	switch cond, reason, msg, at := finishedCondition(j); {
 	case j.Annotations[AnnCancel] != "" && (!live || cond != ""):
 		s.Status, s.Reason, s.Message = api.StatusCanceled, executor.ReasonCanceled, "canceled by request"
+		s.Detail = conditionDetail(j, batchv1.JobSuspended)
 		s.FinishedAt = latest(s.FinishedAt, at)
 	case j.Annotations[AnnStartupError] != "":
 		var f startupFailure
 		_ = json.Unmarshal([]byte(j.Annotations[AnnStartupError]), &f)
-		s.Status, s.Reason, s.Message = api.StatusFailed, f.Reason, f.Message
+		s.Status, s.Reason, s.Message, s.Detail = api.StatusFailed, f.Reason, f.Message, f.Detail
 		s.FinishedAt = latest(s.FinishedAt, at)
 	case cond == batchv1.JobComplete:
 		s.Status = api.StatusSucceeded
@@ -95,7 +100,7 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 		s.FinishedAt = latest(s.FinishedAt, at)
 	case cond == batchv1.JobFailed:
 		s.Status = api.StatusFailed
-		s.Reason, s.Message = failureReason(reason, msg, main)
+		s.Reason, s.Message, s.Detail = failureReason(reason, msg, mainPod, main)
 		switch p := disrupted(pods); {
 		case reason == batchv1.JobReasonDeadlineExceeded:
 		case j.Annotations[AnnNodeLost] != "" || (p != nil && nodeLost(disruptionReason(p))):
@@ -103,16 +108,20 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 			if lost == "" {
 				lost = p.Spec.NodeName + ": " + disruptionReason(p)
 			}
-			s.Reason, s.Message = executor.ReasonNodeLost, fmt.Sprintf("the node of the Job's pod was lost (%s) while it ran; "+
+			s.Reason, s.Detail, s.Message = executor.ReasonNodeLost, lost, fmt.Sprintf("the node of the Job's pod was lost (%s) while it ran; "+
 				"the run may have partly happened and is not re-run automatically: check what it changed and the state (its lock is released) before running it again", lost)
 		case p != nil:
-			s.Reason, s.Message = executor.ReasonEvicted, fmt.Sprintf("pod %s was evicted or preempted (%s); an apply or destroy is not re-run automatically", p.Name, disruptionReason(p))
+			s.Reason, s.Detail = executor.ReasonEvicted, disruptionDetail(p)
+			s.Message = fmt.Sprintf("pod %s was evicted or preempted (%s); an apply or destroy is not re-run automatically", p.Name, disruptionReason(p))
 		case reason == batchv1.JobReasonPodFailurePolicy && strings.Contains(msg, string(corev1.DisruptionTarget)):
 			// The disrupted pod is gone already (deleted with the eviction): the Job's condition
 			// still names the disruption.
-			s.Reason, s.Message = executor.ReasonEvicted, "the Job's pod was evicted or preempted; an apply or destroy is not re-run automatically: "+msg
+			s.Reason, s.Message, s.Detail = executor.ReasonEvicted, "the Job's pod was evicted or preempted; an apply or destroy is not re-run automatically: "+msg, msg
 		}
 		s.FinishedAt = latest(s.FinishedAt, at)
+	}
+	if !s.Started && !s.Terminal() && j.Annotations[AnnCancel] == "" {
+		s.Waiting = e.waiting(j, pods)
 	}
 	if s.Terminal() && s.FinishedAt.IsZero() {
 		s.FinishedAt = j.CreationTimestamp.Time
@@ -130,29 +139,69 @@ func finishedCondition(j *batchv1.Job) (batchv1.JobConditionType, string, string
 	return "", "", "", time.Time{}
 }
 
+// conditionDetail is a true condition of the Job in the Job controller's words ("" without it).
+func conditionDetail(j *batchv1.Job, t batchv1.JobConditionType) string {
+	for _, c := range j.Status.Conditions {
+		if c.Type == t && c.Status == corev1.ConditionTrue {
+			return strings.TrimSpace(c.Reason + ": " + c.Message)
+		}
+	}
+	return ""
+}
+
 func finished(j *batchv1.Job) batchv1.JobConditionType {
 	c, _, _, _ := finishedCondition(j)
 	return c
 }
 
 // failureReason maps a Failed Job to the agent's reason set, preferring what main's container
-// status says (exit code, OOM) over the Job controller's summary.
-func failureReason(condReason, condMsg string, main *corev1.ContainerStatus) (string, string) {
+// status says (exit code, OOM) over the Job controller's summary; p is the pod main ran in. It
+// returns the reason, Outpost's message and the cluster's own words.
+func failureReason(condReason, condMsg string, p *corev1.Pod, main *corev1.ContainerStatus) (api.Reason, string, string) {
 	if condReason == batchv1.JobReasonDeadlineExceeded {
-		return executor.ReasonDeadlineExceeded, "the Job ran past its timeout (activeDeadlineSeconds): " + condMsg
+		return executor.ReasonDeadlineExceeded, "the Job ran past its timeout (activeDeadlineSeconds): " + condMsg +
+			"; raise the deployment's timeout_seconds or the runner's job_timeout if the run needs longer", condReason + ": " + condMsg
 	}
 	if main != nil && main.State.Terminated != nil {
 		t := main.State.Terminated
 		if t.Reason == "OOMKilled" {
-			return executor.ReasonOOMKilled, fmt.Sprintf("main was killed for exceeding its memory limit (OOMKilled, exit code %d)", t.ExitCode)
+			limit := memoryLimit(p)
+			detail := fmt.Sprintf("OOMKilled: exit code %d, memory limit %s", t.ExitCode, limit)
+			return executor.ReasonOOMKilled, fmt.Sprintf("main was killed for exceeding its memory limit of %s (OOMKilled, exit code %d); "+
+				"raise resources.limits.memory of main in the runner's pod template", limit, t.ExitCode), detail
 		}
 		msg := fmt.Sprintf("main exited with code %d", t.ExitCode)
 		if t.Message != "" {
 			msg += ": " + t.Message
 		}
-		return executor.ReasonExitCode, msg
+		return executor.ReasonExitCode, msg, strings.TrimSpace(t.Message)
 	}
-	return executor.ReasonUnknownTermination, strings.TrimSpace(condReason + ": " + condMsg)
+	return executor.ReasonUnknownTermination, strings.TrimSpace(condReason + ": " + condMsg), strings.TrimSpace(condReason + ": " + condMsg)
+}
+
+// memoryLimit is main's memory limit in the pod, or "(none set)": an OOM kill without one is the
+// node running out of memory.
+func memoryLimit(p *corev1.Pod) string {
+	if p != nil {
+		for _, c := range p.Spec.Containers {
+			if c.Name == podtemplate.MainContainer {
+				if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok {
+					return q.String()
+				}
+			}
+		}
+	}
+	return "(none set)"
+}
+
+// disruptionDetail is the DisruptionTarget condition of a disrupted pod in the cluster's words.
+func disruptionDetail(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return strings.TrimSpace(c.Reason + ": " + c.Message)
+		}
+	}
+	return ""
 }
 
 // nodeLost reports whether a DisruptionTarget reason says Kubernetes gave a pod up with its
@@ -272,8 +321,8 @@ func (e *Executor) watchdog(ctx context.Context) {
 		if _, ok := e.status(j); !ok || started {
 			continue
 		}
-		reason, msg := e.startupReason(ctx, j)
-		f := startupFailure{Reason: reason, Message: fmt.Sprintf("the Job's pod did not start within %s: %s", e.o.StartupTimeout.Duration, msg)}
+		reason, msg, detail := e.startupReason(ctx, j)
+		f := startupFailure{Reason: reason, Detail: detail, Message: fmt.Sprintf("the Job's pod did not start within %s: %s", e.o.StartupTimeout.Duration, msg)}
 		if hopeless != "" {
 			f.Message = "the Job's pod cannot start: " + msg
 		}
@@ -302,37 +351,54 @@ func (e *Executor) neverStarts(j *batchv1.Job) string {
 }
 
 // startupReason explains why a Job's pod is not running, from the pod's conditions and
-// container states first and from events second (those need `list events`).
-func (e *Executor) startupReason(ctx context.Context, j *batchv1.Job) (string, string) {
+// container states first and from events second (those need `list events`): the reason,
+// Outpost's message and the cluster's own words.
+func (e *Executor) startupReason(ctx context.Context, j *batchv1.Job) (api.Reason, string, string) {
 	pods := e.podsOf(j)
 	for i := len(pods) - 1; i >= 0; i-- {
 		p := pods[i]
-		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
-			if w := cs.State.Waiting; w != nil {
-				switch w.Reason {
-				case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-					image := imageOf(p, cs)
-					return executor.ReasonImagePull, fmt.Sprintf("%s: container %s cannot get image %s: %s; %s",
-						w.Reason, cs.Name, image, w.Message, imagePullHint(p, image, w.Message))
-				}
-			}
+		if w := podWaiting(p); w != nil {
+			return w.Reason, w.Message, w.Detail
 		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-				return executor.ReasonUnschedulable, fmt.Sprintf("%s: %s", c.Reason, c.Message)
-			}
-		}
-		if r, m, ok := e.eventReason(ctx, p, p.Namespace, "Pod", p.Name); ok {
-			return r, m
+		if w := e.eventReason(ctx, p, p.Namespace, "Pod", p.Name); w != nil {
+			return w.Reason, w.Message, w.Detail
 		}
 	}
-	if r, m, ok := e.eventReason(ctx, nil, j.Namespace, "Job", j.Name); ok {
-		return r, m
+	if w := e.eventReason(ctx, nil, j.Namespace, "Job", j.Name); w != nil {
+		return w.Reason, w.Message, w.Detail
 	}
 	if len(pods) == 0 {
-		return executor.ReasonStartupTimeout, "no pod was created for the Job"
+		return executor.ReasonStartupTimeout, "no pod was created for the Job", ""
 	}
-	return executor.ReasonStartupTimeout, fmt.Sprintf("pod %s is %s", pods[len(pods)-1].Name, pods[len(pods)-1].Status.Phase)
+	return executor.ReasonStartupTimeout, fmt.Sprintf("pod %s is %s", pods[len(pods)-1].Name, pods[len(pods)-1].Status.Phase), ""
+}
+
+// podWaiting is what a pod that has not started waits for, as its container states and
+// conditions say (no API call): an image that cannot be pulled, no node for it, a container
+// the runtime cannot create. nil when they name nothing.
+func podWaiting(p *corev1.Pod) *executor.Waiting {
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		w := cs.State.Waiting
+		if w == nil {
+			continue
+		}
+		switch w.Reason {
+		case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+			image := imageOf(p, cs)
+			return &executor.Waiting{Reason: executor.ReasonImagePull, Detail: strings.TrimSpace(w.Reason + ": " + w.Message),
+				Message: fmt.Sprintf("%s: container %s cannot get image %s: %s; %s", w.Reason, cs.Name, image, w.Message, imagePullHint(p, image, w.Message))}
+		case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+			return &executor.Waiting{Reason: executor.ReasonStartFailed, Detail: strings.TrimSpace(w.Reason + ": " + w.Message),
+				Message: fmt.Sprintf("%s: container %s cannot be created: %s", w.Reason, cs.Name, w.Message)}
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return &executor.Waiting{Reason: executor.ReasonUnschedulable, Detail: c.Message,
+				Message: fmt.Sprintf("%s: %s; check the pod template's nodeSelector, affinity, tolerations and resource requests against the nodes", c.Reason, c.Message)}
+		}
+	}
+	return nil
 }
 
 // imageOf is the image of a container as the pod spec names it (the status may show a resolved
@@ -347,32 +413,37 @@ func imageOf(p *corev1.Pod, cs corev1.ContainerStatus) string {
 }
 
 // eventReason explains a start-up failure from the newest Warning event of an object; p is the
-// pod (nil for the Job), whose pull secrets an image pull failure's hint names.
-func (e *Executor) eventReason(ctx context.Context, p *corev1.Pod, ns, kind, name string) (string, string, bool) {
-	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name}.AsSelector().String()
+// pod (nil for the Job), whose pull secrets an image pull failure's hint names. nil when the
+// object has no Warning event.
+func (e *Executor) eventReason(ctx context.Context, p *corev1.Pod, ns, kind, name string) *executor.Waiting {
+	sel := fields.Set{"involvedObject.kind": kind, "involvedObject.name": name, "type": corev1.EventTypeWarning}.AsSelector().String()
 	evs, err := e.o.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if err != nil || len(evs.Items) == 0 {
-		return "", "", false
+		return nil
 	}
 	items := evs.Items
 	sort.Slice(items, func(a, b int) bool { return items[a].LastTimestamp.Before(&items[b].LastTimestamp) })
 	for i := len(items) - 1; i >= 0; i-- {
 		ev := items[i]
-		if ev.Type != corev1.EventTypeWarning {
+		if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != kind || ev.InvolvedObject.Name != name {
 			continue
 		}
+		detail := ev.Reason + ": " + ev.Message
 		switch {
 		case ev.Reason == "FailedScheduling":
-			return executor.ReasonUnschedulable, "FailedScheduling: " + ev.Message, true
+			return &executor.Waiting{Reason: executor.ReasonUnschedulable, Message: detail, Detail: ev.Message}
+		case ev.Reason == "FailedCreate" && strings.Contains(ev.Message, "exceeded quota"):
+			return &executor.Waiting{Reason: executor.ReasonQuotaExceeded, Detail: ev.Message,
+				Message: detail + "; the jobs namespace's ResourceQuota has no room for the pod: raise the quota, lower the pod template's requests or wait for other pods to end"}
 		case strings.Contains(ev.Message, "pull") || ev.Reason == "ErrImagePull" || ev.Reason == "ImagePullBackOff":
 			hint := imagePullFallbackHint
 			if p != nil {
 				hint = imagePullHint(p, eventImage(ev.Message), ev.Message)
 			}
-			return executor.ReasonImagePull, ev.Reason + ": " + ev.Message + "; " + hint, true
+			return &executor.Waiting{Reason: executor.ReasonImagePull, Message: detail + "; " + hint, Detail: ev.Message}
 		default:
-			return executor.ReasonStartFailed, ev.Reason + ": " + ev.Message, true
+			return &executor.Waiting{Reason: executor.ReasonStartFailed, Message: detail, Detail: detail}
 		}
 	}
-	return "", "", false
+	return nil
 }

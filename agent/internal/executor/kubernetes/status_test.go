@@ -49,7 +49,7 @@ func TestStatusNodeLost(t *testing.T) {
 		name, reason string
 		podKept      bool
 		annotate     bool
-		want         string
+		want         api.Reason
 	}{
 		{"pod failed by the pod garbage collector", "DeletionByPodGC", true, false, executor.ReasonNodeLost},
 		{"pod gone, the Job recorded the lost node", "DeletionByTaintManager", false, true, executor.ReasonNodeLost},

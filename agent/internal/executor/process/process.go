@@ -85,8 +85,8 @@ type cancelRecord struct {
 }
 
 type failureRecord struct {
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
+	Reason  api.Reason `json:"reason"`
+	Message string     `json:"message"`
 }
 
 // New returns a process executor; the work dir is created if missing.

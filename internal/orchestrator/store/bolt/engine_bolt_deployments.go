@@ -166,6 +166,28 @@ func (t Tx) CountRunnerQueue(org, runner string, most int) (int, error) {
 	return n, err
 }
 
+// QueueDepths implements store.Tx. Queue keys are org/runner/ and an 8-byte sequence number, in
+// key order, so each runner's entries are one run.
+func (t Tx) QueueDepths() ([]store.QueueDepth, error) {
+	var out []store.QueueDepth
+	err := t.tx.Bucket(bQueue).ForEach(func(k, _ []byte) error {
+		if len(k) < 9 {
+			return nil
+		}
+		org, runner, ok := bytes.Cut(k[:len(k)-9], []byte("/"))
+		if !ok {
+			return nil
+		}
+		if n := len(out); n > 0 && out[n-1].Org == string(org) && out[n-1].Runner == string(runner) {
+			out[n-1].Queued++
+			return nil
+		}
+		out = append(out, store.QueueDepth{Org: string(org), Runner: string(runner), Queued: 1})
+		return nil
+	})
+	return out, err
+}
+
 // Queued implements store.Tx.
 func (t Tx) Queued(org, runner string, limit int) ([]string, error) {
 	var out []string

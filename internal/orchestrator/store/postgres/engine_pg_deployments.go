@@ -174,6 +174,20 @@ func (t *Tx) StatusCounts() (map[api.Status]int64, error) {
 	return out, err
 }
 
+// QueueDepths implements store.Tx.
+func (t *Tx) QueueDepths() ([]store.QueueDepth, error) {
+	rows, err := t.tx.Query(t.ctx, `SELECT org, runner_id, count(*) FROM deployments WHERE status = 'queued'
+		GROUP BY org, runner_id ORDER BY org, runner_id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.QueueDepth, error) {
+		var d store.QueueDepth
+		err := r.Scan(&d.Org, &d.Runner, &d.Queued)
+		return d, err
+	})
+}
+
 // HasEvent implements store.Tx.
 func (t *Tx) HasEvent(org, deployment string, attempt int, seq int64) (bool, error) {
 	var one int
