@@ -86,8 +86,21 @@ func (a *Agent) Claim(ctx context.Context, id string) *Running {
 // Event sends the attempt's next event (its attempt, sequence number and time filled in).
 func (r *Running) Event(ctx context.Context, ev api.Event) *api.EventResponse {
 	r.a.t.Helper()
-	r.seq++
-	ev.Attempt, ev.Seq = r.Claim.Attempt, r.seq
+	// Seqs below SeqWaiting+len(Reasons) are derived from what an event says (api.SeqClaimed is
+	// the orchestrator's own); a scripted event without a step counts from well above them.
+	switch {
+	case ev.Type == api.EventStarted:
+		ev.Seq = api.SeqStarted
+	case ev.Type == api.EventFinished:
+		ev.Seq = api.SeqFinished
+	default:
+		if r.seq == 0 {
+			r.seq = 1000
+		}
+		r.seq++
+		ev.Seq = r.seq
+	}
+	ev.Attempt = r.Claim.Attempt
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}
