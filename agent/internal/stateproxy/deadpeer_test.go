@@ -17,48 +17,14 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// netnsEnv marks the test binary re-run inside a network namespace of its own.
-const netnsEnv = "OUTPOST_STATEPROXY_NETNS"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/netnstest"
+)
 
 // bypassEnv=1 points the CLI at the Service directly instead of at the proxy: the CLI's state
 // write then waits on the dead connection until the kernel gives up (about 15 minutes), which
 // is what the proxy is for. Set it to see that the test fails without the proxy.
 const bypassEnv = "OUTPOST_STATEPROXY_BYPASS"
-
-// inNetns re-runs the calling test in a new network namespace (unshare --net, as root or with a
-// user namespace) and reports whether the caller is that re-run; the caller returns at once
-// when it is not. Inside, the test owns loopback's netfilter rules: nothing it adds reaches the
-// machine's own, and the namespace ends with the process.
-func inNetns(t *testing.T) bool {
-	if os.Getenv(netnsEnv) == "1" {
-		if out, err := exec.CommandContext(t.Context(), "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-			t.Fatalf("ip link set lo up: %v\n%s", err, out)
-		}
-		return true
-	}
-	args := []string{"--net"}
-	if os.Geteuid() != 0 {
-		args = append(args, "--map-root-user")
-	}
-	args = append(args, "--", os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
-	cmd := exec.CommandContext(t.Context(), "unshare", args...)
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("in a network namespace of its own:\n%s", out)
-	if err != nil {
-		t.Fatalf("the test in its network namespace: %v (it needs unshare(1), ip(8) and iptables(8), and root or user namespaces)", err)
-	}
-	return false
-}
-
-func iptables(t *testing.T, args ...string) {
-	t.Helper()
-	if out, err := exec.CommandContext(t.Context(), "iptables", args...).CombinedOutput(); err != nil {
-		t.Fatalf("iptables %v: %v\n%s", args, err, out)
-	}
-}
 
 // TestDeadPeerFailsOverWithTheCLI runs the real terraform CLI through the proxy against two
 // replicas of a state backend behind a Service (iptables DNAT in the test's own network
@@ -81,7 +47,7 @@ func TestDeadPeerFailsOverWithTheCLI(t *testing.T) {
 	if _, err := os.Stat(tf); err != nil {
 		t.Fatalf("this test runs the real terraform CLI at %s: %v", tf, err)
 	}
-	if !inNetns(t) {
+	if !netnstest.Enter(t) {
 		return
 	}
 	for _, when := range []string{"between", "during"} {
@@ -104,16 +70,13 @@ func loseReplica(t *testing.T, tf, when string) {
 	// The Service: nothing listens on its port; connections to it go to a and b in turn.
 	service := closedPort(t)
 	_, svcPort, _ := net.SplitHostPort(service)
-	iptables(t, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", svcPort,
+	netnstest.Iptables(t, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", svcPort,
 		"-m", "statistic", "--mode", "nth", "--every", "2", "--packet", "0", "-j", "DNAT", "--to-destination", "127.0.0.1:"+ports["a"])
-	iptables(t, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", svcPort, "-j", "DNAT", "--to-destination", "127.0.0.1:"+ports["b"])
+	netnstest.Iptables(t, "-t", "nat", "-A", "OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", svcPort, "-j", "DNAT", "--to-destination", "127.0.0.1:"+ports["b"])
 	var lost time.Time
 	var dead string
 	lose := func(name string) {
-		// What goes to it, after the Service's DNAT; what it sends, before the DNAT is undone
-		// on the way back (the raw table comes first).
-		iptables(t, "-I", "INPUT", "-p", "tcp", "--dport", ports[name], "-j", "DROP")
-		iptables(t, "-t", "raw", "-I", "OUTPUT", "-p", "tcp", "--sport", ports[name], "-j", "DROP")
+		netnstest.Lose(t, ports[name])
 		lost, dead = time.Now(), name
 	}
 

@@ -170,19 +170,32 @@ func (p *Proxy) Close() error {
 	return err
 }
 
+// Dialer returns a dialer with the proxy's default bounds: dials give up after 5 s, and a
+// connection whose peer stopped acknowledging (keepalive probes after 5 s idle, or a request)
+// fails within 15 s. The state backend's forwarder reaches the leader with it too.
+func Dialer() *net.Dialer {
+	var o Options
+	o.defaults()
+	return newDialer(o)
+}
+
+func newDialer(o Options) *net.Dialer {
+	return &net.Dialer{
+		Timeout: o.DialTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: o.KeepAliveIdle, Interval: o.KeepAliveInterval,
+			Count: max(1, int(o.UserTimeout/o.KeepAliveInterval)),
+		},
+		Control: userTimeoutControl(o.UserTimeout),
+	}
+}
+
 // transport is an HTTP/1.1 transport to the upstream: one request per connection at a time, so a
 // failed connection takes only its own request with it, and a new connection is a new pick of
 // the Service's load balancing. Reads and writes share its kept-alive connections, as they did
 // in the CLI's own client.
 func (p *Proxy) transport() *http.Transport {
-	d := &net.Dialer{
-		Timeout: p.opts.DialTimeout,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: p.opts.KeepAliveIdle, Interval: p.opts.KeepAliveInterval,
-			Count: max(1, int(p.opts.UserTimeout/p.opts.KeepAliveInterval)),
-		},
-		Control: userTimeoutControl(p.opts.UserTimeout),
-	}
+	d := newDialer(p.opts)
 	dial := d.DialContext
 	if p.opts.dialAddr != nil {
 		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
