@@ -224,8 +224,8 @@ func (p *Proxy) transport() *http.Transport {
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // replayable reports whether method may be sent again after a failure that left its outcome
-// unknown: reads, and lock calls (a LOCK with the lock ID the state already holds refreshes it,
-// an UNLOCK of a lock already released answers that it is not locked).
+// unknown: reads, and lock calls (the state backend answers a LOCK with the lock ID the state
+// already holds by refreshing it, and an UNLOCK of a lock already released with 200).
 func replayable(method string) bool {
 	switch method {
 	case http.MethodGet, http.MethodHead, "LOCK", "UNLOCK":
