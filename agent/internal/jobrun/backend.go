@@ -1,8 +1,12 @@
 package jobrun
 
 import (
+	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -10,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/stateproxy"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -23,7 +28,8 @@ const (
 
 // httpBackendRetryMax is how often the CLI retries a state request. The agent's state backend
 // moves with the agent's leader; with waits of 1 s doubling to 30 s, ten retries ride out roughly
-// three minutes of failover before the CLI gives up.
+// three minutes of failover before the CLI gives up. The CLI retries what the state proxy answers
+// 502 (a write it did not send again itself, a read it gave up on after 60 s).
 const httpBackendRetryMax = 10
 
 // stateObjectKey is where a state lives in an object store (s3 and azurerm):
@@ -52,7 +58,8 @@ func stateURL(base, stateKey string) string {
 
 // backendConfig renders the backend override file for the spec's state storage.
 //
-//   - kubernetes: the agent's http backend at $OUTPOST_STATE_URL/v1/states/<key>, locked with
+//   - kubernetes: the agent's http backend at <stateBaseURL>/v1/states/<key> (the state proxy's
+//     URL, which forwards to $OUTPOST_STATE_URL), locked with
 //     LOCK/UNLOCK. The credentials (deployment id and state credential) are not in the file; they travel
 //     in TF_HTTP_USERNAME / TF_HTTP_PASSWORD (see backendEnv), so the credential never lands on
 //     disk in the work dir nor in a plan file.
@@ -137,17 +144,37 @@ func backendConfig(st api.StateStorage, stateKey, stateBaseURL string) (string, 
 // backendEnv is the environment the CLI needs for the backend: for the agent's http backend
 // the job runner's state credentials, which the agent checks against the claim (deployment id
 // and the attempt's state credential, never the job token, and the state key of the placement).
-func backendEnv(st api.StateStorage, deploymentID, stateToken, caPEM, stateBaseURL string) []string {
+// The CLI sends them to the state proxy on the pod's loopback, which passes them to the state
+// backend and nowhere else (see startStateProxy).
+func backendEnv(st api.StateStorage, deploymentID, stateToken string) []string {
 	if st.Type != api.StateStorageKubernetes {
 		return nil
 	}
-	env := []string{"TF_HTTP_USERNAME=" + deploymentID, "TF_HTTP_PASSWORD=" + stateToken}
-	if caPEM != "" && strings.HasPrefix(strings.ToLower(stateBaseURL), "https://") {
-		// The http backend trusts this PEM for the state URL (an in-cluster service whose
-		// certificate comes from a private CA).
-		env = append(env, "TF_HTTP_CLIENT_CA_CERTIFICATE_PEM="+caPEM)
+	return []string{"TF_HTTP_USERNAME=" + deploymentID, "TF_HTTP_PASSWORD=" + stateToken}
+}
+
+// startStateProxy starts the state proxy (package stateproxy) in front of the agent's state
+// backend at stateURL; the CLI's http backend points at the proxy instead, so a state request
+// on a connection to an agent pod that vanished (its node lost) fails over within the proxy's
+// bounds rather than after the kernel's 15 minutes. For an https state URL the proxy trusts
+// caPEM and only it when there is one (OUTPOST_STATE_CA, else OUTPOST_CA_BUNDLE_FILE's
+// certificates), as the CLI did with TF_HTTP_CLIENT_CA_CERTIFICATE_PEM before the proxy, else
+// the system's roots. Its retries and failures go to log, the job's log.
+func startStateProxy(ctx context.Context, stateURL, caPEM string, log io.Writer) (*stateproxy.Proxy, error) {
+	opts := stateproxy.Options{Upstream: stateURL}
+	if caPEM != "" && strings.HasPrefix(strings.ToLower(stateURL), "https://") {
+		opts.RootCAs = x509.NewCertPool()
+		if !opts.RootCAs.AppendCertsFromPEM([]byte(caPEM)) {
+			return nil, fmt.Errorf("the state backend's CA (%s, else %s) holds no PEM certificate", jobenv.StateCA, jobenv.CABundleFile)
+		}
 	}
-	return env
+	opts.Log = slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{} // the log's lines carry no time of their own
+		}
+		return a
+	}}))
+	return stateproxy.Start(ctx, opts)
 }
 
 // hclString quotes s as an HCL string literal. Besides the usual escapes, "${" and "%{" are

@@ -3,6 +3,10 @@ package jobrun
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +18,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/stateproxy"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/sourcearchive/archivetest"
 )
@@ -146,16 +151,54 @@ func TestBackendConfigErrors(t *testing.T) {
 
 func TestBackendEnvCarriesCredentials(t *testing.T) {
 	k := api.StateStorage{StateStorageInput: api.StateStorageInput{Type: api.StateStorageKubernetes}}
-	got := backendEnv(k, "dep-1", "opst_secret", "", "http://agent:8080")
+	got := backendEnv(k, "dep-1", "opst_secret")
 	want := []string{"TF_HTTP_USERNAME=dep-1", "TF_HTTP_PASSWORD=opst_secret"}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("env = %v, want %v", got, want)
 	}
-	if got := backendEnv(k, "dep-1", "opj_secret", "PEM", "https://agent:8443"); len(got) != 3 || got[2] != "TF_HTTP_CLIENT_CA_CERTIFICATE_PEM=PEM" {
-		t.Fatalf("https state URL with CA bundle: env = %v", got)
-	}
-	if got := backendEnv(api.StateStorage{StateStorageInput: api.StateStorageInput{Type: api.StateStorageS3}}, "dep-1", "opj_secret", "", ""); got != nil {
+	if got := backendEnv(api.StateStorage{StateStorageInput: api.StateStorageInput{Type: api.StateStorageS3}}, "dep-1", "opj_secret"); got != nil {
 		t.Fatalf("s3 must not get the job token: %v", got)
+	}
+}
+
+// TestStateProxyTrustsTheStateCA: the state proxy the job runner puts in front of an https
+// state URL trusts the state CA it is given, and only it (the CLI's trust before the proxy):
+// a state backend whose certificate another CA issued is refused, and the job log says so.
+func TestStateProxyTrustsTheStateCA(t *testing.T) {
+	state, _ := newMemStateBackend(t)
+	state.allow("dep-1", "opst_secret-credential")
+	srv := httptest.NewTLSServer(state)
+	defer srv.Close()
+	statePEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	for name, tc := range map[string]struct {
+		caPEM string
+		want  int
+	}{
+		"state CA": {statePEM, http.StatusNoContent},
+		"other CA": {string(testCAPEM(t, "other")), stateproxy.StatusCertificateError},
+	} {
+		var log bytes.Buffer
+		p, err := startStateProxy(t.Context(), srv.URL, tc.caPEM, &log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, p.URL()+"/v1/states/app", nil)
+		req.SetBasicAuth("dep-1", "opst_secret-credential")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		p.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: %d, want %d; log:\n%s", name, resp.StatusCode, tc.want, log.String())
+		}
+		if tc.want != http.StatusNoContent && !strings.Contains(log.String(), "not trusted") {
+			t.Errorf("%s: the log does not say why:\n%s", name, log.String())
+		}
+	}
+	if _, err := startStateProxy(t.Context(), srv.URL, "not a PEM", io.Discard); err == nil || !strings.Contains(err.Error(), jobenv.StateCA) {
+		t.Errorf("a CA without a certificate: %v", err)
 	}
 }
 

@@ -258,7 +258,16 @@ func (j *attemptRun) run() int {
 		}
 		return j.fail("lay out the source: %v", err)
 	}
-	backend, err := backendConfig(spec.StateStorage, spec.StateKey, j.cfg.StateURL)
+	stateURL := j.cfg.StateURL
+	if spec.StateStorage.Type == api.StateStorageKubernetes && stateURL != "" {
+		proxy, err := startStateProxy(netCtx, stateURL, cmp.Or(j.cfg.StateCA, j.caPEM), j.out)
+		if err != nil {
+			return j.fail("start the state proxy: %v", err)
+		}
+		defer proxy.Close()
+		stateURL = proxy.URL()
+	}
+	backend, err := backendConfig(spec.StateStorage, spec.StateKey, stateURL)
 	if err != nil {
 		return j.fail("%v", err)
 	}
@@ -274,7 +283,7 @@ func (j *attemptRun) run() int {
 	}
 
 	env := append(append([]string{"TF_IN_AUTOMATION=1", "TF_INPUT=0", "CHECKPOINT_DISABLE=1"}, toolEnv...),
-		backendEnv(spec.StateStorage, spec.DeploymentID, j.stateToken, cmp.Or(j.cfg.StateCA, j.caPEM), j.cfg.StateURL)...)
+		backendEnv(spec.StateStorage, spec.DeploymentID, j.stateToken)...)
 	providerEnv, err := providerSettings(workDir, j.cfg.PluginCacheDir, j.cfg.ProviderInstallation)
 	if err != nil {
 		return j.fail("%v", err)

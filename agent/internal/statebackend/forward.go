@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/stateproxy"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,6 +38,11 @@ type Forwarder struct {
 	tlsPort   string
 	tlsConfig *tls.Config
 	transport *http.Transport
+	// plain reaches a leader in plain HTTP. Both transports dial with the state proxy's bounds
+	// (stateproxy.Dialer) and drop connections idle for 5 s: a request forwarded to a leader
+	// whose node was lost fails within 15 s, instead of waiting on the connection until the
+	// job's state proxy gives up on the answer (up to 150 s for a write).
+	plain *http.Transport
 
 	mu      sync.Mutex
 	leader  string
@@ -51,7 +57,20 @@ func NewForwarder(kube kubeclient.Interface, namespace, self, listen string) *Fo
 	if err != nil || port == "" {
 		port = "8080"
 	}
-	return &Forwarder{kube: kube, namespace: namespace, port: port, self: self}
+	return &Forwarder{kube: kube, namespace: namespace, port: port, self: self, plain: podTransport(nil)}
+}
+
+// podTransport is a transport to a leader pod: pod to pod, never through a proxy, with the state
+// proxy's bounds on every connection (see Forwarder.plain).
+func podTransport(cfg *tls.Config) *http.Transport {
+	return &http.Transport{
+		TLSClientConfig:     cfg,
+		DialContext:         stateproxy.Dialer().DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     stateproxy.DefaultIdleTimeout,
+		MaxIdleConnsPerHost: 16,
+		ForceAttemptHTTP2:   cfg != nil,
+	}
 }
 
 // TLSPortName is the name of the agent container's TLS state port. A leader pod that declares it
@@ -67,15 +86,7 @@ func (f *Forwarder) UseTLS(cfg *tls.Config, listen string) {
 		port = "8443"
 	}
 	f.tlsPort, f.tlsConfig = port, cfg
-	// Pod to pod, never through a proxy.
-	f.transport = &http.Transport{
-		TLSClientConfig:     cfg.Clone(),
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSHandshakeTimeout: 10 * time.Second,
-		IdleConnTimeout:     90 * time.Second,
-		MaxIdleConnsPerHost: 16,
-		ForceAttemptHTTP2:   true,
-	}
+	f.transport = podTransport(cfg.Clone())
 }
 
 // SetLeading records whether this replica leads.
@@ -88,10 +99,18 @@ func (f *Forwarder) SetLeading(v bool) {
 // SetLeader records the current leader's identity.
 func (f *Forwarder) SetLeader(id string) {
 	f.mu.Lock()
-	if id != f.leader {
+	changed := id != f.leader
+	if changed {
 		f.leader, f.target = id, nil
 	}
 	f.mu.Unlock()
+	if changed {
+		// Kept-alive connections are to the previous leader, which may be gone without a reset.
+		f.plain.CloseIdleConnections()
+		if f.transport != nil {
+			f.transport.CloseIdleConnections()
+		}
+	}
 }
 
 // forward reports whether the request was handled by forwarding it to the leader.
@@ -184,12 +203,12 @@ func (f *Forwarder) forget(leader string) {
 	f.mu.Unlock()
 }
 
-// transportFor is the transport to target: the TLS one for https, the default otherwise.
+// transportFor is the transport to target: the TLS one for https, the plain one otherwise.
 func (f *Forwarder) transportFor(target *url.URL) http.RoundTripper {
 	if target.Scheme == "https" && f.transport != nil {
 		return f.transport
 	}
-	return nil // httputil.ReverseProxy's default
+	return f.plain
 }
 
 // servesTLS reports whether the pod's containers declare the TLS state port.
