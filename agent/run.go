@@ -314,7 +314,7 @@ func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobto
 	}
 	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens, Org: cfg.OrgID,
 		FallbackNamespace: cfg.State.Namespace, EncryptionKey: key, Forwarder: fw, Logger: log,
-		Limits: cfg.State.Limits}), ""
+		Limits: cfg.State.Limits, KeepVersions: cfg.State.Versions.Keep, MaxVersionAge: cfg.State.Versions.MaxAge.Duration}), ""
 }
 
 // newExecutor builds the executor from its section of the configuration, adding the runtime

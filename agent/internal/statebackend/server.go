@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 
@@ -34,6 +35,10 @@ type ServerOptions struct {
 	Org string
 	// Limits bound the work in progress of every namespace together.
 	Limits Limits
+	// KeepVersions and MaxVersionAge say how many versions of each state are kept
+	// (statestore.Options.KeepGenerations, MaxGenerationAge; zero: the store's defaults).
+	KeepVersions  int
+	MaxVersionAge time.Duration
 	// Forwarder is set when leader election runs: a standby forwards to the leader.
 	Forwarder *Forwarder
 	// Logger gets the server's and its handlers' logs (component=state).
@@ -151,7 +156,8 @@ func (s *Server) handler(ns string) (*Handler, error) {
 	if h := s.handlers[ns]; h != nil {
 		return h, nil
 	}
-	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey, Scope: s.o.Org})
+	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey, Scope: s.o.Org,
+		KeepGenerations: s.o.KeepVersions, MaxGenerationAge: s.o.MaxVersionAge})
 	if err != nil {
 		return nil, err
 	}

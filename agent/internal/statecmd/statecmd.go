@@ -65,6 +65,8 @@ type stateOpts struct {
 	json, force, overwrite, ignore      bool
 	generation                          int64
 	workspace, suffix, key              string
+	keep                                int
+	maxAge                              time.Duration
 }
 
 // flags registers the flags of cmd on a new FlagSet. Values already set (from flags before the
@@ -107,13 +109,18 @@ var stateCommands = map[string]struct {
 // environment, package config), so that inside the agent's pod no flag is needed.
 type Defaults struct {
 	Namespace, OrgID, EncryptionKeyFile string
+	// KeepVersions and MaxVersionAge are the agent's state.versions: a restore prunes the
+	// history as the agent's own writes do.
+	KeepVersions  int
+	MaxVersionAge time.Duration
 }
 
 // Main runs `outpost-agent state` with args (after "state"). Exit codes: 0 done, 1 the
 // operation failed (one line on stderr that names the state and what to do), 2 bad usage (with
 // the usage text).
 func Main(args []string, defaults Defaults, stdout, stderr io.Writer) int {
-	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: defaults.Namespace, org: defaults.OrgID, keyFile: defaults.EncryptionKeyFile}
+	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: defaults.Namespace, org: defaults.OrgID, keyFile: defaults.EncryptionKeyFile,
+		keep: defaults.KeepVersions, maxAge: defaults.MaxVersionAge}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "outpost-agent state: "+format+"\n", a...)
 		fmt.Fprint(stderr, stateUsage)
@@ -175,7 +182,8 @@ func Main(args []string, defaults Defaults, stdout, stderr io.Writer) int {
 	if cmd == "list" {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	store, err := statestore.New(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log, Scope: o.org})
+	store, err := statestore.New(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log, Scope: o.org,
+		KeepGenerations: o.keep, MaxGenerationAge: o.maxAge})
 	if err != nil {
 		return usage("--encryption-key-file: %v", err)
 	}
