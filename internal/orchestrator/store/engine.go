@@ -41,6 +41,7 @@ const (
 	KindOrgToken
 	KindSource  // api.Source of a deployment (kept apart: it can be 16 MiB)
 	KindOutputs // api.Outputs of a deployment
+	KindState   // api.State: a state's versions and lock as its agent reported them; id "<storage>/<key>"
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.

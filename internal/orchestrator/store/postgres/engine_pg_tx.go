@@ -21,6 +21,7 @@ type Tx struct {
 
 var docTables = map[store.DocKind]string{
 	store.KindRunner: "runners", store.KindStorage: "state_storages", store.KindOrgToken: "org_tokens", store.KindSource: "sources", store.KindOutputs: "outputs",
+	store.KindState: "states",
 }
 
 // Writable implements store.Tx.
