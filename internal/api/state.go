@@ -59,11 +59,26 @@ type StateLock struct {
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
-// ReportedState is one state of a state report: its kept versions, newest first, and its lock.
+// StateLockBreak records the last time an operator broke a state's lock.
+type StateLockBreak struct {
+	// Holder and Pod are whose lock it was.
+	Holder string `json:"holder"`
+	Pod    string `json:"pod,omitempty"`
+	// By and Reason are who broke it and why, as they gave them.
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	// Live is whether the lock had not expired: its holder may still have been running.
+	Live bool `json:"live"`
+}
+
+// ReportedState is one state of a state report: its kept versions, newest first, its lock, and
+// the last break of its lock.
 type ReportedState struct {
-	StateKey string         `json:"state_key"`
-	Versions []StateVersion `json:"versions"`
-	Lock     *StateLock     `json:"lock,omitempty"`
+	StateKey      string          `json:"state_key"`
+	Versions      []StateVersion  `json:"versions"`
+	Lock          *StateLock      `json:"lock,omitempty"`
+	LastLockBreak *StateLockBreak `json:"last_lock_break,omitempty"`
 }
 
 // StateReport is the body of an agent's state report (POST /api/v1/agent/states): states of the
@@ -109,6 +124,9 @@ func (r *StateReport) Validate() error {
 			case len(v.Lineage) > maxReportedText || len(v.Source) > maxReportedText || len(v.DeploymentID) > maxReportedText:
 				return fieldErr(vf, "lineage, source and deployment_id are at most %d bytes", maxReportedText)
 			}
+		}
+		if b := st.LastLockBreak; b != nil && (len(b.Holder) > maxReportedText || len(b.Pod) > maxReportedText || len(b.By) > maxReportedText || len(b.Reason) > 4*maxReportedText) {
+			return fieldErr(field+".last_lock_break", "holder, pod and by are at most %d bytes, reason %d", maxReportedText, 4*maxReportedText)
 		}
 		if l := st.Lock; l != nil {
 			switch {

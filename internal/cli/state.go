@@ -88,6 +88,9 @@ func (a *app) stateLockCommand() *cobra.Command {
 		Example: "  outpost state lock eu-1-states apps/web",
 	}, func(st *api.State) any { return st.Lock }, func(w io.Writer, now time.Time, st *api.State) {
 		l := st.Lock
+		if b := st.LastLockBreak; b != nil {
+			defer fmt.Fprintf(w, "\nLast broken %s by %s (%s), holder %s%s.\n", ago(now, &b.At), b.By, b.Reason, b.Holder, map[bool]string{true: ", while it was live"}[b.Live])
+		}
 		if l == nil {
 			fmt.Fprintf(w, "State %s is not locked (as reported %s).\n", st.StateKey, ago(now, &st.ReportedAt))
 			return

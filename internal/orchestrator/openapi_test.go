@@ -227,7 +227,7 @@ var goSchemas = map[string]any{
 	"StateStorage": api.StateStorage{}, "KubernetesStateSpec": api.KubernetesStateSpec{}, "S3StateSpec": api.S3StateSpec{},
 	"GCSStateSpec": api.GCSStateSpec{}, "AzureRMStateSpec": api.AzureRMStateSpec{},
 	"StateStorageInput": api.StateStorageInput{}, "StateStorageList": api.List[api.StateStorage]{},
-	"StateVersion": api.StateVersion{}, "StateLock": api.StateLock{}, "StateReport": api.StateReport{},
+	"StateVersion": api.StateVersion{}, "StateLock": api.StateLock{}, "StateReport": api.StateReport{}, "StateLockBreak": api.StateLockBreak{},
 	"State": api.State{}, "StateList": api.List[api.State]{},
 	"Source": api.Source{}, "InlineSource": api.InlineSource{}, "GitSource": api.GitSource{},
 	"DeploymentInput": api.DeploymentInput{}, "Deployment": api.Deployment{}, "DeploymentList": api.List[api.Deployment]{},

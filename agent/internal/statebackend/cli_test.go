@@ -302,8 +302,8 @@ func TestCLIDeadHolderLockExpires(t *testing.T) {
 
 // A lock of a killed run that the agent still renews (it cannot tell the run is dead): the CLI's
 // force-unlock is refused (job runners never force-unlock, and the lock ID is not even shown to
-// them), the operator's `outpost-agent state force-unlock` frees it, the next run proceeds, and
-// the zombie's lock ID is dead.
+// them), the operator's `outpost-agent state force-unlock` is refused without a reason (the lock
+// is live) and frees it with one, the next run proceeds, and the zombie's lock ID is dead.
 func TestCLIForceUnlock(t *testing.T) {
 	forEachCLI(t, func(t *testing.T, c cli) {
 		e := newEnv(t, statestore.Options{LockDuration: 3 * time.Second}, WithRenewInterval(500*time.Millisecond))
@@ -325,7 +325,14 @@ func TestCLIForceUnlock(t *testing.T) {
 			t.Fatalf("the lock changed after a refused force-unlock: %+v", l)
 		}
 		var stdout, stderr bytes.Buffer
-		if code := statecmd.Main([]string{"force-unlock", "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg, key}, statecmd.Defaults{}, &stdout, &stderr); code != 0 {
+		admin := []string{"force-unlock", "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg, key}
+		// The lock is live (the agent renews it): without a reason the operator is refused too.
+		if code := statecmd.Main(admin, statecmd.Defaults{}, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "--reason") {
+			t.Fatalf("outpost-agent state force-unlock of a live lock without --reason: exit %d\n%s%s", code, stdout.String(), stderr.String())
+		}
+		stdout.Reset()
+		stderr.Reset()
+		if code := statecmd.Main(append(admin, "--reason", "its run was killed"), statecmd.Defaults{}, &stdout, &stderr); code != 0 {
 			t.Fatalf("outpost-agent state force-unlock: exit %d\n%s%s", code, stdout.String(), stderr.String())
 		}
 		if l, _ := e.store.LockInfo(context.Background(), key); l != nil {

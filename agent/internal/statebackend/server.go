@@ -41,6 +41,12 @@ type ServerOptions struct {
 	MaxVersionAge time.Duration
 	// Forwarder is set when leader election runs: a standby forwards to the leader.
 	Forwarder *Forwarder
+	// Reporter, when set, receives the versions' metadata and lock holders of every state the
+	// server serves (never their contents), for the orchestrator.
+	Reporter StateReporter
+	// Pods, when set, names the job pod of each lock's holder and lets the handlers release the
+	// locks whose pod is gone (see AttemptPods).
+	Pods AttemptPods
 	// Logger gets the server's and its handlers' logs (component=state).
 	Logger *slog.Logger
 }
@@ -161,7 +167,14 @@ func (s *Server) handler(ns string) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := NewHandler(store, s.o.Tokens, s.log, withLimiter(s.limits))
+	opts := []Option{withLimiter(s.limits)}
+	if s.o.Reporter != nil {
+		opts = append(opts, WithReporter(s.o.Reporter))
+	}
+	if s.o.Pods != nil {
+		opts = append(opts, WithAttemptPods(s.o.Pods))
+	}
+	h := NewHandler(store, s.o.Tokens, s.log, opts...)
 	// Locks granted by an earlier agent process are renewed again while their attempts live.
 	if n, err := h.ResumeRenewals(context.Background()); err != nil {
 		s.log.Warn("resume lock renewals", "namespace", ns, "err", err)
