@@ -315,7 +315,7 @@ func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobto
 		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.State.EncryptionKeyFile)
 	}
 	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens, Org: cfg.OrgID,
-		FallbackNamespace: cfg.State.Namespace, EncryptionKey: key, Forwarder: fw, Reporter: reporter, Pods: pods, Logger: log,
+		FallbackNamespace: cfg.State.Namespace, EncryptionKey: key, Forwarder: fw, Reporter: reporter, Pods: pods, Runner: cfg.RunnerID, Logger: log,
 		Limits: cfg.State.Limits, KeepVersions: cfg.State.Versions.Keep, MaxVersionAge: cfg.State.Versions.MaxAge.Duration}), ""
 }
 

@@ -113,6 +113,7 @@ type Handler struct {
 	reporter   StateReporter
 	reports    *reports // nil without a reporter
 	pods       AttemptPods
+	runner     string // the runner whose locks the sweep may release (WithAttemptPods)
 	sweepEvery time.Duration
 
 	baseCtx  context.Context

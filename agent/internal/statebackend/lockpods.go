@@ -18,7 +18,7 @@ import (
 // end (releaseHolder); what it could not see (it was restarted, or lost leadership, while the
 // attempt ended) the sweep finds: every LockSweepEvery the handler lists the locks of its
 // namespace and releases each one whose holder's attempt this agent no longer holds and whose
-// attempt has no pod left. So a lock outlives its holder's pod by at most LockSweepEvery (plus
+// attempt has no pod left, among the locks this runner's agent granted. So a lock outlives its holder's pod by at most LockSweepEvery (plus
 // the informer's lag behind the API server), not the lock duration, and a live holder's lock is
 // never released by the sweep: its attempt still has its pod.
 
@@ -29,8 +29,12 @@ type AttemptPods interface {
 	AttemptPod(ctx context.Context, deploymentID string, attempt int) (string, error)
 }
 
-// WithAttemptPods makes the handler name each lock's pod and release the locks whose pod is gone.
-func WithAttemptPods(p AttemptPods) Option { return func(h *Handler) { h.pods = p } }
+// WithAttemptPods makes the handler name each lock's pod and release the locks whose pod is gone:
+// only those it granted for runner, whose attempts it alone can judge (another runner's agent may
+// keep states in the same namespace).
+func WithAttemptPods(p AttemptPods, runner string) Option {
+	return func(h *Handler) { h.pods, h.runner = p, runner }
+}
 
 // LockSweepEvery is how often the handler looks for locks whose holder's pod is gone, and so the
 // bound on how long such a lock stays held.
@@ -80,8 +84,8 @@ func (h *Handler) sweepLocks(ctx context.Context) error {
 	for _, l := range locks {
 		info := l.Lock.Info
 		dep, attempt := parseHolder(info.Holder)
-		if dep == "" || l.Key == "" || now.Sub(l.Lock.AcquireTime) < lockSweepGrace {
-			continue // an operator's lock, or one taken moments ago
+		if dep == "" || l.Key == "" || info.Runner == "" || info.Runner != h.runner || now.Sub(l.Lock.AcquireTime) < lockSweepGrace {
+			continue // an operator's lock, another runner's, one of an older agent, or one taken moments ago
 		}
 		if h.liveness != nil {
 			if alive, err := h.liveness.HolderAlive(ctx, info.Holder); err != nil || alive {

@@ -31,7 +31,7 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder strin
 		writeJSON(w, http.StatusOK, info)
 		return
 	}
-	info.Holder, info.Pod = holder, h.holderPod(r.Context(), holder)
+	info.Holder, info.Pod, info.Runner = holder, h.holderPod(r.Context(), holder), h.runner
 	if err := h.store.Lock(r.Context(), key, info); err != nil {
 		h.storeError(w, r, key, holder, "lock", err)
 		return

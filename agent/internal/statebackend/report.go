@@ -205,11 +205,7 @@ func (h *Handler) reportedState(ctx context.Context, key string) (api.ReportedSt
 			DeploymentID: dep, Attempt: attempt, Source: g.Source, WrittenAt: g.UpdatedAt,
 		})
 	}
-	held, err := h.store.LockInfo(ctx, key)
-	if err != nil {
-		return out, err
-	}
-	brk, err := h.store.LastBreak(ctx, key)
+	held, brk, err := h.store.LockRecord(ctx, key)
 	if err != nil {
 		return out, err
 	}

@@ -45,8 +45,9 @@ type ServerOptions struct {
 	// server serves (never their contents), for the orchestrator.
 	Reporter StateReporter
 	// Pods, when set, names the job pod of each lock's holder and lets the handlers release the
-	// locks whose pod is gone (see AttemptPods).
-	Pods AttemptPods
+	// locks whose pod is gone (see AttemptPods), of the locks granted for Runner.
+	Pods   AttemptPods
+	Runner string
 	// Logger gets the server's and its handlers' logs (component=state).
 	Logger *slog.Logger
 }
@@ -172,7 +173,7 @@ func (s *Server) handler(ns string) (*Handler, error) {
 		opts = append(opts, WithReporter(s.o.Reporter))
 	}
 	if s.o.Pods != nil {
-		opts = append(opts, WithAttemptPods(s.o.Pods))
+		opts = append(opts, WithAttemptPods(s.o.Pods, s.o.Runner))
 	}
 	h := NewHandler(store, s.o.Tokens, s.log, opts...)
 	// Locks granted by an earlier agent process are renewed again while their attempts live.

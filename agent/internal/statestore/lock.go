@@ -39,6 +39,9 @@ type LockInfo struct {
 	// Pod is Outpost's addition too: the job pod the holder runs in, as the agent found it
 	// (never what the CLI sent), when it took the lock.
 	Pod string `json:",omitempty"`
+	// Runner is the runner whose agent granted the lock: only that agent can tell whether the
+	// holder's attempt still runs (agents of two runners may keep states in one namespace).
+	Runner string `json:",omitempty"`
 }
 
 // HeldLock is a lock as stored in the Lease.
@@ -258,18 +261,25 @@ func (s *Store) LockInfo(ctx context.Context, key string) (*HeldLock, error) {
 
 // LastBreak returns the last force-unlock recorded on key's lock, or nil when there was none.
 func (s *Store) LastBreak(ctx context.Context, key string) (*LockBreak, error) {
+	_, b, err := s.LockRecord(ctx, key)
+	return b, err
+}
+
+// LockRecord returns, from one read of key's Lease, its lock (nil when not locked) and the last
+// force-unlock recorded on it (nil when there was none).
+func (s *Store) LockRecord(ctx context.Context, key string) (*HeldLock, *LockBreak, error) {
 	if err := ValidateKey(key); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	l, _, err := s.getLease(ctx, key)
+	l, held, err := s.getLease(ctx, key)
 	if err != nil || l == nil || l.Annotations[AnnotationLockBreak] == "" {
-		return nil, err
+		return held, nil, err
 	}
 	var b LockBreak
 	if err := json.Unmarshal([]byte(l.Annotations[AnnotationLockBreak]), &b); err != nil {
-		return nil, fmt.Errorf("state %q: lock break record unreadable: %w", key, err)
+		return held, nil, fmt.Errorf("state %q: lock break record unreadable: %w", key, err)
 	}
-	return &b, nil
+	return held, &b, nil
 }
 
 // KeyedLock is one entry of ListLocks.
