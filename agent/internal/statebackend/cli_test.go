@@ -396,3 +396,51 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestRollbackThenPlan: two applies write two versions; `outpost-agent state diff` names what
+// changed between them, `rollback` writes the first back (the next serial, under the lock), and
+// the CLI's next plan finds the infrastructure of the first apply in the state (no changes with
+// its variables, changes with the second's) and its next apply writes on from there.
+func TestRollbackThenPlan(t *testing.T) {
+	forEachCLI(t, func(t *testing.T, c cli) {
+		e := newEnv(t, statestore.Options{})
+		key := "rollback/" + c.name
+		w := e.newWorkdir(t, c, key, "dep-r", lifecycleTF)
+		for _, v := range []string{"one", "two"} {
+			if out, err := w.run("apply", "-auto-approve", "-input=false", "-var", "v="+v); err != nil {
+				t.Fatalf("apply v=%s: %v\n%s", v, err, out)
+			}
+		}
+		admin := func(args ...string) string {
+			t.Helper()
+			var stdout, stderr bytes.Buffer
+			if code := statecmd.Main(append(args, "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg), statecmd.Defaults{}, &stdout, &stderr); code != 0 {
+				t.Fatalf("outpost-agent state %v: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+			}
+			return stdout.String()
+		}
+		hist, err := e.store.History(context.Background(), key)
+		if err != nil || len(hist) < 2 {
+			t.Fatalf("history %+v, %v", hist, err)
+		}
+		first, second := hist[len(hist)-1].Generation, hist[0].Generation
+		if d := admin("diff", key, fmt.Sprint(first), fmt.Sprint(second)); !strings.Contains(d, "~ terraform_data.a") || !strings.Contains(d, "~ terraform_data.b[0]") ||
+			!strings.Contains(d, "~ output v") || strings.Contains(d, "one") {
+			t.Errorf("diff of the two applies:\n%s", d)
+		}
+		admin("rollback", key, fmt.Sprint(first), "--reason", "v=two broke it", "--by", "test")
+		if out, err := w.run("plan", "-detailed-exitcode", "-input=false", "-var", "v=one"); err != nil {
+			t.Errorf("plan with the first apply's variables after the rollback: %v (exit 2 = changes)\n%s", err, out)
+		}
+		if out, err := w.run("plan", "-detailed-exitcode", "-input=false", "-var", "v=two"); err == nil {
+			t.Errorf("plan with the second apply's variables finds nothing to change after the rollback:\n%s", out)
+		}
+		if out, err := w.run("apply", "-auto-approve", "-input=false", "-var", "v=three"); err != nil {
+			t.Fatalf("apply after the rollback: %v\n%s", err, out)
+		}
+		_, g, err := e.store.Read(context.Background(), key)
+		if err != nil || g.Serial <= hist[0].Serial+1 {
+			t.Errorf("after rollback and apply: serial %d (%v), want beyond the rollback's %d", g.Serial, err, hist[0].Serial+1)
+		}
+	})
+}
