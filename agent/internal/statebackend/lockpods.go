@@ -18,9 +18,11 @@ import (
 // end (releaseHolder); what it could not see (it was restarted, or lost leadership, while the
 // attempt ended) the sweep finds: every LockSweepEvery the handler lists the locks of its
 // namespace and releases each one whose holder's attempt this agent no longer holds and whose
-// attempt has no pod left, among the locks this runner's agent granted. So a lock outlives its holder's pod by at most LockSweepEvery (plus
-// the informer's lag behind the API server), not the lock duration, and a live holder's lock is
-// never released by the sweep: its attempt still has its pod.
+// attempt has no pod left, among the locks this runner's agent granted. So a lock outlives its
+// holder's pod by at most LockSweepEvery (plus the informer's lag behind the API server) while a
+// handler serves its namespace (handlers start with the first claim, adoption or request there),
+// not the lock duration, and a live holder's lock is never released by the sweep: its attempt
+// still has its pod.
 
 // AttemptPods names the pod an attempt's CLI runs in ("" when it has none: not started, ended,
 // or gone). The kubernetes executor implements it; without one, locks name no pod and only
