@@ -72,5 +72,6 @@ func stateDefaults() statecmd.Defaults {
 	if err != nil {
 		return statecmd.Defaults{}
 	}
-	return statecmd.Defaults{Namespace: cfg.State.Namespace, OrgID: cfg.OrgID, EncryptionKeyFile: cfg.State.EncryptionKeyFile}
+	return statecmd.Defaults{Namespace: cfg.State.Namespace, OrgID: cfg.OrgID, EncryptionKeyFile: cfg.State.EncryptionKeyFile,
+		KeepVersions: cfg.State.Versions.Keep, MaxVersionAge: cfg.State.Versions.MaxAge.Duration}
 }

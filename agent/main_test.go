@@ -158,7 +158,7 @@ func TestStateDefaultsFromConfigFile(t *testing.T) {
 	t.Setenv("OUTPOST_ORG_ID", "")
 	t.Setenv("OUTPOST_STATE_ENCRYPTION_KEY_FILE", "")
 	t.Setenv("OUTPOST_STATE_NAMESPACE", "")
-	if got, want := stateDefaults(), (statecmd.Defaults{Namespace: "outpost-state", OrgID: "acme", EncryptionKeyFile: "/etc/outpost/state-key/key"}); got != want {
+	if got, want := stateDefaults(), (statecmd.Defaults{Namespace: "outpost-state", OrgID: "acme", EncryptionKeyFile: "/etc/outpost/state-key/key", KeepVersions: 10}); got != want {
 		t.Errorf("defaults %+v, want %+v", got, want)
 	}
 	t.Setenv("OUTPOST_STATE_NAMESPACE", "other")

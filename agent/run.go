@@ -245,7 +245,9 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 		}
 	}
 	var noStateBackend string
-	p.state, noStateBackend = newStateServer(cfg, kube, tokens, p.forwarder, log)
+	// The kubernetes executor names the job pod of each state lock's holder.
+	pods, _ := exec.(statebackend.AttemptPods)
+	p.state, noStateBackend = newStateServer(cfg, kube, tokens, p.forwarder, orch, pods, log)
 	var recorder session.ConnectionRecorder
 	if kube != nil && cfg.Namespace != "" {
 		p.connection = connection.NewRecorder(connection.RecorderOptions{Client: kube, Namespace: cfg.Namespace, LeaseName: cfg.LeaderElection.LeaseName,
@@ -293,7 +295,7 @@ func newLimiter(cfg *config.Config) *kubeclient.Limiter {
 
 // newStateServer returns the state backend, or nil and why not (with the setting that would
 // make the agent serve it) when the agent has no cluster to keep states in.
-func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobtoken.Registry, fw *statebackend.Forwarder, log *slog.Logger) (*statebackend.Server, string) {
+func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobtoken.Registry, fw *statebackend.Forwarder, reporter statebackend.StateReporter, pods statebackend.AttemptPods, log *slog.Logger) (*statebackend.Server, string) {
 	if kube == nil {
 		why := fmt.Sprintf("the agent has no Kubernetes client to keep states in; give it one with --kubeconfig (%s), "+
 			"or give the runner a state storage of type s3, gcs or azurerm", config.EnvName("kubeconfig"))
@@ -313,8 +315,8 @@ func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobto
 		log.Info("state chunks are encrypted at rest with AES-256-GCM", "key_file", cfg.State.EncryptionKeyFile)
 	}
 	return statebackend.NewServer(statebackend.ServerOptions{Kube: kube, Tokens: tokens, Org: cfg.OrgID,
-		FallbackNamespace: cfg.State.Namespace, EncryptionKey: key, Forwarder: fw, Logger: log,
-		Limits: cfg.State.Limits}), ""
+		FallbackNamespace: cfg.State.Namespace, EncryptionKey: key, Forwarder: fw, Reporter: reporter, Pods: pods, Runner: cfg.RunnerID, Logger: log,
+		Limits: cfg.State.Limits, KeepVersions: cfg.State.Versions.Keep, MaxVersionAge: cfg.State.Versions.MaxAge.Duration}), ""
 }
 
 // newExecutor builds the executor from its section of the configuration, adding the runtime

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -138,7 +139,7 @@ jobs:
   podSecurityContext: {runAsUser: 1000}
   serviceAccount: {automountToken: true}
   history: {succeeded: 3, failed: 0}
-state: {limits: {maxBodyBytes: 134217728}, tls: {enabled: false}}
+state: {limits: {maxBodyBytes: 134217728}, tls: {enabled: false}, versions: {keep: 25, maxAge: 720h}}
 kubeClient: {qps: 20.5, burst: 40}
 extraEnv: [{name: AWS_REGION, value: eu-west-1}]
 `)
@@ -170,6 +171,9 @@ extraEnv: [{name: AWS_REGION, value: eu-west-1}]
 	}
 	if c.State.Limits.MaxBodyBytes != 128<<20 || c.State.TLS.Secret != "" || c.State.URL != "http://outpost-agent.outpost-system.svc:8080" {
 		t.Errorf("state = %+v", c.State)
+	}
+	if v := c.State.Versions; v.Keep != 25 || v.MaxAge.Duration != 720*time.Hour {
+		t.Errorf("state.versions = %+v, want 25 kept for 720h", v)
 	}
 	if c.KubeClient != (config.KubeClient{QPS: 20.5, Burst: 40}) {
 		t.Errorf("kubeClient = %+v", c.KubeClient)

@@ -14,9 +14,9 @@ import (
 
 const migrateUsage = `Usage: outpost-orchestrator migrate-store --from DATA_DIR --to DATABASE_URL
 
-Copies everything of a bbolt data directory (runners, state storages, organisation tokens,
-deployments with their sources, outputs, logs and events, the agent token ids already seen and
-the server secret) into an empty PostgreSQL database, in one transaction. Stop the orchestrator
+Copies everything of a bbolt data directory (runners, state storages and the states their
+agents reported, organisation tokens, deployments with their sources, outputs, logs and events,
+the agent token ids already seen and the server secret) into an empty PostgreSQL database, in one transaction. Stop the orchestrator
 that uses the data directory first. Then start the replicas with --database-url and the same
 --admin-token as before; the data directory is left as it was.
 
@@ -54,7 +54,7 @@ func runMigrateStore(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return fmt.Errorf("migrate-store: %w; nothing was written to PostgreSQL", err)
 	}
-	fmt.Fprintf(stderr, "done: %d organisations, %d runners, %d state storages, %d organisation tokens, %d deployments (%d log chunks, %d events) are in PostgreSQL\n",
-		n.Orgs, n.Runners, n.StateStorages, n.OrgTokens, n.Deployments, n.LogChunks, n.Events)
+	fmt.Fprintf(stderr, "done: %d organisations, %d runners, %d state storages (%d reported states), %d organisation tokens, %d deployments (%d log chunks, %d events) are in PostgreSQL\n",
+		n.Orgs, n.Runners, n.StateStorages, n.States, n.OrgTokens, n.Deployments, n.LogChunks, n.Events)
 	return nil
 }

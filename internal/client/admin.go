@@ -97,6 +97,21 @@ func (c *AdminClient) DeleteStateStorage(ctx context.Context, id string) error {
 	return c.t.do(ctx, call{method: http.MethodDelete, path: c.path("state-storages", id), retryable: retry.Idempotent})
 }
 
+// ListStates lists the states of a kubernetes state storage as its agent reported them: their
+// versions' metadata and lock holders.
+func (c *AdminClient) ListStates(ctx context.Context, storageID string) ([]api.State, error) {
+	return items(roundTrip[api.List[api.State]](ctx, c.t, call{method: http.MethodGet, path: c.path("state-storages", storageID, "states"), retryable: retry.Idempotent}, nil))
+}
+
+// GetState reads one state of a state storage as its agent reported it. The key goes into the
+// path as it is: a valid state key (api.ValidateStateKey) holds only characters a path keeps.
+func (c *AdminClient) GetState(ctx context.Context, storageID, key string) (*api.State, error) {
+	if err := api.ValidateStateKey("key", key); err != nil {
+		return nil, err
+	}
+	return roundTrip[api.State](ctx, c.t, call{method: http.MethodGet, path: c.path("state-storages", storageID, "states") + "/" + key, retryable: retry.Idempotent}, nil)
+}
+
 // CreateDeployment queues a deployment on a runner.
 func (c *AdminClient) CreateDeployment(ctx context.Context, in api.DeploymentInput) (*api.Deployment, error) {
 	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments"), retryable: retry.Unapplied}, in)

@@ -83,6 +83,17 @@ func (c *AgentClient) Claim(ctx context.Context, deploymentID string, req api.Cl
 	return roundTrip[api.Claim](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/claim", retryable: retry.Idempotent}, req)
 }
 
+// ReportStates sends what the agent keeps of states of its runner's kubernetes state storage:
+// versions' metadata and lock holders, never contents. A report replaces what the orchestrator
+// knew of the states it names, so a resend is harmless.
+func (c *AgentClient) ReportStates(ctx context.Context, rep api.StateReport) error {
+	b, err := jsonBody(rep)
+	if err != nil {
+		return err
+	}
+	return c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/states", body: b, contentType: "application/json", retryable: retry.Idempotent})
+}
+
 // Event sends an event about an attempt; events are idempotent by (deployment, attempt, seq).
 // Until a poll answer chose api.ProtocolTimeline, the event goes in the older shape (without
 // step, detail and node; detail folded into message), which an older orchestrator takes.

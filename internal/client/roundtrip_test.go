@@ -35,7 +35,9 @@ type routeRecorder struct {
 func newRouteRecorder(base string, patterns []string) *routeRecorder {
 	r := &routeRecorder{mux: http.NewServeMux(), base: base, hit: map[string]int{}}
 	for _, p := range patterns {
-		r.mux.Handle(p, http.NotFoundHandler())
+		// A state key holds '/': the server's route takes the rest of the path ({key...}),
+		// which OpenAPI documents as {key}.
+		r.mux.Handle(strings.Replace(p, "{key}", "{key...}", 1), http.NotFoundHandler())
 	}
 	return r
 }
@@ -46,6 +48,7 @@ func (r *routeRecorder) hook(_ context.Context, info client.RequestInfo) {
 		return
 	}
 	_, pattern := r.mux.Handler(req)
+	pattern = strings.Replace(pattern, "{key...}", "{key}", 1)
 	r.mu.Lock()
 	r.hit[pattern]++
 	r.mu.Unlock()
@@ -264,6 +267,28 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	// The same event again is acknowledged, not applied twice.
 	if ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}}); err != nil || ev.Status != api.StatusSucceeded {
 		t.Fatalf("duplicate finished event: %+v, %v", ev, err)
+	}
+
+	// The agent reports the state the attempt wrote: versions and lock holder, read back per key.
+	written := time.Now().UTC().Truncate(time.Second)
+	rep := api.StateReport{Namespace: "outpost-state", States: []api.ReportedState{{StateKey: "team/app",
+		Versions: []api.StateVersion{{Generation: 2, Serial: 4, Lineage: "L", Size: 900, Resources: 3, DeploymentID: dep.ID, Attempt: 1, Source: "write", WrittenAt: written}},
+		Lock:     &api.StateLock{DeploymentID: dep.ID, Attempt: 1, Pod: "dep-x-1-abcde", Holder: "job/" + dep.ID + "/1", AcquiredAt: written, ExpiresAt: written.Add(time.Minute)}}}}
+	if err := agent.ReportStates(ctx, rep); err != nil {
+		t.Fatalf("report states: %v", err)
+	}
+	if err := agent.ReportStates(ctx, api.StateReport{Namespace: "elsewhere", States: rep.States}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("report for another namespace than the runner's state storage: %v, want ErrConflict", err)
+	}
+	st, err := admin.GetState(ctx, "k8s", "team/app")
+	if err != nil || len(st.Versions) != 1 || st.Versions[0].Resources != 3 || st.Lock == nil || st.Lock.Pod != "dep-x-1-abcde" || st.RunnerID != "eu-1" {
+		t.Fatalf("get state: %+v, %v", st, err)
+	}
+	if list, err := admin.ListStates(ctx, "k8s"); err != nil || len(list) != 1 || list[0].StateKey != "team/app" {
+		t.Fatalf("list states: %+v, %v", list, err)
+	}
+	if _, err := admin.GetState(ctx, "k8s", "team/other"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("unreported state: %v, want ErrNotFound", err)
 	}
 
 	// Admin reads of the finished deployment.

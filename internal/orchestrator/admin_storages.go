@@ -34,3 +34,31 @@ func (s *Server) updateStorage(w http.ResponseWriter, r *http.Request, c *call) 
 func (s *Server) deleteStorage(w http.ResponseWriter, r *http.Request, c *call) error {
 	return remove(w, r, func(ctx context.Context, id string) error { return s.store.DeleteStorage(ctx, c.org, id) })
 }
+
+// listStates answers what the agents reported of the states of a state storage.
+func (s *Server) listStates(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	list, err := s.store.ListStates(r.Context(), c.org, id)
+	return listed(w, list, err)
+}
+
+// getState answers what the agent reported of one state: its kept versions and its lock.
+func (s *Server) getState(w http.ResponseWriter, r *http.Request, c *call) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	key := r.PathValue("key")
+	if err := api.ValidateStateKey("key", key); err != nil {
+		return err
+	}
+	st, err := s.store.GetState(r.Context(), c.org, id, key)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, st)
+	return nil
+}

@@ -245,3 +245,20 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request, c *call) error {
 		return out, err
 	})
 }
+
+// reportStates takes an agent's report of the states of its runner's kubernetes state storage:
+// versions' metadata and lock holders, never contents.
+func (s *Server) reportStates(w http.ResponseWriter, r *http.Request, c *call) error {
+	var rep api.StateReport
+	if err := decodeJSON(c.body, &rep); err != nil {
+		return err
+	}
+	if err := rep.Validate(); err != nil {
+		return err
+	}
+	if err := s.store.RecordStates(r.Context(), c.agent, rep); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -31,11 +31,16 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	canceled := src.deploy(api.OperationPlan)
 	src.mustAdmin(http.MethodPost, orgPath("acme")+"/deployments/"+canceled.ID+"/cancel", nil, http.StatusOK, nil)
 	tok := src.orgToken("acme", "ci")
+	if r := a.post("/api/v1/agent/states", api.StateReport{Namespace: "outpost-state", States: []api.ReportedState{{StateKey: "team/app",
+		Versions: []api.StateVersion{{Generation: 1, Serial: 1, Lineage: "L", Size: 10, WrittenAt: src.clock.Now()}}}}}); r.code != http.StatusNoContent {
+		t.Fatalf("state report: HTTP %d %s", r.code, r.body)
+	}
 
 	reads := []string{
 		orgPath("acme") + "/runners", orgPath("beta") + "/runners",
 		orgPath("acme") + "/state-storages", orgPath("acme") + "/tokens", orgPath("acme") + "/deployments",
 		orgPath("acme") + "/deployments/" + ended.ID + "/outputs",
+		orgPath("acme") + "/state-storages/state/states", orgPath("acme") + "/state-storages/state/states/team/app",
 	}
 	var list api.List[api.Deployment]
 	src.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments", nil, http.StatusOK, &list)
@@ -54,7 +59,7 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Deployments != 4 || n.Runners != 2 || n.OrgTokens != 1 || n.LogChunks != 8 || n.Events != 5 { // 3 of agents, 2 of claims
+	if n.Deployments != 4 || n.Runners != 2 || n.OrgTokens != 1 || n.LogChunks != 8 || n.Events != 5 || n.States != 1 { // events: 3 of agents, 2 of claims
 		t.Fatalf("copied %+v", n)
 	}
 	dst := newHarness(t, func(c *testConfig) { c.DatabaseURL, c.Now = pgURL, src.clock.Now })

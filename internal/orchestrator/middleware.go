@@ -45,6 +45,8 @@ const (
 	limitDefault    = 1 << 20
 	limitDeployment = 16 << 20
 	limitLogAppend  = 1 << 20
+	// limitStateReport holds api.MaxReportedStates states of api.MaxReportedVersions versions.
+	limitStateReport = 8 << 20
 )
 
 // route is one registered endpoint: its pattern, who may call it, what body it takes and its

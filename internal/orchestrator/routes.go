@@ -40,6 +40,8 @@ func (s *Server) routeTable() []route {
 		admin("GET "+orgs+"/state-storages/{id}", bodyNone, 0, s.getStorage),
 		admin("PUT "+orgs+"/state-storages/{id}", bodyJSON, limitDefault, s.updateStorage),
 		admin("DELETE "+orgs+"/state-storages/{id}", bodyNone, 0, s.deleteStorage),
+		admin("GET "+orgs+"/state-storages/{id}/states", bodyNone, 0, s.listStates),
+		admin("GET "+orgs+"/state-storages/{id}/states/{key...}", bodyNone, 0, s.getState),
 
 		creating(admin("POST "+orgs+"/deployments", bodyJSON, limitDeployment, s.createDeployment)),
 		admin("GET "+orgs+"/deployments", bodyNone, 0, s.listDeployments),
@@ -56,6 +58,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /api/v1/agent/poll", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.poll},
 		{pattern: "POST /api/v1/agent/deployments/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},
 		{pattern: "POST /api/v1/agent/deployments/{id}/events", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.event},
+		{pattern: "POST /api/v1/agent/states", auth: authAgent, body: bodyJSON, limit: limitStateReport, h: s.reportStates},
 
 		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
 		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},

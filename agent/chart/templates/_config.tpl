@@ -36,6 +36,7 @@ the labels of the agent Service's selector. */}}
   "url" (include "outpost-agent.stateURL" .)
   "listen" (ternary ":8080" "" (eq (include "outpost-agent.statePlain" .) "true"))
   "limits" (dict "maxBodyBytes" (int64 .Values.state.limits.maxBodyBytes) "maxRequests" (int .Values.state.limits.maxRequests) "maxRequestsPerJob" (int .Values.state.limits.maxRequestsPerJob))
+  "versions" (dict "keep" (int .Values.state.versions.keep) "maxAge" (.Values.state.versions.maxAge | default "0s"))
 }}
 {{- if .Values.state.enabled }}
 {{- $_ := set $state "namespace" (include "outpost-agent.stateNamespace" .) }}

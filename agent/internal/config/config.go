@@ -29,6 +29,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statebackend"
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/flagenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
@@ -147,6 +148,17 @@ type State struct {
 	EncryptionKeyFile string              `json:"encryptionKeyFile"`
 	Limits            statebackend.Limits `json:"limits"`
 	TLS               StateTLS            `json:"tls"`
+	Versions          StateVersions       `json:"versions"`
+}
+
+// StateVersions are how many versions of each state the agent keeps in the cluster, for history,
+// show, diff and rollback (statestore.Options.KeepGenerations, MaxGenerationAge).
+type StateVersions struct {
+	// Keep is how many versions of a state are kept, the current one included (at least 1).
+	Keep int `json:"keep"`
+	// MaxAge, when not zero, also drops kept versions older than this at the next write (never
+	// the current one).
+	MaxAge metav1.Duration `json:"maxAge"`
 }
 
 // StateTLS serves the state backend with TLS.
@@ -201,7 +213,8 @@ func Defaults() *Config {
 		PollWait:        metav1.Duration{Duration: 30 * time.Second},
 		ShutdownTimeout: metav1.Duration{Duration: 20 * time.Second},
 		State: State{Listen: ":8080", TLS: StateTLS{Listen: ":8443"},
-			Limits: statebackend.Limits{MaxBodyBytes: 64 << 20, MaxRequests: 4, MaxRequestsPerJob: 2}},
+			Limits:   statebackend.Limits{MaxBodyBytes: 64 << 20, MaxRequests: 4, MaxRequestsPerJob: 2},
+			Versions: StateVersions{Keep: statestore.DefaultKeepGenerations}},
 	}
 	c.Jobs.StartupTimeout.Duration = 180 * time.Second
 	c.Jobs.CASecretKey = "ca.crt"
@@ -364,6 +377,8 @@ func (c *Config) flagSet(out io.Writer, keys map[string]string) *pflag.FlagSet {
 	b.fs.Int64Var(&c.State.Limits.MaxBodyBytes, "state-max-body-bytes", c.State.Limits.MaxBodyBytes,
 		b.usage("largest state upload the state backend takes (bodies are streamed: this bounds what is stored, not memory)", "state-max-body-bytes", "state.limits.maxBodyBytes"))
 	b.integer(&c.State.Limits.MaxRequests, "state-max-requests", "state.limits.maxRequests", "state backend requests served at once; more wait up to 10s, then get 503")
+	b.integer(&c.State.Versions.Keep, "state-versions-keep", "state.versions.keep", "versions of each state kept in the cluster, the current one included")
+	b.duration(&c.State.Versions.MaxAge.Duration, "state-versions-max-age", "state.versions.maxAge", "drop kept state versions older than this at the next write, never the current one (0: no age limit)")
 	b.integer(&c.State.Limits.MaxRequestsPerJob, "state-max-requests-per-job", "state.limits.maxRequestsPerJob", "state backend requests of one job served at once; more get 429")
 	b.fs.StringToStringVar(&c.Jobs.PodLabels, "job-pod-labels", c.Jobs.PodLabels, b.usage("extra job pod labels, e.g. team=infra,tier=iac", "job-pod-labels", "jobs.podLabels"))
 	b.list(&c.Jobs.ImagePullSecrets, "job-image-pull-secrets", "jobs.imagePullSecrets", "comma-separated image pull Secrets for job pods")

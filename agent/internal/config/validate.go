@@ -183,6 +183,12 @@ func (c *Config) Validate() error {
 			bad(l.key, "%d must be positive", l.v)
 		}
 	}
+	if c.State.Versions.Keep < 1 || c.State.Versions.Keep > statestore.MaxKeepGenerations {
+		bad("state.versions.keep", "%d is out of range; keep 1 to %d versions", c.State.Versions.Keep, statestore.MaxKeepGenerations)
+	}
+	if c.State.Versions.MaxAge.Duration < 0 {
+		bad("state.versions.maxAge", "%s must be 0 (no age limit) or positive", c.State.Versions.MaxAge.Duration)
+	}
 	if c.MaxConcurrency < 0 {
 		bad("maxConcurrency", "%d must be 0 (follow the orchestrator) or positive", c.MaxConcurrency)
 	}

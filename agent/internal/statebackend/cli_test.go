@@ -302,8 +302,8 @@ func TestCLIDeadHolderLockExpires(t *testing.T) {
 
 // A lock of a killed run that the agent still renews (it cannot tell the run is dead): the CLI's
 // force-unlock is refused (job runners never force-unlock, and the lock ID is not even shown to
-// them), the operator's `outpost-agent state force-unlock` frees it, the next run proceeds, and
-// the zombie's lock ID is dead.
+// them), the operator's `outpost-agent state force-unlock` is refused without a reason (the lock
+// is live) and frees it with one, the next run proceeds, and the zombie's lock ID is dead.
 func TestCLIForceUnlock(t *testing.T) {
 	forEachCLI(t, func(t *testing.T, c cli) {
 		e := newEnv(t, statestore.Options{LockDuration: 3 * time.Second}, WithRenewInterval(500*time.Millisecond))
@@ -325,7 +325,14 @@ func TestCLIForceUnlock(t *testing.T) {
 			t.Fatalf("the lock changed after a refused force-unlock: %+v", l)
 		}
 		var stdout, stderr bytes.Buffer
-		if code := statecmd.Main([]string{"force-unlock", "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg, key}, statecmd.Defaults{}, &stdout, &stderr); code != 0 {
+		admin := []string{"force-unlock", "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg, key}
+		// The lock is live (the agent renews it): without a reason the operator is refused too.
+		if code := statecmd.Main(admin, statecmd.Defaults{}, &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "--reason") {
+			t.Fatalf("outpost-agent state force-unlock of a live lock without --reason: exit %d\n%s%s", code, stdout.String(), stderr.String())
+		}
+		stdout.Reset()
+		stderr.Reset()
+		if code := statecmd.Main(append(admin, "--reason", "its run was killed"), statecmd.Defaults{}, &stdout, &stderr); code != 0 {
 			t.Fatalf("outpost-agent state force-unlock: exit %d\n%s%s", code, stdout.String(), stderr.String())
 		}
 		if l, _ := e.store.LockInfo(context.Background(), key); l != nil {
@@ -388,4 +395,52 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestRollbackThenPlan: two applies write two versions; `outpost-agent state diff` names what
+// changed between them, `rollback` writes the first back (the next serial, under the lock), and
+// the CLI's next plan finds the infrastructure of the first apply in the state (no changes with
+// its variables, changes with the second's) and its next apply writes on from there.
+func TestRollbackThenPlan(t *testing.T) {
+	forEachCLI(t, func(t *testing.T, c cli) {
+		e := newEnv(t, statestore.Options{})
+		key := "rollback/" + c.name
+		w := e.newWorkdir(t, c, key, "dep-r", lifecycleTF)
+		for _, v := range []string{"one", "two"} {
+			if out, err := w.run("apply", "-auto-approve", "-input=false", "-var", "v="+v); err != nil {
+				t.Fatalf("apply v=%s: %v\n%s", v, err, out)
+			}
+		}
+		admin := func(args ...string) string {
+			t.Helper()
+			var stdout, stderr bytes.Buffer
+			if code := statecmd.Main(append(args, "--kubeconfig", e.cluster.Kubeconfig, "--namespace", e.ns, "--org-id", testOrg), statecmd.Defaults{}, &stdout, &stderr); code != 0 {
+				t.Fatalf("outpost-agent state %v: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+			}
+			return stdout.String()
+		}
+		hist, err := e.store.History(context.Background(), key)
+		if err != nil || len(hist) < 2 {
+			t.Fatalf("history %+v, %v", hist, err)
+		}
+		first, second := hist[len(hist)-1].Generation, hist[0].Generation
+		if d := admin("diff", key, fmt.Sprint(first), fmt.Sprint(second)); !strings.Contains(d, "~ terraform_data.a") || !strings.Contains(d, "~ terraform_data.b[0]") ||
+			!strings.Contains(d, "~ output v") || strings.Contains(d, "one") {
+			t.Errorf("diff of the two applies:\n%s", d)
+		}
+		admin("rollback", key, fmt.Sprint(first), "--reason", "v=two broke it", "--by", "test")
+		if out, err := w.run("plan", "-detailed-exitcode", "-input=false", "-var", "v=one"); err != nil {
+			t.Errorf("plan with the first apply's variables after the rollback: %v (exit 2 = changes)\n%s", err, out)
+		}
+		if out, err := w.run("plan", "-detailed-exitcode", "-input=false", "-var", "v=two"); err == nil {
+			t.Errorf("plan with the second apply's variables finds nothing to change after the rollback:\n%s", out)
+		}
+		if out, err := w.run("apply", "-auto-approve", "-input=false", "-var", "v=three"); err != nil {
+			t.Fatalf("apply after the rollback: %v\n%s", err, out)
+		}
+		_, g, err := e.store.Read(context.Background(), key)
+		if err != nil || g.Serial <= hist[0].Serial+1 {
+			t.Errorf("after rollback and apply: serial %d (%v), want beyond the rollback's %d", g.Serial, err, hist[0].Serial+1)
+		}
+	})
 }

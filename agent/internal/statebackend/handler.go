@@ -110,6 +110,11 @@ type Handler struct {
 	log        *slog.Logger
 	limits     *limiter
 	renewEvery time.Duration
+	reporter   StateReporter
+	reports    *reports // nil without a reporter
+	pods       AttemptPods
+	runner     string // the runner whose locks the sweep may release (WithAttemptPods)
+	sweepEvery time.Duration
 
 	baseCtx  context.Context
 	stop     context.CancelFunc
@@ -127,7 +132,7 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Handler{
 		store: store, authz: authz, log: logger,
-		limits: newLimiter(Limits{}), renewEvery: store.LockDuration() / 3,
+		limits: newLimiter(Limits{}), renewEvery: store.LockDuration() / 3, sweepEvery: LockSweepEvery,
 		baseCtx: ctx, stop: cancel, renewals: map[string]*renewal{},
 	}
 	if l, ok := authz.(HolderLiveness); ok {
@@ -135,6 +140,21 @@ func NewHandler(store *statestore.Store, authz Authorizer, logger *slog.Logger, 
 	}
 	for _, o := range opts {
 		o(h)
+	}
+	if h.pods != nil {
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.runLockSweep(ctx)
+		}()
+	}
+	if h.reporter != nil {
+		h.reports = newReports()
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.runReports(ctx)
+		}()
 	}
 	return h
 }
@@ -158,6 +178,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.LogAttrs(r.Context(), slog.LevelDebug, "state request", slog.String("method", r.Method),
 			slog.String("state_key", key), slog.String("holder", holder), slog.Int("status", rw.Status),
 			slog.Int64("bytes_out", rw.Bytes), slog.Duration("duration", time.Since(start)))
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && rw.Status/100 == 2 {
+			h.stateChanged(key) // a write, a delete, a lock or an unlock: the orchestrator hears of it
+		}
 	}()
 	escaped := r.URL.EscapedPath()
 	if !strings.HasPrefix(escaped, PathPrefix) {

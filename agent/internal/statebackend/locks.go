@@ -31,7 +31,7 @@ func (h *Handler) lock(w http.ResponseWriter, r *http.Request, key, holder strin
 		writeJSON(w, http.StatusOK, info)
 		return
 	}
-	info.Holder = holder
+	info.Holder, info.Pod, info.Runner = holder, h.holderPod(r.Context(), holder), h.runner
 	if err := h.store.Lock(r.Context(), key, info); err != nil {
 		h.storeError(w, r, key, holder, "lock", err)
 		return
@@ -101,11 +101,7 @@ func shownTo(l statestore.HeldLock, holder string) statestore.LockInfo {
 	if holder != "" && info.Holder == holder {
 		return info
 	}
-	op := ""
-	switch info.Operation {
-	case "OperationTypeApply", "OperationTypePlan", "OperationTypeRefresh", "OperationTypeInvalid":
-		op = info.Operation
-	}
+	op := knownOperation(info.Operation)
 	return statestore.LockInfo{
 		ID:        fmt.Sprintf("%s (held by %s; an operator releases a stuck lock with `outpost-agent state force-unlock`)", HiddenLockIDPrefix, info.Holder),
 		Operation: op,

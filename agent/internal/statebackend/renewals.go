@@ -95,6 +95,7 @@ func (h *Handler) releaseHolder(holder string) {
 				return
 			}
 			h.log.LogAttrs(ctx, slog.LevelInfo, "released the lock of a finished attempt", attrs...)
+			h.stateChanged(r.key)
 		}()
 	}
 }

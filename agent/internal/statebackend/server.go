@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/kubeclient"
 
@@ -34,8 +35,19 @@ type ServerOptions struct {
 	Org string
 	// Limits bound the work in progress of every namespace together.
 	Limits Limits
+	// KeepVersions and MaxVersionAge say how many versions of each state are kept
+	// (statestore.Options.KeepGenerations, MaxGenerationAge; zero: the store's defaults).
+	KeepVersions  int
+	MaxVersionAge time.Duration
 	// Forwarder is set when leader election runs: a standby forwards to the leader.
 	Forwarder *Forwarder
+	// Reporter, when set, receives the versions' metadata and lock holders of every state the
+	// server serves (never their contents), for the orchestrator.
+	Reporter StateReporter
+	// Pods, when set, names the job pod of each lock's holder and lets the handlers release the
+	// locks whose pod is gone (see AttemptPods), of the locks granted for Runner.
+	Pods   AttemptPods
+	Runner string
 	// Logger gets the server's and its handlers' logs (component=state).
 	Logger *slog.Logger
 }
@@ -151,11 +163,19 @@ func (s *Server) handler(ns string) (*Handler, error) {
 	if h := s.handlers[ns]; h != nil {
 		return h, nil
 	}
-	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey, Scope: s.o.Org})
+	store, err := statestore.New(s.o.Kube, ns, statestore.Options{Logger: s.log, EncryptionKey: s.o.EncryptionKey, Scope: s.o.Org,
+		KeepGenerations: s.o.KeepVersions, MaxGenerationAge: s.o.MaxVersionAge})
 	if err != nil {
 		return nil, err
 	}
-	h := NewHandler(store, s.o.Tokens, s.log, withLimiter(s.limits))
+	opts := []Option{withLimiter(s.limits)}
+	if s.o.Reporter != nil {
+		opts = append(opts, WithReporter(s.o.Reporter))
+	}
+	if s.o.Pods != nil {
+		opts = append(opts, WithAttemptPods(s.o.Pods, s.o.Runner))
+	}
+	h := NewHandler(store, s.o.Tokens, s.log, opts...)
 	// Locks granted by an earlier agent process are renewed again while their attempts live.
 	if n, err := h.ResumeRenewals(context.Background()); err != nil {
 		s.log.Warn("resume lock renewals", "namespace", ns, "err", err)

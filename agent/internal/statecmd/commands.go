@@ -117,7 +117,7 @@ func (c *stateCmd) restore(ctx context.Context) error {
 		if _, _, err := c.store.ReadGeneration(ctx, c.key, c.opts.generation); err != nil {
 			return err
 		}
-		l, err := c.store.ForceUnlock(ctx, c.key)
+		l, err := c.store.ForceUnlockFor(ctx, c.key, statestore.LockBreak{By: c.opts.by, Reason: fmt.Sprintf("restore --force of generation %d", c.opts.generation)})
 		switch {
 		case err == nil:
 			fmt.Fprintf(c.out, "force-unlocked state %q, which was locked by:\n", c.key)
@@ -151,9 +151,23 @@ func (c *stateCmd) lockInfo(ctx context.Context) error {
 }
 
 // forceUnlock prints the lock it removed (returned by the store, so it is exactly the one that
-// was released even if the holder changed meanwhile): the operator learns whose run to check.
+// was released even if the holder changed meanwhile): the operator learns whose run to check. A
+// lock that has not expired is its holder's while the agent renews it, so breaking it needs a
+// reason; who broke which holder's lock and why is recorded on the lock (and reported to the
+// orchestrator).
 func (c *stateCmd) forceUnlock(ctx context.Context) error {
-	l, err := c.store.ForceUnlock(ctx, c.key)
+	if strings.TrimSpace(c.opts.reason) == "" {
+		l, err := c.store.LockInfo(ctx, c.key)
+		if err != nil {
+			return err
+		}
+		if l != nil && !l.Expired(time.Now()) {
+			c.printLock(l)
+			return fmt.Errorf("state %q: %w: the lock of %s is live (renewed until %s): its run may still write; "+
+				"break it only if you know that run is gone, with --reason", c.key, errLiveLock, holder(*l), l.Expires().UTC().Format(time.RFC3339))
+		}
+	}
+	l, err := c.store.ForceUnlockFor(ctx, c.key, statestore.LockBreak{By: c.opts.by, Reason: c.opts.reason})
 	if errors.Is(err, statestore.ErrNotLocked) {
 		return c.notLocked(ctx, "; nothing to do")
 	}
@@ -164,6 +178,9 @@ func (c *stateCmd) forceUnlock(ctx context.Context) error {
 	fmt.Fprintf(c.out, "force-unlocked state %q; writes under lock ID %s are refused from now on\n", c.key, l.Info.ID)
 	return nil
 }
+
+// errLiveLock refuses to break a live lock without a reason.
+var errLiveLock = errors.New("refused")
 
 // notLocked reports an unlocked state, but a key that names neither a lock nor a state is a typo
 // and is reported as not found. (A lock without a state is normal: a first run locks before it
@@ -217,7 +234,7 @@ func (c *stateCmd) printLock(l *statestore.HeldLock) {
 	if l.Expired(time.Now()) {
 		expires += " (expired: a new lock may take it over)"
 	}
-	for _, row := range [][2]string{{"Holder", holder(*l)}, {"Lock ID", l.Info.ID}, {"Operation", l.Info.Operation},
+	for _, row := range [][2]string{{"Holder", holder(*l)}, {"Pod", l.Info.Pod}, {"Lock ID", l.Info.ID}, {"Operation", l.Info.Operation},
 		{"Who", l.Info.Who}, {"Info", l.Info.Info}, {"Version", l.Info.Version}, {"Path", l.Info.Path},
 		{"Created", at(l.Info.Created)}, {"Acquired", at(l.AcquireTime)}, {"Renewed", at(l.RenewTime)}, {"Expires", expires}} {
 		fmt.Fprintf(tw, "%s:\t%s\n", row[0], orDash(row[1]))

@@ -7,6 +7,7 @@
 package statecmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -15,7 +16,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -41,8 +41,18 @@ Commands:
   history KEY                  the kept generations of a state
   get KEY [--generation N]     write the state (or an older generation) to stdout, byte for byte
   restore KEY GENERATION       write that generation back as a new generation [--force: force-unlock first]
-  lock-info KEY                show the lock of a state
-  force-unlock KEY             remove the lock of a state (its holder can no longer write)
+  show KEY [--generation N]    the resource instances and outputs of a state (or an older
+                               generation) by name; no value is shown
+  diff KEY FROM TO             resource instances and outputs added, removed and changed between
+                               two generations, by name
+  rollback KEY GENERATION --reason TEXT [--by NAME]
+                               write that generation back as the newest, with the next serial,
+                               under the state's lock; who and why are recorded with it
+  lock-info KEY                show the lock of a state (its holder: attempt and job pod)
+  force-unlock KEY [--reason TEXT] [--by NAME]
+                               remove the lock of a state (its holder can no longer write); a lock
+                               that has not expired (its holder may still run) needs --reason;
+                               who, why and whose lock are recorded on the lock
   import --suffix SUFFIX [--workspace WS] [--key KEY] [--overwrite] [--ignore-lock]
                                copy a state from the stock kubernetes backend's Secrets in the namespace
 
@@ -56,15 +66,19 @@ Flags (before or after the command):
   --encryption-key-file PATH   the agent's state encryption key (raw or base64, 32 bytes; default:
                                the agent's state.encryptionKeyFile, OUTPOST_STATE_ENCRYPTION_KEY_FILE):
                                reads sealed states, seals what it writes
-  --json                       list, history, lock-info: JSON instead of a table
+  --json                       list, history, show, diff, lock-info: JSON instead of a table
+  --by NAME                    who asks, recorded with a rollback or a broken lock (default $USER)
 `
 
 // stateOpts are the flags of every state command.
 type stateOpts struct {
 	kubeconfig, namespace, keyFile, org string
 	json, force, overwrite, ignore      bool
-	generation                          int64
+	generation, to                      int64
+	reason, by                          string
 	workspace, suffix, key              string
+	keep                                int
+	maxAge                              time.Duration
 }
 
 // flags registers the flags of cmd on a new FlagSet. Values already set (from flags before the
@@ -83,6 +97,11 @@ func (o *stateOpts) flags(cmd string, stderr io.Writer) *flag.FlagSet {
 		fs.Int64Var(&o.generation, "generation", 0, "")
 	case "restore":
 		fs.BoolVar(&o.force, "force", false, "")
+	case "show":
+		fs.Int64Var(&o.generation, "generation", 0, "")
+	case "rollback", "force-unlock":
+		fs.StringVar(&o.reason, "reason", "", "")
+		fs.StringVar(&o.by, "by", o.by, "")
 	case "import":
 		fs.StringVar(&o.workspace, "workspace", "default", "")
 		fs.StringVar(&o.suffix, "suffix", "", "")
@@ -101,19 +120,25 @@ var stateCommands = map[string]struct {
 	"list": {0, (*stateCmd).list}, "history": {1, (*stateCmd).history}, "get": {1, (*stateCmd).get},
 	"restore": {2, (*stateCmd).restore}, "lock-info": {1, (*stateCmd).lockInfo},
 	"force-unlock": {1, (*stateCmd).forceUnlock}, "import": {0, (*stateCmd).importStock},
+	"show": {1, (*stateCmd).show}, "diff": {3, (*stateCmd).diff}, "rollback": {2, (*stateCmd).rollback},
 }
 
 // Defaults are the settings the flags start from: the agent's own (its configuration file and
 // environment, package config), so that inside the agent's pod no flag is needed.
 type Defaults struct {
 	Namespace, OrgID, EncryptionKeyFile string
+	// KeepVersions and MaxVersionAge are the agent's state.versions: a restore prunes the
+	// history as the agent's own writes do.
+	KeepVersions  int
+	MaxVersionAge time.Duration
 }
 
 // Main runs `outpost-agent state` with args (after "state"). Exit codes: 0 done, 1 the
 // operation failed (one line on stderr that names the state and what to do), 2 bad usage (with
 // the usage text).
 func Main(args []string, defaults Defaults, stdout, stderr io.Writer) int {
-	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: defaults.Namespace, org: defaults.OrgID, keyFile: defaults.EncryptionKeyFile}
+	o := &stateOpts{kubeconfig: os.Getenv("KUBECONFIG"), namespace: defaults.Namespace, org: defaults.OrgID, keyFile: defaults.EncryptionKeyFile,
+		keep: defaults.KeepVersions, maxAge: defaults.MaxVersionAge, by: cmp.Or(os.Getenv("USER"), "operator")}
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "outpost-agent state: "+format+"\n", a...)
 		fmt.Fprint(stderr, stateUsage)
@@ -145,10 +170,21 @@ func Main(args []string, defaults Defaults, stdout, stderr io.Writer) int {
 	case cmd == "import" && o.suffix == "":
 		return usage("import needs --suffix: the secret_suffix of the kubernetes backend configuration")
 	}
-	if cmd == "restore" {
-		if o.generation, err = strconv.ParseInt(pos[1], 10, 64); err != nil || o.generation <= 0 {
-			return usage("restore: GENERATION must be a positive number, got %q", pos[1])
+	switch cmd {
+	case "restore", "rollback":
+		if o.generation, err = positiveGeneration(pos[1]); err != nil {
+			return usage("%s: %v", cmd, err)
 		}
+	case "diff":
+		if o.generation, err = positiveGeneration(pos[1]); err == nil {
+			o.to, err = positiveGeneration(pos[2])
+		}
+		if err != nil {
+			return usage("diff: FROM and TO are generations: %v", err)
+		}
+	}
+	if cmd == "rollback" && strings.TrimSpace(o.reason) == "" {
+		return usage("rollback needs --reason: it is recorded with the new version, and the orchestrator shows it")
 	}
 	key, err := statestore.ReadKeyFile(o.keyFile)
 	if err != nil {
@@ -175,7 +211,8 @@ func Main(args []string, defaults Defaults, stdout, stderr io.Writer) int {
 	if cmd == "list" {
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	store, err := statestore.New(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log, Scope: o.org})
+	store, err := statestore.New(kube, o.namespace, statestore.Options{EncryptionKey: key, Logger: log, Scope: o.org,
+		KeepGenerations: o.keep, MaxGenerationAge: o.maxAge})
 	if err != nil {
 		return usage("--encryption-key-file: %v", err)
 	}

@@ -104,7 +104,7 @@ func TestStateCommand(t *testing.T) {
 	if _, errOut := run(exitRuntime, "restore", key, "2"); !strings.Contains(errOut, key) || !strings.Contains(errOut, "--force") {
 		t.Errorf("restore while locked: %s", errOut)
 	}
-	if out, _ = run(exitOK, "force-unlock", key); !strings.Contains(out, "lock-7f3a") || !strings.Contains(out, "force-unlocked") {
+	if out, _ = run(exitOK, "force-unlock", key, "--reason", "its run is gone"); !strings.Contains(out, "lock-7f3a") || !strings.Contains(out, "force-unlocked") {
 		t.Errorf("force-unlock:\n%s", out)
 	}
 	if out, _ = run(exitOK, "lock-info", key); !strings.Contains(out, "not locked") {

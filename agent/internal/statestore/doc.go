@@ -28,7 +28,8 @@
 // the size of the state. It lays down every chunk of a new generation first (chunk 0 is created
 // first and claims the generation number, so two writers never share chunk objects), then swaps the
 // manifest with a resourceVersion compare-and-swap, then garbage-collects chunks of generations
-// that are older than the current one and no longer in the kept history (default 5). A crash at
+// that are older than the current one and no longer in the kept history (default 10 versions,
+// and optionally none older than a maximum age). A crash at
 // any point before the swap leaves the previous generation current and readable; chunks of the
 // failed attempt are orphans that the next successful write deletes. Garbage collection deletes
 // only generations below the one just committed, so it never touches a concurrent writer's

@@ -36,6 +36,12 @@ type LockInfo struct {
 	// and attempt, as returned by the state backend's Authorizer). It becomes the Lease's
 	// holderIdentity; when empty, ID is used. The CLIs ignore the extra JSON field.
 	Holder string `json:",omitempty"`
+	// Pod is Outpost's addition too: the job pod the holder runs in, as the agent found it
+	// (never what the CLI sent), when it took the lock.
+	Pod string `json:",omitempty"`
+	// Runner is the runner whose agent granted the lock: only that agent can tell whether the
+	// holder's attempt still runs (agents of two runners may keep states in one namespace).
+	Runner string `json:",omitempty"`
 }
 
 // HeldLock is a lock as stored in the Lease.
@@ -184,11 +190,30 @@ func (s *Store) Unlock(ctx context.Context, key, lockID, holder string) error {
 	return err
 }
 
-// ForceUnlock releases the lock of key whoever holds it and returns the lock that was released
-// (nil and ErrNotLocked when the state was not locked). It is the recovery path the CLIs'
+// LockBreak records a force-unlock: whose lock was broken (Holder), who broke it and why, and
+// when. It stays on the lock's Lease until the next break.
+type LockBreak struct {
+	Holder string    `json:"holder"`
+	Pod    string    `json:"pod,omitempty"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	// Live is whether the lock had not expired when it was broken: its holder may still have
+	// been running.
+	Live bool `json:"live"`
+}
+
+// ForceUnlock releases the lock of key whoever holds it (ForceUnlockFor with no one named).
+func (s *Store) ForceUnlock(ctx context.Context, key string) (*HeldLock, error) {
+	return s.ForceUnlockFor(ctx, key, LockBreak{})
+}
+
+// ForceUnlockFor releases the lock of key whoever holds it and returns the lock that was released
+// (nil and ErrNotLocked when the state was not locked), recording brk (its By and Reason; the
+// rest is filled in) on the Lease in the same update. It is the recovery path the CLIs'
 // force-unlock command reaches; the previous holder's later writes are refused because its
 // lock ID no longer holds the lock.
-func (s *Store) ForceUnlock(ctx context.Context, key string) (*HeldLock, error) {
+func (s *Store) ForceUnlockFor(ctx context.Context, key string, brk LockBreak) (*HeldLock, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
@@ -201,7 +226,14 @@ func (s *Store) ForceUnlock(ctx context.Context, key string) (*HeldLock, error) 
 		if held == nil {
 			return nil, fmt.Errorf("state %q: %w", key, ErrNotLocked)
 		}
+		now := s.opts.Now()
+		brk.Holder, brk.Pod, brk.At, brk.Live = held.Info.Holder, held.Info.Pod, now.UTC(), !held.Expired(now)
+		raw, err := json.Marshal(brk)
+		if err != nil {
+			return nil, err
+		}
 		release(lease)
+		lease.Annotations[AnnotationLockBreak] = string(raw)
 		_, err = leases.Update(ctx, lease, metav1.UpdateOptions{})
 		if apierrors.IsConflict(err) {
 			continue
@@ -210,7 +242,8 @@ func (s *Store) ForceUnlock(ctx context.Context, key string) (*HeldLock, error) 
 			return nil, fmt.Errorf("state %q: force-unlock: %w", key, err)
 		}
 		s.log.LogAttrs(ctx, slog.LevelWarn, "state force-unlocked", slog.String("state_key", key),
-			slog.String("lock_id", held.Info.ID), slog.String("holder", held.Info.Holder))
+			slog.String("lock_id", held.Info.ID), slog.String("holder", held.Info.Holder),
+			slog.String("by", brk.By), slog.String("reason", brk.Reason), slog.Bool("live", brk.Live))
 		return held, nil
 	}
 	return nil, fmt.Errorf("state %q: force-unlock: %w (gave up after %d tries)", key, ErrConflict, lockRetries)
@@ -224,6 +257,29 @@ func (s *Store) LockInfo(ctx context.Context, key string) (*HeldLock, error) {
 	}
 	_, held, err := s.getLease(ctx, key)
 	return held, err
+}
+
+// LastBreak returns the last force-unlock recorded on key's lock, or nil when there was none.
+func (s *Store) LastBreak(ctx context.Context, key string) (*LockBreak, error) {
+	_, b, err := s.LockRecord(ctx, key)
+	return b, err
+}
+
+// LockRecord returns, from one read of key's Lease, its lock (nil when not locked) and the last
+// force-unlock recorded on it (nil when there was none).
+func (s *Store) LockRecord(ctx context.Context, key string) (*HeldLock, *LockBreak, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, nil, err
+	}
+	l, held, err := s.getLease(ctx, key)
+	if err != nil || l == nil || l.Annotations[AnnotationLockBreak] == "" {
+		return held, nil, err
+	}
+	var b LockBreak
+	if err := json.Unmarshal([]byte(l.Annotations[AnnotationLockBreak]), &b); err != nil {
+		return held, nil, fmt.Errorf("state %q: lock break record unreadable: %w", key, err)
+	}
+	return held, &b, nil
 }
 
 // KeyedLock is one entry of ListLocks.

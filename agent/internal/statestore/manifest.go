@@ -32,11 +32,14 @@ type Generation struct {
 	KeyID      string `json:"key_id,omitempty"`
 	// Lineage, Serial and TerraformVersion are copied from the state document (empty for an
 	// OpenTofu client-side encrypted state).
-	Lineage          string    `json:"lineage,omitempty"`
-	Serial           int64     `json:"serial"`
-	TerraformVersion string    `json:"terraform_version,omitempty"`
-	ClientEncrypted  bool      `json:"client_encrypted,omitempty"`
-	UpdatedAt        time.Time `json:"updated_at"`
+	Lineage          string `json:"lineage,omitempty"`
+	Serial           int64  `json:"serial"`
+	TerraformVersion string `json:"terraform_version,omitempty"`
+	ClientEncrypted  bool   `json:"client_encrypted,omitempty"`
+	// Resources is how many entries the state's "resources" list has (managed resources and
+	// data sources), counted as the body streams by; 0 for a client-side encrypted state.
+	Resources int64     `json:"resources,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Writer is who wrote it (the lock holder, e.g. "job/<id>/<attempt>", when known) and
 	// Source how ("write", "restore of generation 3", "import from ..."), for audit.
 	Writer string `json:"writer,omitempty"`
@@ -175,7 +178,7 @@ func parseManifest(key string, sec *corev1.Secret) (*manifest, error) {
 	// The history entry of the current generation carries the audit fields; the individual
 	// keys win for everything else (they are what an operator sees and might repair by hand).
 	if len(m.history) > 0 && m.history[0].Generation == c.Generation {
-		c.Writer, c.Source, c.ClientEncrypted = m.history[0].Writer, m.history[0].Source, m.history[0].ClientEncrypted
+		c.Writer, c.Source, c.ClientEncrypted, c.Resources = m.history[0].Writer, m.history[0].Source, m.history[0].ClientEncrypted, m.history[0].Resources
 		m.history[0] = *c
 	} else {
 		m.history = append([]Generation{*c}, m.history...)

@@ -30,6 +30,9 @@ const (
 	LabelOrg = "outpost.dev/org-id"
 	// AnnotationLockInfo holds the Terraform lock info JSON of the current lock holder.
 	AnnotationLockInfo = "outpost.dev/lock-info"
+	// AnnotationLockBreak records the last force-unlock of a state's lock: whose lock, who broke
+	// it, why and when (LockBreak as JSON).
+	AnnotationLockBreak = "outpost.dev/lock-broken"
 
 	roleManifest = "manifest"
 	roleChunk    = "chunk"

@@ -27,6 +27,10 @@ type stateScanner struct {
 	capturing string
 	captured  map[string][]byte
 	offset    int64
+	// member is the top-level member being read (its name, cut at 64 bytes), and resources
+	// counts the values that start directly inside the top-level "resources" array.
+	member    string
+	resources int64
 }
 
 type scanState int
@@ -170,6 +174,9 @@ func (s *stateScanner) startValue(c byte) error {
 	}
 	s.keep(c)
 	s.justOpened = false
+	if len(s.stack) == 2 && s.stack[1] == '[' && s.member == "resources" {
+		s.resources++
+	}
 	switch {
 	case c == '{' || c == '[':
 		if len(s.stack) >= scanMaxDepth {
@@ -207,7 +214,7 @@ func (s *stateScanner) inString(c byte) error {
 				s.keep(c)
 				return nil
 			}
-			s.capturing = ""
+			s.capturing, s.member = "", string(s.keyBuf)
 			if keptMembers[string(s.keyBuf)] {
 				s.capturing = string(s.keyBuf)
 				s.captured[s.capturing] = nil

@@ -19,6 +19,8 @@ type StateMeta struct {
 	TerraformVersion string
 	// ClientEncrypted is true for an OpenTofu state-encryption envelope (`encrypted_data`).
 	ClientEncrypted bool
+	// Resources is how many entries the top-level "resources" list has.
+	Resources int64
 }
 
 // ParseState checks that body is a Terraform/OpenTofu state document and returns its metadata.
@@ -65,6 +67,7 @@ func (s *stateScanner) meta() (StateMeta, error) {
 	if err := json.Unmarshal(raw("lineage"), &m.Lineage); err != nil || m.Lineage == "" {
 		return StateMeta{}, &InvalidStateError{Detail: `"lineage" is not a non-empty string`}
 	}
+	m.Resources = s.resources
 	if tv := raw("terraform_version"); !isNull(tv) {
 		_ = json.Unmarshal(tv, &m.TerraformVersion) // informational only
 	}

@@ -19,12 +19,15 @@ const (
 	// DefaultChunkSize leaves ~124 KiB of headroom under the 1 MiB limit on a Secret's data,
 	// and keeps each request well under etcd's default 1.5 MiB request limit.
 	DefaultChunkSize       = 900 * 1024
-	DefaultKeepGenerations = 5
-	DefaultLockDuration    = 60 * time.Second
-	DefaultParallelism     = 4
-	DefaultMaxStateSize    = 512 << 20
-	maxChunkSize           = 1000 * 1024
-	maxLayDownAttempts     = 32
+	DefaultKeepGenerations = 10
+	// MaxKeepGenerations bounds the kept versions: their history lives in the manifest Secret
+	// (about half a KiB each), which must stay far below the 1 MiB limit.
+	MaxKeepGenerations  = 100
+	DefaultLockDuration = 60 * time.Second
+	DefaultParallelism  = 4
+	DefaultMaxStateSize = 512 << 20
+	maxChunkSize        = 1000 * 1024
+	maxLayDownAttempts  = 32
 )
 
 // Options tune a Store. The zero value is valid and gives the defaults.
@@ -33,8 +36,13 @@ type Options struct {
 	// Default DefaultChunkSize; values above 1000 KiB are clamped.
 	ChunkSize int
 	// KeepGenerations is how many generations (the current one included) are kept for
-	// History, ReadGeneration and Restore. Default 5, minimum 1.
+	// History, ReadGeneration and Restore: each write keeps the ones before it, in the same
+	// manifest swap that makes it current. Default 10, at most MaxKeepGenerations.
 	KeepGenerations int
+	// MaxGenerationAge, when set, also drops kept generations written longer ago than this
+	// (never the current one). Like the count, it is applied when a write commits: a state
+	// nobody writes keeps its versions.
+	MaxGenerationAge time.Duration
 	// LockDuration is the lease duration of locks: a lock that is not renewed within it
 	// expires and can be taken over. Default 60 s; rounded to whole seconds, at least 1 s.
 	LockDuration time.Duration
@@ -90,6 +98,7 @@ func New(client kubeclient.Interface, namespace string, opts Options) (*Store, e
 	if opts.KeepGenerations <= 0 {
 		opts.KeepGenerations = DefaultKeepGenerations
 	}
+	opts.KeepGenerations = min(opts.KeepGenerations, MaxKeepGenerations)
 	if opts.LockDuration <= 0 {
 		opts.LockDuration = DefaultLockDuration
 	}

@@ -115,7 +115,7 @@ func (s *Store) write(ctx context.Context, key string, body io.Reader, opts Writ
 	g := Generation{
 		SHA256: digest, Size: size.n, Encoding: EncodingGzip, Format: FormatStreamed,
 		Lineage: meta.Lineage, Serial: meta.Serial, TerraformVersion: meta.TerraformVersion,
-		ClientEncrypted: meta.ClientEncrypted, UpdatedAt: s.opts.Now().UTC(),
+		ClientEncrypted: meta.ClientEncrypted, Resources: meta.Resources, UpdatedAt: s.opts.Now().UTC(),
 		Writer: opts.Writer, Source: opts.Source,
 	}
 	if s.sealer != nil {
@@ -163,9 +163,7 @@ func (s *Store) commit(ctx context.Context, key, hash string, cur *manifest, g G
 	if cur != nil && !cur.legacy {
 		history = append(history, cur.history...)
 	}
-	if len(history) > s.opts.KeepGenerations {
-		history = history[:s.opts.KeepGenerations]
-	}
+	history = s.prune(history)
 	sec, err := s.manifestSecret(key, hash, g, history)
 	if err != nil {
 		return Generation{}, err
@@ -212,6 +210,24 @@ func (s *Store) commit(ctx context.Context, key, hash string, cur *manifest, g G
 		s.removeLegacy(ctx, key, cur)
 	}
 	return g, nil
+}
+
+// prune cuts a history (newest first, the new current generation first of all) down to what the
+// Store keeps: KeepGenerations entries, none older than MaxGenerationAge but the current one.
+func (s *Store) prune(history []Generation) []Generation {
+	if len(history) > s.opts.KeepGenerations {
+		history = history[:s.opts.KeepGenerations]
+	}
+	if s.opts.MaxGenerationAge <= 0 {
+		return history
+	}
+	cutoff := s.opts.Now().Add(-s.opts.MaxGenerationAge)
+	for i := 1; i < len(history); i++ {
+		if history[i].UpdatedAt.Before(cutoff) {
+			return history[:i]
+		}
+	}
+	return history
 }
 
 // sealedAsConfigured reports whether a generation is stored the way this Store would store it

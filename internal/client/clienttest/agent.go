@@ -58,6 +58,9 @@ func Register(t testing.TB, admin *client.AdminClient, baseURL, runnerID string)
 	return &Agent{baseURL: baseURL, agent: ac}
 }
 
+// Client is the agent's signed client, for the calls Start does not make (state reports).
+func (a *Agent) Client() *client.AgentClient { return a.agent }
+
 // Run is one claimed attempt of a deployment.
 type Run struct {
 	id      string

@@ -44,6 +44,7 @@ const (
 	// KindSession is a console session (SessionRecord), kept under the organisation
 	// SessionScope and the SHA-256 of its cookie: every replica finds every session.
 	KindSession
+	KindState // api.State: a state's versions and lock as its agent reported them; id "<storage>/<key>"
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.

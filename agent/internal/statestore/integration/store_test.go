@@ -285,3 +285,66 @@ func keepAlive(ctx context.Context, s *statestore.Store, key, lockID string, int
 		}
 	}
 }
+
+// Fifteen writes with the default options keep ten versions, newest first, each readable byte for
+// byte with its serial and resource count, and the chunks of the five dropped ones are gone from
+// the API server. A maximum age then drops every kept version older than it, but never the
+// current one.
+func TestVersionsKeptAndPruned(t *testing.T) {
+	c, ns := setup(t)
+	ctx := context.Background()
+	now := time.Now()
+	clock := func() time.Time { return now }
+	s := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet, Now: clock}))
+	const key = "team/versions"
+	var written [][]byte
+	for i := 1; i <= 15; i++ {
+		body := fmt.Appendf(nil, `{"version":4,"serial":%d,"lineage":"L","resources":[%s],"outputs":{}}`, i,
+			strings.TrimSuffix(strings.Repeat(`{"mode":"managed","type":"terraform_data","name":"x","instances":[]},`, i), ","))
+		written = append(written, body)
+		if _, err := s.Write(ctx, key, body, statestore.WriteOptions{Writer: fmt.Sprintf("job/dep-%d/1", i)}); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Hour)
+	}
+	h, err := s.History(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 10 {
+		t.Fatalf("%d versions kept, want 10", len(h))
+	}
+	for i, g := range h {
+		serial := int64(15 - i)
+		if g.Serial != serial || g.Resources != serial || g.Writer != fmt.Sprintf("job/dep-%d/1", serial) {
+			t.Errorf("version %d: serial %d, %d resources, writer %q; want serial %d", i, g.Serial, g.Resources, g.Writer, serial)
+		}
+		got, _, err := s.ReadGeneration(ctx, key, g.Generation)
+		if err != nil || !bytes.Equal(got, written[serial-1]) {
+			t.Errorf("generation %d (serial %d): err %v, same bytes %v", g.Generation, serial, err, bytes.Equal(got, written[serial-1]))
+		}
+	}
+	if n := len(chunkNames(t, c, ns, key)); n != 10 {
+		t.Errorf("%d chunk Secrets left, want the 10 of the kept versions", n)
+	}
+
+	// Versions are an hour apart: a 3h30m maximum age keeps the new one and the three before it.
+	aged := mustStore(statestore.New(c, ns, statestore.Options{Logger: quiet, Now: clock, MaxGenerationAge: 3*time.Hour + 30*time.Minute}))
+	if _, err := aged.Write(ctx, key, state("L", 16, "x"), statestore.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ = aged.History(ctx, key); len(h) != 4 || h[0].Serial != 16 || h[3].Serial != 13 {
+		t.Errorf("after a write with a maximum age: %d versions (serials %d…%d), want 16…13", len(h), h[0].Serial, h[len(h)-1].Serial)
+	}
+	if n := len(chunkNames(t, c, ns, key)); n != 4 {
+		t.Errorf("%d chunk Secrets left, want 4", n)
+	}
+	// Long after: the current version alone stays.
+	now = now.Add(48 * time.Hour)
+	if _, err := aged.Write(ctx, key, state("L", 17, "y"), statestore.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ = aged.History(ctx, key); len(h) != 1 || h[0].Serial != 17 {
+		t.Errorf("two days later: %d versions, want only the current one", len(h))
+	}
+}

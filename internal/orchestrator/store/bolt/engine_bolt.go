@@ -37,6 +37,7 @@ var (
 	BucketEvents      = []byte("events")           // org/deployment/ + attempt + seq → api.Event
 	BucketLogs        = []byte("logs")             // org/deployment/ + stored offset → bytes of one append
 	BucketOutputs     = []byte("outputs")          // org/deployment → api.Outputs
+	BucketStates      = []byte("states")           // org/storage/state key → api.State
 	BucketReplay      = []byte("replay")           // token id → expiry (unix nanos)
 	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
 	bStats            = []byte("stats")            // status → number of deployments in it
@@ -45,7 +46,7 @@ var (
 	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
-		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions,
+		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates,
 		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
@@ -208,7 +209,7 @@ func (t Tx) HasOrg(org string) (bool, error) {
 
 var docBuckets = map[store.DocKind][]byte{
 	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
-	store.KindSession: BucketSessions,
+	store.KindSession: BucketSessions, store.KindState: BucketStates,
 }
 
 // GetDoc implements store.Tx.

@@ -22,6 +22,7 @@ type Tx struct {
 var docTables = map[store.DocKind]string{
 	store.KindRunner: "runners", store.KindStorage: "state_storages", store.KindOrgToken: "org_tokens", store.KindSource: "sources", store.KindOutputs: "outputs",
 	store.KindSession: "console_sessions",
+	store.KindState:   "states",
 }
 
 // Writable implements store.Tx.
