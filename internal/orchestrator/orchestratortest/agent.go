@@ -88,10 +88,10 @@ func (r *Running) Event(ctx context.Context, ev api.Event) *api.EventResponse {
 	r.a.t.Helper()
 	// Seqs below SeqWaiting+len(Reasons) are derived from what an event says (api.SeqClaimed is
 	// the orchestrator's own); a scripted event without a step counts from well above them.
-	switch {
-	case ev.Type == api.EventStarted:
+	switch ev.Type {
+	case api.EventStarted:
 		ev.Seq = api.SeqStarted
-	case ev.Type == api.EventFinished:
+	case api.EventFinished:
 		ev.Seq = api.SeqFinished
 	default:
 		if r.seq == 0 {
