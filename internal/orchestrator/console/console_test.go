@@ -491,3 +491,42 @@ func TestReplicasShareSessionsAndStreams(t *testing.T) {
 		t.Fatalf("after sign-out on replica b, replica a still served the session (%d)", resp.StatusCode)
 	}
 }
+
+// TestStateKeysShowTheLockHolder: the state keys page shows what the runner's agent reported of
+// a state — its lock holder with the job pod, its versions — escaped, to its organisation only.
+func TestStateKeysShowTheLockHolder(t *testing.T) {
+	f := newFixture(t)
+	ctx := t.Context()
+	agent := f.inst.NewAgent(t, "acme", "r1", f.key, "v-test")
+	now := time.Now().UTC()
+	rep := api.StateReport{Namespace: "states", States: []api.ReportedState{{
+		StateKey: "apps/web",
+		Versions: []api.StateVersion{{Generation: 2, Serial: 7, Size: 100, WrittenAt: now}, {Generation: 1, Serial: 6, Size: 90, WrittenAt: now}},
+		Lock: &api.StateLock{DeploymentID: f.acmeDep, Attempt: 1, Pod: "outpost-dep-x-1-abcde", Holder: "job/" + f.acmeDep + "/1",
+			Operation: "OperationTypeApply", AcquiredAt: now, ExpiresAt: now.Add(time.Minute)},
+	}, {
+		StateKey:      "restored/in-cluster",
+		Versions:      []api.StateVersion{{Generation: 1, Serial: 1, WrittenAt: now}},
+		LastLockBreak: &api.StateLockBreak{Holder: "job/x/1", By: "ops", Reason: "<script>alert(1)</script>", At: now},
+	}}}
+	if err := agent.Client.ReportStates(ctx, rep); err != nil {
+		t.Fatal(err)
+	}
+	b := signIn(t, f.inst.URL, f.acmeToken, "")
+	resp, page := b.get("/orgs/acme/state-keys")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("state keys page answered %d", resp.StatusCode)
+	}
+	for _, want := range []string{"outpost-dep-x-1-abcde", "OperationTypeApply", "2, newest serial 7", "restored/in-cluster", "&lt;script&gt;alert(1)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the state keys page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, "<script>alert(1)") {
+		t.Error("a lock break's reason was not escaped")
+	}
+	bb := signIn(t, f.inst.URL, f.betaToken, "")
+	if _, page := bb.get("/orgs/beta/state-keys"); strings.Contains(page, "outpost-dep-x-1-abcde") {
+		t.Error("beta's state keys page shows acme's lock holder")
+	}
+}

@@ -377,6 +377,9 @@ type stateKeyRow struct {
 	Storage, Key string
 	Active, Last *api.Deployment
 	Count        int
+	// Reported is what the runner's agent last reported of the state in the cluster: its
+	// versions (metadata only) and its lock holder; nil before any report.
+	Reported *api.State
 }
 
 // stateKeys lists the state keys the organisation's deployments used, per state storage.
@@ -412,6 +415,29 @@ func (c *Console) stateKeys(w http.ResponseWriter, r *http.Request, v *visit) er
 		row.Count++
 		if row.Active == nil && (d.Status == api.StatusClaimed || d.Status == api.StatusRunning) {
 			row.Active = d
+		}
+	}
+	// The lock holders and versions come from the agents' reports, per state storage; a state
+	// no deployment of the list used (restored or imported in the cluster) shows too.
+	storages := map[string]bool{}
+	for _, id := range storageOf {
+		if id != "" && !storages[id] {
+			storages[id] = true
+			states, err := c.cfg.Store.ListStates(ctx, v.org, id)
+			if err != nil {
+				return err
+			}
+			for i := range states {
+				st := &states[i]
+				k := [2]string{id, st.StateKey}
+				row := index[k]
+				if row == nil {
+					row = &stateKeyRow{Storage: id, Key: st.StateKey}
+					index[k] = row
+					rows = append(rows, row)
+				}
+				row.Reported = st
+			}
 		}
 	}
 	slices.SortFunc(rows, func(a, b *stateKeyRow) int {
