@@ -58,7 +58,12 @@ func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.O
 		}
 		k := executor.AttemptKey{DeploymentID: o.DeploymentID, Attempt: o.Attempt}
 		s.mu.Lock()
-		if s.starting[k] {
+		// An attempt this session claimed is never started again, whatever the offer says. The
+		// orchestrator re-offers an attempt its holder does not restate (a claim whose answer was
+		// lost, an agent restarted), and the executor stops listing a Job once it failed to
+		// start, before the finished event is acknowledged: in that gap a re-offer was claimed
+		// (claims are idempotent for the holder) and the failed attempt started a second time.
+		if s.starting[k] || s.attempts[k] != nil {
 			s.mu.Unlock()
 			repeated = true
 			continue

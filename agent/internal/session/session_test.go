@@ -849,3 +849,33 @@ func TestARefusedAttemptIsCleanedUpWhenForgotten(t *testing.T) {
 	waitFor(t, "the refused and forgotten attempt cleaned up", func() bool { ex.mu.Lock(); defer ex.mu.Unlock(); return ex.cleaned["dep-a"] == 1 })
 	stop()
 }
+
+// TestAClaimedAttemptIsNotStartedAgainWhenReoffered: the orchestrator re-offers an attempt its
+// holder did not restate in a poll; the session that claimed it does not claim and start it a
+// second time. Found in a fresh-clone make test: an attempt whose pod could not pull its image
+// was started again between its finished event and the acknowledgement.
+func TestAClaimedAttemptIsNotStartedAgainWhenReoffered(t *testing.T) {
+	ex := newFakeExec()
+	s := New(Options{Client: &fakeOrch{}, Executor: ex, Logger: slog.New(slog.DiscardHandler), MaxConcurrency: 3})
+	offer := api.Offer{DeploymentID: "dep-a", Attempt: 1, Operation: api.OperationApply}
+	var wg sync.WaitGroup
+	if taken, _ := s.offers(t.Context(), &wg, []api.Offer{offer}, 3); taken != 1 {
+		t.Fatalf("the first offer was not taken (%d)", taken)
+	}
+	wg.Wait()
+	// The executor lets go of the attempt as after a startup failure: it is no longer listed,
+	// and the poll no longer restates it.
+	ex.mu.Lock()
+	delete(ex.attempts, "dep-a")
+	ex.mu.Unlock()
+	taken, repeated := s.offers(t.Context(), &wg, []api.Offer{offer}, 3)
+	wg.Wait()
+	if taken != 0 || !repeated {
+		t.Errorf("the re-offer was taken (%d, repeated %v)", taken, repeated)
+	}
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if len(ex.starts) != 1 {
+		t.Errorf("the attempt was started %d times (%v), want once", len(ex.starts), ex.starts)
+	}
+}
