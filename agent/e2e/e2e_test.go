@@ -115,7 +115,9 @@ func TestJobSucceedsWithMergedTemplate(t *testing.T) {
 	}
 	t.Logf("enqueue → succeeded in %s", time.Since(started).Round(time.Millisecond))
 	n, evs := e.finishedEvents(ids[0])
-	if n != 1 || evs[0].Type != api.EventStarted || evs[0].Seq != 1 {
+	// The timeline lists the claim and the Job's progress first; one started event, seq 1.
+	first := slices.IndexFunc(evs, func(ev api.Event) bool { return ev.Type == api.EventStarted })
+	if n != 1 || first < 0 || evs[first].Seq != 1 {
 		t.Errorf("events %+v", evs)
 	}
 	// Acknowledged, the Job stays in the history (default 10 succeeded), without its token Secret.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"sync/atomic"
@@ -101,8 +102,22 @@ func (c *AgentClient) Event(ctx context.Context, deploymentID string, req api.Ev
 	if req.Time.IsZero() {
 		req.Time = time.Now().UTC()
 	}
-	if int(c.protocol.Load()) < api.ProtocolTimeline {
+	timeline := int(c.protocol.Load()) >= api.ProtocolTimeline
+	if !timeline {
 		req.Event = req.WithoutTimeline()
 	}
-	return roundTrip[api.EventResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/events", retryable: retry.Idempotent}, req)
+	send := func() (*api.EventResponse, error) {
+		return roundTrip[api.EventResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/deployments/" + url.PathEscape(deploymentID) + "/events", retryable: retry.Idempotent}, req)
+	}
+	resp, err := send()
+	// While an orchestrator's replicas are replaced one at a time, a poll answered by a new
+	// replica can be followed by an event that reaches an old one, which refuses the timeline's
+	// fields as unknown. A refused event would leave its attempt waiting for a directive that
+	// never comes (its finished event undelivered), so the same event goes again in the older
+	// shape; a new replica takes that shape too.
+	if timeline && errors.Is(err, api.ErrInvalid) && req.Event != req.WithoutTimeline() {
+		req.Event = req.WithoutTimeline()
+		resp, err = send()
+	}
+	return resp, err
 }
