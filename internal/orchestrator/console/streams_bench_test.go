@@ -19,12 +19,13 @@ import (
 // running deployment through a real orchestrator on loopback and reports what they cost the
 // process: heap and stacks in use, and goroutines, once every stream has had its first event and
 // sits waiting. The browsers' side (one HTTP connection each) is in the same process, so the
-// figures bound the orchestrator's share from above. It runs only with OUTPOST_CONSOLE_BENCH=1.
+// figures bound the orchestrator's share from above. With OUTPOST_CONSOLE_BENCH=1 it opens the
+// 500; otherwise, in make test, 20, so the measured code keeps working.
 func TestLogStreamsMemory(t *testing.T) {
-	if os.Getenv("OUTPOST_CONSOLE_BENCH") == "" {
-		t.Skip("set OUTPOST_CONSOLE_BENCH=1 to measure the cost of open log streams")
+	n := 20
+	if os.Getenv("OUTPOST_CONSOLE_BENCH") != "" {
+		n = 500
 	}
-	n := 500
 	if v := os.Getenv("OUTPOST_CONSOLE_STREAMS"); v != "" {
 		_, _ = fmt.Sscan(v, &n)
 	}
