@@ -416,11 +416,16 @@ func (c *claimTracker) await(took bool) bool {
 	}
 }
 
+// startOrchestrator starts the orchestrator the scale benchmark loads. Its organisation holds
+// one runner per simulated agent, beyond the default quota of 1,000 runners (the quota's
+// arrival broke this benchmark until a whole make bench ran again), so the quota is raised to
+// the connections allowed.
 func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
 	dir := b.TempDir()
 	bin := goBuild(b, dir, ".", "outpost-orchestrator")
 	return runOrchestrator(b, logDir(b), "orchestrator-scale", bin, freeLoopbackAddr(b), "bench-admin-token-0123456789abcdef",
-		"--data-dir", filepath.Join(dir, "data"), "--max-connections", strconv.Itoa(maxConnections))
+		"--data-dir", filepath.Join(dir, "data"), "--max-connections", strconv.Itoa(maxConnections),
+		"--max-runners-per-org", strconv.Itoa(maxConnections))
 }
 
 // raiseFileLimit lifts this process's open-file limit (and its children's) to at least n, as far
