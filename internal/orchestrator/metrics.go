@@ -77,10 +77,25 @@ func newMetrics(st *store.Store) *metrics {
 		m.authFailures.WithLabelValues(r)
 	}
 	m.registry.MustRegister(m.requests, m.duration, m.authFailures, m.polls, m.inFlight, m.purged, m.reasons,
-		&deploymentsCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_jobs",
-			"Deployments by status.", []string{"status"}, nil)},
-		&queueCollector{st: st, desc: prometheus.NewDesc("outpost_orchestrator_queue_depth",
-			"Queued deployments by organisation and runner (runners with none queued are left out).", []string{"org", "runner"}, nil)},
+		&storeGauge{desc: prometheus.NewDesc("outpost_orchestrator_jobs", "Deployments by status.", []string{"status"}, nil),
+			read: func(ctx context.Context) ([]gaugeSample, error) {
+				counts, err := st.StatusCounts(ctx)
+				out := make([]gaugeSample, 0, len(api.Statuses))
+				for _, s := range api.Statuses {
+					out = append(out, gaugeSample{float64(counts[s]), []string{string(s)}})
+				}
+				return out, err
+			}},
+		&storeGauge{desc: prometheus.NewDesc("outpost_orchestrator_queue_depth",
+			"Queued deployments by organisation and runner (runners with none queued are left out).", []string{"org", "runner"}, nil),
+			read: func(ctx context.Context) ([]gaugeSample, error) {
+				depths, err := st.QueueDepths(ctx)
+				out := make([]gaugeSample, 0, len(depths))
+				for _, d := range depths {
+					out = append(out, gaugeSample{float64(d.Queued), []string{d.Org, d.Runner}})
+				}
+				return out, err
+			}},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -98,48 +113,33 @@ func (m *metrics) observe(route string, code int, d time.Duration) {
 	m.duration.WithLabelValues(route).Observe(d.Seconds())
 }
 
-// deploymentsCollector reads the per-status counters the store keeps in step with the
-// deployments, so a scrape costs one small read, not a scan of every deployment. Its metric keeps
-// the name outpost_orchestrator_jobs: metric names stay stable.
-type deploymentsCollector struct {
-	st   *store.Store
+// storeGauge reads its samples from the store at scrape time: the per-status counters the store
+// keeps in step with the deployments (so a scrape costs one small read, not a scan of every
+// deployment; the metric keeps the name outpost_orchestrator_jobs, as metric names stay stable),
+// and each runner's queue from the engine's queue index (a scan of the queued deployments only,
+// which quotas bound per organisation).
+type storeGauge struct {
 	desc *prometheus.Desc
+	read func(context.Context) ([]gaugeSample, error)
 }
 
-func (c *deploymentsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+// gaugeSample is one value of a storeGauge with its label values.
+type gaugeSample struct {
+	value  float64
+	labels []string
+}
 
-func (c *deploymentsCollector) Collect(ch chan<- prometheus.Metric) {
+func (g *storeGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *storeGauge) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	counts, err := c.st.StatusCounts(ctx)
+	samples, err := g.read(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		ch <- prometheus.NewInvalidMetric(g.desc, err)
 		return
 	}
-	for _, s := range api.Statuses {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[s]), string(s))
-	}
-}
-
-// queueCollector reads how many deployments wait in each runner's queue at scrape time, from the
-// engine's queue index (a scan of the queued deployments only, which quotas bound per
-// organisation).
-type queueCollector struct {
-	st   *store.Store
-	desc *prometheus.Desc
-}
-
-func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	depths, err := c.st.QueueDepths(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
-		return
-	}
-	for _, d := range depths {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(d.Queued), d.Org, d.Runner)
+	for _, x := range samples {
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, x.value, x.labels...)
 	}
 }
