@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -55,4 +56,46 @@ func idsOf(ds []api.Deployment) []string {
 		out[i] = d.ID
 	}
 	return out
+}
+
+// TestListsAcrossReadBatches: an engine may read a long list in batches (PostgreSQL reads 200 at
+// a time); the whole list, a page deep inside it and a filtered page come out newest first, each
+// deployment once.
+func TestListsAcrossReadBatches(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, eng store.Engine) {
+		s, _ := newStore(t, eng)
+		const n = 450
+		var ids []string // oldest first
+		for range n {
+			ids = append(ids, deploy(t, s, api.OperationPlan).ID)
+		}
+		list, err := s.ListDeployments(t.Context(), "acme", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := idsOf(list)
+		if len(got) != n {
+			t.Fatalf("the list holds %d deployments, want %d", len(got), n)
+		}
+		for i, id := range got {
+			if id != ids[n-1-i] {
+				t.Fatalf("list[%d] = %s, want %s (newest first, each once)", i, id, ids[n-1-i])
+			}
+		}
+		all := func(*api.Deployment) bool { return true }
+		page, more, err := s.PageDeployments(t.Context(), "acme", "", "", all, 390, 50)
+		if err != nil || !more || len(page) != 50 || page[0].ID != ids[n-1-390] || page[49].ID != ids[n-1-439] {
+			t.Fatalf("page from 390: %d deployments, more %v, %v; want ids[%d..%d] and more", len(page), more, err, n-1-390, n-1-439)
+		}
+		third := func(d *api.Deployment) bool { return slices.Index(ids, d.ID)%3 == 0 }
+		page, _, _ = s.PageDeployments(t.Context(), "acme", "r1", api.StatusQueued, third, 100, 20)
+		for i, d := range page {
+			if want := ids[(n-1)/3*3-3*(100+i)]; d.ID != want {
+				t.Fatalf("filtered page[%d] = %s, want %s", i, d.ID, want)
+			}
+		}
+		if len(page) != 20 {
+			t.Fatalf("filtered page holds %d, want 20", len(page))
+		}
+	})
 }

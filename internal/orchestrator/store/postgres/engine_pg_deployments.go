@@ -3,6 +3,7 @@ package postgres
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -88,27 +89,43 @@ func (t *Tx) DeleteDeployment(rec *store.DeploymentRecord) error {
 	return t.Exec("DELETE FROM deployments WHERE org = $1 AND id = $2", rec.Org, rec.D.ID)
 }
 
-// ListDeployments implements store.Tx.
+// listBatch is how many deployments ListDeployments reads per query: a reader that stops early
+// (a page of the console's list) costs one or two batches, not the organisation's whole history.
+const listBatch = 200
+
+// ListDeployments implements store.Tx. It reads newest first in batches along the (org, seq)
+// index, each starting below the last seq seen, so it stops reading when each does.
 func (t *Tx) ListDeployments(org, runnerID string, status api.Status, each func(rec *store.DeploymentRecord) (bool, error)) error {
-	rows, err := t.tx.Query(t.ctx, `SELECT record FROM deployments WHERE org = $1
-		AND ($2 = '' OR runner_id = $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC`, org, runnerID, string(status))
-	if err != nil {
-		return err
+	type row struct {
+		Seq    int64
+		Record []byte
 	}
-	records, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		return err
-	}
-	for _, data := range records {
-		rec, _, err := DecodeDeployment(data)
+	below := int64(math.MaxInt64)
+	for {
+		rows, err := t.tx.Query(t.ctx, `SELECT seq, record FROM deployments WHERE org = $1
+			AND ($2 = '' OR runner_id = $2) AND ($3 = '' OR status = $3) AND seq < $4 ORDER BY seq DESC LIMIT $5`,
+			org, runnerID, string(status), below, listBatch)
 		if err != nil {
 			return err
 		}
-		if more, err := each(rec); err != nil || !more {
+		batch, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+		if err != nil {
 			return err
 		}
+		for _, r := range batch {
+			rec, _, err := DecodeDeployment(r.Record)
+			if err != nil {
+				return err
+			}
+			if more, err := each(rec); err != nil || !more {
+				return err
+			}
+			below = r.Seq
+		}
+		if len(batch) < listBatch {
+			return nil
+		}
 	}
-	return nil
 }
 
 // queued reads the queue oldest first. FOR UPDATE SKIP LOCKED passes over deployments that a
