@@ -65,3 +65,28 @@ func TestImagePullHint(t *testing.T) {
 		t.Errorf("eventImage = %q, want %q", got, image)
 	}
 }
+
+// The kubelet's Warning events about getting an image are all taken as image pull failures,
+// also the terse "Failed: Error: ErrImagePull" that comes before the detailed one; others not.
+func TestImagePullEvent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		reason, message string
+		want            bool
+	}{
+		{"Failed", `Failed to pull image "x/y:1": rpc error: code = NotFound`, true},
+		{"Failed", "Error: ErrImagePull", true},
+		{"Failed", "Error: ImagePullBackOff", true},
+		{"Failed", "Error: ErrImageNeverPull", true},
+		{"InspectFailed", `Failed to apply default image tag "X//y": couldn't parse image name`, true},
+		{"Failed", "Error: InvalidImageName", true},
+		{"BackOff", `Back-off pulling image "x/y:1"`, true},
+		{"ErrImageNeverPull", `Container image "x/y:1" is not present with pull policy of Never`, true},
+		{"Failed", "Error: failed to create containerd task: OCI runtime create failed", false},
+		{"FailedMount", `MountVolume.SetUp failed for volume "token": secret "t" not found`, false},
+	} {
+		if got := imagePullEvent(tc.reason, tc.message); got != tc.want {
+			t.Errorf("imagePullEvent(%q, %q) = %v, want %v", tc.reason, tc.message, got, tc.want)
+		}
+	}
+}

@@ -146,6 +146,20 @@ func imageOf(p *corev1.Pod, cs corev1.ContainerStatus) string {
 	return cs.Image
 }
 
+// imagePullEvent reports whether a Warning event is about getting an image: the kubelet's
+// "Failed to pull image …" and "Back-off pulling image …", and its "Failed" events whose message
+// is only the container's waiting reason ("Error: ErrImagePull", "Error: ImagePullBackOff",
+// "Error: ErrImageNeverPull", "Error: InvalidImageName"), which come before the detailed ones,
+// and InspectFailed, an image name the kubelet cannot parse.
+func imagePullEvent(reason, message string) bool {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "InspectFailed":
+		return true
+	}
+	m := strings.ToLower(message)
+	return strings.Contains(m, "pull") || strings.Contains(m, "invalidimagename")
+}
+
 // eventReason explains a start-up failure from the newest Warning event of an object; p is the
 // pod (nil for the Job), whose pull secrets an image pull failure's hint names. nil when the
 // object has no Warning event.
@@ -169,7 +183,7 @@ func (e *Executor) eventReason(ctx context.Context, p *corev1.Pod, ns, kind, nam
 		case ev.Reason == "FailedCreate" && strings.Contains(ev.Message, "exceeded quota"):
 			return &executor.Waiting{Reason: executor.ReasonQuotaExceeded, Detail: ev.Message,
 				Message: detail + "; the jobs namespace's ResourceQuota has no room for the pod: raise the quota, lower the pod template's requests or wait for other pods to end"}
-		case strings.Contains(ev.Message, "pull") || ev.Reason == "ErrImagePull" || ev.Reason == "ImagePullBackOff":
+		case imagePullEvent(ev.Reason, ev.Message):
 			hint := imagePullFallbackHint
 			if p != nil {
 				hint = imagePullHint(p, eventImage(ev.Message), ev.Message)
