@@ -19,6 +19,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -320,6 +321,10 @@ const (
 type Error struct {
 	Reason Reason
 	Detail string
+	// Org, RunnerID and KeyID name, for ReasonUnknownKey only, the runner the token claims to be
+	// from and the key id it names, when that runner exists (has keys) and the key id has the
+	// shape of a fingerprint. Unverified: whoever sent the token chose them.
+	Org, RunnerID, KeyID string
 }
 
 func (e *Error) Error() string {
@@ -328,6 +333,10 @@ func (e *Error) Error() string {
 	}
 	return "agent token refused: " + string(e.Reason) + ": " + e.Detail
 }
+
+// fingerprintShape is what keys.Fingerprint makes of an ed25519 key: SHA256: and 43 characters
+// of unpadded base64.
+var fingerprintShape = regexp.MustCompile(`^SHA256:[A-Za-z0-9+/]{43}$`)
 
 // ErrRefused matches every *Error with errors.Is.
 var ErrRefused = errors.New("agent token refused")
@@ -416,7 +425,11 @@ func (v *Verifier) VerifyHeaders(ctx context.Context, r *http.Request, requestUR
 				return p, nil
 			}
 		}
-		lookupErr = refuse(ReasonUnknownKey, "no registered key of runner %q matches the token's key id", c.Issuer)
+		e := &Error{Reason: ReasonUnknownKey, Detail: fmt.Sprintf("no registered key of runner %q matches the token's key id", c.Issuer)}
+		if len(pubs) > 0 && fingerprintShape.MatchString(kid) {
+			e.Org, e.RunnerID, e.KeyID = c.Org, c.Issuer, kid
+		}
+		lookupErr = e
 		return nil, lookupErr
 	})
 	if err != nil {

@@ -75,6 +75,34 @@ type RunnerStatus struct {
 	AgentVersion string     `json:"agent_version,omitempty"`
 	// KeyFingerprint is the fingerprint of the key the agent last signed with.
 	KeyFingerprint string `json:"key_fingerprint,omitempty"`
+	// LastRefusal is the last request of the runner's agent the orchestrator refused for a
+	// reason retrying cannot fix: a key the runner does not have, or an agent protocol the
+	// orchestrator does not speak. Kept after the agent is let in again; Refused says whether
+	// it is still the news.
+	LastRefusal *RunnerRefusal `json:"last_refusal,omitempty"`
+}
+
+// RunnerRefusal is one refused request of a runner's agent.
+type RunnerRefusal struct {
+	// Code is the refusal's error code: CodeUnknownKey or CodeIncompatibleProtocol.
+	Code string    `json:"code"`
+	At   time.Time `json:"at"`
+	// KeyFingerprint is the key the refused request said it was signed with (unknown_key).
+	KeyFingerprint string `json:"key_fingerprint,omitempty"`
+	// AgentVersion is the release the refused agent reported (incompatible_protocol).
+	AgentVersion string `json:"agent_version,omitempty"`
+	// Message is the refusal as the agent got it.
+	Message string `json:"message,omitempty"`
+}
+
+// Refused is the runner's last refusal when nothing of its agent got in since, nil otherwise.
+// A refusal of a key the runner does not have says nothing on its own (anyone may send one), so
+// the console and the CLI show it as the runner's state only while its agent is not connected.
+func (s RunnerStatus) Refused() *RunnerRefusal {
+	if s.LastRefusal == nil || s.LastSeenAt != nil && !s.LastRefusal.At.After(*s.LastSeenAt) {
+		return nil
+	}
+	return s.LastRefusal
 }
 
 // RunnerInput is the body of runner create (POST) and update (PUT). Fields left zero take

@@ -79,8 +79,11 @@ func (d *Deployer) Queue(ctx context.Context, req DeployRequest) (*api.Deploymen
 	if err != nil {
 		return nil, notFound(err, "runner", req.RunnerID, d.Admin.Org(), "outpost runner list")
 	}
-	switch {
+	switch refused := r.Status.Refused(); {
 	case r.Status.Connected:
+	case refused != nil:
+		d.notef("Note: the orchestrator refuses the agent of runner %s (%s: %s); the deployment waits in the queue until it is let in.",
+			r.ID, ago(d.now(), &refused.At), refused.Message)
 	case r.Status.LastSeenAt == nil:
 		d.notef("Note: no agent has connected for runner %s yet; the deployment waits in the queue until one does.", r.ID)
 	default:

@@ -67,6 +67,11 @@ func TestHumanTablesGolden(t *testing.T) {
 			Status: api.RunnerStatus{LastSeenAt: at("2026-11-21T12:00:00Z"), AgentVersion: "1.3.9"}},
 		{ID: "lab", PublicKeys: []string{pem}, StateStorageID: "lab", Job: api.RunnerJob{Namespace: "lab", ServiceAccount: "lab"},
 			MaxConcurrency: 1, JobTimeoutSeconds: 600, CreatedAt: *at("2026-11-23T11:58:30Z"), UpdatedAt: *at("2026-11-23T11:58:30Z")},
+		{ID: "locked", PublicKeys: []string{"not a key"}, StateStorageID: "lab", Job: api.RunnerJob{Namespace: "lab", ServiceAccount: "lab"},
+			MaxConcurrency: 1, JobTimeoutSeconds: 600, CreatedAt: *at("2026-11-22T11:00:00Z"), UpdatedAt: *at("2026-11-23T11:00:00Z"),
+			Status: api.RunnerStatus{LastSeenAt: at("2026-11-23T11:00:00Z"), AgentVersion: "1.4.0", LastRefusal: &api.RunnerRefusal{
+				Code: api.CodeUnknownKey, At: *at("2026-11-23T11:59:50Z"), KeyFingerprint: "SHA256:stray",
+				Message: "the agent signs with key SHA256:stray, which the runner does not have; put the runner's private key in the agent's key Secret, or add its public key to the runner"}}},
 	}
 	var b bytes.Buffer
 	table(&b, runnerRows(now, runners))
@@ -74,6 +79,9 @@ func TestHumanTablesGolden(t *testing.T) {
 	b.Reset()
 	details(&b, runnerFields(now, &runners[0]))
 	golden(t, "runner-get.txt", b.String())
+	b.Reset()
+	details(&b, runnerFields(now, &runners[3]))
+	golden(t, "runner-get-refused.txt", b.String())
 
 	storages := []api.StateStorage{
 		{StateStorageInput: api.StateStorageInput{ID: "eu-1-states", Type: "kubernetes", Kubernetes: &api.KubernetesStateSpec{Namespace: "outpost-states"}},

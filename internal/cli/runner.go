@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,9 +60,14 @@ func runnerResource() *resource[api.Runner, api.RunnerInput] {
 }
 
 func agentState(r *api.Runner) string {
+	refused := r.Status.Refused()
 	switch {
 	case r.Status.Connected:
 		return "connected"
+	case refused != nil && refused.Code == api.CodeUnknownKey:
+		return "key refused"
+	case refused != nil && refused.Code == api.CodeIncompatibleProtocol:
+		return "incompatible version"
 	case r.Status.LastSeenAt == nil:
 		return "never connected"
 	}
@@ -102,7 +108,7 @@ func runnerFields(now time.Time, r *api.Runner) [][2]string {
 			prints[i] = "(not a valid key)"
 		}
 	}
-	return [][2]string{
+	fields := [][2]string{
 		{"ID", r.ID},
 		{"Description", r.Description},
 		{"Agent", agent},
@@ -117,4 +123,8 @@ func runnerFields(now time.Time, r *api.Runner) [][2]string {
 		{"Created", stamp(now, &r.CreatedAt)},
 		{"Updated", stamp(now, &r.UpdatedAt)},
 	}
+	if ref := r.Status.Refused(); ref != nil {
+		fields = slices.Insert(fields, 4, [2]string{"Refused", stamp(now, &ref.At) + ": " + ref.Message})
+	}
+	return fields
 }

@@ -70,10 +70,9 @@ func validatePoll(req *api.PollRequest) error {
 // poll is the agent's long poll. It renews the job leases of the attempts the agent restates (the
 // only renewal there is), then answers at once when there are offers or directives, and otherwise
 // waits for the runner's next wake (a deployment queued, a cancel, a job lease settled) until the
-// wait is over. No busy loop: between wakes it only sleeps on a channel.
-// poll answers an agent's long poll: at once when there is work, else when work arrives or the
-// wait ends. Everything but the wait runs on fresh stacks (onFreshStack), so the goroutine that
-// waits, one per idle agent, keeps a small one.
+// wait is over. No busy loop: between wakes it only sleeps on a channel. Everything but the wait
+// runs on fresh stacks (onFreshStack), so the goroutine that waits, one per idle agent, keeps a
+// small one.
 func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	var (
 		req      api.PollRequest
@@ -81,7 +80,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 		forget   []api.Directive
 		err      error
 	)
-	onFreshStack(func() { protocol, err = s.startPoll(c, &req) })
+	onFreshStack(func() { protocol, err = s.startPoll(r.Context(), c, &req) })
 	if err != nil {
 		return err
 	}
@@ -145,7 +144,7 @@ func keyFingerprintsFor(protocol int, fps []string) []string {
 }
 
 // startPoll decodes and checks a poll and negotiates its agent protocol.
-func (s *Server) startPoll(c *call, req *api.PollRequest) (int, error) {
+func (s *Server) startPoll(ctx context.Context, c *call, req *api.PollRequest) (int, error) {
 	if err := decodeJSON(c.body, req); err != nil {
 		return 0, err
 	}
@@ -158,6 +157,7 @@ func (s *Server) startPoll(c *call, req *api.PollRequest) (int, error) {
 		msg := api.IncompatibleProtocolMessage(req.AgentVersion, stated, s.cfg.Version, s.cfg.AgentProtocols)
 		s.log.Warn("agent refused: incompatible agent protocol", "org", c.agent.Org, "runner_id", c.agent.RunnerID,
 			"agent_version", req.AgentVersion, "agent_protocol", stated.String(), "orchestrator_version", s.cfg.Version, "orchestrator_protocol", s.cfg.AgentProtocols.String())
+		s.noteRefusal(ctx, c.agent.Org, c.agent.RunnerID, api.RunnerRefusal{Code: api.CodeIncompatibleProtocol, At: s.cfg.Now(), AgentVersion: req.AgentVersion, Message: msg})
 		return 0, store.Refuse(api.CodeIncompatibleProtocol, "%s", msg)
 	}
 	return protocol, nil

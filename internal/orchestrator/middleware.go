@@ -277,6 +277,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 	case authAgent:
 		v, err := s.verifier.VerifyHeaders(r.Context(), r, s.requestURL(r))
 		if err != nil {
+			s.noteKeyRefusal(r.Context(), err)
 			return agentRefusal(err)
 		}
 		agentToken = v

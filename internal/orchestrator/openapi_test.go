@@ -222,7 +222,7 @@ func componentExists(tree any, kind, name string) bool {
 // goSchemas maps the document's object schemas to the Go wire types they describe.
 var goSchemas = map[string]any{
 	"ErrorBody": api.ErrorBody{}, "ErrorDetail": api.ErrorDetail{}, "ProtocolRange": api.ProtocolRange{},
-	"Runner": api.Runner{}, "RunnerJob": api.RunnerJob{}, "RunnerStatus": api.RunnerStatus{}, "RetiringKey": api.RetiringKey{},
+	"Runner": api.Runner{}, "RunnerJob": api.RunnerJob{}, "RunnerStatus": api.RunnerStatus{}, "RunnerRefusal": api.RunnerRefusal{}, "RetiringKey": api.RetiringKey{},
 	"RunnerInput": api.RunnerInput{}, "RunnerList": api.List[api.Runner]{},
 	"StateStorage": api.StateStorage{}, "KubernetesStateSpec": api.KubernetesStateSpec{}, "S3StateSpec": api.S3StateSpec{},
 	"GCSStateSpec": api.GCSStateSpec{}, "AzureRMStateSpec": api.AzureRMStateSpec{},

@@ -105,6 +105,7 @@ type Server struct {
 	routes   []route
 	external *url.URL
 	admin    [sha256.Size]byte
+	refusals refusalNotes
 
 	mu        sync.Mutex
 	closed    bool

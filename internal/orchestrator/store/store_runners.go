@@ -236,3 +236,19 @@ func (s *Store) RunnersWork(ctx context.Context, org string, runners []string, m
 	})
 	return out, err
 }
+
+// NoteRefusal records a refused request of a runner's agent on the runner's status (see
+// api.RunnerStatus.LastRefusal). A runner that does not exist is no error: there is nothing to
+// note it on. The caller bounds how often it writes (Server.noteRefusal), because a refusal of an
+// unknown key comes from a request nobody authenticated.
+func (s *Store) NoteRefusal(ctx context.Context, org, runnerID string, ref api.RunnerRefusal) error {
+	return s.Update(ctx, func(tx Tx) error {
+		var r api.Runner
+		ok, err := tx.GetDoc(KindRunner, org, runnerID, &r)
+		if err != nil || !ok {
+			return err
+		}
+		r.Status.LastRefusal = &ref
+		return tx.PutDoc(KindRunner, org, runnerID, &r)
+	})
+}
