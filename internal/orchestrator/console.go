@@ -21,12 +21,13 @@ func (s *Server) mountConsole() error {
 			}
 			return console.Principal{Admin: p.bootstrap, Org: p.org, TokenID: p.tokenID, TokenHash: p.tokenHash}, nil
 		},
-		Connected: func(org string, r *api.Runner) bool { return s.runnerView(org, r).Status.Connected },
-		Wake:      s.notify.Wake,
-		Version:   s.cfg.Version,
-		Now:       s.cfg.Now,
-		Logger:    s.log.With("component", "console"),
-		Closing:   s.closing,
+		Connected:   func(org string, r *api.Runner) bool { return s.runnerView(org, r).Status.Connected },
+		Wake:        s.notify.Wake,
+		Version:     s.cfg.Version,
+		ExternalURL: s.cfg.ExternalURL,
+		Now:         s.cfg.Now,
+		Logger:      s.log.With("component", "console"),
+		Closing:     s.closing,
 	})
 	if err != nil {
 		return err

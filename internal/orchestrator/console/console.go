@@ -66,6 +66,9 @@ type Config struct {
 	Wake func(key string)
 	// Version is the orchestrator's release, compared with each agent's.
 	Version string
+	// ExternalURL is the orchestrator's address as agents reach it (the --external-url), for the
+	// connect page's snippets; empty uses the address the browser used.
+	ExternalURL string
 	// Now is the clock of sessions and "ago" texts.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -143,6 +146,8 @@ func (c *Console) Routes() []Route {
 
 		{"GET " + org + "/runners", c.orgPage(c.runners)},
 		{"GET " + org + "/runners/live", c.orgStream(c.runnersLive)},
+		{"GET " + org + "/connect", c.orgPage(c.connect)},
+		{"GET " + org + "/connect/live", c.orgStream(c.connectLive)},
 		{"GET " + org + "/deployments", c.orgPage(c.deployments)},
 		{"GET " + org + "/deployments/live", c.orgStream(c.deploymentsLive)},
 		{"GET " + org + "/deployments/{id}", c.orgPage(c.deployment)},

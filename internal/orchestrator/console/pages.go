@@ -28,7 +28,9 @@ type runnerRow struct {
 	// QueueFull says the queue was counted only up to maxQueueShown.
 	QueueFull                 bool
 	Namespace, ServiceAccount string
-	Keys                      []keyView
+	// Refusal is the agent's last refused request while nothing of it got in since, in words.
+	Refusal string
+	Keys    []keyView
 }
 
 type keyView struct {
@@ -37,8 +39,8 @@ type keyView struct {
 }
 
 type runnersBody struct {
-	Version string
-	Runners []runnerRow
+	Org, Version string
+	Runners      []runnerRow
 }
 
 func (c *Console) runnersBody(ctx context.Context, org string) (*runnersBody, error) {
@@ -55,7 +57,7 @@ func (c *Console) runnersBody(ctx context.Context, org string) (*runnersBody, er
 		return nil, err
 	}
 	now := c.cfg.Now()
-	out := &runnersBody{Version: c.cfg.Version}
+	out := &runnersBody{Org: org, Version: c.cfg.Version}
 	for i := range list {
 		r := &list[i]
 		row := runnerRow{
@@ -68,10 +70,19 @@ func (c *Console) runnersBody(ctx context.Context, org string) (*runnersBody, er
 		if r.Status.LastSeenAt != nil {
 			row.LastPoll = ago(now.Sub(*r.Status.LastSeenAt))
 		}
+		refused := r.Status.Refused()
+		connected := c.cfg.Connected(org, r)
+		if refused != nil {
+			row.Refusal = fmt.Sprintf("refused %s: %s", ago(now.Sub(refused.At)), refused.Message)
+		}
 		switch {
+		case refused != nil && !connected && refused.Code == api.CodeUnknownKey:
+			row.Status = "key-refused"
+		case refused != nil && !connected && refused.Code == api.CodeIncompatibleProtocol:
+			row.Status = "incompatible-version"
 		case r.Status.LastSeenAt == nil:
 			row.Status = "never-connected"
-		case !c.cfg.Connected(org, r):
+		case !connected:
 			row.Status = "offline"
 		case row.InFlight > 0:
 			row.Status = "busy"
@@ -249,6 +260,29 @@ type timelineEntry struct {
 	Kind, Reason, Message string
 	// Detail is the cluster's own words (the scheduler's message, the registry's answer).
 	Detail string
+	// attempt and rank order entries within one second (see byTimeThenStep).
+	attempt, rank int
+}
+
+// stepRank is where a step comes in an attempt's life: queued first, then api.Steps in order.
+func stepRank(s api.Step) int {
+	if i := slices.Index(api.Steps, s); i >= 0 {
+		return i + 1
+	}
+	return slices.Index(api.Steps, api.StepCLIStarted) + 1
+}
+
+// byTimeThenStep orders the timeline by time to the second, then by attempt and by the step's
+// place in an attempt's life: the steps the agent reads from Kubernetes carry times to the second
+// only, so a Job created in the same second as the deployment was queued must not come first.
+func byTimeThenStep(a, b timelineEntry) int {
+	if c := a.Time.Truncate(time.Second).Compare(b.Time.Truncate(time.Second)); c != 0 {
+		return c
+	}
+	if a.attempt != b.attempt {
+		return a.attempt - b.attempt
+	}
+	return a.rank - b.rank
 }
 
 type outputView struct {
@@ -281,11 +315,11 @@ func (c *Console) deploymentBody(ctx context.Context, v *visit, id string) (*dep
 		return nil, err
 	}
 	b := &deploymentBody{Org: v.org, CSRF: v.csrf, D: d, Cancelable: !d.Status.Terminal() && !d.CancelRequested}
-	b.Timeline = append(b.Timeline, timelineEntry{Time: d.CreatedAt, Kind: "queued"})
+	b.Timeline = append(b.Timeline, timelineEntry{Time: d.CreatedAt, Kind: "queued", attempt: 1})
 	// The store records a claimed step at each claim; a deployment claimed before it did has
 	// only ClaimedAt.
 	if d.ClaimedAt != nil && !slices.ContainsFunc(events, func(e api.Event) bool { return e.Step == api.StepClaimed }) {
-		b.Timeline = append(b.Timeline, timelineEntry{Time: *d.ClaimedAt, Kind: "claimed"})
+		b.Timeline = append(b.Timeline, timelineEntry{Time: *d.ClaimedAt, Kind: "claimed", attempt: max(d.Attempt, 1), rank: stepRank(api.StepClaimed)})
 	}
 	for _, e := range events {
 		kind := string(e.Type)
@@ -301,9 +335,10 @@ func (c *Console) deploymentBody(ctx context.Context, v *visit, id string) (*dep
 		if e.Attempt > 1 {
 			kind += " (attempt " + strconv.Itoa(e.Attempt) + ")"
 		}
-		b.Timeline = append(b.Timeline, timelineEntry{Time: e.Time, Kind: kind, Reason: string(e.Reason), Message: e.Message, Detail: e.Detail})
+		b.Timeline = append(b.Timeline, timelineEntry{Time: e.Time, Kind: kind, Reason: string(e.Reason), Message: e.Message, Detail: e.Detail,
+			attempt: e.Attempt, rank: stepRank(e.Step)})
 	}
-	slices.SortStableFunc(b.Timeline, func(a, b timelineEntry) int { return a.Time.Compare(b.Time) })
+	slices.SortStableFunc(b.Timeline, byTimeThenStep)
 	names := make([]string, 0, len(outputs))
 	for n := range outputs {
 		names = append(names, n)

@@ -35,6 +35,7 @@ type pageTemplates struct {
 var pageFiles = map[string]string{
 	"error": "error.html", "signin": "signin.html", "runners": "runners.html", "deployments": "deployments.html",
 	"deployment": "deployment.html", "tokens": "tokens.html", "state-keys": "statekeys.html",
+	"connect": "connect.html",
 }
 
 func parseTemplates() (*pageTemplates, error) {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 )
 
@@ -58,6 +59,12 @@ func WithRelease(version string, protocols api.ProtocolRange) Option {
 // orchestrator's (an upgrade test starts this build's where the previous build's ran).
 func WithData(dataDir, adminToken string) Option {
 	return func(s *settings) { s.cfg.DataDir, s.cfg.AdminToken = dataDir, adminToken }
+}
+
+// WithQuotas replaces the per-organisation quotas (a benchmark that fills thousands of
+// deployments needs a larger queue).
+func WithQuotas(q store.Quotas) Option {
+	return func(s *settings) { s.cfg.Quotas = q }
 }
 
 // WithDatabase keeps the records in the PostgreSQL database at url instead of the data
