@@ -89,6 +89,11 @@ type Executor struct {
 	expiring map[types.UID]bool
 	// warnings are the last Warning-event lookups of waiting Jobs (observeWarnings).
 	warnings map[types.UID]warning
+	// lostNodes are the Jobs whose pod the pod informer saw Kubernetes give up with its node
+	// ("<node>: <reason>"), kept from the event itself: the Job controller may fail the Job and
+	// the pod go before markNodeLost's next tick writes AnnNodeLost, and the failure must still
+	// read as a lost node, not an eviction.
+	lostNodes map[types.UID]string
 }
 
 var _ executor.Executor = (*Executor)(nil)
@@ -129,7 +134,7 @@ func New(o Options) *Executor {
 		notify:   executor.NewNotifier(),
 		log:      o.Logger.With("executor", "kubernetes"),
 		unsealed: map[types.UID]bool{}, tokenSecrets: map[types.UID]types.UID{}, expiring: map[types.UID]bool{},
-		warnings: map[types.UID]warning{},
+		warnings: map[types.UID]warning{}, lostNodes: map[types.UID]string{},
 	}
 	e.SetSealKeys([][]byte{o.SealKey})
 	h := cache.ResourceEventHandlerFuncs{
@@ -152,7 +157,20 @@ func New(o Options) *Executor {
 	}); err != nil {
 		e.log.Error("register Job handler", "err", err)
 	}
-	if _, err := pods.AddEventHandler(h); err != nil {
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: h.AddFunc,
+		UpdateFunc: func(_, obj any) {
+			e.noteLostNode(obj)
+			e.notify.Notify()
+		},
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			e.noteLostNode(obj)
+			e.notify.Notify()
+		},
+	}); err != nil {
 		e.log.Error("register pod handler", "err", err)
 	}
 	return e
@@ -213,6 +231,7 @@ func (e *Executor) forgetJob(uid types.UID) {
 	delete(e.expiring, uid)
 	delete(e.unsealed, uid)
 	delete(e.warnings, uid)
+	delete(e.lostNodes, uid)
 	e.mu.Unlock()
 }
 

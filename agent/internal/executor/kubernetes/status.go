@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -102,8 +103,8 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 		s.Reason, s.Message, s.Detail = failureReason(reason, msg, mainPod, main)
 		switch p := disrupted(pods); {
 		case reason == batchv1.JobReasonDeadlineExceeded:
-		case j.Annotations[AnnNodeLost] != "" || (p != nil && nodeLost(disruptionReason(p))):
-			lost := j.Annotations[AnnNodeLost]
+		case j.Annotations[AnnNodeLost] != "" || e.lostNode(j.UID) != "" || (p != nil && nodeLost(disruptionReason(p))):
+			lost := cmp.Or(j.Annotations[AnnNodeLost], e.lostNode(j.UID))
 			if lost == "" {
 				lost = p.Spec.NodeName + ": " + disruptionReason(p)
 			}
@@ -210,6 +211,35 @@ func nodeLost(reason string) bool {
 	return reason == "DeletionByTaintManager" || reason == "DeletionByPodGC"
 }
 
+// noteLostNode remembers, from a pod event, that Kubernetes gives the pod up with its node,
+// under the UID of the Job that owns it (lostNodes).
+func (e *Executor) noteLostNode(obj any) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	reason := disruptionReason(p)
+	if !nodeLost(reason) {
+		return
+	}
+	owner := metav1.GetControllerOf(p)
+	if owner == nil || owner.Kind != "Job" {
+		return
+	}
+	e.mu.Lock()
+	if _, seen := e.lostNodes[owner.UID]; !seen {
+		e.lostNodes[owner.UID] = p.Spec.NodeName + ": " + reason
+	}
+	e.mu.Unlock()
+}
+
+// lostNode is what noteLostNode remembered of a Job, or "".
+func (e *Executor) lostNode(uid types.UID) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lostNodes[uid]
+}
+
 // markNodeLost records on each running Job whose pod Kubernetes is giving up with its node
 // (AnnNodeLost), so the Job's failure reads as a lost node even after the pod is gone.
 func (e *Executor) markNodeLost(ctx context.Context) {
@@ -221,20 +251,24 @@ func (e *Executor) markNodeLost(ctx context.Context) {
 		if j.DeletionTimestamp != nil || j.Annotations[AnnNodeLost] != "" || finished(j) == batchv1.JobComplete {
 			continue
 		}
+		value := e.lostNode(j.UID)
 		for _, p := range e.podsOf(j) {
-			reason := disruptionReason(p)
-			if !nodeLost(reason) {
-				continue
-			}
-			value := p.Spec.NodeName + ": " + reason
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnNodeLost: value}}})
-			if _, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				e.log.Error("record the lost node on the Job", "k8s_job", j.Name, "err", err)
+			if value != "" {
 				break
 			}
-			e.log.Warn("the node of a job pod was lost", "k8s_job", j.Name, "namespace", j.Namespace, "pod", p.Name, "node", p.Spec.NodeName, "reason", reason)
-			break
+			if reason := disruptionReason(p); nodeLost(reason) {
+				value = p.Spec.NodeName + ": " + reason
+			}
 		}
+		if value == "" {
+			continue
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{AnnNodeLost: value}}})
+		if _, err := e.o.Client.BatchV1().Jobs(j.Namespace).Patch(ctx, j.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			e.log.Error("record the lost node on the Job", "k8s_job", j.Name, "err", err)
+			continue
+		}
+		e.log.Warn("the node of a job pod was lost", "k8s_job", j.Name, "namespace", j.Namespace, "lost", value)
 	}
 }
 

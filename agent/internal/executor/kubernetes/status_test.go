@@ -49,12 +49,17 @@ func TestStatusNodeLost(t *testing.T) {
 		name, reason string
 		podKept      bool
 		annotate     bool
-		want         api.Reason
+		// seen: the pod informer saw the pod with its reason before it went, and no tick of
+		// markNodeLost came between (the race that made a lost node read "evicted").
+		seen bool
+		want api.Reason
 	}{
-		{"pod failed by the pod garbage collector", "DeletionByPodGC", true, false, executor.ReasonNodeLost},
-		{"pod gone, the Job recorded the lost node", "DeletionByTaintManager", false, true, executor.ReasonNodeLost},
-		{"pod evicted by a drain", "EvictionByEvictionAPI", true, false, executor.ReasonEvicted},
-		{"pod evicted and gone", "EvictionByEvictionAPI", false, false, executor.ReasonEvicted},
+		{"pod failed by the pod garbage collector", "DeletionByPodGC", true, false, false, executor.ReasonNodeLost},
+		{"pod gone, the Job recorded the lost node", "DeletionByTaintManager", false, true, false, executor.ReasonNodeLost},
+		{"pod gone before the Job recorded it, seen by the pod informer", "DeletionByTaintManager", false, false, true, executor.ReasonNodeLost},
+		{"pod evicted by a drain", "EvictionByEvictionAPI", true, false, false, executor.ReasonEvicted},
+		{"pod evicted and gone", "EvictionByEvictionAPI", false, false, false, executor.ReasonEvicted},
+		{"pod evicted and gone, seen by the pod informer", "EvictionByEvictionAPI", false, false, true, executor.ReasonEvicted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
@@ -83,6 +88,10 @@ func TestStatusNodeLost(t *testing.T) {
 				j.Annotations[AnnNodeLost] = got.Annotations[AnnNodeLost]
 				j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue,
 					Reason: batchv1.JobReasonPodFailurePolicy, Message: "Pod jobs/x has condition DisruptionTarget matching FailJob rule at index 0"}}
+			}
+			if tc.seen {
+				p.Status.Phase = corev1.PodRunning // the lost node's kubelet never says otherwise
+				e.noteLostNode(p)
 			}
 			if !tc.podKept {
 				if err := e.informers[1].GetIndexer().Delete(p); err != nil {
