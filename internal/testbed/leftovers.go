@@ -139,8 +139,10 @@ func newTraces(dir string, pid int, cgroups []string, veth, hostIP string) (*Nod
 }
 
 // Processes lists the live (not zombie) processes that belong to the node: inside one of its
-// namespaces, in one of its cgroups, with its directory on their command line, or descended from
-// such a process (containers have PID namespaces of their own). Each is "pid: command line".
+// namespaces, in one of its cgroups, with its directory on their command line or as their
+// working directory (the metadata stand-in, in a network namespace of its own), or descended
+// from such a process (containers have PID namespaces of their own). Each is "pid: command
+// line".
 func (tr *NodeTraces) Processes() []string {
 	cmds := map[int]string{}
 	parents := map[int]int{}
@@ -164,7 +166,10 @@ func (tr *NodeTraces) Processes() []string {
 			}
 		}
 		cgroups, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-		ours[pid] = strings.Contains(cmds[pid], tr.dir) || strings.Contains(string(cgroups), ":"+tr.cgroupRoot+"/")
+		cwd, _ := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid))
+		cwd = strings.TrimSuffix(cwd, " (deleted)")
+		ours[pid] = strings.Contains(cmds[pid], tr.dir) || strings.Contains(string(cgroups), ":"+tr.cgroupRoot+"/") ||
+			cwd == tr.dir || strings.HasPrefix(cwd, tr.dir+"/")
 		for ns, id := range tr.namespaces {
 			if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns)); link == id && started <= tr.takenAt {
 				ours[pid] = true
