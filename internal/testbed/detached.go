@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,7 +58,7 @@ func (c *Cluster) writeState() error {
 		}
 	}
 	for _, p := range c.procs {
-		st.Processes = append(st.Processes, detachedProcess{Name: p.name, Pid: p.cmd.Process.Pid, Exe: p.cmd.Path})
+		st.Processes = append(st.Processes, detachedProcess{Name: p.name, Pid: p.cmd.Process.Pid, Exe: cmp.Or(p.exe, p.cmd.Path)})
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {

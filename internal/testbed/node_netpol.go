@@ -83,6 +83,14 @@ func (c *Cluster) startMetadataStandIn(binDir string, detach bool) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	c.metadataPID = pid
+	// The record said unshare until now; StopDir stops only a process that still runs what
+	// was recorded, and the stand-in outlived every `make demo-down` before this.
+	p.exe = filepath.Join(binDir, podBinary)
+	if c.detached {
+		if err := c.writeState(); err != nil {
+			return fmt.Errorf("testbed: recording the processes in %s: %w", c.Dir, err)
+		}
+	}
 	return nil
 }
 

@@ -24,8 +24,12 @@ import (
 // Pdeathsig, so the kernel kills it when the test binary dies, even by SIGKILL or a `go test`
 // timeout: a test bed must never outlive the tests that started it.
 type process struct {
-	name    string
-	cmd     *exec.Cmd
+	name string
+	cmd  *exec.Cmd
+	// exe is the binary the process runs once a wrapper (unshare, nsenter) exec'd it, when that
+	// is not cmd.Path: a detached test bed's record names it, so StopDir knows the process as its
+	// own (ours) and stops it.
+	exe     string
 	logPath string
 	exited  chan struct{} // closed when the process has exited
 	waitErr error         // valid once exited is closed
