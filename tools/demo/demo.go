@@ -18,6 +18,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	agentchart "github.com/outpost-dev/terraform-provider-outpost/agent/chart"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/image/recipe"
 )
 
 // Config says where the demo keeps its files and which ports it uses.
@@ -121,8 +124,8 @@ func buildBinaries(ctx context.Context, c *Config, s *stepper) error {
 		return err
 	}
 	targets := []buildTarget{
-		{"terraform-provider-outpost", "."},
-		{"outpost-orchestrator", "./cmd/outpost-orchestrator"},
+		{out: "terraform-provider-outpost", pkg: "."},
+		{out: "outpost-orchestrator", pkg: "./cmd/outpost-orchestrator", stamp: true},
 	}
 	if c.Executor == ExecutorProcess {
 		// Otherwise the agent runs from its image, built with the images.
@@ -131,11 +134,17 @@ func buildBinaries(ctx context.Context, c *Config, s *stepper) error {
 	return build(ctx, c, s, targets...)
 }
 
-// buildTarget is a binary the demo builds into its bin directory.
-type buildTarget struct{ out, pkg string }
+// buildTarget is a binary the demo builds into its bin directory. A stamped one reports the
+// release of the agent image the demo builds (the chart's appVersion), so the orchestrator and
+// the agent it talks to name the same release (the console shows no skew); the provider stays a
+// development build, which installs the chart's own versions.
+type buildTarget struct {
+	out, pkg string
+	stamp    bool
+}
 
 // agentTarget is the agent, for the process executor.
-var agentTarget = buildTarget{"outpost-agent", "./agent"}
+var agentTarget = buildTarget{out: "outpost-agent", pkg: "./agent", stamp: true}
 
 func build(ctx context.Context, c *Config, s *stepper, targets ...buildTarget) error {
 	if err := os.MkdirAll(c.binDir(), 0o755); err != nil {
@@ -143,7 +152,11 @@ func build(ctx context.Context, c *Config, s *stepper, targets ...buildTarget) e
 	}
 	for _, t := range targets {
 		start := time.Now()
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(c.binDir(), t.out), t.pkg)
+		args := []string{"build", "-trimpath"}
+		if t.stamp {
+			args = append(args, "-ldflags=-X "+recipe.VersionPackage+".Version="+agentchart.AppVersion)
+		}
+		cmd := exec.CommandContext(ctx, "go", append(args, "-o", filepath.Join(c.binDir(), t.out), t.pkg)...)
 		cmd.Dir = c.Repo
 		// Static, as the release and the images are built, so the demo reuses their compiled
 		// dependencies from the build cache.

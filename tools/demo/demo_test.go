@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/browser"
 )
 
 // freeAddr returns a loopback address nobody listens on.
@@ -130,6 +132,7 @@ func testDemoOnPods(t *testing.T) {
 		t.Errorf("a pod ran an image named ghcr.io/outpost-dev/…; every one must come from the test bed's registry")
 	}
 	checkConsole(t, text)
+	consoleScreens(t, text)
 	if strings.Count(text, "ran in job pod ") != 2 {
 		t.Errorf("want two deployments each in a job pod; the output says %d", strings.Count(text, "ran in job pod "))
 	}
@@ -261,6 +264,50 @@ func registryHost(text string) string {
 		return "<none>"
 	}
 	return m[1]
+}
+
+// consoleScreens opens the demo's console in Chromium the way its output says and takes the
+// screenshots the README shows (demo-runners, demo-deployments, demo-deployment): the runner
+// connected, both deployments, and the last one's timeline on the real node with its outputs.
+func consoleScreens(t *testing.T, text string) {
+	t.Helper()
+	m := regexp.MustCompile(`web console: (\S+)/\s+sign in with the admin token \(cat (\S+)\) and organisation (\S+)`).FindStringSubmatch(text)
+	if m == nil {
+		return // checkConsole said so
+	}
+	base, org := m[1], m[3]
+	token, err := os.ReadFile(m[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := client.NewAdminClient(base, org, strings.TrimSpace(string(token)), client.AllowInsecureHTTP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps, err := admin.ListDeployments(t.Context(), client.DeploymentFilter{})
+	if err != nil || len(deps) == 0 {
+		t.Fatalf("the demo's deployments: %v (%d)", err, len(deps))
+	}
+	b := browser.New(t, browser.Chromium(t), base, browser.Screenshots(t), "demo-")
+	b.SignIn(strings.TrimSpace(string(token)), org)
+	b.WaitFor("the quickstart runner connected", `["idle","busy"].includes(document.querySelector("#runner-quickstart .badge").textContent)`)
+	if skew := browser.Eval[bool](b, `document.querySelector("#runner-quickstart .badge.skew") !== null`); skew {
+		t.Errorf("the demo's console shows the agent's release differing from the orchestrator's: %q", b.Text("#runner-quickstart"))
+	}
+	b.Shot("runners")
+	b.Open("/orgs/"+org+"/deployments", "table.deployments")
+	b.Shot("deployments")
+	last := deps[0]
+	for _, d := range deps {
+		if d.CreatedAt.After(last.CreatedAt) {
+			last = d
+		}
+	}
+	b.Open("/orgs/"+org+"/deployments/"+last.ID, "#log")
+	b.WaitFor("the timeline on the real node", `document.querySelector("#timeline").textContent.includes("pod scheduled on `+testbed.RealNodeName+`")`)
+	b.WaitFor("the outputs", `document.querySelector("#outputs") !== null && document.querySelector("#outputs").textContent.includes("greeting")`)
+	b.WaitFor("the whole log", `document.querySelector("#log").dataset.complete === "true"`)
+	b.Shot("deployment")
 }
 
 // checkConsole signs in to the web console the way the demo's output says: the URL it prints,

@@ -48,8 +48,8 @@ func runGo(ctx context.Context, dir string, env []string, args ...string) error 
 	return nil
 }
 
-// versionPackage is where Outpost's binaries keep their version (internal/version).
-const versionPackage = "github.com/outpost-dev/terraform-provider-outpost/internal/version"
+// VersionPackage is where Outpost's binaries keep their release version (internal/version), for -ldflags -X.
+const VersionPackage = "github.com/outpost-dev/terraform-provider-outpost/internal/version"
 
 // buildAgent builds outpost-agent for goarch from the module at root into dir, with the image's
 // version stamped into internal/version (what `outpost-agent version` prints and the agent
@@ -62,7 +62,7 @@ func buildAgent(ctx context.Context, root, version, goarch, dir string, log io.W
 	fmt.Fprintf(log, "images: building outpost-agent %s for linux/%s...\n", version, goarch)
 	out := filepath.Join(dir, "outpost-agent-"+goarch)
 	if err := runGo(ctx, root, goEnv(goarch, "-mod=readonly"),
-		"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -X "+versionPackage+".Version="+version, "-o", out, "./agent"); err != nil {
+		"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w -X "+VersionPackage+".Version="+version, "-o", out, "./agent"); err != nil {
 		return "", err
 	}
 	if err := checkBinary(out, "github.com/outpost-dev/terraform-provider-outpost/agent", goarch); err != nil {
