@@ -123,7 +123,19 @@ func (d *Deployer) Follow(ctx context.Context, id string, offset int64, log io.W
 		OnRetry: func(err error, wait time.Duration) {
 			d.notef("Lost contact with the orchestrator (%v); trying again in %s, the log resumes where it stopped.", err, wait.Round(100*time.Millisecond))
 		},
+		OnWaiting: d.waiting,
 	})
+}
+
+// waiting says, before the CLI's first line, where the deployment stands and why it waits, in
+// the reason's word and the cluster's own (the same as the console's and the API's).
+func (d *Deployer) waiting(dep *api.Deployment) {
+	switch {
+	case dep.Reason != "":
+		d.notef("Waiting (%s): %s", dep.Reason, oneLine(dep.Message, 400))
+	case dep.Status == api.StatusClaimed:
+		d.notef("Claimed by the agent of runner %s (attempt %d); starting its job.", dep.RunnerID, dep.Attempt)
+	}
 }
 
 // Result tells how the deployment ended and returns its exit code (ExitOK, ExitFailed,

@@ -235,3 +235,55 @@ func TestInterruptWhileFollowingDetaches(t *testing.T) {
 		t.Errorf("after detaching, the deployment: %+v, %v; want it running on", d, err)
 	}
 }
+
+// TestFollowSaysWhyItWaits: before the CLI's first line, deploy --follow says the deployment was
+// claimed and then why it waits, in the reason's word and the cluster's, as soon as the agent
+// reports it; then it follows the log to the end as usual.
+func TestFollowSaysWhyItWaits(t *testing.T) {
+	h := configured(t)
+	ag := clienttest.Register(t, h.admin(), h.inst.URL, "eu-1")
+	var stdout, stderr clienttest.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- cli.Run(t.Context(), []string{"deploy", source(h), "--runner", "eu-1", "--state-key", "apps/web", "--follow"},
+			cli.Env{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Getenv: h.getenv})
+	}()
+	waitFor := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stderr.String(), what); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("deploy --follow did not say %q:\n%s", what, stderr.String())
+			}
+		}
+	}
+	waitFor("Queued deployment dep-")
+	var id string
+	for deadline := time.Now().Add(10 * time.Second); id == ""; time.Sleep(20 * time.Millisecond) {
+		list, err := h.admin().ListDeployments(t.Context(), client.DeploymentFilter{})
+		if err == nil && len(list) == 1 {
+			id = list[0].ID
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the deployment was not queued")
+		}
+	}
+	run := ag.Claim(t, id)
+	waitFor("Claimed by the agent of runner eu-1 (attempt 1)")
+	const pull = "ErrImagePull: container main cannot get image registry.example.com/tf:1: 401 Unauthorized; check the pull secret"
+	run.Waiting(t, api.ReasonImagePull, pull, "401 Unauthorized")
+	waitFor("Waiting (image_pull): " + pull)
+	run.Started(t)
+	run.Log(t, "Initializing the backend...\n")
+	run.Finish(t, api.StatusSucceeded, 0)
+	select {
+	case code := <-done:
+		if code != cli.ExitOK {
+			t.Fatalf("exit %d:\n%s", code, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("deploy --follow did not end")
+	}
+	if !strings.Contains(stdout.String(), "Initializing the backend") || strings.Count(stderr.String(), "Waiting (image_pull)") != 1 {
+		t.Errorf("stdout %q, stderr:\n%s\nwant the log on stdout and the wait said once", stdout.String(), stderr.String())
+	}
+}

@@ -197,7 +197,14 @@ type FollowOptions struct {
 	// MaxOutage is how long reads may keep failing in a row before FollowLogs gives up
 	// (0: until ctx ends).
 	MaxOutage time.Duration
+	// OnWaiting, when set, hears of the deployment while its log is still empty, each time its
+	// status or reason changed: claimed, then why it waits (an image that cannot be pulled, no
+	// node for its pod), read every waitingEvery.
+	OnWaiting func(d *api.Deployment)
 }
+
+// waitingEvery is how often FollowLogs reads the deployment for OnWaiting while its log is empty.
+const waitingEvery = 2 * time.Second
 
 // FollowLogs copies a deployment's log to w as it grows, until the deployment ends, and returns
 // the final deployment. A read that fails for a reason a retry can cure (a network error, the
@@ -213,7 +220,19 @@ func (c *AdminClient) FollowLogs(ctx context.Context, id string, w io.Writer, o 
 	p := patience{o: o, back: retry.Backoff{Base: cmp.Or(c.t.retry.BaseDelay, DefaultRetryPolicy.BaseDelay),
 		Max: cmp.Or(c.t.retry.MaxDelay, DefaultRetryPolicy.MaxDelay)}}
 	offset := o.Offset
+	var lastWait string
+	var waitRead time.Time
 	for {
+		if o.OnWaiting != nil && offset == 0 && time.Since(waitRead) >= waitingEvery {
+			// Optional: a failed read here is left to the log reads' own retries.
+			waitRead = time.Now()
+			if d, err := c.GetDeployment(ctx, id); err == nil && !d.Status.Terminal() {
+				if key := string(d.Status) + "\x00" + string(d.Reason) + "\x00" + d.Message; key != lastWait {
+					lastWait = key
+					o.OnWaiting(d)
+				}
+			}
+		}
 		chunk, err := c.GetLogs(ctx, id, offset, 0)
 		if err != nil {
 			if err := p.wait(ctx, err); err != nil {

@@ -75,6 +75,33 @@ type Run struct {
 // Start polls until the deployment's attempt is offered, claims it and sends the started event.
 func (a *Agent) Start(t testing.TB, deploymentID string) *Run {
 	t.Helper()
+	r := a.Claim(t, deploymentID)
+	r.Started(t)
+	return r
+}
+
+// Started sends the attempt's started event: its CLI runs.
+func (r *Run) Started(t testing.TB) {
+	t.Helper()
+	r.event(t, api.Event{Type: api.EventStarted})
+}
+
+// Waiting sends the waiting event of reason, as the agent does while the attempt's pod waits.
+func (r *Run) Waiting(t testing.TB, reason api.Reason, message, detail string) {
+	t.Helper()
+	seq, ok := api.WaitingSeq(reason)
+	if !ok {
+		t.Fatalf("clienttest: %s is not a reason an attempt waits for", reason)
+	}
+	e := api.Event{Attempt: r.attempt, Seq: seq, Type: api.EventProgress, Step: api.StepWaiting, Reason: reason, Message: message, Detail: detail}
+	if _, err := r.agent.Event(context.Background(), r.id, api.EventRequest{Fencing: r.fencing, Event: e}); err != nil {
+		t.Fatalf("clienttest: waiting event: %v", err)
+	}
+}
+
+// Claim polls until the deployment's attempt is offered and claims it.
+func (a *Agent) Claim(t testing.TB, deploymentID string) *Run {
+	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -94,9 +121,7 @@ func (a *Agent) Start(t testing.TB, deploymentID string) *Run {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := &Run{id: deploymentID, attempt: c.Attempt, fencing: c.Lease.Fencing, agent: a.agent, job: job}
-			r.event(t, api.Event{Type: api.EventStarted})
-			return r
+			return &Run{id: deploymentID, attempt: c.Attempt, fencing: c.Lease.Fencing, agent: a.agent, job: job}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("clienttest: deployment %s was not offered within 30s", deploymentID)
