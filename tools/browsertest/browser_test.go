@@ -1,10 +1,3 @@
-// Package browsertest drives the web console (package console) in a real Chromium with package
-// browser, against a real orchestrator on loopback whose runner is played step by step by
-// orchestratortest.Agent. It is a package of its own so chromedp stays out of the product's
-// packages.
-//
-// Screenshots of every screen are written to $OUTPOST_CONSOLE_SCREENSHOTS, or else to
-// outpost-console-screenshots in the temporary directory; the test logs where.
 package browsertest
 
 import (
@@ -20,7 +13,6 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
-	"github.com/outpost-dev/terraform-provider-outpost/tools/browser"
 )
 
 // TestConsoleInBrowser walks the console as a person would, in Chromium: sign in, watch a
@@ -31,8 +23,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short starts no browser")
 	}
-	exe := browser.Chromium(t)
-	dir := browser.Screenshots(t)
+	exe := Chromium(t)
+	dir := Screenshots(t)
 	ctx := t.Context()
 	inst := orchestratortest.Start(t)
 	acme, key := inst.RegisterRunner(ctx, t)
@@ -55,11 +47,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := browser.New(t, exe, inst.URL, dir, "")
+	b := New(t, exe, inst.URL, dir, "")
 	b.SignIn(tok.Token, "")
 
 	// A runner appears and its last poll advances without a reload.
-	browser.Eval[string](b, `document.body.dataset.loaded = "once"`)
+	Eval[string](b, `document.body.dataset.loaded = "once"`)
 	if got := b.Text(`#runner-r1 .last-poll`); got != "never" {
 		t.Fatalf("before any poll the last poll reads %q, want never", got)
 	}
@@ -73,8 +65,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	agent.Poll(ctx)
 	b.WaitFor("the first poll to show", `document.querySelector("#runner-r1 .last-poll").textContent.endsWith("s ago")`)
 	first := b.Text(`#runner-r1 .last-poll`)
-	b.WaitFor("the last poll to advance", `document.querySelector("#runner-r1 .last-poll").textContent !== `+browser.JSString(first))
-	if browser.Eval[string](b, `document.body.dataset.loaded`) != "once" {
+	b.WaitFor("the last poll to advance", `document.querySelector("#runner-r1 .last-poll").textContent !== `+JSString(first))
+	if Eval[string](b, `document.body.dataset.loaded`) != "once" {
 		t.Fatal("the runners page reloaded; the last poll must change in place")
 	}
 	if badge := b.Text(`#runner-r1 .badge.skew`); !strings.Contains(badge, "differs") {
@@ -117,8 +109,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatalf("the refusal of runner r3 reads %q; want the agent's release named", msg)
 	}
 	// The description's markup is text: no script ran, no element was made from it.
-	title := browser.Eval[string](b, `document.title`)
-	injected := browser.Eval[int](b, `document.querySelectorAll("table.runners script, table.runners img").length`)
+	title := Eval[string](b, `document.title`)
+	injected := Eval[int](b, `document.querySelectorAll("table.runners script, table.runners img").length`)
 	if title == "pwned" || injected != 0 || !strings.Contains(b.Text(`#runner-r1 .desc`), "<script>") {
 		t.Fatalf("the runner description's markup was not kept as text (title %q, %d elements)", title, injected)
 	}
@@ -131,15 +123,15 @@ func TestConsoleInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := "/orgs/acme/deployments/" + d.ID
-	b.Do("open the deployment", chromedp.Navigate(inst.URL+page), chromedp.WaitVisible(browser.CSS(`#log`)))
+	b.Do("open the deployment", chromedp.Navigate(inst.URL+page), chromedp.WaitVisible(CSS(`#log`)))
 	run := agent.Claim(ctx, d.ID)
 	b.WaitFor("the status to turn running", `document.querySelector("#status").textContent === "running"`)
 	run.Log(ctx, "\x1b[0m\x1b[1mInitializing the backend...\x1b[0m\n")
 	b.WaitFor("the first log line", `document.querySelector("#log").textContent.includes("Initializing the backend")`)
 	run.Log(ctx, "module.web: Creating... "+evil+"\n")
 	b.WaitFor("the second log line", `document.querySelector("#log").textContent.includes("module.web: Creating")`)
-	injected = browser.Eval[int](b, `document.querySelectorAll("#log script, #log img").length`)
-	title = browser.Eval[string](b, `document.title`)
+	injected = Eval[int](b, `document.querySelectorAll("#log script, #log img").length`)
+	title = Eval[string](b, `document.title`)
 	if injected != 0 || title == "pwned" || !strings.Contains(b.Text(`#log`), "<script>") {
 		t.Fatalf("a log line's markup was not kept as text (title %q, %d elements)", title, injected)
 	}
@@ -162,8 +154,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.Do("open the second deployment", chromedp.Navigate(inst.URL+"/orgs/acme/deployments/"+d2.ID), chromedp.WaitVisible(browser.CSS(`#cancel`)))
-	b.Do("cancel", chromedp.Click(browser.CSS(`#cancel`)))
+	b.Do("open the second deployment", chromedp.Navigate(inst.URL+"/orgs/acme/deployments/"+d2.ID), chromedp.WaitVisible(CSS(`#cancel`)))
+	b.Do("cancel", chromedp.Click(CSS(`#cancel`)))
 	b.WaitFor("the status to turn canceled", `document.querySelector("#status") && document.querySelector("#status").textContent === "canceled"`)
 	if got, _ := acme.GetDeployment(ctx, d2.ID); got.Status != api.StatusCanceled {
 		t.Fatalf("after the cancel from the page the deployment is %s", got.Status)
@@ -174,24 +166,24 @@ func TestConsoleInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	status := browser.Eval[int](b, `fetch("/orgs/acme/deployments/`+d3.ID+`/cancel", {method: "POST", body: new URLSearchParams({})}).then(r => r.status)`)
+	status := Eval[int](b, `fetch("/orgs/acme/deployments/`+d3.ID+`/cancel", {method: "POST", body: new URLSearchParams({})}).then(r => r.status)`)
 	if got, _ := acme.GetDeployment(ctx, d3.ID); status != 403 || got.Status != api.StatusQueued {
 		t.Fatalf("a forged cancel answered %d and left the deployment %s; want 403 and queued", status, got.Status)
 	}
 
-	b.Do("open the deployments", chromedp.Navigate(inst.URL+"/orgs/acme/deployments"), chromedp.WaitVisible(browser.CSS(`table.deployments`)))
+	b.Do("open the deployments", chromedp.Navigate(inst.URL+"/orgs/acme/deployments"), chromedp.WaitVisible(CSS(`table.deployments`)))
 	b.Shot("deployments")
-	b.Do("filter on succeeded and canceled", chromedp.Click(browser.CSS(`input[name=status][value=succeeded]`)),
-		chromedp.Click(browser.CSS(`input[name=status][value=canceled]`)), chromedp.Click(browser.CSS(`form.filters button`)))
+	b.Do("filter on succeeded and canceled", chromedp.Click(CSS(`input[name=status][value=succeeded]`)),
+		chromedp.Click(CSS(`input[name=status][value=canceled]`)), chromedp.Click(CSS(`form.filters button`)))
 	b.WaitFor("the filtered list", `location.search.includes("status=canceled") && document.querySelector("#deployment-rows") !== null`)
-	if rows := browser.Eval[int](b, `document.querySelectorAll("#deployment-rows tr[id]").length`); rows != 2 {
+	if rows := Eval[int](b, `document.querySelectorAll("#deployment-rows tr[id]").length`); rows != 2 {
 		t.Fatalf("filtering on succeeded and canceled shows %d deployments, want 2", rows)
 	}
 
 	// Connect a runner: the steps for it, then live, its registration and its agent's first poll.
 	b.Open("/orgs/acme/runners", "#connect-link")
-	b.Do("open the connect page", chromedp.Click(browser.CSS(`#connect-link`)), chromedp.WaitVisible(browser.CSS(`#snippet-terraform`)))
-	b.Do("ask for runner r9", chromedp.SetValue(browser.CSS(`.connect-form input[name=runner]`), "r9"), chromedp.Click(browser.CSS(`.connect-form button`)))
+	b.Do("open the connect page", chromedp.Click(CSS(`#connect-link`)), chromedp.WaitVisible(CSS(`#snippet-terraform`)))
+	b.Do("ask for runner r9", chromedp.SetValue(CSS(`.connect-form input[name=runner]`), "r9"), chromedp.Click(CSS(`.connect-form button`)))
 	b.WaitFor("the steps for r9", `document.querySelector("#snippet-terraform").textContent.includes('runner_id = "r9"')`)
 	b.WaitFor("the wait for r9's registration", `document.querySelector("#connect-stage").dataset.stage === "unregistered"`)
 	b.Shot("connect")
@@ -215,7 +207,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	if _, err := beta.CreateToken(ctx, "beta-console"); err != nil {
 		t.Fatal(err)
 	}
-	b.Do("open beta's runners", chromedp.Navigate(inst.URL+"/orgs/beta/runners"), chromedp.WaitVisible(browser.CSS(`main h1`)))
+	b.Do("open beta's runners", chromedp.Navigate(inst.URL+"/orgs/beta/runners"), chromedp.WaitVisible(CSS(`main h1`)))
 	if h := b.Text(`main h1`); h != "Not Found" {
 		t.Fatalf("acme's session opened beta's runners page: %q", h)
 	}

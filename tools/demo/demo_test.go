@@ -16,7 +16,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
-	"github.com/outpost-dev/terraform-provider-outpost/tools/browser"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/browsertest"
 )
 
 // freeAddr returns a loopback address nobody listens on.
@@ -288,10 +288,10 @@ func consoleScreens(t *testing.T, text string) {
 	if err != nil || len(deps) == 0 {
 		t.Fatalf("the demo's deployments: %v (%d)", err, len(deps))
 	}
-	b := browser.New(t, browser.Chromium(t), base, browser.Screenshots(t), "demo-")
+	b := browsertest.New(t, browsertest.Chromium(t), base, browsertest.Screenshots(t), "demo-")
 	b.SignIn(strings.TrimSpace(string(token)), org)
 	b.WaitFor("the quickstart runner connected", `["idle","busy"].includes(document.querySelector("#runner-quickstart .badge").textContent)`)
-	if skew := browser.Eval[bool](b, `document.querySelector("#runner-quickstart .badge.skew") !== null`); skew {
+	if skew := browsertest.Eval[bool](b, `document.querySelector("#runner-quickstart .badge.skew") !== null`); skew {
 		t.Errorf("the demo's console shows the agent's release differing from the orchestrator's: %q", b.Text("#runner-quickstart"))
 	}
 	b.Shot("runners")

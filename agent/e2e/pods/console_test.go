@@ -10,7 +10,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
-	"github.com/outpost-dev/terraform-provider-outpost/tools/browser"
+	"github.com/outpost-dev/terraform-provider-outpost/tools/browsertest"
 )
 
 // ticking prints a numbered line every two seconds from its apply, then outputs one plain and one
@@ -48,10 +48,10 @@ output "password" {
 // it waits. Screenshots of each page go with the browser test's (console-pods-*.png).
 func TestConsoleOnRealPods(t *testing.T) {
 	t.Parallel()
-	exe := browser.Chromium(t)
+	exe := browsertest.Chromium(t)
 	e := newEnv(t, envOptions{})
 	ctx := t.Context()
-	b := browser.New(t, exe, e.orch.URL, browser.Screenshots(t), "console-pods-")
+	b := browsertest.New(t, exe, e.orch.URL, browsertest.Screenshots(t), "console-pods-")
 	b.SignIn(e.orch.AdminToken, org)
 
 	b.WaitFor("the runner to show as connected",
@@ -61,9 +61,9 @@ func TestConsoleOnRealPods(t *testing.T) {
 	// The timeline, the growing log and the outputs.
 	d := e.enqueue(api.OperationApply, ticking, "console/ticks")
 	b.Open("/orgs/"+org+"/deployments/"+d.ID, "#log")
-	browser.Eval[string](b, `document.body.dataset.loaded = "once"`)
+	browsertest.Eval[string](b, `document.body.dataset.loaded = "once"`)
 	b.WaitForWithin("the first tick in the log", `document.querySelector("#log").textContent.includes("tick-1-of-6")`, 3*time.Minute)
-	early := browser.Eval[string](b, `document.querySelector("#log").textContent`)
+	early := browsertest.Eval[string](b, `document.querySelector("#log").textContent`)
 	if strings.Contains(early, "tick-6-of-6") {
 		t.Fatalf("the log showed the last tick together with the first; the test sees no growth:\n%s", early)
 	}
@@ -72,13 +72,13 @@ func TestConsoleOnRealPods(t *testing.T) {
 		`[...document.querySelectorAll("#timeline .kind")].some(k => k.textContent === "pod scheduled on `+testbed.RealNodeName+`")`)
 	b.WaitFor("the CLI's start in the timeline", `[...document.querySelectorAll("#timeline .kind")].some(k => k.textContent === "cli started")`)
 	// In the order things happened, though Kubernetes gives the pod's steps in whole seconds.
-	kinds := browser.Eval[[]string](b, `[...document.querySelectorAll("#timeline .kind")].map(k => k.textContent)`)
+	kinds := browsertest.Eval[[]string](b, `[...document.querySelectorAll("#timeline .kind")].map(k => k.textContent)`)
 	if want := []string{"queued", "claimed", "job created", "pod scheduled on " + testbed.RealNodeName, "pod initialized", "cli started"}; len(kinds) < len(want) || !slices.Equal(kinds[:len(want)], want) {
 		t.Errorf("the timeline reads %q, want it to start %q", kinds, want)
 	}
 	b.WaitForWithin("the status to turn succeeded", `document.querySelector("#status").textContent === "succeeded"`, time.Minute)
 	b.WaitFor("the outputs", `document.querySelector("#outputs") !== null`)
-	if got := browser.Eval[string](b, `document.body.dataset.loaded`); got != "once" {
+	if got := browsertest.Eval[string](b, `document.body.dataset.loaded`); got != "once" {
 		t.Fatal("the deployment page reloaded; its log and status must change in place")
 	}
 	if out := b.Text("#outputs"); !strings.Contains(out, "hello from the console test") || strings.Contains(out, "console-hunter2") || !strings.Contains(out, "hidden") {
@@ -94,7 +94,7 @@ func TestConsoleOnRealPods(t *testing.T) {
 	c := e.enqueue(api.OperationApply, slow(600), "console/cancel")
 	b.Open("/orgs/"+org+"/deployments/"+c.ID, "#log")
 	b.WaitForWithin("the apply's CLI to run", `document.querySelector("#log").textContent.includes("slow step 2 starts")`, 3*time.Minute)
-	b.Do("cancel", chromedp.Click(browser.CSS(`#cancel`)))
+	b.Do("cancel", chromedp.Click(browsertest.CSS(`#cancel`)))
 	b.WaitForWithin("the status to turn canceled", `document.querySelector("#status") && document.querySelector("#status").textContent === "canceled"`, 2*time.Minute)
 	if got, err := e.admin.GetDeployment(ctx, c.ID); err != nil || got.Status != api.StatusCanceled {
 		t.Fatalf("after the cancel from the page the API says %+v (%v)", got, err)
@@ -110,7 +110,7 @@ func TestConsoleOnRealPods(t *testing.T) {
 		t.Errorf("the reason showed only once the deployment was %s; it must show while it waits", status)
 	}
 	b.WaitFor("the registry's words in the timeline", `document.querySelector("#timeline").textContent.includes("`+image+`")`)
-	if reasons := browser.Eval[[]string](b, `[...document.querySelectorAll("#timeline .badge.reason")].map(r => r.textContent)`); slices.ContainsFunc(reasons, func(r string) bool { return r != string(api.ReasonImagePull) }) {
+	if reasons := browsertest.Eval[[]string](b, `[...document.querySelectorAll("#timeline .badge.reason")].map(r => r.textContent)`); slices.ContainsFunc(reasons, func(r string) bool { return r != string(api.ReasonImagePull) }) {
 		t.Errorf("the timeline of a pull that cannot succeed names other reasons too: %q", reasons)
 	}
 	b.Shot("image-pull")

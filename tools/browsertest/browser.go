@@ -1,8 +1,10 @@
-// Package browser drives the web console in a real Chromium (Debian's package, installed by
+// Package browsertest drives the web console in a real Chromium (Debian's package, installed by
 // scripts/chromium.sh) with chromedp, for the tests that look at the console as a person does:
-// tools/browsertest against a played agent, the demo and the real-pod tests against real job pods.
-// Every step has a time limit and a failed one leaves a screenshot of the page beside the others.
-package browser
+// its own test against a played agent (orchestratortest.Agent), the demo's and the real-pod
+// tests against real job pods. Every step has a time limit and a failed one leaves a screenshot
+// of the page beside the others. A package of the tools module, so chromedp stays out of the
+// product's.
+package browsertest
 
 import (
 	"context"
