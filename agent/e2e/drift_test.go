@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -93,7 +94,7 @@ func buildLocalProvider(base, bin string) error {
 	}
 	var mod struct{ Dir string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		return fmt.Errorf("go mod download answered %s: %v", out, err)
+		return fmt.Errorf("go mod download answered %s: %w", out, err)
 	}
 	src := filepath.Join(base, "src")
 	if err := os.RemoveAll(src); err != nil {
@@ -305,8 +306,10 @@ func metric(t testing.TB, baseURL, series string) float64 {
 	b, _ := io.ReadAll(resp.Body)
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			var v float64
-			fmt.Sscan(rest, &v)
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
 			return v
 		}
 	}

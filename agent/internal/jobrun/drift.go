@@ -65,8 +65,11 @@ func (j *attemptRun) summarisePlan(cli, cliPath, configDir, workDir string, env 
 	defer func() { f.Close(); os.Remove(jsonPath) }()
 	fmt.Fprintf(j.out, "\n==> %s show -json (summarised; the values stay in the cluster)\n", cli)
 	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"show", "-json", "-no-color", planFile}, Dir: configDir, Env: env, Stdout: f, Stderr: j.out, Log: j.out})
-	if err != nil || code != 0 {
-		return api.PlanSummary{}, fmt.Errorf("%s show -json failed (exit code %d, %v)", cli, code, err)
+	if err != nil {
+		return api.PlanSummary{}, fmt.Errorf("%s show -json: %w", cli, err)
+	}
+	if code != 0 {
+		return api.PlanSummary{}, fmt.Errorf("%s show -json failed with exit code %d", cli, code)
 	}
 	if _, err := f.Seek(0, 0); err != nil {
 		return api.PlanSummary{}, err
