@@ -270,3 +270,28 @@ func TestReplicasFireEachPeriodOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestScheduleFiresNothingBeyondTheQueueQuota: a schedule that fires while its organisation's
+// queue is full queues no check, says why, and fires again the next period.
+func TestScheduleFiresNothingBeyondTheQueueQuota(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *testConfig) { c.Quotas = store.Quotas{QueuedDeployments: 1} })
+	h.setupRunner("acme", "r1", 1)
+	d := h.deploy(api.OperationPlan) // the queue is full
+	var sch api.Schedule
+	h.mustAdmin(http.MethodPost, orgPath("acme")+"/schedules", scheduleInput("full", "* * * * * *"), http.StatusCreated, &sch)
+	h.clock.Advance(time.Second)
+	h.sweep()
+	if n := len(checksOf(h, "full")); n != 0 {
+		t.Fatalf("%d checks queued beyond the queue quota", n)
+	}
+	if m := h.schedule("full").LastMessage; !strings.Contains(m, "--max-queued-deployments-per-org") {
+		t.Fatalf("last_message %q, want the quota named", m)
+	}
+	h.cancel(d.ID)
+	h.clock.Advance(time.Second)
+	h.sweep()
+	if n := len(checksOf(h, "full")); n != 1 {
+		t.Fatalf("%d checks once the queue had room, want 1", n)
+	}
+}
