@@ -97,7 +97,7 @@ func TestDriftCheckReportsThePlansExitCode(t *testing.T) {
 					len(st.Drift.Summary.Drift) != 1 || st.Drift.Summary.Drift[0].Address != "local_file.f" || st.Drift.Summary.Counts.Create != 1 {
 					t.Fatalf("state key after a plan with changes: %+v, %v\nlog:\n%s", st, err, r.Log)
 				}
-				if strings.Contains(string(mustJSON(t, st)), "secret text") || strings.Contains(r.Log, "secret text") {
+				if strings.Contains(mustJSON(t, st), "secret text") || strings.Contains(r.Log, "secret text") {
 					t.Fatal("a value of the plan left the cluster")
 				}
 			case err == nil:
