@@ -67,8 +67,13 @@ func TestScheduleFiresOncePerPeriod(t *testing.T) {
 	if len(got) != 1 || !got[0].DriftCheck || got[0].Operation != api.OperationPlan || got[0].StateKey != "stacks/r1" || got[0].Status != api.StatusQueued {
 		t.Fatalf("after its time and two sweeps: %+v, want one queued drift check", got)
 	}
+	var list api.List[api.Schedule]
+	h.mustAdmin(http.MethodGet, orgPath("acme")+"/schedules", nil, http.StatusOK, &list)
+	if len(list.Items) != 1 || list.Items[0].Source.Inline != nil || list.Items[0].LastDeploymentID != got[0].ID {
+		t.Fatalf("list: %+v, want the schedule without its inline archive", list.Items)
+	}
 	sch = h.schedule("nightly")
-	if sch.LastDeploymentID != got[0].ID || !sch.NextFireAt.After(h.clock.Now()) {
+	if sch.Source.Inline == nil || sch.LastDeploymentID != got[0].ID || !sch.NextFireAt.After(h.clock.Now()) {
 		t.Fatalf("after firing: %+v", sch)
 	}
 

@@ -67,9 +67,7 @@ func (s *Store) GetSchedule(ctx context.Context, org, id string) (*api.Schedule,
 func (s *Store) ListSchedules(ctx context.Context, org string) ([]api.Schedule, error) {
 	list, err := listOrgObjects[api.Schedule](ctx, s, KindSchedule, org)
 	for i := range list {
-		if in := list[i].Source.Inline; in != nil {
-			list[i].Source.Inline = &api.InlineSource{}
-		}
+		list[i].Source.Inline = nil // as deployment lists leave sources out
 	}
 	return list, err
 }
