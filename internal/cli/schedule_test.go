@@ -38,6 +38,7 @@ func TestScheduleCommands(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	h.expect(cli.ExitOK, []string{"deployment", "get", sc.LastDeploymentID}, "Drift check:", "of schedule web")
 	run := ag.Start(t, sc.LastDeploymentID)
 	run.Drift(t, api.DriftReport{Drifted: true, Summary: &api.PlanSummary{Counts: api.PlanCounts{Create: 1},
 		ResourceChanges: []api.ResourceChange{{Address: "terraform_data.x", Action: api.PlanCreate}},
