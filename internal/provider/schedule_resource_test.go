@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
@@ -15,16 +16,18 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
-	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 )
 
-// scheduleEnv is an orchestrator with the state storage "states" and the runner "eu-1": all a
-// schedule needs, so its tests run without a cluster (and without TF_ACC).
+// scheduleEnv is an orchestrator with the runner "eu-1" and its state storage "eu-1-states", and
+// an agent of that runner: all a schedule needs, so its tests run without a cluster (and without
+// TF_ACC).
 type scheduleEnv struct {
 	t     *testing.T
 	orch  *orchestratortest.Instance
 	admin *client.AdminClient
+	agent *clienttest.Agent
 }
 
 func newScheduleEnv(t *testing.T) *scheduleEnv {
@@ -34,21 +37,32 @@ func newScheduleEnv(t *testing.T) *scheduleEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &scheduleEnv{t: t, orch: orch, admin: admin}
-	pub, _, err := keys.Generate()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	pemStr, _ := keys.EncodePublicPEM(pub)
+	return &scheduleEnv{t: t, orch: orch, admin: admin, agent: clienttest.Register(t, admin, orch.URL, "eu-1")}
+}
+
+// reportDrift waits for the schedule's next check (the orchestrator sweeps every 200 ms), runs
+// it as an agent and its job runner would, and reports drift of local_file.f.
+func (e *scheduleEnv) reportDrift() {
+	e.t.Helper()
 	ctx := context.Background()
-	if _, err := e.admin.CreateStateStorage(ctx, api.StateStorageInput{ID: "states", Type: api.StateStorageKubernetes, Kubernetes: &api.KubernetesStateSpec{Namespace: "outpost-state"}}); err != nil {
-		e.t.Fatal(err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := e.admin.GetSchedule(ctx, "web-nightly")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if s.LastDeploymentID != "" {
+			run := e.agent.Start(e.t, s.LastDeploymentID)
+			run.Drift(e.t, api.DriftReport{Drifted: true, Summary: &api.PlanSummary{Counts: api.PlanCounts{Create: 1},
+				ResourceChanges: []api.ResourceChange{{Address: "local_file.f", Action: api.PlanCreate}}}})
+			run.Finish(e.t, api.StatusSucceeded, 0)
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatal("the schedule fired no check within 30 s")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	if _, err := e.admin.CreateRunner(ctx, api.RunnerInput{ID: "eu-1", PublicKeys: []string{pemStr}, StateStorageID: "states",
-		Job: api.RunnerJob{Namespace: "outpost-jobs", ServiceAccount: "outpost-job"}}); err != nil {
-		e.t.Fatal(err)
-	}
-	return e
 }
 
 func (e *scheduleEnv) providerConfig() string {
@@ -83,7 +97,8 @@ func (e *scheduleEnv) checkSchedule(check func(*api.Schedule) error) resource.Te
 }
 
 // TestSchedule_lifecycle creates a schedule of drift checks from a git source, imports it,
-// changes its cron, on_drift and enabled in place, and refuses a bad cron expression at plan time.
+// changes its cron, on_drift and enabled in place, refuses a bad cron expression at plan time,
+// and reads back a check's drift as drifted.
 func TestSchedule_lifecycle(t *testing.T) {
 	t.Parallel()
 	e := newScheduleEnv(t)
@@ -110,7 +125,7 @@ func TestSchedule_lifecycle(t *testing.T) {
 				ConfigStateChecks: []statecheck.StateCheck{
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("on_drift"), knownvalue.StringExact("none")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("enabled"), knownvalue.Bool(true)),
-					statecheck.ExpectKnownValue(addr, tfjsonpath.New("state_storage_id"), knownvalue.StringExact("states")),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("state_storage_id"), knownvalue.StringExact("eu-1-states")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("next_fire_at"), knownvalue.StringRegexp(regexp.MustCompile(`T03:00:00Z$`))),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("drifted"), knownvalue.Bool(false)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("last_checked_at"), knownvalue.Null()),
@@ -137,6 +152,18 @@ func TestSchedule_lifecycle(t *testing.T) {
 					}
 					return nil
 				}),
+			},
+			// Every second: a check fires; its drift shows in drifted and last_checked_at, and
+			// changes no plan.
+			{Config: e.providerConfig() + testAccScheduleConfig("* * * * * *", "")},
+			{
+				PreConfig:        e.reportDrift,
+				Config:           e.providerConfig() + testAccScheduleConfig("* * * * * *", ""),
+				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+				ConfigStateChecks: []statecheck.StateCheck{
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("drifted"), knownvalue.Bool(true)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("last_checked_at"), knownvalue.NotNull()),
+				},
 			},
 		},
 	})
