@@ -89,6 +89,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	fs.IntVar(&o.limits.MaxConnections, "max-connections", orchestrator.DefaultMaxConnections, "most connections open at once (every agent holds one for its long poll); more wait to be accepted")
 	fs.IntVar(&o.quotas.Runners, "max-runners-per-org", store.DefaultMaxRunners, "most runners of one organisation; more are refused with 403 quota_exceeded")
 	fs.IntVar(&o.quotas.StateStorages, "max-state-storages-per-org", store.DefaultMaxStateStorages, "most state storages of one organisation")
+	fs.IntVar(&o.quotas.Schedules, "max-schedules-per-org", store.DefaultMaxSchedules, "most schedules of drift checks of one organisation")
 	fs.IntVar(&o.quotas.QueuedDeployments, "max-queued-deployments-per-org", store.DefaultMaxQueuedDeployments, "most deployments of one organisation waiting in its runners' queues")
 	fs.StringVar(&o.maxLogBytes, "max-log-bytes-per-org", "10GiB", "most log bytes one organisation's deployments keep until they are purged; beyond it new deployments are refused, e.g. 10GiB")
 	fs.DurationVar(&o.limits.ReadHeaderTimeout, "read-header-timeout", orchestrator.DefaultReadHeaderTimeout, "time a request's headers may take to arrive")

@@ -69,7 +69,7 @@ func TestMigrateStoreThenServeOnPostgreSQL(t *testing.T) {
 	if err := run(t.Context(), []string{"migrate-store", "--from", dir, "--to", url}, noEnv, &out, nil); err != nil {
 		t.Fatalf("migrate-store: %v\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "1 runners, 1 state storages (0 reported states)") {
+	if !strings.Contains(out.String(), "1 runners, 1 state storages (0 reported states, 0 drift marks), 0 schedules") {
 		t.Fatalf("migrate-store said:\n%s", out.String())
 	}
 	onPG := startServe(t, t.TempDir(), "--database-url", url, "--admin-token", token)

@@ -106,7 +106,11 @@ type Deployment struct {
 	Variables      map[string]json.RawMessage `json:"variables,omitempty"`
 	StateKey       string                     `json:"state_key"`
 	TimeoutSeconds int                        `json:"timeout_seconds"`
-	Status         Status                     `json:"status"`
+	// DriftCheck marks a plan that a schedule (ScheduleID) queued: its job runner runs the plan
+	// with -detailed-exitcode and reports whether the state key drifted (api.Drift).
+	DriftCheck bool   `json:"drift_check,omitempty"`
+	ScheduleID string `json:"schedule_id,omitempty"`
+	Status     Status `json:"status"`
 	// Attempt counts from 1; it grows when an expired job lease returns the deployment to the
 	// queue.
 	Attempt         int  `json:"attempt"`

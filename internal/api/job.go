@@ -16,6 +16,9 @@ type JobSpec struct {
 	Variables    map[string]json.RawMessage `json:"variables,omitempty"`
 	StateKey     string                     `json:"state_key"`
 	StateStorage StateStorage               `json:"state_storage"`
+	// DriftCheck asks for a drift check: the plan runs with -detailed-exitcode (2 means changes,
+	// not a failure) and the job runner reports the result with PUT /api/v1/job/drift.
+	DriftCheck bool `json:"drift_check,omitempty"`
 }
 
 // LogAppendResponse is the answer to a log append, and the body of the 409 that a wrong offset

@@ -96,6 +96,8 @@ type State struct {
 	// RunnerID is the runner whose agent reported it last, at ReportedAt.
 	RunnerID   string    `json:"runner_id"`
 	ReportedAt time.Time `json:"reported_at"`
+	// Drift is set while the last drift check of the state key found changes.
+	Drift *Drift `json:"drift,omitempty"`
 }
 
 // Validate checks a state report.

@@ -186,7 +186,7 @@ failed; 4 it was canceled; 5 it was lost; 130 interrupted, or detached from a de
 	_ = root.RegisterFlagCompletionFunc("profile", a.completeProfiles)
 	root.AddGroup(&cobra.Group{ID: "deploy", Title: "Deployments:"}, &cobra.Group{ID: "register", Title: "Runners and state storages:"},
 		&cobra.Group{ID: "setup", Title: "Set-up:"})
-	root.AddCommand(a.deployCommand(), a.deploymentCommand(), a.stateCommand(), runnerResource().group(a), stateStorageResource().group(a), a.configCommand())
+	root.AddCommand(a.deployCommand(), a.deploymentCommand(), a.stateCommand(), a.scheduleCommand(), runnerResource().group(a), stateStorageResource().group(a), a.configCommand())
 	root.SetHelpCommandGroupID("setup")
 	root.SetCompletionCommandGroupID("setup")
 	return root

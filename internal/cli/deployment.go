@@ -186,6 +186,7 @@ func deploymentFields(now time.Time, d *api.Deployment) [][2]string {
 		{"ID", d.ID},
 		{"Runner", d.RunnerID},
 		{"Operation", string(d.Operation)},
+		{"Drift check", driftCheckText(d)},
 		{"Status", statusText(d)},
 		{"Waiting", waitingText(d)},
 		{"Result", result},
@@ -376,4 +377,12 @@ canceled. A deployment that already ended cannot be canceled (exit code 1).`,
 			fmt.Fprintf(w, "Cancel of deployment %s requested; the agent stops it. Watch: outpost deployment logs %s --follow\n", d.ID, d.ID)
 		})
 	})
+}
+
+// driftCheckText names the schedule whose drift check a deployment is ("" for other deployments).
+func driftCheckText(d *api.Deployment) string {
+	if !d.DriftCheck {
+		return ""
+	}
+	return "of schedule " + d.ScheduleID + " (plan -detailed-exitcode; see outpost schedule get " + d.ScheduleID + ")"
 }

@@ -19,11 +19,14 @@ import (
 func (a *app) stateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "state",
-		Short: "Inspect the states of a kubernetes state storage: versions kept in the cluster, lock holders",
+		Short: "Inspect the states of a state storage: versions kept in the cluster, lock holders, drift",
 		Long: `The agent that serves a kubernetes state storage reports, for each state, the versions it
 keeps in the cluster (serial, lineage, size, resource count, the deployment and attempt that
 wrote it, when) and who holds its lock (deployment, attempt, job pod). Never the contents: to
-show, diff or roll back versions, run ` + "`outpost-agent state`" + ` in the cluster.`,
+show, diff or roll back versions, run ` + "`outpost-agent state`" + ` in the cluster.
+
+A state key whose last drift check (` + "`outpost schedule`" + `) found changes made outside
+Terraform is listed as DRIFTED, in any state storage; a later check without changes clears it.`,
 		GroupID: "deploy",
 		RunE:    groupRun,
 	}
@@ -34,7 +37,7 @@ show, diff or roll back versions, run ` + "`outpost-agent state`" + ` in the clu
 func (a *app) stateListCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:     "list STORAGE",
-		Short:   "List the states of a state storage with their current version and lock holder",
+		Short:   "List the states of a state storage with their current version, lock holder and drift",
 		Example: "  outpost state list eu-1-states",
 		Args:    oneArg("a state storage id"),
 		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
@@ -48,14 +51,14 @@ func (a *app) stateListCommand() *cobra.Command {
 					fmt.Fprintln(w, "No states reported yet: the agent reports a state when a deployment writes or locks it.")
 					return
 				}
-				rows := [][]string{{"STATE KEY", "SERIAL", "VERSIONS", "RESOURCES", "SIZE", "WRITTEN", "LOCKED BY"}}
+				rows := [][]string{{"STATE KEY", "SERIAL", "VERSIONS", "RESOURCES", "SIZE", "WRITTEN", "LOCKED BY", "DRIFT"}}
 				for _, st := range list {
 					serial, res, sz, written := "-", "-", "-", "-"
 					if len(st.Versions) > 0 {
 						v := st.Versions[0]
 						serial, res, sz, written = strconv.FormatInt(v.Serial, 10), strconv.FormatInt(v.Resources, 10), size(v.Size), ago(now, &v.WrittenAt)
 					}
-					rows = append(rows, []string{st.StateKey, serial, strconv.Itoa(len(st.Versions)), res, sz, written, lockHolder(now, st.Lock)})
+					rows = append(rows, []string{st.StateKey, serial, strconv.Itoa(len(st.Versions)), res, sz, written, lockHolder(now, st.Lock), checkText(now, st.Drift)})
 				}
 				table(w, rows)
 			})

@@ -259,6 +259,10 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	if err := job.PutOutputs(ctx, api.Outputs{"name": {Value: json.RawMessage(`"x"`), Type: json.RawMessage(`"string"`)}, "secret": {Value: json.RawMessage(`"s"`), Sensitive: true}}, 2); err != nil {
 		t.Fatalf("put outputs: %v", err)
 	}
+	// Only a schedule's drift check reports drift.
+	if err := job.PutDrift(ctx, api.DriftReport{Drifted: true}); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("drift report of an ordinary apply: %v, want ErrConflict", err)
+	}
 	zero := 0
 	ev, err = agent.Event(ctx, dep.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}})
 	if err != nil || ev.Status != api.StatusSucceeded {
@@ -289,6 +293,28 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	}
 	if _, err := admin.GetState(ctx, "k8s", "team/other"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("unreported state: %v, want ErrNotFound", err)
+	}
+
+	// Schedules of drift checks.
+	sin := api.ScheduleInput{ID: "nightly", RunnerID: "eu-1", Cron: "0 3 * * *", StateKey: "team/app", Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive}}}
+	if sch, err := admin.CreateSchedule(ctx, sin); err != nil || sch.NextFireAt.Hour() != 3 || sch.StateStorageID != "k8s" {
+		t.Fatalf("create schedule: %+v, %v", sch, err)
+	}
+	sin.Cron = "@hourly"
+	if sch, err := admin.UpdateSchedule(ctx, sin); err != nil || sch.Cron != "@hourly" {
+		t.Fatalf("update schedule: %+v, %v", sch, err)
+	}
+	if sch, err := admin.GetSchedule(ctx, "nightly"); err != nil || !bytes.Equal(sch.Source.Inline.ArchiveTarGz, archive) {
+		t.Fatalf("get schedule: %+v, %v", sch, err)
+	}
+	if list, err := admin.ListSchedules(ctx); err != nil || len(list) != 1 || list[0].ID != "nightly" {
+		t.Fatalf("list schedules: %+v, %v", list, err)
+	}
+	if err := admin.DeleteSchedule(ctx, "nightly"); err != nil {
+		t.Fatalf("delete schedule: %v", err)
+	}
+	if _, err := admin.GetSchedule(ctx, "nightly"); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("deleted schedule: %v, want ErrNotFound", err)
 	}
 
 	// Admin reads of the finished deployment.

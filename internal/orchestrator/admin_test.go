@@ -97,7 +97,7 @@ func TestRunnerAndStorageCRUD(t *testing.T) {
 func snapshot(h *harness, org string) string {
 	h.t.Helper()
 	var out bytes.Buffer
-	for _, p := range []string{"/runners", "/state-storages", "/deployments"} {
+	for _, p := range []string{"/runners", "/state-storages", "/deployments", "/schedules"} {
 		r := h.admin(http.MethodGet, orgPath(org)+p, nil)
 		if r.code != http.StatusOK {
 			h.t.Fatalf("list %s: HTTP %d", p, r.code)

@@ -36,7 +36,10 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 		t.Fatalf("state report: HTTP %d %s", r.code, r.body)
 	}
 
+	src.mustAdmin(http.MethodPost, orgPath("acme")+"/schedules", scheduleInput("nightly", "0 3 * * *"), http.StatusCreated, nil)
+
 	reads := []string{
+		orgPath("acme") + "/schedules", orgPath("acme") + "/schedules/nightly",
 		orgPath("acme") + "/runners", orgPath("beta") + "/runners",
 		orgPath("acme") + "/state-storages", orgPath("acme") + "/tokens", orgPath("acme") + "/deployments",
 		orgPath("acme") + "/deployments/" + ended.ID + "/outputs",
@@ -59,7 +62,7 @@ func TestCopyStoreKeepsEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Deployments != 4 || n.Runners != 2 || n.OrgTokens != 1 || n.LogChunks != 8 || n.Events != 5 || n.States != 1 { // events: 3 of agents, 2 of claims
+	if n.Deployments != 4 || n.Runners != 2 || n.OrgTokens != 1 || n.LogChunks != 8 || n.Events != 5 || n.States != 1 || n.Schedules != 1 { // events: 3 of agents, 2 of claims
 		t.Fatalf("copied %+v", n)
 	}
 	dst := newHarness(t, func(c *testConfig) { c.DatabaseURL, c.Now = pgURL, src.clock.Now })

@@ -96,6 +96,16 @@ func newMetrics(st *store.Store) *metrics {
 				}
 				return out, err
 			}},
+		&storeGauge{desc: prometheus.NewDesc("outpost_orchestrator_drifted_states",
+			"State keys whose last drift check found changes, by organisation (organisations with none are left out).", []string{"org"}, nil),
+			read: func(ctx context.Context) ([]gaugeSample, error) {
+				counts, err := st.DriftedStates(ctx)
+				out := make([]gaugeSample, 0, len(counts))
+				for org, n := range counts {
+					out = append(out, gaugeSample{float64(n), []string{org}})
+				}
+				return out, err
+			}},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -240,12 +240,16 @@ var goSchemas = map[string]any{
 	"OrgTokenList": api.List[api.OrgToken]{},
 	"JobPod":       api.JobPod{}, "JobResources": api.JobResources{}, "JobToleration": api.JobToleration{},
 	"JobEnvVar": api.JobEnvVar{}, "JobKeyRef": api.JobKeyRef{}, "JobVolumeMount": api.JobVolumeMount{},
+	"ScheduleInput": api.ScheduleInput{}, "Schedule": api.Schedule{}, "ScheduleList": api.List[api.Schedule]{},
+	"Drift": api.Drift{}, "DriftReport": api.DriftReport{}, "PlanSummary": api.PlanSummary{}, "PlanCounts": api.PlanCounts{},
+	"ResourceChange": api.ResourceChange{}, "OutputChange": api.OutputChange{},
 }
 
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.
 var nonStructSchemas = map[string]bool{
 	"Health": true, "Outputs": true, "Variables": true, "StateStorageType": true,
 	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true,
+	"OnDrift": true, "PlanAction": true,
 }
 
 func TestOpenAPISchemasMatchWireTypes(t *testing.T) {

@@ -53,6 +53,8 @@ func TestOrgTokenSeesNothingOfAnotherOrg(t *testing.T) {
 		t.Fatalf("outputs: HTTP %d %s", r.code, r.body)
 	}
 	b.mustOK("/api/v1/agent/deployments/"+dep.ID+"/events", api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 0, Type: api.EventStarted}}, nil)
+	h.mustAdmin(http.MethodPost, orgPath("beta")+"/schedules", api.ScheduleInput{ID: "nightly", RunnerID: "r1", Cron: "@daily", StateKey: "k",
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: gzipMagic}}}, http.StatusCreated, nil)
 	before := everythingIn(h, "beta")
 
 	beta1 := orgPath("beta")
@@ -78,6 +80,11 @@ func TestOrgTokenSeesNothingOfAnotherOrg(t *testing.T) {
 		{"GET", beta1 + "/deployments/" + dep.ID + "/outputs", nil},
 		{"GET", beta1 + "/deployments/" + dep.ID + "/events", nil},
 		{"POST", beta1 + "/deployments/" + dep.ID + "/cancel", nil},
+		{"GET", beta1 + "/schedules", nil},
+		{"POST", beta1 + "/schedules", api.ScheduleInput{ID: "mine", RunnerID: "r1", Cron: "@daily", StateKey: "k", Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: gzipMagic}}}},
+		{"GET", beta1 + "/schedules/nightly", nil},
+		{"PUT", beta1 + "/schedules/nightly", api.ScheduleInput{RunnerID: "r1", Cron: "@hourly", StateKey: "k", Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: gzipMagic}}}},
+		{"DELETE", beta1 + "/schedules/nightly", nil},
 		{"GET", beta1 + "/tokens", nil},
 		{"POST", beta1 + "/tokens", api.OrgTokenInput{Name: "mine-now"}},
 		{"DELETE", beta1 + "/tokens/" + beta.ID, nil},

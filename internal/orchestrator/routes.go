@@ -51,6 +51,12 @@ func (s *Server) routeTable() []route {
 		admin("GET "+orgs+"/deployments/{id}/events", bodyNone, 0, s.listEvents),
 		admin("POST "+orgs+"/deployments/{id}/cancel", bodyNone, 0, s.cancelDeployment),
 
+		creating(admin("POST "+orgs+"/schedules", bodyJSON, limitDeployment, s.createSchedule)),
+		admin("GET "+orgs+"/schedules", bodyNone, 0, s.listSchedules),
+		admin("GET "+orgs+"/schedules/{id}", bodyNone, 0, s.getSchedule),
+		admin("PUT "+orgs+"/schedules/{id}", bodyJSON, limitDeployment, s.updateSchedule),
+		admin("DELETE "+orgs+"/schedules/{id}", bodyNone, 0, s.deleteSchedule),
+
 		creating(bootstrap("POST "+orgs+"/tokens", bodyJSON, limitDefault, s.createOrgToken)),
 		bootstrap("GET "+orgs+"/tokens", bodyNone, 0, s.listOrgTokens),
 		bootstrap("DELETE "+orgs+"/tokens/{id}", bodyNone, 0, s.revokeOrgToken),
@@ -63,6 +69,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
 		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},
 		{pattern: "PUT /api/v1/job/outputs", auth: authJob, body: bodyJSON, limit: api.MaxOutputsBytes, h: s.putOutputs},
+		{pattern: "PUT /api/v1/job/drift", auth: authJob, body: bodyJSON, limit: api.MaxOutputsBytes, h: s.putDrift},
 	}
 }
 

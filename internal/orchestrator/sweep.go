@@ -8,10 +8,11 @@ import (
 )
 
 // The sweeper: the background pass that applies the store's time-driven rules (job lease
-// expiry, replay purge, retention) and wakes the polls and counts the metrics their outcome
+// expiry, schedules' drift checks, replay purge, retention) and wakes the polls and counts the metrics their outcome
 // calls for. The rules themselves are the store's.
 
-// Sweep runs one pass of the background sweeper now: it settles expired leases, purges expired
+// Sweep runs one pass of the background sweeper now: it settles expired leases, fires due
+// schedules (each once across replicas: store.FireDueSchedules), purges expired
 // agent token ids and console sessions and deletes what retention says is due. The server runs it every
 // SweepInterval; tests with a fake clock call it after moving the clock, instead of waiting.
 func (s *Server) Sweep(ctx context.Context) error {
@@ -21,6 +22,14 @@ func (s *Server) Sweep(ctx context.Context) error {
 	}
 	if err != nil {
 		return fmt.Errorf("expire job leases: %w", err)
+	}
+	fired, err := s.store.FireDueSchedules(ctx)
+	for _, f := range fired {
+		s.notify.Wake(f.Org + "/" + f.RunnerID)
+		s.log.Info("schedule fired a drift check", "org", f.Org, "schedule", f.ScheduleID, "deployment", f.DeploymentID)
+	}
+	if err != nil {
+		return fmt.Errorf("fire schedules: %w", err)
 	}
 	if _, err := s.store.PurgeReplay(ctx); err != nil {
 		return fmt.Errorf("purge agent token ids: %w", err)

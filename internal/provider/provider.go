@@ -195,6 +195,7 @@ func (p *outpostProvider) Resources(_ context.Context) []func() resource.Resourc
 	return []func() resource.Resource{
 		NewKeyPairResource,
 		NewStateStorageResource,
+		NewScheduleResource,
 		NewKubernetesAgentRunnerResource,
 		NewKubernetesAgentResource,
 	}

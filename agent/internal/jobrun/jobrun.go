@@ -289,8 +289,13 @@ func (j *attemptRun) run() int {
 		return j.fail("%v", err)
 	}
 	env = append(env, providerEnv...)
-	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, operationArgs(spec.Operation)}
-	for _, args := range phases {
+	opArgs := operationArgs(spec.Operation)
+	if spec.DriftCheck {
+		opArgs = driftCheckArgs(workDir)
+	}
+	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, opArgs}
+	drifted := false
+	for i, args := range phases {
 		if j.st.isInterrupted() {
 			fmt.Fprintf(j.out, "==> stopped before %s %s\n", cli, args[0])
 			return j.st.exitCode()
@@ -301,8 +306,16 @@ func (j *attemptRun) run() int {
 		if err != nil {
 			return j.fail("%v", err)
 		}
+		if spec.DriftCheck && i == len(phases)-1 && code == exitChanges {
+			drifted, code = true, 0
+		}
 		if code != 0 {
 			fmt.Fprintf(j.out, "==> %s %s failed with exit code %d after %s\n", cli, args[0], code, since(start))
+			return code
+		}
+	}
+	if spec.DriftCheck {
+		if code := j.reportDrift(cli, cliPath, configDir, workDir, env, drifted); code != 0 {
 			return code
 		}
 	}

@@ -156,6 +156,14 @@ func (r *Run) Outputs(t testing.TB, outs api.Outputs) {
 	}
 }
 
+// Drift reports a drift check's result, as the job runner of a schedule's check does.
+func (r *Run) Drift(t testing.TB, rep api.DriftReport) {
+	t.Helper()
+	if err := r.job.PutDrift(context.Background(), rep); err != nil {
+		t.Fatalf("clienttest: put drift: %v", err)
+	}
+}
+
 // Finish sends the finished event with result (succeeded, failed or canceled) and exit code.
 func (r *Run) Finish(t testing.TB, result api.Status, exitCode int) {
 	t.Helper()

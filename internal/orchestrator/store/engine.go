@@ -45,6 +45,11 @@ const (
 	// SessionScope and the SHA-256 of its cookie: every replica finds every session.
 	KindSession
 	KindState // api.State: a state's versions and lock as its agent reported them; id "<storage>/<key>"
+	// KindSchedule is an api.Schedule: when to queue a drift check of a state key.
+	KindSchedule
+	// KindDrift is the api.Drift of a drifted state key, id "<storage>/<key>"; a check without
+	// changes deletes it, so the kind holds only the drifted ones.
+	KindDrift
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.
@@ -85,6 +90,9 @@ type Tx interface {
 	DeleteDoc(k DocKind, org, id string) error
 	// ListDocs calls each with every object of a kind of org, in id order, until it says stop.
 	ListDocs(k DocKind, org string, each func(data []byte) (more bool, err error)) error
+	// ListAllDocs is ListDocs over every organisation, by organisation then id; it locks
+	// nothing. The sweep finds due schedules and the metrics count drifted states with it.
+	ListAllDocs(k DocKind, each func(org string, data []byte) (more bool, err error)) error
 	// EnsureOrg records an organisation the first time something is created in it.
 	EnsureOrg(org string, now time.Time) error
 	// HasOrg reports whether an organisation was ever recorded.

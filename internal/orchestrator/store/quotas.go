@@ -19,6 +19,8 @@ type Quotas struct {
 	// StateStorages is the most state storages of one organisation
 	// (--max-state-storages-per-org).
 	StateStorages int
+	// Schedules is the most schedules of one organisation (--max-schedules-per-org).
+	Schedules int
 	// QueuedDeployments is the most deployments of one organisation waiting in its runners'
 	// queues (--max-queued-deployments-per-org). Each can hold a 16 MiB source.
 	QueuedDeployments int
@@ -32,6 +34,7 @@ type Quotas struct {
 const (
 	DefaultMaxRunners           = 1000
 	DefaultMaxStateStorages     = 1000
+	DefaultMaxSchedules         = 1000
 	DefaultMaxQueuedDeployments = 10000
 	DefaultMaxLogBytes          = 10 << 30
 )
@@ -42,6 +45,9 @@ func (q Quotas) withDefaults() Quotas {
 	}
 	if q.StateStorages <= 0 {
 		q.StateStorages = DefaultMaxStateStorages
+	}
+	if q.Schedules <= 0 {
+		q.Schedules = DefaultMaxSchedules
 	}
 	if q.QueuedDeployments <= 0 {
 		q.QueuedDeployments = DefaultMaxQueuedDeployments
@@ -160,5 +166,5 @@ func (s *Store) checkLogQuota(ctx context.Context, org string, limit int64) erro
 
 // String is the quotas for the start log.
 func (q Quotas) String() string {
-	return fmt.Sprintf("runners %d, state storages %d, queued deployments %d, log bytes %d per organisation", q.Runners, q.StateStorages, q.QueuedDeployments, q.LogBytes)
+	return fmt.Sprintf("runners %d, state storages %d, schedules %d, queued deployments %d, log bytes %d per organisation", q.Runners, q.StateStorages, q.Schedules, q.QueuedDeployments, q.LogBytes)
 }

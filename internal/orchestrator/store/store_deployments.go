@@ -103,38 +103,8 @@ func (s *Store) CreateDeployment(ctx context.Context, org string, in api.Deploym
 	}
 	var out api.Deployment
 	err := s.Update(ctx, func(tx Tx) error {
-		var runner api.Runner
-		ok, err := tx.GetDoc(KindRunner, org, in.RunnerID, &runner)
+		rec, err := queueDeploymentTx(tx, org, in, s.TimeNow(), nil)
 		if err != nil {
-			return err
-		}
-		if !ok {
-			return Invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
-		}
-		id, err := newDeploymentID()
-		if err != nil {
-			return err
-		}
-		if _, taken, err := tx.LoadDeployment(org, id); err != nil || taken {
-			return cmp.Or(err, fmt.Errorf("deployment id %s collided; retry", id))
-		}
-		now := s.TimeNow()
-		timeout := in.TimeoutSeconds
-		if timeout == 0 {
-			timeout = runner.JobTimeoutSeconds
-		}
-		rec := &DeploymentRecord{Org: org, D: api.Deployment{
-			ID: id, RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
-			StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
-			CreatedAt: now,
-		}}
-		if err := tx.EnsureOrg(org, now); err != nil {
-			return err
-		}
-		if err := tx.PutDoc(KindSource, org, id, in.Source); err != nil {
-			return err
-		}
-		if err := tx.InsertDeployment(rec); err != nil {
 			return err
 		}
 		out = rec.D
@@ -145,6 +115,48 @@ func (s *Store) CreateDeployment(ctx context.Context, org string, in api.Deploym
 		return nil, err
 	}
 	return &out, nil
+}
+
+// queueDeploymentTx stores a new deployment of in, queued for its first attempt; mark, when
+// set, adds to the record what the caller knows (a schedule's drift check).
+func queueDeploymentTx(tx Tx, org string, in api.DeploymentInput, now time.Time, mark func(*DeploymentRecord)) (*DeploymentRecord, error) {
+	var runner api.Runner
+	ok, err := tx.GetDoc(KindRunner, org, in.RunnerID, &runner)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
+	}
+	id, err := newDeploymentID()
+	if err != nil {
+		return nil, err
+	}
+	if _, taken, err := tx.LoadDeployment(org, id); err != nil || taken {
+		return nil, cmp.Or(err, fmt.Errorf("deployment id %s collided; retry", id))
+	}
+	timeout := in.TimeoutSeconds
+	if timeout == 0 {
+		timeout = runner.JobTimeoutSeconds
+	}
+	rec := &DeploymentRecord{Org: org, D: api.Deployment{
+		ID: id, RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
+		StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
+		CreatedAt: now,
+	}}
+	if mark != nil {
+		mark(rec)
+	}
+	if err := tx.EnsureOrg(org, now); err != nil {
+		return nil, err
+	}
+	if err := tx.PutDoc(KindSource, org, id, in.Source); err != nil {
+		return nil, err
+	}
+	if err := tx.InsertDeployment(rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 func loadSource(tx Tx, org, id string) (api.Source, error) {

@@ -80,6 +80,6 @@ func jobSpecOf(tx Tx, rec *DeploymentRecord) (*api.JobSpec, error) {
 	}
 	return &api.JobSpec{
 		DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, RunnerID: rec.D.RunnerID, Operation: rec.D.Operation,
-		Source: src, Variables: rec.D.Variables, StateKey: rec.D.StateKey, StateStorage: *st,
+		Source: src, Variables: rec.D.Variables, StateKey: rec.D.StateKey, StateStorage: *st, DriftCheck: rec.D.DriftCheck,
 	}, nil
 }

@@ -51,10 +51,11 @@ func (s *Store) RecordStates(ctx context.Context, id agentauth.Identity, rep api
 func (s *Store) ListStates(ctx context.Context, org, storage string) ([]api.State, error) {
 	out := []api.State{}
 	err := s.view(ctx, func(tx Tx) error {
+		out = out[:0]
 		if _, err := getStorageTx(tx, org, storage); err != nil {
 			return err
 		}
-		return tx.ListDocs(KindState, org, func(data []byte) (bool, error) {
+		if err := tx.ListDocs(KindState, org, func(data []byte) (bool, error) {
 			var v api.State
 			if err := Unmarshal(data, &v); err != nil {
 				return false, err
@@ -63,7 +64,12 @@ func (s *Store) ListStates(ctx context.Context, org, storage string) ([]api.Stat
 				out = append(out, v)
 			}
 			return true, nil
-		})
+		}); err != nil {
+			return err
+		}
+		drifts, err := driftsOf(tx, org, storage)
+		out = withDrifts(out, drifts, storage)
+		return err
 	})
 	return out, err
 }
@@ -76,9 +82,18 @@ func (s *Store) GetState(ctx context.Context, org, storage, key string) (*api.St
 		}
 		var v api.State
 		ok, err := tx.GetDoc(KindState, org, stateDocID(storage, key), &v)
+		if err != nil {
+			return nil, err
+		}
+		var d api.Drift
+		drifted, err := tx.GetDoc(KindDrift, org, stateDocID(storage, key), &d)
 		switch {
 		case err != nil:
 			return nil, err
+		case drifted && !ok:
+			return &api.State{StateStorageID: storage, ReportedState: api.ReportedState{StateKey: key, Versions: []api.StateVersion{}}, Drift: &d}, nil
+		case drifted:
+			v.Drift = &d
 		case !ok:
 			return nil, NotFound("state %q of state storage %q is not known: no agent has reported it (the agent reports a state when a deployment writes or locks it)", key, storage)
 		}
@@ -88,6 +103,15 @@ func (s *Store) GetState(ctx context.Context, org, storage, key string) (*api.St
 
 // deleteStatesTx removes the records of a deleted state storage's states.
 func deleteStatesTx(tx Tx, org, storage string) error {
+	drifts, err := driftsOf(tx, org, storage)
+	if err != nil {
+		return err
+	}
+	for key := range drifts {
+		if err := tx.DeleteDoc(KindDrift, org, stateDocID(storage, key)); err != nil {
+			return fmt.Errorf("delete drift mark of %s: %w", key, err)
+		}
+	}
 	var ids []string
 	if err := tx.ListDocs(KindState, org, func(data []byte) (bool, error) {
 		var v api.State

@@ -38,6 +38,8 @@ var (
 	BucketLogs        = []byte("logs")             // org/deployment/ + stored offset → bytes of one append
 	BucketOutputs     = []byte("outputs")          // org/deployment → api.Outputs
 	BucketStates      = []byte("states")           // org/storage/state key → api.State
+	BucketSchedules   = []byte("schedules")        // org/schedule → api.Schedule
+	BucketDrifts      = []byte("drifts")           // org/storage/state key → api.Drift (drifted ones only)
 	BucketReplay      = []byte("replay")           // token id → expiry (unix nanos)
 	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
 	bStats            = []byte("stats")            // status → number of deployments in it
@@ -46,7 +48,7 @@ var (
 	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
-		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates,
+		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates, BucketSchedules, BucketDrifts,
 		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
@@ -209,7 +211,7 @@ func (t Tx) HasOrg(org string) (bool, error) {
 
 var docBuckets = map[store.DocKind][]byte{
 	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
-	store.KindSession: BucketSessions, store.KindState: BucketStates,
+	store.KindSession: BucketSessions, store.KindState: BucketStates, store.KindSchedule: BucketSchedules, store.KindDrift: BucketDrifts,
 }
 
 // GetDoc implements store.Tx.
@@ -235,6 +237,18 @@ func (t Tx) DeleteDoc(k store.DocKind, org, id string) error {
 // ListDocs implements store.Tx.
 func (t Tx) ListDocs(k store.DocKind, org string, each func(data []byte) (bool, error)) error {
 	return scanPrefix(t.tx.Bucket(docBuckets[k]), prefix(org), func(_, v []byte) (bool, error) { return each(v) })
+}
+
+// ListAllDocs implements store.Tx.
+func (t Tx) ListAllDocs(k store.DocKind, each func(org string, data []byte) (bool, error)) error {
+	c := t.tx.Bucket(docBuckets[k]).Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		org, _, _ := bytes.Cut(k, []byte("/"))
+		if more, err := each(string(org), v); err != nil || !more {
+			return err
+		}
+	}
+	return nil
 }
 
 // PutOrgToken implements store.Tx.

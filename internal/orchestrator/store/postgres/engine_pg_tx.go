@@ -21,8 +21,9 @@ type Tx struct {
 
 var docTables = map[store.DocKind]string{
 	store.KindRunner: "runners", store.KindStorage: "state_storages", store.KindOrgToken: "org_tokens", store.KindSource: "sources", store.KindOutputs: "outputs",
-	store.KindSession: "console_sessions",
-	store.KindState:   "states",
+	store.KindSession:  "console_sessions",
+	store.KindState:    "states",
+	store.KindSchedule: "schedules", store.KindDrift: "drifts",
 }
 
 // Writable implements store.Tx.
@@ -96,6 +97,36 @@ func (t *Tx) ListDocs(k store.DocKind, org string, each func(data []byte) (bool,
 	}
 	for _, d := range docs {
 		if more, err := each(d); err != nil || !more {
+			return err
+		}
+	}
+	return nil
+}
+
+// ListAllDocs implements store.Tx.
+func (t *Tx) ListAllDocs(k store.DocKind, each func(org string, data []byte) (bool, error)) error {
+	rows, err := t.tx.Query(t.ctx, "SELECT org, doc FROM "+docTables[k]+" ORDER BY org COLLATE \"C\", id COLLATE \"C\"")
+	if err != nil {
+		return err
+	}
+	type row struct {
+		org string
+		doc []byte
+	}
+	var all []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.org, &r.doc); err != nil {
+			rows.Close()
+			return err
+		}
+		all = append(all, r)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, r := range all {
+		if more, err := each(r.org, r.doc); err != nil || !more {
 			return err
 		}
 	}
