@@ -45,6 +45,7 @@ const (
 	// SessionScope and the SHA-256 of its cookie: every replica finds every session.
 	KindSession
 	KindState // api.State: a state's versions and lock as its agent reported them; id "<storage>/<key>"
+	KindPlan  // api.SavedPlan of a plan deployment with save_plan; id the deployment's
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.

@@ -38,6 +38,7 @@ var (
 	BucketLogs        = []byte("logs")             // org/deployment/ + stored offset → bytes of one append
 	BucketOutputs     = []byte("outputs")          // org/deployment → api.Outputs
 	BucketStates      = []byte("states")           // org/storage/state key → api.State
+	BucketPlans       = []byte("plans")            // org/deployment → api.SavedPlan
 	BucketReplay      = []byte("replay")           // token id → expiry (unix nanos)
 	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
 	bStats            = []byte("stats")            // status → number of deployments in it
@@ -46,7 +47,7 @@ var (
 	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
-		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates,
+		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates, BucketPlans,
 		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
@@ -209,7 +210,7 @@ func (t Tx) HasOrg(org string) (bool, error) {
 
 var docBuckets = map[store.DocKind][]byte{
 	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
-	store.KindSession: BucketSessions, store.KindState: BucketStates,
+	store.KindSession: BucketSessions, store.KindState: BucketStates, store.KindPlan: BucketPlans,
 }
 
 // GetDoc implements store.Tx.

@@ -23,6 +23,7 @@ var docTables = map[store.DocKind]string{
 	store.KindRunner: "runners", store.KindStorage: "state_storages", store.KindOrgToken: "org_tokens", store.KindSource: "sources", store.KindOutputs: "outputs",
 	store.KindSession: "console_sessions",
 	store.KindState:   "states",
+	store.KindPlan:    "plans",
 }
 
 // Writable implements store.Tx.
