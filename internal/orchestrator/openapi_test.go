@@ -229,6 +229,8 @@ var goSchemas = map[string]any{
 	"StateStorageInput": api.StateStorageInput{}, "StateStorageList": api.List[api.StateStorage]{},
 	"StateVersion": api.StateVersion{}, "StateLock": api.StateLock{}, "StateReport": api.StateReport{}, "StateLockBreak": api.StateLockBreak{},
 	"State": api.State{}, "StateList": api.List[api.State]{},
+	"SavedPlan": api.SavedPlan{}, "PlanRef": api.PlanRef{}, "PlanSummary": api.PlanSummary{}, "PlanCounts": api.PlanCounts{},
+	"ResourceChange": api.ResourceChange{}, "OutputChange": api.OutputChange{},
 	"Source": api.Source{}, "InlineSource": api.InlineSource{}, "GitSource": api.GitSource{},
 	"DeploymentInput": api.DeploymentInput{}, "Deployment": api.Deployment{}, "DeploymentList": api.List[api.Deployment]{},
 	"Output": api.Output{}, "Event": api.Event{}, "EventList": api.List[api.Event]{}, "LogChunk": api.LogChunk{},
@@ -245,7 +247,7 @@ var goSchemas = map[string]any{
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.
 var nonStructSchemas = map[string]bool{
 	"Health": true, "Outputs": true, "Variables": true, "StateStorageType": true,
-	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true,
+	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true, "PlanAction": true,
 }
 
 func TestOpenAPISchemasMatchWireTypes(t *testing.T) {
