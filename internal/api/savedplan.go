@@ -81,9 +81,9 @@ func ValidatePlanSummary(s *PlanSummary) error {
 			return fieldErr("resource_changes", "entry %d has no address", i)
 		}
 		switch rc.Action {
-		case PlanCreate, PlanUpdate, PlanReplace, PlanDelete, PlanRead:
+		case PlanCreate, PlanUpdate, PlanReplace, PlanDelete, PlanRead, PlanForget:
 		default:
-			return fieldErr("resource_changes", "entry %d (%s): %q is not an action; use create, update, replace, delete or read", i, rc.Address, rc.Action)
+			return fieldErr("resource_changes", "entry %d (%s): %q is not an action; use create, update, replace, delete, read or forget", i, rc.Address, rc.Action)
 		}
 	}
 	for i, oc := range s.OutputChanges {
