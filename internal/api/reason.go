@@ -124,7 +124,8 @@ func (s Step) Rank() int {
 		s = StepWaiting
 	}
 	if i := slices.Index(Steps, s); i >= 0 {
-		return i
+		// Review steps rank alike: they happen in the order they were asked for (their seq).
+		return min(i, slices.Index(Steps, StepApproved))
 	}
 	return len(Steps)
 }
