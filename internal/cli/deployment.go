@@ -21,12 +21,13 @@ func (a *app) deploymentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "deployment",
 		Aliases: []string{"deployments", "dep"},
-		Short:   "Inspect deployments: list, get, logs, outputs, events, cancel",
+		Short:   "Inspect deployments: list, get, logs, outputs, events, cancel; review saved plans: plan, approve, discard, apply-plan",
 		GroupID: "deploy",
 		RunE:    groupRun,
 	}
 	cmd.AddCommand(a.deploymentListCommand(), a.deploymentGetCommand(), a.deploymentLogsCommand(),
-		a.deploymentOutputsCommand(), a.deploymentEventsCommand(), a.deploymentCancelCommand())
+		a.deploymentOutputsCommand(), a.deploymentEventsCommand(), a.deploymentCancelCommand(),
+		a.deploymentPlanCommand(), a.deploymentApproveCommand(), a.deploymentDiscardCommand(), a.deploymentApplyPlanCommand())
 	return cmd
 }
 
@@ -339,6 +340,9 @@ func eventRows(evs []api.Event) [][]string {
 		}
 		detail := e.Detail
 		switch {
+		case e.By != "":
+			// A review step: what happened, and who asked.
+			detail = e.Message + " (by " + e.By + ")"
 		case e.Node != "":
 			detail = "node " + e.Node
 		case detail == "":
