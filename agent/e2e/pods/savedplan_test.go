@@ -332,4 +332,3 @@ func wantCode(t testing.TB, what string, err error, code string, status int) {
 		t.Errorf("%s: %v, want HTTP %d %s", what, err, status, code)
 	}
 }
-

@@ -142,7 +142,7 @@ func (s *Store) GetPlan(ctx context.Context, key, planID string, now time.Time) 
 				return nil, fmt.Errorf("%w: the plan file of deployment %s is sealed with key %s, which this agent does not hold", ErrCorrupt, planID, kid)
 			}
 			if data, err = op.open(data, chunkAAD(hash, 0, fmt.Sprintf("%d/%d", i, n))); err != nil {
-				return nil, fmt.Errorf("%w: chunk %d of the plan file of deployment %s: %v", ErrCorrupt, i, planID, err)
+				return nil, fmt.Errorf("%w: chunk %d of the plan file of deployment %s: %w", ErrCorrupt, i, planID, err)
 			}
 		}
 		buf.Write(data)

@@ -57,8 +57,8 @@ func TestSavedPlans(t *testing.T) {
 		}
 
 		p1 := plan(0)
-		poll := func(max int) []api.Offer {
-			a, err := s.Offers(ctx, runnerOf, &api.PollRequest{CapacityFree: 3, Protocol: api.ProtocolRange{Min: 1, Max: max}})
+		poll := func(newest int) []api.Offer {
+			a, err := s.Offers(ctx, runnerOf, &api.PollRequest{CapacityFree: 3, Protocol: api.ProtocolRange{Min: 1, Max: newest}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,4 +182,3 @@ func TestSavedPlans(t *testing.T) {
 		}
 	})
 }
-
