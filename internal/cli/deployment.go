@@ -192,6 +192,8 @@ func deploymentFields(now time.Time, d *api.Deployment) [][2]string {
 		{"Result", result},
 		{"Cluster said", oneLine(d.Detail, 200)},
 		{"State key", d.StateKey},
+		{"Saved plan", map[bool]string{true: "kept in the cluster for review: outpost deployment plan " + d.ID}[d.SavePlan]},
+		{"Applies plan", map[bool]string{true: "the saved plan of " + d.PlanOf}[d.PlanOf != ""]},
 		{"Source", src},
 		{"Variables", strings.Join(names, ", ")},
 		{"Attempt", strconv.Itoa(d.Attempt)},
