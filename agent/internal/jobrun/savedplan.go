@@ -15,6 +15,7 @@ package jobrun
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/plansummary"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
 const (
@@ -120,9 +122,31 @@ func (j *attemptRun) dropPlan(spec *api.JobSpec, stateBase string) {
 	}
 }
 
-// planRequest sends one request about the plan file to the state backend (through the state
-// proxy, which retries what can be retried), with the attempt's state credential.
-func (j *attemptRun) planRequest(ctx context.Context, method, u, deploymentID string, body []byte, out io.Writer) error {
+// planRequest sends a request about the plan file to the state backend through the state proxy,
+// with the attempt's state credential, and sends it again on what a retry can cure (storing,
+// reading and deleting a plan file may each happen twice): the proxy answers 502 for a write
+// whose connection broke, and the backend 503 while it takes over from another replica.
+func (j *attemptRun) planRequest(ctx context.Context, method, u, deploymentID string, body []byte, out *bytes.Buffer) error {
+	back := retry.Backoff{Base: time.Second, Max: 8 * time.Second}
+	for try := 1; ; try++ {
+		if out != nil {
+			out.Reset()
+		}
+		err := j.planTry(ctx, method, u, deploymentID, body, out)
+		if err == nil || try >= planTries || !retry.Idempotent(err) {
+			return err
+		}
+		fmt.Fprintf(j.out, "==> %s of the plan file failed (%v); trying again\n", method, err)
+		if retry.Sleep(ctx, back.Next(0)) != nil {
+			return err
+		}
+	}
+}
+
+// planTries bounds the tries of one plan file request.
+const planTries = 6
+
+func (j *attemptRun) planTry(ctx context.Context, method, u, deploymentID string, body []byte, out io.Writer) error {
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -131,12 +155,12 @@ func (j *attemptRun) planRequest(ctx context.Context, method, u, deploymentID st
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return errors.Join(err, api.ErrUnavailable)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s %s: HTTP %d: %s", method, filepath.Base(u), resp.StatusCode, strings.TrimSpace(string(msg)))
+		return &api.Error{StatusCode: resp.StatusCode, Code: "state_backend", Message: fmt.Sprintf("%s %s: %s", method, filepath.Base(u), strings.TrimSpace(string(msg)))}
 	}
 	if out != nil {
 		_, err = io.Copy(out, resp.Body)
