@@ -111,6 +111,9 @@ func (e *PlanCheckError) RefusalReason() api.Reason { return e.Reason }
 // the one the plan was made against (ref's lineage and serial; a state that did not exist then
 // must not exist now). A *PlanCheckError says why not; other errors are the cluster's.
 func (s *Server) CheckPlan(ctx context.Context, ns, key string, ref api.PlanRef) error {
+	if !s.serves(ns) {
+		return fmt.Errorf("the runner's state storage names namespace %q, but this agent keeps states only in %q (--state-namespace)", ns, s.o.FallbackNamespace)
+	}
 	h, err := s.handler(ns)
 	if err != nil {
 		return err
