@@ -178,7 +178,8 @@ func (e *env) savedPlans(localCLI string) {
 		t.Fatalf("short-lived plan: %s\n%s", r3.d.Status, r3.log)
 	}
 	if _, err := e.admin.ApprovePlan(ctx, p3.ID); err != nil {
-		t.Fatal(err)
+		// Its ten seconds may be up already when the deployment's end reached the orchestrator.
+		wantCode(t, "approve of a short-lived plan", err, api.CodePlanExpired, 409)
 	}
 	testbed.WaitFor(t, time.Minute, "the plan to expire", func() (bool, string) {
 		p, err := e.admin.GetPlan(ctx, p3.ID)
@@ -189,10 +190,10 @@ func (e *env) savedPlans(localCLI string) {
 	})
 	_, err = e.admin.ApplyPlan(ctx, p3.ID)
 	wantCode(t, "the apply of an expired plan", err, api.CodePlanExpired, 409)
-	if _, err := e.admin.DiscardPlan(ctx, p2.ID); err != nil {
+	if _, err := e.admin.DiscardPlan(ctx, p3.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = e.admin.ApplyPlan(ctx, p2.ID)
+	_, err = e.admin.ApplyPlan(ctx, p3.ID)
 	wantCode(t, "the apply of a discarded plan", err, api.CodePlanDiscarded, 409)
 
 	// The review is in the plan deployment's events, with who asked.
@@ -209,8 +210,8 @@ func (e *env) savedPlans(localCLI string) {
 			}
 		}
 	}
-	if !reflect.DeepEqual(steps, []api.Step{api.StepApplyRefused, api.StepApproved, api.StepApplyRefused, api.StepDiscarded, api.StepApplyRefused}) &&
-		!reflect.DeepEqual(steps, []api.Step{api.StepApplyRefused, api.StepApproved, api.StepApplyQueued, api.StepDiscarded, api.StepApplyRefused}) {
+	if !reflect.DeepEqual(steps, []api.Step{api.StepApplyRefused, api.StepApproved, api.StepApplyRefused}) &&
+		!reflect.DeepEqual(steps, []api.Step{api.StepApplyRefused, api.StepApproved, api.StepApplyQueued}) {
 		t.Errorf("review events of %s: %v", p2.ID, steps)
 	}
 
@@ -221,7 +222,13 @@ func (e *env) savedPlans(localCLI string) {
 		for _, get := range []func() (any, error){
 			func() (any, error) { return e.admin.GetPlan(ctx, id) },
 			func() (any, error) { return e.admin.ListEvents(ctx, id) },
-			func() (any, error) { return e.admin.GetLogs(ctx, id, 0, 4<<20) },
+			func() (any, error) {
+				c, err := e.admin.GetLogs(ctx, id, 0, 4<<20)
+				if err != nil {
+					return nil, err
+				}
+				return string(c.Data), nil // as text: JSON would hide it in base64
+			},
 			func() (any, error) { return e.admin.GetOutputs(ctx, id) },
 		} {
 			v, err := get()
