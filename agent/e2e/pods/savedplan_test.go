@@ -171,6 +171,27 @@ func (e *env) savedPlans(localCLI string) {
 		t.Logf("stale plan refused at the claim: %s", rs.d.Message)
 	}
 
+	// The state moves behind the orchestrator's back (written in the cluster, so no state report
+	// tells it): the enqueue passes, and the agent refuses the claim before any Job exists.
+	p4 := e.savePlan(reviewed, vars("v1"), 0)
+	if r4 := e.follow(p4.ID, time.Now(), 5*time.Minute); r4.d.Status != api.StatusSucceeded {
+		t.Fatalf("plan p4: %s\n%s", r4.d.Status, r4.log)
+	}
+	if _, err := e.admin.ApprovePlan(ctx, p4.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.bumpSerial("reviewed")
+	behind, err := e.admin.ApplyPlan(ctx, p4.ID)
+	if err != nil {
+		t.Fatalf("the apply of a plan whose state moved unreported: %v, want it queued (the agent refuses it)", err)
+	}
+	rb := e.follow(behind.ID, time.Now(), 2*time.Minute)
+	if rb.d.Status != api.StatusFailed || rb.d.Reason != api.ReasonStalePlan {
+		t.Fatalf("the apply of a plan whose state moved: %s, reason %q (%s)\n%s", rb.d.Status, rb.d.Reason, rb.d.Message, rb.log)
+	}
+	e.checkTimeline(behind.ID, api.StepClaimed, api.StepFinished) // no Job, no pod
+	t.Logf("stale plan refused at the claim: %s", rb.d.Message)
+
 	// A plan whose time is up is refused; so is a discarded one.
 	p3 := e.savePlan(reviewed, vars("v1"), api.MinPlanTTLSeconds)
 	r3 := e.follow(p3.ID, time.Now(), 5*time.Minute)
@@ -242,6 +263,35 @@ func (e *env) savedPlans(localCLI string) {
 		}
 	}
 	e.noLeftovers()
+}
+
+// bumpSerial writes the state of key again with the next serial, in the cluster, as an operator's
+// tool would: the agent's state backend does not see it, so no state report tells the
+// orchestrator.
+func (e *env) bumpSerial(key string) {
+	e.t.Helper()
+	ctx := e.t.Context()
+	st, err := statestore.New(e.c.Client(), e.stateNS, statestore.Options{Scope: org})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	raw, _, err := st.Read(ctx, key)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		e.t.Fatal(err)
+	}
+	serial, ok := doc["serial"].(float64)
+	if !ok {
+		e.t.Fatalf("state %q has no numeric serial", key)
+	}
+	doc["serial"] = serial + 1
+	raw, _ = json.Marshal(doc)
+	if _, err := st.Write(ctx, key, raw, statestore.WriteOptions{Writer: "test"}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // setRequireApproval sets the runner's require_approval.

@@ -233,6 +233,8 @@ func stateMoved(tx Tx, org, storage, key string, plan *api.PlanSummary) (string,
 	}
 	cur := st.Versions[0]
 	switch {
+	case plan.Lineage == "":
+		return fmt.Sprintf("the plan was made before the state existed; it is at serial %d now", cur.Serial), nil
 	case cur.Lineage != plan.Lineage:
 		return fmt.Sprintf("its lineage is %q, the plan's %q", cur.Lineage, plan.Lineage), nil
 	case cur.Serial != plan.Serial:
