@@ -58,7 +58,7 @@ func TestSavedPlans(t *testing.T) {
 
 		p1 := plan(0)
 		poll := func(newest int) []api.Offer {
-			a, err := s.Offers(ctx, runnerOf, &api.PollRequest{CapacityFree: 3, Protocol: api.ProtocolRange{Min: 1, Max: newest}})
+			a, err := s.Offers(ctx, runnerOf, &api.PollRequest{CapacityFree: 3, Protocol: api.ProtocolRange{Min: 1, Max: newest}}, newest)
 			if err != nil {
 				t.Fatal(err)
 			}

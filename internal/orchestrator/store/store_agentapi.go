@@ -145,8 +145,9 @@ type PollAnswer struct {
 // seems to have lost (see reofferAfter), then queued attempts of this runner, oldest first, at
 // most capacityFree and never beyond max_concurrency counting the attempts the runner already
 // holds; and cancel directives for held attempts whose cancel was requested. queued counts the
-// offers taken from the queue.
-func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (a PollAnswer, err error) {
+// offers taken from the queue. protocol is the agent protocol the poll negotiated: deployments
+// with saved plans are offered only from api.ProtocolSavedPlans on.
+func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest, protocol int) (a PollAnswer, err error) {
 	a.Offers, a.Cancels = []api.Offer{}, []api.Directive{}
 	now := s.TimeNow()
 	err = s.view(ctx, func(tx Tx) error {
@@ -165,8 +166,7 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			return err
 		}
 		// Saved plans are offered only to an agent that knows them (see needsSavedPlans).
-		version, _ := api.Negotiate(req.Protocol.Stated(), api.AgentProtocols())
-		savedPlans := version >= api.ProtocolSavedPlans
+		savedPlans := protocol >= api.ProtocolSavedPlans
 		for _, d := range leased {
 			rec, err := loadIndexedDeployment(tx, id.Org, d)
 			if err != nil {
