@@ -54,7 +54,7 @@ func runMigrateStore(ctx context.Context, args []string, getenv func(string) str
 	if err != nil {
 		return fmt.Errorf("migrate-store: %w; nothing was written to PostgreSQL", err)
 	}
-	fmt.Fprintf(stderr, "done: %d organisations, %d runners, %d state storages (%d reported states, %d drift marks), %d schedules, %d organisation tokens, %d deployments (%d log chunks, %d events) are in PostgreSQL\n",
-		n.Orgs, n.Runners, n.StateStorages, n.States, n.Drifts, n.Schedules, n.OrgTokens, n.Deployments, n.LogChunks, n.Events)
+	fmt.Fprintf(stderr, "done: %d organisations, %d runners, %d state storages (%d reported states, %d drift marks), %d schedules, %d organisation tokens, %d deployments (%d log chunks, %d events, %d saved plans) are in PostgreSQL\n",
+		n.Orgs, n.Runners, n.StateStorages, n.States, n.Drifts, n.Schedules, n.OrgTokens, n.Deployments, n.LogChunks, n.Events, n.Plans)
 	return nil
 }

@@ -118,6 +118,13 @@ type Placement struct {
 	StateStorage   StateStorage `json:"state_storage"`
 	TimeoutSeconds int          `json:"timeout_seconds"`
 	Job            RunnerJob    `json:"job"`
+	// SavePlan says the job runner will store its plan file with the state backend, kept
+	// PlanTTLSeconds (from ProtocolSavedPlans on; only such agents are offered it).
+	SavePlan       bool `json:"save_plan,omitempty"`
+	PlanTTLSeconds int  `json:"plan_ttl_seconds,omitempty"`
+	// ApplyPlan is the saved plan an apply runs; the agent checks it against the state before it
+	// creates anything.
+	ApplyPlan *PlanRef `json:"apply_plan,omitempty"`
 }
 
 // KubernetesStateNamespace is the namespace of the placement's kubernetes state storage, or ""

@@ -94,6 +94,16 @@ type DeploymentInput struct {
 	StateKey string `json:"state_key"`
 	// TimeoutSeconds overrides the runner's job timeout when set.
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// SavePlan (operation plan only, kubernetes state storage only) keeps the plan file in the
+	// cluster for review: the job runner uploads only its summary, and once approved the plan
+	// is applied exactly with POST …/deployments/{id}/apply.
+	SavePlan bool `json:"save_plan,omitempty"`
+	// PlanDestroy makes the saved plan a destroy plan (`plan -destroy`): the reviewed way to
+	// destroy on a runner that requires approval.
+	PlanDestroy bool `json:"plan_destroy,omitempty"`
+	// PlanTTLSeconds is how long the saved plan can be applied after it was made (default
+	// DefaultPlanTTLSeconds).
+	PlanTTLSeconds int `json:"plan_ttl_seconds,omitempty"`
 }
 
 // Deployment is what a user queues on a runner: an operation on a source, with variables and a
@@ -110,7 +120,13 @@ type Deployment struct {
 	// with -detailed-exitcode and reports whether the state key drifted (api.Drift).
 	DriftCheck bool   `json:"drift_check,omitempty"`
 	ScheduleID string `json:"schedule_id,omitempty"`
-	Status     Status `json:"status"`
+	// SavePlan, PlanDestroy and PlanTTLSeconds are as in DeploymentInput.
+	SavePlan       bool `json:"save_plan,omitempty"`
+	PlanDestroy    bool `json:"plan_destroy,omitempty"`
+	PlanTTLSeconds int  `json:"plan_ttl_seconds,omitempty"`
+	// PlanOf is the plan deployment whose saved plan this apply runs (`apply <planfile>`).
+	PlanOf string `json:"plan_of,omitempty"`
+	Status Status `json:"status"`
 	// Attempt counts from 1; it grows when an expired job lease returns the deployment to the
 	// queue.
 	Attempt         int  `json:"attempt"`
@@ -212,7 +228,10 @@ type Event struct {
 	// from ProtocolTimeline on (before, it is part of Message).
 	Detail string `json:"detail,omitempty"`
 	// Node is the node the pod was scheduled to (pod_scheduled).
-	Node string    `json:"node,omitempty"`
+	Node string `json:"node,omitempty"`
+	// By names who asked for what a review event records (approved, discarded, apply_queued,
+	// apply_refused): the admin token's id and name.
+	By   string    `json:"by,omitempty"`
 	Time time.Time `json:"time"`
 }
 

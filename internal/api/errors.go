@@ -60,6 +60,18 @@ const (
 	// CodeQuotaExceeded refuses a create that would take an organisation beyond one of the
 	// orchestrator's quotas (HTTP 403; the message names the quota, the count and the flag).
 	CodeQuotaExceeded = "quota_exceeded"
+	// CodeApprovalRequired refuses an apply or destroy on a runner with require_approval that
+	// is not the apply of an approved saved plan (HTTP 403).
+	CodeApprovalRequired = "approval_required"
+	// Refusals of an apply of a saved plan, and of approving one (HTTP 409): the plan is not
+	// approved yet, expired, was applied already, was discarded, is not ready (its deployment has
+	// not succeeded with a summary), or the state moved since the plan was made.
+	CodePlanNotApproved = "plan_not_approved"
+	CodePlanExpired     = "plan_expired"
+	CodePlanApplied     = "plan_applied"
+	CodePlanDiscarded   = "plan_discarded"
+	CodePlanNotReady    = "plan_not_ready"
+	CodeStalePlan       = "stale_plan"
 )
 
 // ErrorBody is the JSON body of every 4xx/5xx response: {"error": {...}}.

@@ -19,6 +19,13 @@ type JobSpec struct {
 	// DriftCheck asks for a drift check: the plan runs with -detailed-exitcode (2 means changes,
 	// not a failure) and the job runner reports the result with PUT /api/v1/job/drift.
 	DriftCheck bool `json:"drift_check,omitempty"`
+	// SavePlan: run `plan -out`, keep the plan file with the state backend and upload its
+	// summary (PUT /api/v1/job/plan-summary); PlanDestroy makes it `plan -destroy`.
+	SavePlan    bool `json:"save_plan,omitempty"`
+	PlanDestroy bool `json:"plan_destroy,omitempty"`
+	// ApplyPlan is the plan deployment whose saved plan this apply runs: the job runner fetches
+	// the plan file from the state backend and runs `apply <planfile>`, without variables.
+	ApplyPlan string `json:"apply_plan,omitempty"`
 }
 
 // LogAppendResponse is the answer to a log append, and the body of the 409 that a wrong offset

@@ -18,9 +18,12 @@ import "fmt"
 //     reason). An orchestrator of version 2 refuses an event with those fields, so the agent's
 //     client leaves them out, folding detail into message, and the session sends no progress
 //     events until an answer chose 3 (ProtocolTimeline).
+//   - 4: saved plans: a placement may say save_plan or apply_plan. An agent of version 3 would
+//     run a save_plan plan as a plain plan and an apply of a plan as a plain apply, so the
+//     orchestrator offers such deployments only to agents whose poll chose 4 (ProtocolSavedPlans).
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 3
+	AgentProtocol = 4
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
 	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
@@ -29,6 +32,9 @@ const (
 	// ProtocolTimeline is the version that brought the timeline: step, detail and node on
 	// events, and progress events for each step and waiting reason.
 	ProtocolTimeline = 3
+	// ProtocolSavedPlans is the version that brought saved plans: Placement.SavePlan and
+	// Placement.ApplyPlan.
+	ProtocolSavedPlans = 4
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

@@ -57,6 +57,12 @@ const (
 	ReasonLeaseExpired Reason = "lease_expired"
 	// ReasonRunnerDeleted: the deployment's runner was deleted before it ended.
 	ReasonRunnerDeleted Reason = "runner_deleted"
+	// ReasonStalePlan: the agent refused the claim of an apply of a saved plan because the state
+	// moved since the plan was made (its serial or lineage differ); nothing was created.
+	ReasonStalePlan Reason = "stale_plan"
+	// ReasonPlanExpired: the agent refused the claim of an apply of a saved plan because the plan
+	// file is gone from the cluster (expired, or deleted); nothing was created.
+	ReasonPlanExpired Reason = "plan_expired"
 )
 
 // Reasons lists every reason. Append only: a waiting event's seq is SeqWaiting plus its
@@ -65,7 +71,7 @@ var Reasons = []Reason{
 	ReasonExitCode, ReasonOOMKilled, ReasonDeadlineExceeded, ReasonUnschedulable, ReasonImagePull,
 	ReasonQuotaExceeded, ReasonStartupTimeout, ReasonInvalidTemplate, ReasonPodPolicy, ReasonNoStateBackend,
 	ReasonStartFailed, ReasonEvicted, ReasonNodeLost, ReasonCanceled, ReasonLost, ReasonDisappeared,
-	ReasonUnknownTermination, ReasonLeaseExpired, ReasonRunnerDeleted,
+	ReasonUnknownTermination, ReasonLeaseExpired, ReasonRunnerDeleted, ReasonStalePlan, ReasonPlanExpired,
 }
 
 // Known reports whether r is one of Reasons.
@@ -95,10 +101,18 @@ const (
 	StepCLIStarted Step = "cli_started"
 	// StepFinished: the attempt ended; the finished event.
 	StepFinished Step = "finished"
+	// Review steps of a saved plan, recorded by the orchestrator on the plan deployment after
+	// it finished; Event.By names who asked. apply_queued names the apply deployment in
+	// Message; apply_refused says why in Message, its code in Detail.
+	StepApproved     Step = "approved"
+	StepDiscarded    Step = "discarded"
+	StepApplyQueued  Step = "apply_queued"
+	StepApplyRefused Step = "apply_refused"
 )
 
 // Steps lists every step in timeline order.
-var Steps = []Step{StepClaimed, StepJobCreated, StepPodScheduled, StepPodInitialized, StepWaiting, StepCLIStarted, StepFinished}
+var Steps = []Step{StepClaimed, StepJobCreated, StepPodScheduled, StepPodInitialized, StepWaiting, StepCLIStarted, StepFinished,
+	StepApproved, StepDiscarded, StepApplyQueued, StepApplyRefused}
 
 // Valid reports whether s is one of Steps.
 func (s Step) Valid() bool { return slices.Contains(Steps, s) }
@@ -110,7 +124,8 @@ func (s Step) Rank() int {
 		s = StepWaiting
 	}
 	if i := slices.Index(Steps, s); i >= 0 {
-		return i
+		// Review steps rank alike: they happen in the order they were asked for (their seq).
+		return min(i, slices.Index(Steps, StepApproved))
 	}
 	return len(Steps)
 }
@@ -127,6 +142,9 @@ const (
 	SeqPodInitialized int64 = 6
 	// SeqWaiting is the seq of the first reason's waiting event; see WaitingSeq.
 	SeqWaiting int64 = 100
+	// SeqReview is the seq of a plan deployment's first review event (approved, discarded,
+	// apply_queued, apply_refused); the orchestrator numbers them on from there.
+	SeqReview int64 = 1 << 20
 )
 
 // WaitingSeq is the seq of an attempt's waiting event for reason r: one per reason and attempt,

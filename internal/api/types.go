@@ -35,10 +35,13 @@ type Runner struct {
 	// MaxConcurrency is how many attempts the agent may run at once.
 	MaxConcurrency int `json:"max_concurrency"`
 	// JobTimeoutSeconds bounds the run time of one attempt (of its Job, or process).
-	JobTimeoutSeconds int          `json:"job_timeout_seconds"`
-	Status            RunnerStatus `json:"status"`
-	CreatedAt         time.Time    `json:"created_at"`
-	UpdatedAt         time.Time    `json:"updated_at"`
+	JobTimeoutSeconds int `json:"job_timeout_seconds"`
+	// RequireApproval refuses every apply and destroy but the apply of an approved saved plan
+	// (CodeApprovalRequired).
+	RequireApproval bool         `json:"require_approval,omitempty"`
+	Status          RunnerStatus `json:"status"`
+	CreatedAt       time.Time    `json:"created_at"`
+	UpdatedAt       time.Time    `json:"updated_at"`
 }
 
 // RetiringKey is a public key replaced by a runner update and still accepted for a while.
@@ -115,6 +118,8 @@ type RunnerInput struct {
 	StateStorageID    string    `json:"state_storage_id"`
 	MaxConcurrency    int       `json:"max_concurrency,omitempty"`
 	JobTimeoutSeconds int       `json:"job_timeout_seconds,omitempty"`
+	// RequireApproval: see Runner.RequireApproval.
+	RequireApproval bool `json:"require_approval,omitempty"`
 	// RevokeReplacedKeys makes the keys this update takes out of PublicKeys stop being accepted
 	// at once, instead of retiring when the agent moves onto a current key (RetiringKeys). For a
 	// key that leaked; an agent still signing with it is locked out.

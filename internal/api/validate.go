@@ -231,5 +231,13 @@ func (in *DeploymentInput) Validate() error {
 	if in.TimeoutSeconds != 0 && (in.TimeoutSeconds < 60 || in.TimeoutSeconds > MaxJobTimeoutSeconds) {
 		return fieldErr("timeout_seconds", "%d is out of range; use 60 to %d seconds", in.TimeoutSeconds, MaxJobTimeoutSeconds)
 	}
+	switch {
+	case (in.SavePlan || in.PlanDestroy || in.PlanTTLSeconds != 0) && in.Operation != OperationPlan:
+		return fieldErr("save_plan", "save_plan, plan_destroy and plan_ttl_seconds go with operation plan only; an apply of a saved plan is POST .../deployments/{plan deployment id}/apply")
+	case (in.PlanDestroy || in.PlanTTLSeconds != 0) && !in.SavePlan:
+		return fieldErr("save_plan", "plan_destroy and plan_ttl_seconds need save_plan: true")
+	case in.PlanTTLSeconds != 0 && (in.PlanTTLSeconds < MinPlanTTLSeconds || in.PlanTTLSeconds > MaxPlanTTLSeconds):
+		return fieldErr("plan_ttl_seconds", "%d is out of range; use %d to %d seconds", in.PlanTTLSeconds, MinPlanTTLSeconds, MaxPlanTTLSeconds)
+	}
 	return nil
 }

@@ -25,6 +25,10 @@ type DeployRequest struct {
 	Variables map[string]json.RawMessage
 	// Timeout overrides the runner's job timeout (0: the runner's).
 	Timeout time.Duration
+	// SavePlan, PlanDestroy and PlanTTL make a plan a saved plan for review (api.DeploymentInput).
+	SavePlan    bool
+	PlanDestroy bool
+	PlanTTL     time.Duration
 }
 
 // Deployer queues deployments and follows them to their end, telling a person what it does.
@@ -55,7 +59,8 @@ func (d *Deployer) now() time.Time {
 // fails before packing or uploading anything when the request or the runner is wrong.
 func (d *Deployer) Queue(ctx context.Context, req DeployRequest) (*api.Deployment, error) {
 	in := api.DeploymentInput{RunnerID: req.RunnerID, Operation: req.Operation, StateKey: req.StateKey,
-		Variables: req.Variables, TimeoutSeconds: int(req.Timeout / time.Second)}
+		Variables: req.Variables, TimeoutSeconds: int(req.Timeout / time.Second),
+		SavePlan: req.SavePlan, PlanDestroy: req.PlanDestroy, PlanTTLSeconds: int(req.PlanTTL / time.Second)}
 	switch {
 	case req.Dir != "" && req.Git != nil:
 		return nil, &usageError{errors.New("give a directory or --git, not both")}
@@ -239,6 +244,7 @@ func describeGit(g *api.GitSource) string {
 
 // deployFlags maps the API's field names onto the deploy command's flags, for messages.
 var deployFlags = map[string]string{"runner_id": "--runner", "state_key": "--state-key", "timeout_seconds": "--timeout",
+	"save_plan": "--save-plan", "plan_ttl_seconds": "--plan-ttl",
 	"source.git.url": "--git", "source.git.path": "--path", "operation": "--plan/--destroy"}
 
 // flagProblem words a validation error of the request in terms of the flags.

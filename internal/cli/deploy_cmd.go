@@ -13,7 +13,8 @@ import (
 
 type deployOptions struct {
 	git, ref, path, runner, stateKey string
-	plan, destroy, follow            bool
+	plan, destroy, follow, savePlan  bool
+	planTTL                          time.Duration
 	vars, varFiles                   []string
 	timeout                          time.Duration
 }
@@ -89,6 +90,8 @@ With -o json the log goes to stderr and stdout gets the final deployment.`,
 	f.StringVar(&o.stateKey, "state-key", "", "name of the state this deployment reads and writes (required)")
 	f.BoolVar(&o.plan, "plan", false, "only plan")
 	f.BoolVar(&o.destroy, "destroy", false, "destroy what the state holds")
+	f.BoolVar(&o.savePlan, "save-plan", false, "plan, and keep the plan in the cluster for review (outpost deployment plan, approve, apply-plan); with --destroy, a destroy plan")
+	f.DurationVar(&o.planTTL, "plan-ttl", 0, "with --save-plan: how long the plan can be applied, e.g. 2h (default 24h)")
 	f.StringArrayVar(&o.vars, "var", nil, "set a Terraform variable: NAME=VALUE (repeatable; a string, as terraform -var)")
 	f.StringArrayVar(&o.varFiles, "var-file", nil, "read variables from a .tfvars, .json or .yaml file (repeatable; --var wins)")
 	f.DurationVar(&o.timeout, "timeout", 0, "bound the run, e.g. 30m (default: the runner's job timeout)")
@@ -112,10 +115,16 @@ func followFlag(cmd *cobra.Command, follow *bool) {
 func (o *deployOptions) request(args []string) (DeployRequest, error) {
 	req := DeployRequest{RunnerID: o.runner, StateKey: o.stateKey, Operation: api.OperationApply, Timeout: o.timeout}
 	switch {
+	case o.savePlan:
+		req.Operation, req.SavePlan, req.PlanDestroy = api.OperationPlan, true, o.destroy
+		req.PlanTTL = o.planTTL
 	case o.plan:
 		req.Operation = api.OperationPlan
 	case o.destroy:
 		req.Operation = api.OperationDestroy
+	}
+	if o.planTTL != 0 && (!o.savePlan || o.planTTL%time.Second != 0) {
+		return req, &usageError{fmt.Errorf("--plan-ttl %s: give whole seconds, with --save-plan", o.planTTL)}
 	}
 	if len(args) == 1 {
 		req.Dir = args[0]

@@ -21,12 +21,13 @@ func (a *app) deploymentCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "deployment",
 		Aliases: []string{"deployments", "dep"},
-		Short:   "Inspect deployments: list, get, logs, outputs, events, cancel",
+		Short:   "Inspect deployments: list, get, logs, outputs, events, cancel; review saved plans: plan, approve, discard, apply-plan",
 		GroupID: "deploy",
 		RunE:    groupRun,
 	}
 	cmd.AddCommand(a.deploymentListCommand(), a.deploymentGetCommand(), a.deploymentLogsCommand(),
-		a.deploymentOutputsCommand(), a.deploymentEventsCommand(), a.deploymentCancelCommand())
+		a.deploymentOutputsCommand(), a.deploymentEventsCommand(), a.deploymentCancelCommand(),
+		a.deploymentPlanCommand(), a.deploymentApproveCommand(), a.deploymentDiscardCommand(), a.deploymentApplyPlanCommand())
 	return cmd
 }
 
@@ -192,6 +193,8 @@ func deploymentFields(now time.Time, d *api.Deployment) [][2]string {
 		{"Result", result},
 		{"Cluster said", oneLine(d.Detail, 200)},
 		{"State key", d.StateKey},
+		{"Saved plan", map[bool]string{true: "kept in the cluster for review: outpost deployment plan " + d.ID}[d.SavePlan]},
+		{"Applies plan", map[bool]string{true: "the saved plan of " + d.PlanOf}[d.PlanOf != ""]},
 		{"Source", src},
 		{"Variables", strings.Join(names, ", ")},
 		{"Attempt", strconv.Itoa(d.Attempt)},
@@ -340,6 +343,9 @@ func eventRows(evs []api.Event) [][]string {
 		}
 		detail := e.Detail
 		switch {
+		case e.By != "":
+			// A review step: what happened, and who asked.
+			detail = e.Message + " (by " + e.By + ")"
 		case e.Node != "":
 			detail = "node " + e.Node
 		case detail == "":

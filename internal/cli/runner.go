@@ -28,6 +28,7 @@ job:
       labels: {team: platform}
 max_concurrency: 5      # 0 = 5
 job_timeout_seconds: 3600
+require_approval: false # true: applies and destroys run only as approved saved plans (deploy --save-plan)
 
 # Humanitec's hctl runner file (runner_configuration, state_storage_configuration) is taken as
 # it is: it is translated to the fields above, its state storage created or reused, and what
@@ -119,6 +120,7 @@ func runnerFields(now time.Time, r *api.Runner) [][2]string {
 		{"Pod template", tpl},
 		{"Max concurrency", strconv.Itoa(r.MaxConcurrency)},
 		{"Job timeout", short(time.Duration(r.JobTimeoutSeconds) * time.Second)},
+		{"Approval", map[bool]string{true: "required: applies and destroys run only as approved saved plans", false: "not required"}[r.RequireApproval]},
 		{"Public keys", strings.Join(prints, ", ")},
 		{"Created", stamp(now, &r.CreatedAt)},
 		{"Updated", stamp(now, &r.UpdatedAt)},

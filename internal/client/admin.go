@@ -169,6 +169,32 @@ func (c *AdminClient) CancelDeployment(ctx context.Context, id string) (*api.Dep
 	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments", id, "cancel"), retryable: retry.Idempotent}, nil)
 }
 
+// GetPlan reads the saved plan of a plan deployment: its summary and review. api.ErrNotFound when
+// the deployment saved no plan.
+func (c *AdminClient) GetPlan(ctx context.Context, id string) (*api.SavedPlan, error) {
+	return roundTrip[api.SavedPlan](ctx, c.t, call{method: http.MethodGet, path: c.path("deployments", id, "plan"), retryable: retry.Idempotent}, nil)
+}
+
+// ApprovePlan approves the saved plan of a plan deployment (again: no change). Refused
+// (api.ErrConflict, codes plan_not_ready, plan_expired, plan_applied, plan_discarded) when it is
+// not ready for review.
+func (c *AdminClient) ApprovePlan(ctx context.Context, id string) (*api.SavedPlan, error) {
+	return roundTrip[api.SavedPlan](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments", id, "approve"), retryable: retry.Idempotent}, nil)
+}
+
+// DiscardPlan discards the saved plan of a plan deployment, so it is never applied.
+func (c *AdminClient) DiscardPlan(ctx context.Context, id string) (*api.SavedPlan, error) {
+	return roundTrip[api.SavedPlan](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments", id, "discard"), retryable: retry.Idempotent}, nil)
+}
+
+// ApplyPlan queues the apply of the approved saved plan of a plan deployment and returns the new
+// apply deployment. Refused with api.ErrConflict (codes plan_not_approved, plan_expired,
+// plan_applied, plan_discarded, plan_not_ready, stale_plan) when the plan cannot be applied.
+// Not sent again blindly: a second apply of the same plan is refused as plan_applied.
+func (c *AdminClient) ApplyPlan(ctx context.Context, id string) (*api.Deployment, error) {
+	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments", id, "apply"), retryable: retry.Unapplied}, nil)
+}
+
 // CreateToken creates an organisation token named name and returns it: the only time the token
 // is shown. Only the bootstrap admin token may call it (api.ErrForbidden otherwise);
 // api.ErrConflict when the name is taken.

@@ -58,3 +58,12 @@ func (c *JobClient) PutOutputs(ctx context.Context, outputs api.Outputs, omitted
 	}
 	return c.t.do(ctx, cl)
 }
+
+// PutPlanSummary uploads the summary of the deployment's saved plan (names only, never a value).
+func (c *JobClient) PutPlanSummary(ctx context.Context, sum api.PlanSummary) error {
+	body, err := jsonBody(sum)
+	if err != nil {
+		return err
+	}
+	return c.t.do(ctx, call{method: http.MethodPut, path: "/api/v1/job/plan-summary", body: body, retryable: retry.Idempotent})
+}

@@ -348,6 +348,52 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 		t.Fatalf("follow logs: %q, %v", followed.String(), err)
 	}
 
+	// A saved plan: kept, summarised, approved, applied; another discarded.
+	planned, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "eu-1", Operation: api.OperationPlan, StateKey: "team/app", SavePlan: true,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive}}})
+	if err != nil || !planned.SavePlan || planned.PlanTTLSeconds != api.DefaultPlanTTLSeconds {
+		t.Fatalf("create a save_plan plan: %+v, %v", planned, err)
+	}
+	if _, err := agent.Poll(ctx, api.PollRequest{Instance: "pod-a", CapacityFree: 1, Protocol: api.AgentProtocols()}); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := agent.Claim(ctx, planned.ID, api.ClaimRequest{Attempt: 1, Instance: "pod-a"})
+	if err != nil || !pc.Placement.SavePlan {
+		t.Fatalf("claim of a save_plan plan: %+v, %v", pc, err)
+	}
+	planJob, err := client.NewJobClient(o.URL, pc.JobToken, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := planJob.PutPlanSummary(ctx, api.PlanSummary{Lineage: "L", Serial: 4, Counts: api.PlanCounts{Update: 1},
+		ResourceChanges: []api.ResourceChange{{Address: "terraform_data.x", Action: api.PlanUpdate, Attributes: []string{"input"}}}}); err != nil {
+		t.Fatalf("put plan summary: %v", err)
+	}
+	if _, err := agent.Event(ctx, planned.ID, api.EventRequest{Fencing: pc.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	if sp, err := admin.GetPlan(ctx, planned.ID); err != nil || sp.Status != api.PlanReady || sp.Summary.Counts.Update != 1 {
+		t.Fatalf("get plan: %+v, %v", sp, err)
+	}
+	if sp, err := admin.ApprovePlan(ctx, planned.ID); err != nil || sp.Status != api.PlanApproved || sp.ApprovedBy == "" {
+		t.Fatalf("approve plan: %+v, %v", sp, err)
+	}
+	applied, err := admin.ApplyPlan(ctx, planned.ID)
+	if err != nil || applied.PlanOf != planned.ID || applied.Operation != api.OperationApply {
+		t.Fatalf("apply plan: %+v, %v", applied, err)
+	}
+	if _, err := admin.ApplyPlan(ctx, planned.ID); !errors.Is(err, api.ErrConflict) {
+		t.Fatalf("second apply of a plan: %v, want ErrConflict", err)
+	}
+	unwanted, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "eu-1", Operation: api.OperationPlan, StateKey: "team/app", SavePlan: true,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: archive}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp, err := admin.DiscardPlan(ctx, unwanted.ID); err != nil || sp.Status != api.PlanDiscarded {
+		t.Fatalf("discard plan: %+v, %v", sp, err)
+	}
+
 	// A queued deployment canceled at once; then the runner goes.
 	queued, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "eu-1", Operation: api.OperationPlan, StateKey: "team/app", Source: api.Source{Git: &api.GitSource{URL: "https://git.example.com/infra.git", Ref: "main", Path: "stacks/app"}}})
 	if err != nil {

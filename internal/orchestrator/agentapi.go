@@ -104,7 +104,7 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 		answered := false
 		onFreshStack(func() {
 			var a store.PollAnswer
-			a, err = s.store.Offers(r.Context(), c.agent, &req)
+			a, err = s.store.Offers(r.Context(), c.agent, &req, protocol)
 			if err != nil {
 				return
 			}

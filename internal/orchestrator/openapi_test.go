@@ -229,6 +229,8 @@ var goSchemas = map[string]any{
 	"StateStorageInput": api.StateStorageInput{}, "StateStorageList": api.List[api.StateStorage]{},
 	"StateVersion": api.StateVersion{}, "StateLock": api.StateLock{}, "StateReport": api.StateReport{}, "StateLockBreak": api.StateLockBreak{},
 	"State": api.State{}, "StateList": api.List[api.State]{},
+	"SavedPlan": api.SavedPlan{}, "PlanRef": api.PlanRef{}, "PlanSummary": api.PlanSummary{}, "PlanCounts": api.PlanCounts{},
+	"ResourceChange": api.ResourceChange{}, "OutputChange": api.OutputChange{},
 	"Source": api.Source{}, "InlineSource": api.InlineSource{}, "GitSource": api.GitSource{},
 	"DeploymentInput": api.DeploymentInput{}, "Deployment": api.Deployment{}, "DeploymentList": api.List[api.Deployment]{},
 	"Output": api.Output{}, "Event": api.Event{}, "EventList": api.List[api.Event]{}, "LogChunk": api.LogChunk{},
@@ -241,8 +243,7 @@ var goSchemas = map[string]any{
 	"JobPod":       api.JobPod{}, "JobResources": api.JobResources{}, "JobToleration": api.JobToleration{},
 	"JobEnvVar": api.JobEnvVar{}, "JobKeyRef": api.JobKeyRef{}, "JobVolumeMount": api.JobVolumeMount{},
 	"ScheduleInput": api.ScheduleInput{}, "Schedule": api.Schedule{}, "ScheduleList": api.List[api.Schedule]{},
-	"Drift": api.Drift{}, "DriftReport": api.DriftReport{}, "PlanSummary": api.PlanSummary{}, "PlanCounts": api.PlanCounts{},
-	"ResourceChange": api.ResourceChange{}, "OutputChange": api.OutputChange{},
+	"Drift": api.Drift{}, "DriftReport": api.DriftReport{},
 }
 
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.

@@ -58,3 +58,42 @@ func TestPollNegotiatesTheAgentProtocol(t *testing.T) {
 		t.Errorf("an empty range: HTTP %d %s, want 400 blaming protocol", r.code, r.body)
 	}
 }
+
+// A plan with save_plan is offered only to an agent whose poll chose agent protocol 4: one of
+// protocol 3 would run it as a plain plan (and the apply of it as a plain apply). An
+// orchestrator that speaks only up to 3 offers it to nobody; the plain plan beside it goes to
+// every agent.
+func TestSavedPlansOnlyForProtocol4(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		orch       api.ProtocolRange
+		agent      api.ProtocolRange
+		savedPlans bool
+	}{
+		{"agent of protocol 3", api.AgentProtocols(), api.ProtocolRange{Min: 1, Max: 3}, false},
+		{"agent of protocol 4", api.AgentProtocols(), api.ProtocolRange{Min: 1, Max: 4}, true},
+		{"orchestrator of protocol 3", api.ProtocolRange{Min: 1, Max: 3}, api.ProtocolRange{Min: 1, Max: 4}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(tc *testConfig) { tc.AgentProtocols = c.orch })
+			a := h.setupRunner("acme", "r1", 5)
+			var saved api.Deployment
+			h.mustAdmin(http.MethodPost, orgPath("acme")+"/deployments", api.DeploymentInput{
+				RunnerID: "r1", Operation: api.OperationPlan, StateKey: "stacks/r1", SavePlan: true,
+				Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: gzipMagic}},
+			}, http.StatusCreated, &saved)
+			plain := h.deploy(api.OperationPlan)
+			resp := a.poll(api.PollRequest{Protocol: c.agent, CapacityFree: 5, Instance: "a"})
+			offered := map[string]bool{}
+			for _, o := range resp.Offers {
+				offered[o.DeploymentID] = true
+			}
+			if offered[saved.ID] != c.savedPlans || !offered[plain.ID] {
+				t.Errorf("protocol %d: offered %v; saved plan %s offered %v, want %v; plain plan %s offered",
+					resp.Protocol, resp.Offers, saved.ID, offered[saved.ID], c.savedPlans, plain.ID)
+			}
+		})
+	}
+}

@@ -50,6 +50,10 @@ func (s *Server) routeTable() []route {
 		admin("GET "+orgs+"/deployments/{id}/outputs", bodyNone, 0, s.getOutputs),
 		admin("GET "+orgs+"/deployments/{id}/events", bodyNone, 0, s.listEvents),
 		admin("POST "+orgs+"/deployments/{id}/cancel", bodyNone, 0, s.cancelDeployment),
+		admin("GET "+orgs+"/deployments/{id}/plan", bodyNone, 0, s.getPlan),
+		admin("POST "+orgs+"/deployments/{id}/approve", bodyNone, 0, s.approvePlan),
+		admin("POST "+orgs+"/deployments/{id}/discard", bodyNone, 0, s.discardPlan),
+		admin("POST "+orgs+"/deployments/{id}/apply", bodyNone, 0, s.applyPlan),
 
 		creating(admin("POST "+orgs+"/schedules", bodyJSON, limitDeployment, s.createSchedule)),
 		admin("GET "+orgs+"/schedules", bodyNone, 0, s.listSchedules),
@@ -70,6 +74,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},
 		{pattern: "PUT /api/v1/job/outputs", auth: authJob, body: bodyJSON, limit: api.MaxOutputsBytes, h: s.putOutputs},
 		{pattern: "PUT /api/v1/job/drift", auth: authJob, body: bodyJSON, limit: api.MaxOutputsBytes, h: s.putDrift},
+		{pattern: "PUT /api/v1/job/plan-summary", auth: authJob, body: bodyJSON, limit: api.MaxPlanSummaryBytes, h: s.putPlanSummary},
 	}
 }
 

@@ -70,6 +70,10 @@ func (d *kubernetesAgentRunnerDataSource) Schema(_ context.Context, _ datasource
 				MarkdownDescription: "How many deployments the agent runs at once.",
 				Computed:            true,
 			},
+			"require_approval": schema.BoolAttribute{
+				MarkdownDescription: "Whether applies and destroys run on the runner only as the apply of an approved saved plan.",
+				Computed:            true,
+			},
 			"job_timeout": schema.StringAttribute{
 				MarkdownDescription: "Longest time one deployment may run, e.g. `1h`.",
 				CustomType:          durationType{},

@@ -27,6 +27,7 @@ type runnerModel struct {
 	Job                 *runnerJobModel `tfsdk:"job"`
 	StateStorageID      types.String    `tfsdk:"state_storage_id"`
 	MaxConcurrency      types.Int64     `tfsdk:"max_concurrency"`
+	RequireApproval     types.Bool      `tfsdk:"require_approval"`
 	JobTimeout          durationValue   `tfsdk:"job_timeout"`
 	Status              types.String    `tfsdk:"status"`
 	LastSeenAt          types.String    `tfsdk:"last_seen_at"`
@@ -52,6 +53,8 @@ func (m runnerModel) toAPI(ctx context.Context) (api.RunnerInput, diag.Diagnosti
 		PublicKeys:     pems,
 		StateStorageID: m.StateStorageID.ValueString(),
 		MaxConcurrency: int(m.MaxConcurrency.ValueInt64()),
+		// Null and unknown read as false: the default.
+		RequireApproval: m.RequireApproval.ValueBool(),
 	}
 	if m.Job != nil {
 		in.Job = api.RunnerJob{
@@ -93,13 +96,14 @@ func runnerModelFromAPI(r *api.Runner, org string, prior *runnerModel) (runnerMo
 	diags.Append(d...)
 
 	m := runnerModel{
-		ID:             types.StringValue(r.ID),
-		OrgID:          types.StringValue(org),
-		Description:    optionalString(r.Description),
-		PublicKeys:     keyList,
-		StateStorageID: types.StringValue(r.StateStorageID),
-		MaxConcurrency: types.Int64Value(int64(r.MaxConcurrency)),
-		JobTimeout:     newDurationValue(formatSeconds(r.JobTimeoutSeconds)),
+		ID:              types.StringValue(r.ID),
+		OrgID:           types.StringValue(org),
+		Description:     optionalString(r.Description),
+		PublicKeys:      keyList,
+		StateStorageID:  types.StringValue(r.StateStorageID),
+		MaxConcurrency:  types.Int64Value(int64(r.MaxConcurrency)),
+		RequireApproval: types.BoolValue(r.RequireApproval),
+		JobTimeout:      newDurationValue(formatSeconds(r.JobTimeoutSeconds)),
 		Job: &runnerJobModel{
 			Namespace:      types.StringValue(r.Job.Namespace),
 			ServiceAccount: types.StringValue(r.Job.ServiceAccount),

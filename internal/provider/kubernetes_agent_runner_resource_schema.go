@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
@@ -71,6 +72,17 @@ func (r *kubernetesAgentRunnerResource) Schema(_ context.Context, _ resource.Sch
 				Computed:            true,
 				Default:             int64default.StaticInt64(api.DefaultMaxConcurrency),
 				Validators:          []validator.Int64{int64validator.Between(1, api.MaxMaxConcurrency)},
+			},
+			"require_approval": schema.BoolAttribute{
+				MarkdownDescription: "Whether every change needs a reviewed plan. When `true`, the orchestrator refuses an apply or a " +
+					"destroy queued on the runner (HTTP 403, code `approval_required`); what runs instead is the apply of a saved " +
+					"plan a person approved: queue a plan with `save_plan` (`outpost deploy --save-plan`; with `--destroy` for a " +
+					"destroy plan), review it (`outpost deployment plan`), approve it (`outpost deployment approve`) and apply it " +
+					"(`outpost deployment apply-plan`), which applies exactly the reviewed plan. Plans are never refused. " +
+					"Saved plans need a `kubernetes` state storage. Defaults to `false`.",
+				Optional: true,
+				Computed: true,
+				Default:  booldefault.StaticBool(false),
 			},
 			"job_timeout": schema.StringAttribute{
 				MarkdownDescription: fmt.Sprintf("Longest time one deployment may run, as a duration such as `30m` or `2h` (whole seconds, "+

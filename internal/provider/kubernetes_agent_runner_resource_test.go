@@ -73,6 +73,7 @@ resource "outpost_kubernetes_agent_runner" "test" {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("last_seen_at"), knownvalue.Null()),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("agent_version"), knownvalue.Null()),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("max_concurrency"), knownvalue.Int64Exact(api.DefaultMaxConcurrency)),
+					statecheck.ExpectKnownValue(addr, tfjsonpath.New("require_approval"), knownvalue.Bool(false)),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("job_timeout"), knownvalue.StringExact("1h")),
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("job").AtMapKey("service_account"), knownvalue.StringExact(defaultJobServiceAccount)),
 					statecheck.CompareValuePairs(addr, tfjsonpath.New("public_keys").AtSliceIndex(0),
@@ -98,6 +99,7 @@ resource "outpost_kubernetes_agent_runner" "test" {
   state_storage_id = outpost_state_storage.test.id
   max_concurrency  = 3
   job_timeout      = "90m"
+  require_approval = true
   job {
     namespace       = terraform_data.job_namespace.output
     service_account = "deployer"
@@ -114,7 +116,7 @@ resource "outpost_kubernetes_agent_runner" "test" {
 					statecheck.ExpectKnownValue(addr, tfjsonpath.New("job_timeout"), knownvalue.StringExact("90m")),
 				},
 				Check: e.checkRunner("runner-1", func(r *api.Runner) error {
-					if len(r.PublicKeys) != 2 || r.MaxConcurrency != 3 || r.JobTimeoutSeconds != 5400 || r.Job.ServiceAccount != "deployer" || r.Description != "second" {
+					if len(r.PublicKeys) != 2 || r.MaxConcurrency != 3 || r.JobTimeoutSeconds != 5400 || r.Job.ServiceAccount != "deployer" || r.Description != "second" || !r.RequireApproval {
 						return fmt.Errorf("registered %+v", r)
 					}
 					return nil
@@ -130,6 +132,7 @@ resource "outpost_kubernetes_agent_runner" "test" {
   state_storage_id = outpost_state_storage.test.id
   max_concurrency  = 3
   job_timeout      = "1h30m"
+  require_approval = true
   job {
     namespace       = terraform_data.job_namespace.output
     service_account = "deployer"

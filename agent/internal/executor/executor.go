@@ -107,6 +107,8 @@ type AttemptStatus struct {
 	StateNamespace string
 	// Operation is the claim's operation; it decides the state access of the job runner.
 	Operation api.Operation
+	// PlanOf is the plan deployment whose saved plan the attempt applies ("" for others).
+	PlanOf string
 	// PendingEvent is the saved, undelivered finished event, if any.
 	PendingEvent []byte
 	// ClaimedAt is when the agent created the Job or process; StartedAt and FinishedAt come from

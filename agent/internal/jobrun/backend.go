@@ -242,3 +242,17 @@ func replaceFile(p string, data []byte) error {
 	}
 	return f.Close()
 }
+
+// withoutAddresses is a backend file without the http backend's addresses, which then come from
+// TF_HTTP_ADDRESS and its siblings (savedPlanEnv).
+func withoutAddresses(backend string) string {
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(backend, "\n") {
+		switch strings.TrimSpace(strings.SplitN(line, "=", 2)[0]) {
+		case "address", "lock_address", "unlock_address":
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}

@@ -267,11 +267,24 @@ func (j *attemptRun) run() int {
 		defer proxy.Close()
 		stateURL = proxy.URL()
 	}
+	savedPlan := spec.SavePlan || spec.ApplyPlan != ""
+	if savedPlan && (spec.StateStorage.Type != api.StateStorageKubernetes || stateURL == "") {
+		return j.fail("a saved plan is kept with the agent's state backend, and this attempt has none (state storage %q of type %s)", spec.StateStorage.ID, spec.StateStorage.Type)
+	}
 	backend, err := backendConfig(spec.StateStorage, spec.StateKey, stateURL)
 	if err != nil {
 		return j.fail("%v", err)
 	}
-	if err := writeConfigFiles(configDir, backend, spec.Variables); err != nil {
+	vars := spec.Variables
+	if savedPlan {
+		// The state backend's address goes in the environment (savedPlanEnv), not into the
+		// plan file, and the apply of a saved plan takes its variables from the plan.
+		backend = withoutAddresses(backend)
+	}
+	if spec.ApplyPlan != "" {
+		vars = nil
+	}
+	if err := writeConfigFiles(configDir, backend, vars); err != nil {
 		return j.fail("%v", err)
 	}
 	// Before the CLI prints anything: the values of sensitive variables never reach the log.
@@ -289,11 +302,23 @@ func (j *attemptRun) run() int {
 		return j.fail("%v", err)
 	}
 	env = append(env, providerEnv...)
-	opArgs := operationArgs(spec.Operation)
-	if spec.DriftCheck {
-		opArgs = driftCheckArgs(workDir)
+	planFile := filepath.Join(workDir, planFileName)
+	op := operationArgs(spec.Operation)
+	switch {
+	case spec.DriftCheck:
+		op = driftCheckArgs(workDir)
+	case spec.SavePlan:
+		op = planArgs(planFile, spec.PlanDestroy)
+	case spec.ApplyPlan != "":
+		op = applyPlanArgs(planFile)
+		if err := j.fetchPlan(spec, planFile, stateURL); err != nil {
+			return j.fail("fetch the saved plan of deployment %s from the agent's state backend: %v", spec.ApplyPlan, err)
+		}
 	}
-	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, opArgs}
+	if savedPlan {
+		env = append(env, savedPlanEnv(stateURL, spec.StateKey)...)
+	}
+	phases := [][]string{{"init", "-input=false", "-no-color", "-reconfigure"}, op}
 	drifted := false
 	for i, args := range phases {
 		if j.st.isInterrupted() {
@@ -318,6 +343,15 @@ func (j *attemptRun) run() int {
 		if code := j.reportDrift(cli, cliPath, configDir, workDir, env, drifted); code != 0 {
 			return code
 		}
+	}
+	if spec.SavePlan {
+		if code := j.savePlan(spec, cli, cliPath, configDir, planFile, stateURL, env); code != 0 {
+			return code
+		}
+	}
+	if spec.ApplyPlan != "" {
+		fmt.Fprintf(j.out, "==> applied the saved plan of deployment %s\n", spec.ApplyPlan)
+		j.dropPlan(spec, stateURL)
 	}
 	if spec.Operation != api.OperationPlan {
 		if code := j.uploadOutputs(cli, cliPath, configDir, env); code != 0 {

@@ -25,10 +25,13 @@ type memStateBackend struct {
 	lockIDs map[string]string // state key → lock id
 	ops     []string          // "METHOD key user", in order
 	paths   []string          // escaped request paths
+	// plans are the plan files of /v1/plans/<key>, by key (the real backend also keys them by
+	// the plan deployment its grant names).
+	plans map[string][]byte
 }
 
 func newMemStateBackend(t *testing.T) (*memStateBackend, string) {
-	b := &memStateBackend{t: t, creds: map[string]string{}, states: map[string][]byte{}, locks: map[string]string{}, lockIDs: map[string]string{}}
+	b := &memStateBackend{t: t, creds: map[string]string{}, states: map[string][]byte{}, locks: map[string]string{}, lockIDs: map[string]string{}, plans: map[string][]byte{}}
 	srv := httptest.NewServer(b)
 	t.Cleanup(srv.Close)
 	return b, srv.URL
@@ -41,6 +44,10 @@ func (b *memStateBackend) allow(user, password string) {
 }
 
 func (b *memStateBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if escaped, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/plans/"); ok {
+		b.servePlan(w, r, escaped)
+		return
+	}
 	escaped, ok := strings.CutPrefix(r.URL.EscapedPath(), "/v1/states/")
 	if !ok || escaped == "" || strings.Contains(escaped, "/") {
 		http.Error(w, "not a state URL: "+r.URL.EscapedPath(), http.StatusNotFound)
@@ -130,4 +137,44 @@ func (b *memStateBackend) history() (ops, paths []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.ops...), append([]string(nil), b.paths...)
+}
+
+// servePlan keeps, returns and deletes the plan file of a state.
+func (b *memStateBackend) servePlan(w http.ResponseWriter, r *http.Request, escaped string) {
+	key, err := url.PathUnescape(escaped)
+	if err != nil {
+		http.Error(w, "bad key", http.StatusBadRequest)
+		return
+	}
+	user, pass, _ := r.BasicAuth()
+	body, _ := io.ReadAll(r.Body)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ops = append(b.ops, r.Method+" plan "+key+" "+user)
+	if want, ok := b.creds[user]; !ok || want != pass {
+		http.Error(w, "bad credentials", http.StatusUnauthorized)
+		return
+	}
+	switch r.Method {
+	case http.MethodPut:
+		b.plans[key] = body
+	case http.MethodGet:
+		p, ok := b.plans[key]
+		if !ok {
+			http.Error(w, "no plan file", http.StatusNotFound)
+			return
+		}
+		_, _ = w.Write(p)
+	case http.MethodDelete:
+		delete(b.plans, key)
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	}
+}
+
+// plan returns the kept plan file of key.
+func (b *memStateBackend) plan(key string) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.plans[key]
 }

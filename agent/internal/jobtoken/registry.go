@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
@@ -55,6 +56,11 @@ type Grant struct {
 	// Operation decides the access: a plan may only read the state and take and release its own
 	// lock.
 	Operation api.Operation
+	// PlanOf is the plan deployment whose saved plan an apply runs: its job runner may read
+	// and delete that plan file, and no other.
+	PlanOf string
+	// PlanTTL is how long the plan file a plan's job runner stores is kept (0: the default).
+	PlanTTL time.Duration
 }
 
 // Access is what Authorize grants one request.
@@ -63,6 +69,12 @@ type Access struct {
 	Holder string
 	// ReadOnly is true for a plan: read, lock and unlock its own lock; no write, no delete.
 	ReadOnly bool
+	// Plan is the deployment whose plan file of the state the caller may use: a plan's own
+	// (to store it), or the saved plan an apply runs (to read and delete it); "" for none.
+	Plan string
+	// PlanStore is true when the caller may store the plan file (a plan), kept PlanTTL.
+	PlanStore bool
+	PlanTTL   time.Duration
 }
 
 // Watcher is told when attempts come and go (the state backend: it renews the state locks of
@@ -256,7 +268,13 @@ func (r *Registry) Authorize(_ context.Context, username, password, stateKey str
 	if h.StateKey != stateKey {
 		return Access{}, fmt.Errorf("%w: deployment %s may only use state %q", ErrForbidden, username, h.StateKey)
 	}
-	return Access{Holder: Holder(username, h.attempt), ReadOnly: ReadOnly(h.Operation)}, nil
+	a := Access{Holder: Holder(username, h.attempt), ReadOnly: ReadOnly(h.Operation), Plan: h.PlanOf}
+	if h.Operation == api.OperationPlan {
+		// A plan may store its own plan file only: what it stores is applied only after a
+		// person approved its summary.
+		a.Plan, a.PlanStore, a.PlanTTL = username, true, h.PlanTTL
+	}
+	return a, nil
 }
 
 // ReadOnly reports whether an operation only reads state. Anything but apply and destroy does,

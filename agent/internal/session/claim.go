@@ -137,6 +137,10 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	case errors.Is(err, executor.ErrInvalidJob):
 		reason, result = executor.ReasonInvalidTemplate, "invalid"
 	}
+	var refusal interface{ RefusalReason() api.Reason }
+	if errors.As(err, &refusal) {
+		reason, result = refusal.RefusalReason(), "refused"
+	}
 	s.o.Metrics.Claims.WithLabelValues(result).Inc()
 	log.Error("attempt cannot start; sending its finished event as failed", "err", err)
 	ev := encodeEvent(api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: c.Attempt, Seq: SeqFinished, Type: api.EventFinished,
@@ -158,6 +162,16 @@ var errNoStateBackend = errors.New("this agent serves no state backend for kuber
 func (s *Session) start(ctx context.Context, c *api.Claim, stateToken string, log *slog.Logger) error {
 	if c.Placement.StateStorage.Type == api.StateStorageKubernetes && s.o.NoStateBackend != "" {
 		return fmt.Errorf("%w: %s", errNoStateBackend, s.o.NoStateBackend)
+	}
+	if ref := c.Placement.ApplyPlan; ref != nil {
+		// An apply of a saved plan whose state moved, or whose plan file is gone, is refused
+		// before anything is created; the CLI would refuse it too, but only after a job pod ran.
+		if s.o.Plans == nil {
+			return fmt.Errorf("%w: an apply of a saved plan needs the state backend that keeps the plan file", errNoStateBackend)
+		}
+		if err := s.o.Plans.CheckPlan(ctx, c.Placement.KubernetesStateNamespace(), c.Placement.StateKey, *ref); err != nil {
+			return fmt.Errorf("check the saved plan of deployment %s: %w", ref.DeploymentID, err)
+		}
 	}
 	back := retry.Backoff{Base: time.Second, Max: 8 * time.Second}
 	for try := 1; ; try++ {

@@ -55,6 +55,12 @@ type ConnectionRecorder interface {
 	PollFailed(err error)
 }
 
+// PlanChecker tells whether the saved plan an apply runs can still be applied: an error with
+// a RefusalReason() api.Reason method refuses the claim with that reason.
+type PlanChecker interface {
+	CheckPlan(ctx context.Context, ns, key string, ref api.PlanRef) error
+}
+
 // Options configure a session.
 type Options struct {
 	Client   Orchestrator
@@ -90,6 +96,9 @@ type Options struct {
 	// claim time (reason no_state_backend) with this text, instead of running a CLI that cannot
 	// reach its state.
 	NoStateBackend string
+	// Plans checks the saved plan of an apply before the attempt starts (the state backend's
+	// Server); nil when the agent serves no state backend.
+	Plans PlanChecker
 	// PollGap is the least time from a poll to the next when its answer brought nothing new
 	// (default minPollGap).
 	PollGap time.Duration
@@ -298,7 +307,7 @@ func (s *Session) adoptUnregistered(ctx context.Context) (int, error) {
 
 // adoptAttempt recovers the job token of one attempt the executor holds and registers its grant.
 func (s *Session) adoptAttempt(ctx context.Context, st executor.AttemptStatus) {
-	g := jobtoken.Grant{StateKey: st.StateKey, StateNamespace: st.StateNamespace, Operation: st.Operation}
+	g := jobtoken.Grant{StateKey: st.StateKey, StateNamespace: st.StateNamespace, Operation: st.Operation, PlanOf: st.PlanOf}
 	token, err := s.o.Executor.JobToken(ctx, st.DeploymentID, st.Attempt)
 	if err != nil {
 		// Re-claiming is idempotent for the same instance and returns the same token.
@@ -322,7 +331,12 @@ func (s *Session) adoptAttempt(ctx context.Context, st executor.AttemptStatus) {
 
 // grantOf is the state access a claim grants its job runner.
 func grantOf(c *api.Claim) jobtoken.Grant {
-	return jobtoken.Grant{Token: c.JobToken, StateKey: c.Placement.StateKey, StateNamespace: c.Placement.KubernetesStateNamespace(), Operation: c.Placement.Operation}
+	g := jobtoken.Grant{Token: c.JobToken, StateKey: c.Placement.StateKey, StateNamespace: c.Placement.KubernetesStateNamespace(), Operation: c.Placement.Operation,
+		PlanTTL: time.Duration(c.Placement.PlanTTLSeconds) * time.Second}
+	if c.Placement.ApplyPlan != nil {
+		g.PlanOf = c.Placement.ApplyPlan.DeploymentID
+	}
+	return g
 }
 
 func (s *Session) state(k executor.AttemptKey) *attemptState {

@@ -38,6 +38,8 @@ type fakeOrch struct {
 	// protocol is the agent protocol the poll answers choose (0: an orchestrator from before
 	// negotiation).
 	protocol int
+	// applyPlan is the saved plan the claims' placements apply, by deployment (none unset).
+	applyPlan map[string]*api.PlanRef
 }
 
 func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
@@ -78,6 +80,7 @@ func (f *fakeOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResp
 func (f *fakeOrch) Claim(_ context.Context, deploymentID string, req api.ClaimRequest) (*api.Claim, error) {
 	c := &api.Claim{DeploymentID: deploymentID, Attempt: req.Attempt, JobToken: "opj_" + deploymentID, Lease: api.Lease{Fencing: 3}, Placement: api.Placement{StateKey: "k/" + deploymentID}}
 	c.Placement.StateStorage.Type = f.storage[deploymentID]
+	c.Placement.ApplyPlan = f.applyPlan[deploymentID]
 	return c, nil
 }
 
@@ -807,6 +810,46 @@ func TestAgentWithoutStateBackendRefusesKubernetesState(t *testing.T) {
 	defer ex.mu.Unlock()
 	if len(ex.starts) != 1 || !strings.HasPrefix(ex.starts[0], "in-s3") {
 		t.Errorf("starts %v, want only in-s3", ex.starts)
+	}
+}
+
+// stalePlans is a PlanChecker that finds every saved plan but "fresh" stale.
+type stalePlans struct{}
+
+type staleErr struct{}
+
+func (staleErr) Error() string             { return "the state moved since the plan" }
+func (staleErr) RefusalReason() api.Reason { return api.ReasonStalePlan }
+func (stalePlans) CheckPlan(_ context.Context, _, _ string, ref api.PlanRef) error {
+	if ref.DeploymentID == "fresh" {
+		return nil
+	}
+	return staleErr{}
+}
+
+// The apply of a saved plan whose state moved is refused at the claim, before the executor
+// creates anything: its finished event says failed with reason stale_plan. The apply of a plan
+// the check passes starts.
+func TestStalePlanRefusedBeforeStart(t *testing.T) {
+	orch := &fakeOrch{max: 5, offers: []api.Offer{{DeploymentID: "stale", Attempt: 1}, {DeploymentID: "ok", Attempt: 1}},
+		storage:   map[string]string{"stale": api.StateStorageKubernetes, "ok": api.StateStorageKubernetes},
+		applyPlan: map[string]*api.PlanRef{"stale": {DeploymentID: "old"}, "ok": {DeploymentID: "fresh"}}}
+	ex := newFakeExec()
+	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollWait: time.Second, Plans: stalePlans{}})
+	stop := run(t, s)
+	defer stop()
+	waitFor(t, "the refusal of stale", func() bool { orch.mu.Lock(); defer orch.mu.Unlock(); return len(orch.events["stale"]) == 1 })
+	orch.mu.Lock()
+	ev := orch.events["stale"][0].Event
+	orch.mu.Unlock()
+	if ev.Type != api.EventFinished || ev.Result != api.StatusFailed || ev.Reason != api.ReasonStalePlan || !strings.Contains(ev.Message, "the state moved") {
+		t.Errorf("event of the stale plan's apply: %+v", ev)
+	}
+	waitFor(t, "ok started", func() bool { l, _ := ex.List(context.Background()); return len(l) == 1 })
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if len(ex.starts) != 1 || !strings.HasPrefix(ex.starts[0], "ok") {
+		t.Errorf("starts %v, want only ok", ex.starts)
 	}
 }
 

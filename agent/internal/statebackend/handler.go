@@ -173,16 +173,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.LogAttrs(r.Context(), slog.LevelDebug, "state request", slog.String("method", r.Method),
 			slog.String("state_key", key), slog.String("holder", holder), slog.Int("status", rw.Status),
 			slog.Int64("bytes_out", rw.Bytes), slog.Duration("duration", time.Since(start)))
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && rw.Status/100 == 2 {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead && rw.Status/100 == 2 && !strings.HasPrefix(r.URL.EscapedPath(), PlanPathPrefix) {
 			h.stateChanged(key) // a write, a delete, a lock or an unlock: the orchestrator hears of it
 		}
 	}()
 	escaped := r.URL.EscapedPath()
-	if !strings.HasPrefix(escaped, PathPrefix) {
+	prefix := PathPrefix
+	if strings.HasPrefix(escaped, PlanPathPrefix) {
+		prefix = PlanPathPrefix
+	}
+	if !strings.HasPrefix(escaped, prefix) {
 		writeError(rw, http.StatusNotFound, "not_found", "no such route; states live under "+PathPrefix+"{url-escaped key}")
 		return
 	}
-	k, err := url.PathUnescape(strings.TrimPrefix(escaped, PathPrefix))
+	k, err := url.PathUnescape(strings.TrimPrefix(escaped, prefix))
 	if err == nil {
 		err = statestore.ValidateKey(k)
 	}
@@ -245,6 +249,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	r = r.WithContext(ctx)
 
+	if prefix == PlanPathPrefix {
+		h.plan(rw, r, key, access)
+		return
+	}
 	switch r.Method {
 	case http.MethodGet:
 		h.get(rw, r, key)

@@ -64,6 +64,7 @@ func (h *Handler) holderPod(ctx context.Context, holder string) string {
 func (h *Handler) runLockSweep(ctx context.Context) {
 	t := time.NewTicker(h.sweepEvery)
 	defer t.Stop()
+	var plansSwept time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -72,6 +73,11 @@ func (h *Handler) runLockSweep(ctx context.Context) {
 		}
 		if err := h.sweepLocks(ctx); err != nil && ctx.Err() == nil {
 			h.log.LogAttrs(ctx, slog.LevelWarn, "could not look for locks whose holder is gone; trying again", slog.Any("err", err))
+		}
+		// Expired plan files go within PlanSweepEvery of their expiry.
+		if time.Since(plansSwept) >= PlanSweepEvery {
+			plansSwept = time.Now()
+			h.sweepPlans(ctx)
 		}
 	}
 }

@@ -155,6 +155,7 @@ func (c *Console) Routes() []Route {
 		{"GET " + org + "/deployments/{id}/log", c.orgStream(c.logStream)},
 		{"GET " + org + "/deployments/{id}/log.txt", c.orgPage(c.rawLog)},
 		{"POST " + org + "/deployments/{id}/cancel", c.orgPost(c.cancel)},
+		{"POST " + org + "/deployments/{id}/plan/{action}", c.orgPost(c.review)},
 		{"GET " + org + "/state-keys", c.orgPage(c.stateKeys)},
 		{"GET " + org + "/tokens", c.orgPage(c.tokens)},
 		{"POST " + org + "/tokens", c.orgPost(c.createToken)},

@@ -296,6 +296,8 @@ type deploymentBody struct {
 	Cancelable bool
 	Timeline   []timelineEntry
 	Outputs    []outputView
+	// Plan is the saved plan of a plan deployment with save_plan (nil for others), for review.
+	Plan *api.SavedPlan
 }
 
 func (c *Console) deploymentBody(ctx context.Context, v *visit, id string) (*deploymentBody, error) {
@@ -315,6 +317,11 @@ func (c *Console) deploymentBody(ctx context.Context, v *visit, id string) (*dep
 		return nil, err
 	}
 	b := &deploymentBody{Org: v.org, CSRF: v.csrf, D: d, Cancelable: !d.Status.Terminal() && !d.CancelRequested}
+	if d.SavePlan {
+		if b.Plan, err = c.cfg.Store.GetPlan(ctx, v.org, id); err != nil {
+			return nil, err
+		}
+	}
 	b.Timeline = append(b.Timeline, timelineEntry{Time: d.CreatedAt, Kind: "queued", attempt: 1})
 	// The store records a claimed step at each claim; a deployment claimed before it did has
 	// only ClaimedAt.
@@ -335,7 +342,11 @@ func (c *Console) deploymentBody(ctx context.Context, v *visit, id string) (*dep
 		if e.Attempt > 1 {
 			kind += " (attempt " + strconv.Itoa(e.Attempt) + ")"
 		}
-		b.Timeline = append(b.Timeline, timelineEntry{Time: e.Time, Kind: kind, Reason: string(e.Reason), Message: e.Message, Detail: e.Detail,
+		msg := e.Message
+		if e.By != "" {
+			msg += " (by " + e.By + ")"
+		}
+		b.Timeline = append(b.Timeline, timelineEntry{Time: e.Time, Kind: kind, Reason: string(e.Reason), Message: msg, Detail: e.Detail,
 			attempt: e.Attempt, rank: stepRank(e.Step)})
 	}
 	slices.SortStableFunc(b.Timeline, byTimeThenStep)
@@ -377,6 +388,42 @@ func (c *Console) cancel(w http.ResponseWriter, r *http.Request, v *visit) error
 	c.cfg.Wake(v.org + "/" + d.RunnerID)
 	c.cfg.Logger.Info("deployment cancel requested from the console", "org", v.org, "deployment", id, "token_id", v.sess.TokenID, "admin", v.sess.Admin)
 	http.Redirect(w, r, "/orgs/"+v.org+"/deployments/"+id, http.StatusSeeOther)
+	return nil
+}
+
+// review approves, discards or applies the saved plan of a plan deployment, as the API does,
+// recording the signed-in token as who asked, and goes back to the deployment (the new apply
+// deployment, for an apply).
+func (c *Console) review(w http.ResponseWriter, r *http.Request, v *visit) error {
+	id := r.PathValue("id")
+	if api.ValidateID("id", id) != nil {
+		return errNotFound
+	}
+	by := "console: admin"
+	if !v.sess.Admin {
+		by = "console: org " + v.org + " token " + v.sess.TokenID
+	}
+	next := id
+	var err error
+	switch r.PathValue("action") {
+	case "approve":
+		_, err = c.cfg.Store.ApprovePlan(r.Context(), v.org, id, by)
+	case "discard":
+		_, err = c.cfg.Store.DiscardPlan(r.Context(), v.org, id, by)
+	case "apply":
+		var d *api.Deployment
+		if d, err = c.cfg.Store.ApplyPlan(r.Context(), v.org, id, by); err == nil {
+			c.cfg.Wake(v.org + "/" + d.RunnerID)
+			next = d.ID
+		}
+	default:
+		return errNotFound
+	}
+	if err != nil {
+		return err
+	}
+	c.cfg.Logger.Info("saved plan reviewed from the console", "org", v.org, "deployment", id, "action", r.PathValue("action"), "token_id", v.sess.TokenID, "admin", v.sess.Admin)
+	http.Redirect(w, r, "/orgs/"+v.org+"/deployments/"+next, http.StatusSeeOther)
 	return nil
 }
 

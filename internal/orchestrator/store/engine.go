@@ -50,6 +50,7 @@ const (
 	// KindDrift is the api.Drift of a drifted state key, id "<storage>/<key>"; a check without
 	// changes deletes it, so the kind holds only the drifted ones.
 	KindDrift
+	KindPlan // api.SavedPlan of a plan deployment with save_plan; id the deployment's
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.

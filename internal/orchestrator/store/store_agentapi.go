@@ -145,8 +145,9 @@ type PollAnswer struct {
 // seems to have lost (see reofferAfter), then queued attempts of this runner, oldest first, at
 // most capacityFree and never beyond max_concurrency counting the attempts the runner already
 // holds; and cancel directives for held attempts whose cancel was requested. queued counts the
-// offers taken from the queue.
-func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest) (a PollAnswer, err error) {
+// offers taken from the queue. protocol is the agent protocol the poll negotiated: deployments
+// with saved plans are offered only from api.ProtocolSavedPlans on.
+func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.PollRequest, protocol int) (a PollAnswer, err error) {
 	a.Offers, a.Cancels = []api.Offer{}, []api.Directive{}
 	now := s.TimeNow()
 	err = s.view(ctx, func(tx Tx) error {
@@ -164,6 +165,8 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 		if err != nil {
 			return err
 		}
+		// Saved plans are offered only to an agent that knows them (see needsSavedPlans).
+		savedPlans := protocol >= api.ProtocolSavedPlans
 		for _, d := range leased {
 			rec, err := loadIndexedDeployment(tx, id.Org, d)
 			if err != nil {
@@ -171,7 +174,7 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			}
 			if rec.D.CancelRequested {
 				a.Cancels = append(a.Cancels, api.Directive{Type: api.DirectiveCancel, DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Reason: ReasonCancelRequested})
-			} else if lostByPoller(rec, req, now) {
+			} else if lostByPoller(rec, req, now) && (savedPlans || !needsSavedPlans(&rec.D)) {
 				a.Offers = append(a.Offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			}
 		}
@@ -187,6 +190,9 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			rec, err := loadIndexedDeployment(tx, id.Org, d)
 			if err != nil {
 				return err
+			}
+			if !savedPlans && needsSavedPlans(&rec.D) {
+				continue // it waits for an agent of protocol 4 (ProtocolSavedPlans)
 			}
 			a.Offers = append(a.Offers, api.Offer{DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, Operation: rec.D.Operation})
 			a.Queued++
@@ -298,9 +304,14 @@ func placementOf(tx Tx, rec *DeploymentRecord) (*api.Placement, error) {
 	if err != nil {
 		return nil, err
 	}
+	ref, err := planRef(tx, rec)
+	if err != nil {
+		return nil, err
+	}
 	return &api.Placement{
 		Operation: rec.D.Operation, StateKey: rec.D.StateKey, StateStorage: *st,
 		TimeoutSeconds: rec.D.TimeoutSeconds, Job: runner.Job,
+		SavePlan: rec.D.SavePlan, PlanTTLSeconds: rec.D.PlanTTLSeconds, ApplyPlan: ref,
 	}, nil
 }
 

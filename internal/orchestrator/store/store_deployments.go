@@ -93,7 +93,10 @@ func finishDeployment(tx Tx, rec *DeploymentRecord, status api.Status, reason ap
 	return tx.SaveDeployment(rec)
 }
 
-// CreateDeployment queues a deployment on a runner of the organisation.
+// CreateDeployment queues a deployment on a runner of the organisation. A runner that requires
+// approval takes no apply or destroy this way (only the apply of an approved saved plan,
+// ApplyPlan); a saved plan needs a kubernetes state storage, since its plan file is kept with
+// the state in the cluster.
 func (s *Store) CreateDeployment(ctx context.Context, org string, in api.DeploymentInput) (*api.Deployment, error) {
 	if err := s.checkQueueQuota(ctx, org, s.quotas.QueuedDeployments); err != nil {
 		return nil, err
@@ -103,9 +106,48 @@ func (s *Store) CreateDeployment(ctx context.Context, org string, in api.Deploym
 	}
 	var out api.Deployment
 	err := s.Update(ctx, func(tx Tx) error {
-		rec, err := queueDeploymentTx(tx, org, in, s.TimeNow(), nil)
+		var runner api.Runner
+		ok, err := tx.GetDoc(KindRunner, org, in.RunnerID, &runner)
 		if err != nil {
 			return err
+		}
+		if !ok {
+			return Invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
+		}
+		if runner.RequireApproval && in.Operation != api.OperationPlan {
+			return Refuse(api.CodeApprovalRequired, "runner %q requires approval: an %s runs only as the apply of an approved saved plan. "+
+				"Queue a plan with save_plan: true (plan_destroy: true for a destroy), approve it, then apply it (POST .../deployments/{id}/apply; outpost deployment apply-plan)",
+				in.RunnerID, in.Operation)
+		}
+		if in.SavePlan {
+			st, err := getStorageTx(tx, org, runner.StateStorageID)
+			if err != nil {
+				return err
+			}
+			if st.Type != api.StateStorageKubernetes {
+				return Invalid("save_plan", "runner %q keeps state in a %s state storage (%q); a saved plan is kept next to the state in the cluster, "+
+					"which only a kubernetes state storage has. Plan without save_plan, or use a runner whose state storage is of type kubernetes", in.RunnerID, st.Type, st.ID)
+			}
+		}
+		timeout := in.TimeoutSeconds
+		if timeout == 0 {
+			timeout = runner.JobTimeoutSeconds
+		}
+		d := api.Deployment{
+			RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
+			StateKey: in.StateKey, TimeoutSeconds: timeout, SavePlan: in.SavePlan, PlanDestroy: in.PlanDestroy,
+		}
+		if in.SavePlan {
+			d.PlanTTLSeconds = cmp.Or(in.PlanTTLSeconds, api.DefaultPlanTTLSeconds)
+		}
+		rec, err := s.insertDeployment(tx, org, d, in.Source)
+		if err != nil {
+			return err
+		}
+		if in.SavePlan {
+			if err := tx.PutDoc(KindPlan, org, rec.D.ID, api.SavedPlan{DeploymentID: rec.D.ID, Status: api.PlanPending}); err != nil {
+				return err
+			}
 		}
 		out = rec.D
 		out.Source = in.Source
@@ -117,17 +159,9 @@ func (s *Store) CreateDeployment(ctx context.Context, org string, in api.Deploym
 	return &out, nil
 }
 
-// queueDeploymentTx stores a new deployment of in, queued for its first attempt; mark, when
-// set, adds to the record what the caller knows (a schedule's drift check).
-func queueDeploymentTx(tx Tx, org string, in api.DeploymentInput, now time.Time, mark func(*DeploymentRecord)) (*DeploymentRecord, error) {
-	var runner api.Runner
-	ok, err := tx.GetDoc(KindRunner, org, in.RunnerID, &runner)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, Invalid("runner_id", "runner %q does not exist in organisation %q", in.RunnerID, org)
-	}
+// insertDeployment queues d, given its runner, operation, variables, state key and timeout,
+// with src as its source, under a new id.
+func (s *Store) insertDeployment(tx Tx, org string, d api.Deployment, src api.Source) (*DeploymentRecord, error) {
 	id, err := newDeploymentID()
 	if err != nil {
 		return nil, err
@@ -135,28 +169,16 @@ func queueDeploymentTx(tx Tx, org string, in api.DeploymentInput, now time.Time,
 	if _, taken, err := tx.LoadDeployment(org, id); err != nil || taken {
 		return nil, cmp.Or(err, fmt.Errorf("deployment id %s collided; retry", id))
 	}
-	timeout := in.TimeoutSeconds
-	if timeout == 0 {
-		timeout = runner.JobTimeoutSeconds
-	}
-	rec := &DeploymentRecord{Org: org, D: api.Deployment{
-		ID: id, RunnerID: in.RunnerID, Operation: in.Operation, Variables: in.Variables,
-		StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
-		CreatedAt: now,
-	}}
-	if mark != nil {
-		mark(rec)
-	}
+	now := s.TimeNow()
+	d.ID, d.Status, d.Attempt, d.CreatedAt = id, api.StatusQueued, 1, now
+	rec := &DeploymentRecord{Org: org, D: d}
 	if err := tx.EnsureOrg(org, now); err != nil {
 		return nil, err
 	}
-	if err := tx.PutDoc(KindSource, org, id, in.Source); err != nil {
+	if err := tx.PutDoc(KindSource, org, id, src); err != nil {
 		return nil, err
 	}
-	if err := tx.InsertDeployment(rec); err != nil {
-		return nil, err
-	}
-	return rec, nil
+	return rec, tx.InsertDeployment(rec)
 }
 
 func loadSource(tx Tx, org, id string) (api.Source, error) {

@@ -81,5 +81,6 @@ func jobSpecOf(tx Tx, rec *DeploymentRecord) (*api.JobSpec, error) {
 	return &api.JobSpec{
 		DeploymentID: rec.D.ID, Attempt: rec.D.Attempt, RunnerID: rec.D.RunnerID, Operation: rec.D.Operation,
 		Source: src, Variables: rec.D.Variables, StateKey: rec.D.StateKey, StateStorage: *st, DriftCheck: rec.D.DriftCheck,
+		SavePlan: rec.D.SavePlan, PlanDestroy: rec.D.PlanDestroy, ApplyPlan: rec.D.PlanOf,
 	}, nil
 }

@@ -192,5 +192,8 @@ func purgeDeployment(tx Tx, rec *DeploymentRecord, now time.Time, budget int) (i
 	if err != nil || !finished {
 		return n, finished, err
 	}
-	return n + 6, true, tx.DeleteDeployment(rec)
+	if err := tx.DeleteDoc(KindPlan, rec.Org, rec.D.ID); err != nil {
+		return n, false, err
+	}
+	return n + 7, true, tx.DeleteDeployment(rec)
 }

@@ -36,6 +36,7 @@ func applyRunnerInput(r *api.Runner, in api.RunnerInput) error {
 		r.MaxConcurrency = api.DefaultMaxConcurrency
 	}
 	r.JobTimeoutSeconds = in.JobTimeoutSeconds
+	r.RequireApproval = in.RequireApproval
 	if r.JobTimeoutSeconds == 0 {
 		r.JobTimeoutSeconds = api.DefaultJobTimeoutSeconds
 	}

@@ -162,9 +162,7 @@ func (s *Store) fireSchedule(ctx context.Context, org, id string) (*FiredSchedul
 			sch.LastMessage = fmt.Sprintf("fired at %s without a check: %v", now.Format(time.RFC3339), quotaErr)
 			return tx.PutDoc(KindSchedule, org, id, sch)
 		}
-		in := api.DeploymentInput{RunnerID: sch.RunnerID, Operation: api.OperationPlan, Source: sch.Source, Variables: sch.Variables,
-			StateKey: sch.StateKey, TimeoutSeconds: sch.TimeoutSeconds}
-		rec, err := queueDeploymentTx(tx, org, in, now, func(r *DeploymentRecord) { r.D.DriftCheck, r.D.ScheduleID = true, id })
+		rec, err := s.queueDriftCheck(tx, org, id, &sch)
 		if _, refused := AsRefusal(err); refused {
 			sch.LastMessage = fmt.Sprintf("fired at %s without a check: %v", now.Format(time.RFC3339), err)
 			return tx.PutDoc(KindSchedule, org, id, sch)
@@ -277,4 +275,20 @@ func (s *Store) DriftedStates(ctx context.Context) (map[string]int, error) {
 		})
 	})
 	return out, err
+}
+
+// queueDriftCheck queues the schedule's plan, marked as its drift check, on its runner. A runner
+// that is gone is a refusal the schedule notes (LastMessage), not an error of the sweep.
+func (s *Store) queueDriftCheck(tx Tx, org, id string, sch *api.Schedule) (*DeploymentRecord, error) {
+	var runner api.Runner
+	ok, err := tx.GetDoc(KindRunner, org, sch.RunnerID, &runner)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, Invalid("runner_id", "runner %q does not exist in organisation %q", sch.RunnerID, org)
+	}
+	d := api.Deployment{RunnerID: sch.RunnerID, Operation: api.OperationPlan, Variables: sch.Variables, StateKey: sch.StateKey,
+		TimeoutSeconds: cmp.Or(sch.TimeoutSeconds, runner.JobTimeoutSeconds), DriftCheck: true, ScheduleID: id}
+	return s.insertDeployment(tx, org, d, sch.Source)
 }

@@ -24,6 +24,9 @@ const (
 	AnnFencing      = "outpost.dev/fencing"
 	AnnStateKey     = "outpost.dev/state-key"
 	AnnStateNS      = "outpost.dev/state-namespace"
+	// AnnPlanOf names the plan deployment whose saved plan an apply runs (sealed), so the
+	// state backend still lets its job runner read the plan file after an agent restart.
+	AnnPlanOf       = "outpost.dev/plan-of"
 	AnnDeploymentID = "outpost.dev/deployment-id"
 	AnnCancel       = "outpost.dev/cancel-requested"
 	AnnStartupError = "outpost.dev/startup-failure"

@@ -208,6 +208,9 @@ func BuildJob(c *api.Claim, stateToken string, o PodOptions, now time.Time) (*ba
 	if ns := p.KubernetesStateNamespace(); ns != "" {
 		job.Annotations[AnnStateNS] = ns
 	}
+	if p.ApplyPlan != nil {
+		job.Annotations[AnnPlanOf] = p.ApplyPlan.DeploymentID
+	}
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(name, tokenDigest(c.JobToken)), Namespace: p.Job.Namespace, Labels: labels,
 			Annotations: map[string]string{AnnDeploymentID: c.DeploymentID}},

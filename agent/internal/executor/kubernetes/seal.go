@@ -47,12 +47,17 @@ func tokenDigest(token string) string {
 
 // sealedFields are what a Job's seal covers, in a fixed order.
 func sealedFields(j *batchv1.Job) []string {
-	return []string{
+	f := []string{
 		"job", j.Namespace, j.Name,
 		j.Labels[LabelManagedBy], j.Labels[LabelOrgID], j.Labels[LabelRunnerID], j.Labels[LabelDeploymentID], j.Labels[LabelAttempt],
 		j.Annotations[AnnDeploymentID], j.Annotations[AnnFencing], j.Annotations[AnnOperation],
 		j.Annotations[AnnStateKey], j.Annotations[AnnStateNS], j.Annotations[AnnClaimedAt], j.Annotations[AnnTokenSHA256],
 	}
+	// Only when set, so the seals of Jobs from before saved plans still hold.
+	if p, ok := j.Annotations[AnnPlanOf]; ok {
+		f = append(f, "plan-of", p)
+	}
+	return f
 }
 
 // macWith is the seal of fields under one key.

@@ -46,7 +46,7 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 		return executor.AttemptStatus{}, false
 	}
 	s := executor.AttemptStatus{DeploymentID: deploymentID, Attempt: attempt, StateKey: j.Annotations[AnnStateKey], StateNamespace: j.Annotations[AnnStateNS],
-		Operation: api.Operation(j.Annotations[AnnOperation]), Status: api.StatusClaimed}
+		Operation: api.Operation(j.Annotations[AnnOperation]), PlanOf: j.Annotations[AnnPlanOf], Status: api.StatusClaimed}
 	s.Fencing, _ = strconv.ParseInt(j.Annotations[AnnFencing], 10, 64)
 	if ev, ok := e.pendingEvent(j); ok {
 		s.PendingEvent = []byte(ev)

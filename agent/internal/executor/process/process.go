@@ -75,6 +75,7 @@ type claimRecord struct {
 	StateStorage   string    `json:"state_storage"`
 	StateNamespace string    `json:"state_namespace,omitempty"`
 	Operation      string    `json:"operation,omitempty"`
+	PlanOf         string    `json:"plan_of,omitempty"`
 	TimeoutSeconds int       `json:"timeout_seconds"`
 	ClaimedAt      time.Time `json:"claimed_at"`
 }
@@ -147,6 +148,9 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) e
 	rec := claimRecord{DeploymentID: c.DeploymentID, Attempt: c.Attempt, Fencing: c.Lease.Fencing, StateKey: p.StateKey,
 		StateStorage: p.StateStorage.Type, StateNamespace: p.KubernetesStateNamespace(), TimeoutSeconds: p.TimeoutSeconds,
 		Operation: string(p.Operation), ClaimedAt: time.Now().UTC()}
+	if p.ApplyPlan != nil {
+		rec.PlanOf = p.ApplyPlan.DeploymentID
+	}
 	data, _ := json.Marshal(rec)
 	if err := writeAtomic(filepath.Join(dir, claimFile), data); err != nil {
 		return fmt.Errorf("write claim record: %w", err)

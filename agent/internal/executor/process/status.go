@@ -41,7 +41,7 @@ func (e *Executor) status(dir string) (executor.AttemptStatus, bool) {
 		return executor.AttemptStatus{}, false
 	}
 	s := executor.AttemptStatus{DeploymentID: rec.DeploymentID, Attempt: rec.Attempt, Fencing: rec.Fencing, StateKey: rec.StateKey, StateNamespace: rec.StateNamespace,
-		Operation: api.Operation(rec.Operation), Status: api.StatusClaimed, ClaimedAt: rec.ClaimedAt}
+		Operation: api.Operation(rec.Operation), PlanOf: rec.PlanOf, Status: api.StatusClaimed, ClaimedAt: rec.ClaimedAt}
 	if b, err := os.ReadFile(filepath.Join(dir, pendingEventFile)); err == nil && len(b) > 0 {
 		s.PendingEvent = b
 	}

@@ -40,6 +40,7 @@ var (
 	BucketStates      = []byte("states")           // org/storage/state key → api.State
 	BucketSchedules   = []byte("schedules")        // org/schedule → api.Schedule
 	BucketDrifts      = []byte("drifts")           // org/storage/state key → api.Drift (drifted ones only)
+	BucketPlans       = []byte("plans")            // org/deployment → api.SavedPlan
 	BucketReplay      = []byte("replay")           // token id → expiry (unix nanos)
 	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
 	bStats            = []byte("stats")            // status → number of deployments in it
@@ -48,7 +49,7 @@ var (
 	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
-		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates, BucketSchedules, BucketDrifts,
+		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates, BucketSchedules, BucketDrifts, BucketPlans,
 		bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
@@ -212,6 +213,7 @@ func (t Tx) HasOrg(org string) (bool, error) {
 var docBuckets = map[store.DocKind][]byte{
 	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
 	store.KindSession: BucketSessions, store.KindState: BucketStates, store.KindSchedule: BucketSchedules, store.KindDrift: BucketDrifts,
+	store.KindPlan: BucketPlans,
 }
 
 // GetDoc implements store.Tx.

@@ -24,6 +24,7 @@ var docTables = map[store.DocKind]string{
 	store.KindSession:  "console_sessions",
 	store.KindState:    "states",
 	store.KindSchedule: "schedules", store.KindDrift: "drifts",
+	store.KindPlan: "plans",
 }
 
 // Writable implements store.Tx.
