@@ -53,6 +53,8 @@ tool "golang.org/x/tools@$XTOOLS_VERSION"
 tool "github.com/rhysd/actionlint@$ACTIONLINT_VERSION"
 tool "github.com/goreleaser/goreleaser/v2@$GORELEASER_VERSION"
 tool "github.com/sigstore/cosign/v3@$COSIGN_VERSION"
+# The drift test's hashicorp/local, built from its module (agent/e2e/drift_test.go, localProviderVersion).
+tool "github.com/hashicorp/terraform-provider-local@v1.4.0"
 
 if ((${#failed[@]} > 0)); then
 	echo "prefetch: could not download the modules of ${failed[*]}; the steps that need them will try again" >&2
