@@ -20,9 +20,9 @@ type OnDrift string
 const (
 	// OnDriftNone only marks the state key drifted.
 	OnDriftNone OnDrift = "none"
-	// OnDriftQueueApply is to queue an apply that needs approval. Approval of saved plans is
-	// not in this orchestrator yet, so it queues nothing and marks the state key like none;
-	// the check's message says so.
+	// OnDriftQueueApply makes each check a saved plan: one that finds drift is kept for review,
+	// and its apply, once approved, applies exactly that plan; one that finds nothing is
+	// discarded.
 	OnDriftQueueApply OnDrift = "queue_apply"
 )
 

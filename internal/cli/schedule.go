@@ -60,9 +60,10 @@ DIR is packed as for ` + "`outpost deploy`" + ` and kept with the schedule: ever
 packed source (create the schedule again to change it). With --git each check fetches the source.
 
 --cron takes five fields (minute hour day-of-month month day-of-week), six with seconds first,
-or @hourly, @daily, @every 30m; all in UTC. --on-drift queue_apply is accepted, but queues no
-apply yet: an apply queued on drift must wait for approval, which this orchestrator does not
-have yet; the schedule's last message says so when drift is found.`,
+or @hourly, @daily, @every 30m; all in UTC. --on-drift queue_apply makes each check a saved
+plan (a runner with a kubernetes state storage): one that finds drift is kept for review and the
+schedule's last message names it (outpost deployment approve, then apply-plan); one that finds
+nothing is discarded.`,
 		Example: `  outpost schedule create web-nightly ./infra --runner eu-1 --state-key apps/web --cron '0 3 * * *'
   outpost schedule create web-hourly --git https://github.com/acme/infra.git --path stacks/web \
       --runner eu-1 --state-key apps/web --cron @hourly --var-file prod.tfvars`,
@@ -112,7 +113,7 @@ have yet; the schedule's last message says so when drift is found.`,
 	f.StringVar(&o.runner, "runner", "", "runner the checks run on (default: the profile's runner)")
 	f.StringVar(&o.stateKey, "state-key", "", "the state to check (required)")
 	f.StringVar(&o.cron, "cron", "", "when to check, in UTC: '0 3 * * *', '*/30 * * * * *' (seconds first), @hourly (required)")
-	f.StringVar(&o.onDrift, "on-drift", string(api.OnDriftNone), "what drift does besides marking the state key: none, or queue_apply (queues nothing until approvals exist)")
+	f.StringVar(&o.onDrift, "on-drift", string(api.OnDriftNone), "what drift does besides marking the state key: none, or queue_apply (each check a saved plan, kept for approval when it finds drift)")
 	f.BoolVar(&o.disabled, "disabled", false, "create the schedule without firing it")
 	f.StringArrayVar(&o.vars, "var", nil, "set a Terraform variable: NAME=VALUE (repeatable)")
 	f.StringArrayVar(&o.varFiles, "var-file", nil, "read variables from a .tfvars, .json or .yaml file (repeatable; --var wins)")

@@ -101,8 +101,9 @@ func (r *scheduleResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			},
 			"on_drift": schema.StringAttribute{
 				MarkdownDescription: "What a check that finds drift does besides marking the state key: `none` (default), or `queue_apply`, " +
-					"which is to queue an apply that needs approval. Approval of saved plans is not in the orchestrator yet, so " +
-					"`queue_apply` queues nothing for now; the schedule's last message says so when drift is found.",
+					"which makes each check a saved plan (the runner needs a `kubernetes` state storage): a check that finds drift keeps its plan " +
+					"in the cluster for review and the schedule's last message names it; approved, its apply applies exactly that plan. " +
+					"A check that finds nothing discards its plan.",
 				Optional:   true,
 				Computed:   true,
 				Default:    stringdefault.StaticString(string(api.OnDriftNone)),

@@ -37,12 +37,17 @@ esac
 }
 
 // driftCheck has a schedule of the orchestrator (swept every 200 ms) queue one drift check and
-// returns it; the schedule is deleted so that it queues no more.
-func (h *harness) driftCheck() (*api.Deployment, string) {
+// returns it; the schedule is deleted so that it queues no more. onDrift is the schedule's
+// on_drift ("" for none).
+func (h *harness) driftCheck(onDrift ...api.OnDrift) *api.Deployment {
 	h.t.Helper()
 	ctx := context.Background()
-	sch, err := h.admin.CreateSchedule(ctx, api.ScheduleInput{ID: "drift", RunnerID: testRunner, StateKey: "fake", Cron: "* * * * * *",
-		Source: inlineSource(h.t, map[string]string{"main.tf": "# fake\n"})})
+	in := api.ScheduleInput{ID: "drift", RunnerID: testRunner, StateKey: "fake", Cron: "* * * * * *",
+		Source: inlineSource(h.t, map[string]string{"main.tf": "# fake\n"})}
+	if len(onDrift) > 0 {
+		in.OnDrift = onDrift[0]
+	}
+	sch, err := h.admin.CreateSchedule(ctx, in)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -57,7 +62,7 @@ func (h *harness) driftCheck() (*api.Deployment, string) {
 				if err := h.admin.DeleteSchedule(ctx, sch.ID); err != nil {
 					h.t.Fatal(err)
 				}
-				return &list[i], sch.ID
+				return &list[i]
 			}
 		}
 		if time.Now().After(deadline) {
@@ -82,7 +87,7 @@ func TestDriftCheckReportsThePlansExitCode(t *testing.T) {
 	} {
 		t.Run("plan exits "+strconv.Itoa(tc.planExit), func(t *testing.T) {
 			h := newHarness(t, fakeDriftCLI(t, tc.planExit))
-			d, _ := h.driftCheck()
+			d := h.driftCheck()
 			r := h.runJob(d, runOptions{})
 			if r.Code != tc.wantCode {
 				t.Fatalf("exit %d, want %d:\n%s", r.Code, tc.wantCode, r.Stdout)
@@ -105,6 +110,37 @@ func TestDriftCheckReportsThePlansExitCode(t *testing.T) {
 			}
 			if got := strings.Contains(r.Log, "drift check: "); got != tc.reported {
 				t.Errorf("reported %v, want %v:\n%s", got, tc.reported, r.Log)
+			}
+		})
+	}
+}
+
+// TestDriftCheckKeepsItsPlanForApproval: with on_drift queue_apply, a check that finds drift keeps
+// its own plan file with the state backend and uploads its summary, so the plan can be approved
+// and applied exactly; a check that finds nothing keeps no plan file.
+func TestDriftCheckKeepsItsPlanForApproval(t *testing.T) {
+	for _, drifted := range []bool{true, false} {
+		t.Run("drifted="+strconv.FormatBool(drifted), func(t *testing.T) {
+			exit := 0
+			if drifted {
+				exit = 2
+			}
+			h := newHarness(t, fakeDriftCLI(t, exit))
+			d := h.driftCheck(api.OnDriftQueueApply)
+			r := h.runJob(d, runOptions{})
+			if r.Code != 0 {
+				t.Fatalf("exit %d:\n%s", r.Code, r.Log)
+			}
+			kept := len(h.state.plan("fake")) > 0
+			p, err := h.admin.GetPlan(context.Background(), d.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case drifted && (!kept || p.Status != api.PlanReady || p.Summary == nil || p.Summary.ResourceChanges[0].Address != "local_file.f"):
+				t.Fatalf("after drift: plan file kept %v, plan %+v; want it kept and ready with its summary\n%s", kept, p, r.Log)
+			case !drifted && (kept || p.Status != api.PlanDiscarded):
+				t.Fatalf("without drift: plan file kept %v, plan %+v; want none kept and the plan discarded\n%s", kept, p, r.Log)
 			}
 		})
 	}

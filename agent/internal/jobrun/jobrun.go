@@ -306,7 +306,9 @@ func (j *attemptRun) run() int {
 	op := operationArgs(spec.Operation)
 	switch {
 	case spec.DriftCheck:
-		op = driftCheckArgs(workDir)
+		// With SavePlan (a schedule's on_drift queue_apply) the check's plan is the one kept
+		// for review when it finds drift.
+		op, planFile = driftCheckArgs(workDir), driftPlanFile(workDir)
 	case spec.SavePlan:
 		op = planArgs(planFile, spec.PlanDestroy)
 	case spec.ApplyPlan != "":
@@ -344,7 +346,7 @@ func (j *attemptRun) run() int {
 			return code
 		}
 	}
-	if spec.SavePlan {
+	if spec.SavePlan && (!spec.DriftCheck || drifted) {
 		if code := j.savePlan(spec, cli, cliPath, configDir, planFile, stateURL, env); code != 0 {
 			return code
 		}

@@ -213,17 +213,25 @@ func (s *Store) RecordDrift(ctx context.Context, c JobTokenPayload, rep api.Drif
 		} else {
 			err = tx.DeleteDoc(KindDrift, c.Org, stateDocID(st.ID, rec.D.StateKey))
 		}
-		if err != nil || rec.D.ScheduleID == "" {
+		if err != nil {
 			return err
+		}
+		if rec.D.SavePlan {
+			if err := settleDriftPlan(tx, c.Org, rec, rep.Drifted, s.TimeNow()); err != nil {
+				return err
+			}
+		}
+		if rec.D.ScheduleID == "" {
+			return nil
 		}
 		var sch api.Schedule
 		if ok, err := tx.GetDoc(KindSchedule, c.Org, rec.D.ScheduleID, &sch); err != nil || !ok {
 			return err
 		}
 		sch.LastCheck = &d
-		if rep.Drifted && sch.OnDrift == api.OnDriftQueueApply {
-			sch.LastMessage = "drift found; on_drift queue_apply queued no apply: an apply queued on drift must wait for approval, " +
-				"and approval of saved plans is not in this orchestrator yet. Review the summary and queue an apply yourself"
+		if rec.D.SavePlan && rep.Drifted {
+			sch.LastMessage = fmt.Sprintf("drift found; the check's plan %s is kept for review: approve it, then apply it "+
+				"(outpost deployment approve %s; outpost deployment apply-plan %s)", rec.D.ID, rec.D.ID, rec.D.ID)
 		}
 		return tx.PutDoc(KindSchedule, c.Org, rec.D.ScheduleID, sch)
 	})
@@ -290,5 +298,37 @@ func (s *Store) queueDriftCheck(tx Tx, org, id string, sch *api.Schedule) (*Depl
 	}
 	d := api.Deployment{RunnerID: sch.RunnerID, Operation: api.OperationPlan, Variables: sch.Variables, StateKey: sch.StateKey,
 		TimeoutSeconds: cmp.Or(sch.TimeoutSeconds, runner.JobTimeoutSeconds), DriftCheck: true, ScheduleID: id}
-	return s.insertDeployment(tx, org, d, sch.Source)
+	if sch.OnDrift == api.OnDriftQueueApply {
+		// The apply that drift queues is the check's own plan, saved for review: approved, it is
+		// applied exactly (POST …/deployments/{id}/apply), as every saved plan is.
+		st, err := getStorageTx(tx, org, runner.StateStorageID)
+		if err != nil {
+			return nil, err
+		}
+		if st.Type != api.StateStorageKubernetes {
+			return nil, Invalid("on_drift", "queue_apply keeps the drift check's plan for approval next to the state in the cluster, which only a kubernetes "+
+				"state storage has; runner %q keeps state in a %s state storage (%q): set on_drift to none, or use a runner with a kubernetes state storage",
+				sch.RunnerID, st.Type, st.ID)
+		}
+		d.SavePlan, d.PlanTTLSeconds = true, api.DefaultPlanTTLSeconds
+	}
+	rec, err := s.insertDeployment(tx, org, d, sch.Source)
+	if err != nil || !d.SavePlan {
+		return rec, err
+	}
+	return rec, tx.PutDoc(KindPlan, org, rec.D.ID, api.SavedPlan{DeploymentID: rec.D.ID, Status: api.PlanPending})
+}
+
+// settleDriftPlan ends the saved plan of a drift check that found nothing: there is nothing to
+// review or apply, and the job runner kept no plan file.
+func settleDriftPlan(tx Tx, org string, rec *DeploymentRecord, drifted bool, now time.Time) error {
+	if drifted {
+		return nil
+	}
+	var p api.SavedPlan
+	if ok, err := tx.GetDoc(KindPlan, org, rec.D.ID, &p); err != nil || !ok {
+		return err
+	}
+	p.Status, p.DiscardedBy, p.DiscardedAt = api.PlanDiscarded, "the drift check (no changes)", &now
+	return tx.PutDoc(KindPlan, org, rec.D.ID, p)
 }
