@@ -1,11 +1,16 @@
 package kubernetes
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 )
 
 // Each kind of pull failure gets the hint that says what to set: a refused login names the pull
@@ -87,6 +92,42 @@ func TestImagePullEvent(t *testing.T) {
 	} {
 		if got := imagePullEvent(tc.reason, tc.message); got != tc.want {
 			t.Errorf("imagePullEvent(%q, %q) = %v, want %v", tc.reason, tc.message, got, tc.want)
+		}
+	}
+}
+
+// The kubelet's terse "Failed: Error: ErrImagePull" comes a moment after the event that names the
+// image and the registry's answer; the reason is taken from the latter, so the first (and kept)
+// image_pull of an attempt says which image and why.
+func TestEventReasonSkipsTheTerseFailure(t *testing.T) {
+	t.Parallel()
+	const image = "registry.outpost.invalid/acme/no-such-image:1"
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "jobs"}}
+	at := func(s int) metav1.Time { return metav1.NewTime(time.Date(2026, 11, 27, 17, 0, s, 0, time.UTC)) }
+	ev := func(name, reason, msg string, s int) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "jobs"}, Type: corev1.EventTypeWarning,
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "p", Namespace: "jobs"}, Reason: reason, Message: msg, LastTimestamp: at(s)}
+	}
+	client := fake.NewClientset(
+		ev("a", "Failed", `Failed to pull image "`+image+`": failed to resolve reference: dial tcp: lookup registry.outpost.invalid: no such host`, 1),
+		ev("b", "Failed", "Error: ErrImagePull", 2))
+	e := New(Options{Client: client, PodOptions: opts, Logger: slog.New(slog.DiscardHandler)})
+	w := e.eventReason(t.Context(), pod, "jobs", "Pod", "p")
+	if w == nil || w.Reason != executor.ReasonImagePull || !strings.Contains(w.Message, image) || !strings.Contains(w.Detail, "no such host") {
+		t.Fatalf("waiting %+v; want image_pull naming the image and the registry's answer", w)
+	}
+	for _, tc := range []struct {
+		reason, msg string
+		terse       bool
+	}{
+		{"Failed", "Error: ErrImagePull", true},
+		{"Failed", "Error: ImagePullBackOff", true},
+		{"Failed", "Error: failed to create containerd task: OCI runtime create failed", false},
+		{"Failed", `Failed to pull image "x": not found`, false},
+		{"BackOff", "Error: ErrImagePull", false},
+	} {
+		if got := terseFailure(corev1.Event{Reason: tc.reason, Message: tc.msg}); got != tc.terse {
+			t.Errorf("terseFailure(%q, %q) = %v, want %v", tc.reason, tc.msg, got, tc.terse)
 		}
 	}
 }

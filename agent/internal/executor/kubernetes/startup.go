@@ -160,6 +160,15 @@ func imagePullEvent(reason, message string) bool {
 	return strings.Contains(m, "pull") || strings.Contains(m, "invalidimagename")
 }
 
+// terseFailure reports the kubelet's "Failed" events whose message is only a container's
+// waiting reason ("Error: ErrImagePull"): they come with, or just after, the event that says what
+// happened ("Failed to pull image …: 401 Unauthorized"), and the attempt's reason is kept from
+// the first event that names it, so the terse one must not be it.
+func terseFailure(ev corev1.Event) bool {
+	code, ok := strings.CutPrefix(ev.Message, "Error: ")
+	return ev.Reason == "Failed" && ok && code != "" && !strings.ContainsAny(code, " :")
+}
+
 // eventReason explains a start-up failure from the newest Warning event of an object; p is the
 // pod (nil for the Job), whose pull secrets an image pull failure's hint names. nil when the
 // object has no Warning event.
@@ -173,7 +182,7 @@ func (e *Executor) eventReason(ctx context.Context, p *corev1.Pod, ns, kind, nam
 	sort.Slice(items, func(a, b int) bool { return items[a].LastTimestamp.Before(&items[b].LastTimestamp) })
 	for i := len(items) - 1; i >= 0; i-- {
 		ev := items[i]
-		if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != kind || ev.InvolvedObject.Name != name {
+		if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Kind != kind || ev.InvolvedObject.Name != name || terseFailure(ev) {
 			continue
 		}
 		detail := ev.Reason + ": " + ev.Message
