@@ -18,9 +18,12 @@ import "fmt"
 //     reason). An orchestrator of version 2 refuses an event with those fields, so the agent's
 //     client leaves them out, folding detail into message, and the session sends no progress
 //     events until an answer chose 3 (ProtocolTimeline).
+//   - 5: a poll's answer may hand the agent state operations (state_operations), and the agent
+//     posts their results (POST /api/v1/agent/state-operations/{id}/result). The orchestrator
+//     offers them only to agents whose poll chose 5 (ProtocolStateOperations).
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 3
+	AgentProtocol = 5
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
 	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
@@ -29,6 +32,8 @@ const (
 	// ProtocolTimeline is the version that brought the timeline: step, detail and node on
 	// events, and progress events for each step and waiting reason.
 	ProtocolTimeline = 3
+	// ProtocolStateOperations is the version that brought state operations to poll answers.
+	ProtocolStateOperations = 5
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

@@ -229,7 +229,11 @@ var goSchemas = map[string]any{
 	"StateStorageInput": api.StateStorageInput{}, "StateStorageList": api.List[api.StateStorage]{},
 	"StateVersion": api.StateVersion{}, "StateLock": api.StateLock{}, "StateReport": api.StateReport{}, "StateLockBreak": api.StateLockBreak{},
 	"State": api.State{}, "StateList": api.List[api.State]{},
-	"Source": api.Source{}, "InlineSource": api.InlineSource{}, "GitSource": api.GitSource{},
+	"StateOperationRequest": api.StateOperationRequest{}, "StateOperation": api.StateOperation{}, "StateOperationList": api.List[api.StateOperation]{},
+	"StateOperationError": api.StateOperationError{}, "StateContents": api.StateContents{}, "StateOutputName": api.StateOutputName{},
+	"StateDiff": api.StateDiff{}, "StateRolledBack": api.StateRolledBack{}, "StateOperationOffer": api.StateOperationOffer{},
+	"StateOperationResult": api.StateOperationResult{},
+	"Source":               api.Source{}, "InlineSource": api.InlineSource{}, "GitSource": api.GitSource{},
 	"DeploymentInput": api.DeploymentInput{}, "Deployment": api.Deployment{}, "DeploymentList": api.List[api.Deployment]{},
 	"Output": api.Output{}, "Event": api.Event{}, "EventList": api.List[api.Event]{}, "LogChunk": api.LogChunk{},
 	"PollRequest": api.PollRequest{}, "HeldAttempt": api.HeldAttempt{}, "PollResponse": api.PollResponse{},
@@ -245,7 +249,7 @@ var goSchemas = map[string]any{
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.
 var nonStructSchemas = map[string]bool{
 	"Health": true, "Outputs": true, "Variables": true, "StateStorageType": true,
-	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true,
+	"Operation": true, "StateOperationKind": true, "StateOperationStatus": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true,
 }
 
 func TestOpenAPISchemasMatchWireTypes(t *testing.T) {

@@ -45,6 +45,11 @@ const (
 	// SessionScope and the SHA-256 of its cookie: every replica finds every session.
 	KindSession
 	KindState // api.State: a state's versions and lock as its agent reported them; id "<storage>/<key>"
+	// KindStateOperation is an api.StateOperation, id "sop-…".
+	KindStateOperation
+	// KindStateOperationQueue lists the state operations of one state storage that have not
+	// ended; id = the storage id.
+	KindStateOperationQueue
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.

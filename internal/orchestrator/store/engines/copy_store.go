@@ -21,7 +21,7 @@ import (
 
 // CopyCounts is what CopyStore copied.
 type CopyCounts struct {
-	Orgs, Runners, StateStorages, OrgTokens, Deployments, Sources, Outputs, Events, LogChunks, ReplayIDs, States int
+	Orgs, Runners, StateStorages, OrgTokens, Deployments, Sources, Outputs, Events, LogChunks, ReplayIDs, States, StateOperations, StateOperationQueues int
 }
 
 // CopyStore copies the bbolt database of a data directory into an empty PostgreSQL database, in
@@ -136,6 +136,8 @@ func copyAll(b *bbolt.Tx, tx *postgres.Tx, secret []byte, n *CopyCounts, progres
 		step("sources", &n.Sources, bolt.BucketSources, doc(store.KindSource)),
 		step("outputs", &n.Outputs, bolt.BucketOutputs, doc(store.KindOutputs)),
 		step("reported states", &n.States, bolt.BucketStates, doc(store.KindState)),
+		step("state operations", &n.StateOperations, bolt.BucketStateOperations, doc(store.KindStateOperation)),
+		step("state operation queues", &n.StateOperationQueues, bolt.BucketStateOperationQueues, doc(store.KindStateOperationQueue)),
 		step("events", &n.Events, bolt.BucketEvents, func(k, v []byte) error {
 			org, dep, rest, err := splitChildKey(k, 12)
 			if err != nil {

@@ -21,8 +21,9 @@ type Tx struct {
 
 var docTables = map[store.DocKind]string{
 	store.KindRunner: "runners", store.KindStorage: "state_storages", store.KindOrgToken: "org_tokens", store.KindSource: "sources", store.KindOutputs: "outputs",
-	store.KindSession: "console_sessions",
-	store.KindState:   "states",
+	store.KindSession:        "console_sessions",
+	store.KindState:          "states",
+	store.KindStateOperation: "state_operations", store.KindStateOperationQueue: "state_operation_queues",
 }
 
 // Writable implements store.Tx.
