@@ -254,10 +254,15 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 			Identity: cfg.Instance(), Elected: cfg.LeaderElection.Enabled, URL: cfg.APIURL, Logger: log})
 		recorder = p.connection
 	}
+	var ops session.StateOperations
+	if p.state != nil {
+		ops = p.state.Operations(orch)
+	}
 	p.session = session.New(session.Options{
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Connection: recorder, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait.Duration, CancelGrace: cfg.CancelGrace.Duration, FinalTimeout: cfg.ShutdownTimeout.Duration, NoStateBackend: noStateBackend,
+		StateOperations: ops,
 		LimitChanged: func(n int) {
 			limiter.SizeFor(n)
 			log.Info("Kubernetes client burst sized for the runner's max_concurrency", "max_concurrency", n, "burst", limiter.Burst(), "qps", limiter.QPS())

@@ -90,9 +90,17 @@ type Options struct {
 	// claim time (reason no_state_backend) with this text, instead of running a CLI that cannot
 	// reach its state.
 	NoStateBackend string
+	// StateOperations, when set, runs the state operations poll answers hand over (the state
+	// backend's statebackend.Operations); nil when the agent serves no state backend.
+	StateOperations StateOperations
 	// PollGap is the least time from a poll to the next when its answer brought nothing new
 	// (default minPollGap).
 	PollGap time.Duration
+}
+
+// StateOperations runs state operations; Offered returns at once.
+type StateOperations interface {
+	Offered(ctx context.Context, ops []api.StateOperationOffer)
 }
 
 // Session runs while this agent leads.
