@@ -254,7 +254,9 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 			Identity: cfg.Instance(), Elected: cfg.LeaderElection.Enabled, URL: cfg.APIURL, Logger: log})
 		recorder = p.connection
 	}
-	var ops session.StateOperations
+	// State operations the poll hands over are run by the state backend; an agent that serves
+	// none answers each with why, instead of letting it expire.
+	ops := statebackend.RefusedOperations(noStateBackend, orch, log)
 	if p.state != nil {
 		ops = p.state.Operations(orch)
 	}

@@ -73,6 +73,14 @@ func (s *Server) Operations(post OperationPoster) *Operations {
 	}, post, s.log)
 }
 
+// RefusedOperations answers every state operation as refused, saying why: the operations of an
+// agent that serves no state backend.
+func RefusedOperations(why string, post OperationPoster, log *slog.Logger) *Operations {
+	return NewOperations(func(string) (*Handler, error) {
+		return nil, &api.StateOperationError{Code: api.StateOpRefused, Message: "this agent serves no state backend: " + why}
+	}, post, log)
+}
+
 // Offered starts the operations of a poll answer that are new and returns at once.
 func (o *Operations) Offered(ctx context.Context, ops []api.StateOperationOffer) {
 	o.mu.Lock()
