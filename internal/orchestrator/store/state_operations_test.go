@@ -100,5 +100,19 @@ func TestStateOperations(t *testing.T) {
 		if _, err := s.GetStateOperation(ctx, "globex", op.ID); !refused(err, api.CodeNotFound) {
 			t.Errorf("another organisation reads the operation: %v", err)
 		}
+
+		// Deleting the storage deletes its operations and its queue.
+		if _, _, err := s.CreateStateOperation(ctx, "acme", "state", "stacks/a", api.StateOperationInput{Kind: api.StateOperationShow}, "admin"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteRunner(ctx, "acme", "r1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.DeleteStorage(ctx, "acme", "state"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetStateOperation(ctx, "acme", op.ID); !refused(err, api.CodeNotFound) {
+			t.Errorf("an operation of a deleted storage: %v, want not found", err)
+		}
 	})
 }
