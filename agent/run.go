@@ -255,13 +255,18 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 		recorder = p.connection
 	}
 	var plans session.PlanChecker
+	// State operations the poll hands over are run by the state backend; an agent that serves
+	// none answers each with why, instead of letting it expire.
+	ops := statebackend.RefusedOperations(noStateBackend, orch, log)
 	if p.state != nil {
 		plans = p.state
+		ops = p.state.Operations(orch)
 	}
 	p.session = session.New(session.Options{
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Connection: recorder, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait.Duration, CancelGrace: cfg.CancelGrace.Duration, FinalTimeout: cfg.ShutdownTimeout.Duration, NoStateBackend: noStateBackend, Plans: plans,
+		StateOperations: ops,
 		LimitChanged: func(n int) {
 			limiter.SizeFor(n)
 			log.Info("Kubernetes client burst sized for the runner's max_concurrency", "max_concurrency", n, "burst", limiter.Burst(), "qps", limiter.QPS())

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -167,5 +168,17 @@ func TestAgentWithoutStateBackendRefusesKubernetesState(t *testing.T) {
 	}
 	if got.StartedAt != nil {
 		t.Errorf("the refused attempt started its CLI at %s", got.StartedAt)
+	}
+	// A state operation is answered at once, refused with the same reason, not left to expire.
+	op, err := admin.CreateStateOperation(t.Context(), "s", api.StateOperationRequest{StateKey: "k", StateOperationInput: api.StateOperationInput{Kind: api.StateOperationShow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbed.WaitFor(t, 30*time.Second, "the state operation to end", func() (bool, string) {
+		op, err = admin.GetStateOperation(t.Context(), op.ID)
+		return err == nil && op.Status.Terminal(), fmt.Sprint(op.Status, err)
+	})
+	if op.Error == nil || op.Error.Code != api.StateOpRefused || !strings.Contains(op.Error.Message, "--kubeconfig") {
+		t.Errorf("state operation on an agent without a state backend: %+v, want refused naming --kubeconfig", op.Error)
 	}
 }

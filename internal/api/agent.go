@@ -54,6 +54,10 @@ type PollResponse struct {
 	// KeyFingerprints are the fingerprints of the runner's current public keys (not the
 	// retiring ones): the agent signs with the newest of its keys among them.
 	KeyFingerprints []string `json:"key_fingerprints,omitempty"`
+	// StateOperations are the state operations for the runner's state storage this agent is to
+	// run (protocol ProtocolStateOperations on): the queued ones, which the poll marks running
+	// for this runner, and the ones it took before and has not posted a result of yet.
+	StateOperations []StateOperationOffer `json:"state_operations,omitempty"`
 }
 
 // Offer is a queued attempt the agent may claim.

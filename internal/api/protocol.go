@@ -21,9 +21,12 @@ import "fmt"
 //   - 4: saved plans: a placement may say save_plan or apply_plan. An agent of version 3 would
 //     run a save_plan plan as a plain plan and an apply of a plan as a plain apply, so the
 //     orchestrator offers such deployments only to agents whose poll chose 4 (ProtocolSavedPlans).
+//   - 5: a poll's answer may hand the agent state operations (state_operations), and the agent
+//     posts their results (POST /api/v1/agent/state-operations/{id}/result). The orchestrator
+//     offers them only to agents whose poll chose 5 (ProtocolStateOperations).
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 4
+	AgentProtocol = 5
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
 	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
@@ -35,6 +38,8 @@ const (
 	// ProtocolSavedPlans is the version that brought saved plans: Placement.SavePlan and
 	// Placement.ApplyPlan.
 	ProtocolSavedPlans = 4
+	// ProtocolStateOperations is the version that brought state operations to poll answers.
+	ProtocolStateOperations = 5
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

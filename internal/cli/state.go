@@ -13,8 +13,8 @@ import (
 )
 
 // The states of kubernetes state storages, as their agents report them: each state's kept
-// versions (metadata only) and its lock holder. The contents stay in the cluster; the agent's
-// `outpost-agent state` commands show, diff and roll back versions there.
+// versions (metadata only) and its lock holder. The contents stay in the cluster: show, diff
+// and rollback (state_ops.go) are run there by the agent.
 
 func (a *app) stateCommand() *cobra.Command {
 	cmd := &cobra.Command{
@@ -30,7 +30,8 @@ Terraform is listed as DRIFTED, in any state storage; a later check without chan
 		GroupID: "deploy",
 		RunE:    groupRun,
 	}
-	cmd.AddCommand(a.stateListCommand(), a.stateVersionsCommand(), a.stateLockCommand())
+	cmd.AddCommand(a.stateListCommand(), a.stateVersionsCommand(), a.stateLockCommand(),
+		a.stateShowCommand(), a.stateDiffCommand(), a.stateRollbackCommand(), a.stateOperationCommand())
 	return cmd
 }
 
@@ -67,21 +68,48 @@ func (a *app) stateListCommand() *cobra.Command {
 }
 
 func (a *app) stateVersionsCommand() *cobra.Command {
-	return a.onState(&cobra.Command{
+	return &cobra.Command{
 		Use:     "versions STORAGE KEY",
-		Short:   "List the versions of a state kept in the cluster, newest first",
+		Short:   "List the versions of a state kept in the cluster, newest first, and who rolled it back",
 		Example: "  outpost state versions eu-1-states apps/web",
-	}, func(st *api.State) any { return st }, func(w io.Writer, now time.Time, st *api.State) {
-		rows := [][]string{{"GENERATION", "SERIAL", "RESOURCES", "SIZE", "WRITTEN BY", "WRITTEN", "HOW"}}
-		for _, v := range st.Versions {
-			rows = append(rows, []string{strconv.FormatInt(v.Generation, 10), strconv.FormatInt(v.Serial, 10), strconv.FormatInt(v.Resources, 10),
-				size(v.Size), writtenBy(v), ago(now, &v.WrittenAt), oneLine(orDash(v.Source), 60)})
-		}
-		table(w, rows)
-		if st.Lock != nil {
-			fmt.Fprintf(w, "\nLocked by %s.\n", lockHolder(now, st.Lock))
-		}
-	})
+		Args:    rangeArgs(2, 2, "a state storage id and a state key"),
+		RunE: a.run(func(ctx context.Context, s *session, args []string) error {
+			st, err := s.GetState(ctx, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			rollbacks, err := s.ListStateOperations(ctx, args[0], args[1], api.StateOperationRollback)
+			if err != nil {
+				return err
+			}
+			now := a.env.Now()
+			return a.print(st, func(w io.Writer) {
+				rows := [][]string{{"GENERATION", "SERIAL", "RESOURCES", "SIZE", "WRITTEN BY", "WRITTEN", "HOW"}}
+				for _, v := range st.Versions {
+					rows = append(rows, []string{strconv.FormatInt(v.Generation, 10), strconv.FormatInt(v.Serial, 10), strconv.FormatInt(v.Resources, 10),
+						size(v.Size), writtenBy(v), ago(now, &v.WrittenAt), oneLine(orDash(v.Source), 60)})
+				}
+				table(w, rows)
+				if st.Lock != nil {
+					fmt.Fprintf(w, "\nLocked by %s.\n", lockHolder(now, st.Lock))
+				}
+				if len(rollbacks) > 0 {
+					fmt.Fprintln(w, "\nRollbacks (outpost state operation ID shows one):")
+					rows := [][]string{{"OPERATION", "TO GENERATION", "STATUS", "ASKED BY", "WHEN", "REASON"}}
+					for _, op := range rollbacks {
+						status := string(op.Status)
+						if op.Rollback != nil {
+							status += fmt.Sprintf(" (wrote generation %d)", op.Rollback.Generation)
+						} else if op.Error != nil {
+							status += " (" + string(op.Error.Code) + ")"
+						}
+						rows = append(rows, []string{op.ID, strconv.FormatInt(op.Generation, 10), status, op.RequestedBy, ago(now, &op.CreatedAt), oneLine(op.Reason, 60)})
+					}
+					table(w, rows)
+				}
+			})
+		}),
+	}
 }
 
 func (a *app) stateLockCommand() *cobra.Command {

@@ -40,3 +40,43 @@ func TestStateVersionsAndLock(t *testing.T) {
 	h.expect(cli.ExitError, []string{"state", "list", "nowhere"}, "state storage nowhere does not exist")
 	h.expect(cli.ExitUsage, []string{"state", "lock", "eu-1-states"}, "a state storage id and a state key")
 }
+
+// TestStateOperationCommands: show, diff and rollback wait for the agent's answer (here an
+// agent that polls and answers over the real agent API) and say the outcome in the exit code:
+// 0 done, 3 failed (with the error's code and message), 1 when --timeout passes first, 2 for a
+// rollback without --reason.
+func TestStateOperationCommands(t *testing.T) {
+	h := configured(t)
+	ag := clienttest.Register(t, h.admin(), h.inst.URL, "eu-1")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	answer := make(chan api.StateOperationResult, 4)
+	go func() {
+		for ctx.Err() == nil {
+			resp, err := ag.Client().Poll(ctx, api.PollRequest{AgentVersion: "test", Instance: "a", Held: []api.HeldAttempt{}, WaitSeconds: 1})
+			if err != nil || len(resp.StateOperations) == 0 {
+				continue
+			}
+			select {
+			case res := <-answer:
+				_, _ = ag.Client().StateOperationResult(ctx, resp.StateOperations[0].ID, res)
+			case <-ctx.Done():
+			}
+		}
+	}()
+	answer <- api.StateOperationResult{Status: api.StateOperationDone, StateOperationOutcome: api.StateOperationOutcome{Show: &api.StateContents{
+		Generation: 4, Serial: 9, Resources: []string{"terraform_data.a"}, Outputs: []api.StateOutputName{{Name: "token", Sensitive: true}}}}}
+	h.expect(cli.ExitOK, []string{"state", "show", "eu-1-states", "apps/web"}, "generation 4 (serial 9", "terraform_data.a", "token (sensitive)")
+	answer <- api.StateOperationResult{Status: api.StateOperationFailed, StateOperationOutcome: api.StateOperationOutcome{Error: &api.StateOperationError{
+		Code: api.StateOpLocked, Message: "state \"apps/web\" is locked by deployment dep-9 attempt 1"}}}
+	h.expect(cli.ExitFailed, []string{"state", "rollback", "eu-1-states", "apps/web", "3", "--reason", "bad apply"}, "failed (locked)", "dep-9 attempt 1")
+	h.expect(cli.ExitUsage, []string{"state", "rollback", "eu-1-states", "apps/web", "3"}, "--reason is required")
+	h.expect(cli.ExitUsage, []string{"state", "diff", "eu-1-states", "apps/web", "3", "x"}, "a generation is a positive number")
+	// Nobody answers this one within the timeout.
+	h.expect(cli.ExitError, []string{"state", "diff", "eu-1-states", "apps/web", "3", "4", "--timeout", "1s"}, "is still running after 1s", "outpost state operation sop-")
+	if err := ag.Client().ReportStates(ctx, api.StateReport{Namespace: "outpost-states", States: []api.ReportedState{{StateKey: "apps/web",
+		Versions: []api.StateVersion{{Generation: 4, Serial: 9, WrittenAt: time.Now()}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.expect(cli.ExitOK, []string{"state", "versions", "eu-1-states", "apps/web"}, "Rollbacks", "failed (locked)", "bad apply", "admin")
+}

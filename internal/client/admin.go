@@ -112,6 +112,30 @@ func (c *AdminClient) GetState(ctx context.Context, storageID, key string) (*api
 	return roundTrip[api.State](ctx, c.t, call{method: http.MethodGet, path: c.path("state-storages", storageID, "states") + "/" + key, retryable: retry.Idempotent}, nil)
 }
 
+// CreateStateOperation asks for a show, diff or rollback of a state of a kubernetes state
+// storage. The agent that serves the storage runs it; GetStateOperation reads its outcome.
+func (c *AdminClient) CreateStateOperation(ctx context.Context, storageID string, in api.StateOperationRequest) (*api.StateOperation, error) {
+	return roundTrip[api.StateOperation](ctx, c.t, call{method: http.MethodPost, path: c.path("state-storages", storageID, "operations"), retryable: retry.Unapplied}, in)
+}
+
+// GetStateOperation reads a state operation: its status and, once ended, its result.
+func (c *AdminClient) GetStateOperation(ctx context.Context, id string) (*api.StateOperation, error) {
+	return roundTrip[api.StateOperation](ctx, c.t, call{method: http.MethodGet, path: c.path("state-operations", id), retryable: retry.Idempotent}, nil)
+}
+
+// ListStateOperations lists the operations on a state storage, newest first: of one state key
+// and one kind when they are not empty.
+func (c *AdminClient) ListStateOperations(ctx context.Context, storageID, key string, kind api.StateOperationKind) ([]api.StateOperation, error) {
+	q := url.Values{}
+	if key != "" {
+		q.Set("state_key", key)
+	}
+	if kind != "" {
+		q.Set("kind", string(kind))
+	}
+	return items(roundTrip[api.List[api.StateOperation]](ctx, c.t, call{method: http.MethodGet, path: c.path("state-storages", storageID, "operations"), query: q, retryable: retry.Idempotent}, nil))
+}
+
 // CreateDeployment queues a deployment on a runner.
 func (c *AdminClient) CreateDeployment(ctx context.Context, in api.DeploymentInput) (*api.Deployment, error) {
 	return roundTrip[api.Deployment](ctx, c.t, call{method: http.MethodPost, path: c.path("deployments"), retryable: retry.Unapplied}, in)

@@ -95,6 +95,12 @@ func (c *AgentClient) ReportStates(ctx context.Context, rep api.StateReport) err
 	return c.t.do(ctx, call{method: http.MethodPost, path: "/api/v1/agent/states", body: b, contentType: "application/json", retryable: retry.Idempotent})
 }
 
+// StateOperationResult posts the result of a state operation the agent ran: names only, never
+// a value of the state. A result posted again is harmless: the orchestrator keeps the first.
+func (c *AgentClient) StateOperationResult(ctx context.Context, id string, res api.StateOperationResult) (*api.StateOperation, error) {
+	return roundTrip[api.StateOperation](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/state-operations/" + url.PathEscape(id) + "/result", retryable: retry.Idempotent}, res)
+}
+
 // Event sends an event about an attempt; events are idempotent by (deployment, attempt, seq).
 // Until a poll answer chose api.ProtocolTimeline, the event goes in the older shape (without
 // step, detail and node; detail folded into message), which an older orchestrator takes.

@@ -317,6 +317,28 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 		t.Fatalf("deleted schedule: %v, want ErrNotFound", err)
 	}
 
+	// A state operation: asked for, taken by the agent's poll, answered, read back.
+	sop, err := admin.CreateStateOperation(ctx, "k8s", api.StateOperationRequest{StateKey: "team/app",
+		StateOperationInput: api.StateOperationInput{Kind: api.StateOperationDiff, Generation: 1, ToGeneration: 2}})
+	if err != nil || sop.Status != api.StateOperationQueued {
+		t.Fatalf("create state operation: %+v, %v", sop, err)
+	}
+	polled, err := agent.Poll(ctx, api.PollRequest{AgentVersion: "test-1", Instance: "agent-0", Held: []api.HeldAttempt{}})
+	if err != nil || len(polled.StateOperations) != 1 || polled.StateOperations[0].ID != sop.ID || polled.StateOperations[0].Namespace != "outpost-state" {
+		t.Fatalf("poll with a state operation: %+v, %v", polled, err)
+	}
+	diff := &api.StateDiff{From: 1, To: 2, FromSerial: 3, ToSerial: 4, Added: []string{"terraform_data.c"}, Removed: []string{}, Changed: []string{},
+		OutputsAdded: []string{}, OutputsRemoved: []string{}, OutputsChanged: []string{}}
+	if _, err := agent.StateOperationResult(ctx, sop.ID, api.StateOperationResult{Status: api.StateOperationDone, StateOperationOutcome: api.StateOperationOutcome{Diff: diff}}); err != nil {
+		t.Fatalf("state operation result: %v", err)
+	}
+	if got, err := admin.GetStateOperation(ctx, sop.ID); err != nil || got.Status != api.StateOperationDone || got.Diff == nil || got.Diff.Added[0] != "terraform_data.c" {
+		t.Fatalf("get state operation: %+v, %v", got, err)
+	}
+	if list, err := admin.ListStateOperations(ctx, "k8s", "team/app", api.StateOperationDiff); err != nil || len(list) != 1 {
+		t.Fatalf("list state operations: %+v, %v", list, err)
+	}
+
 	// Admin reads of the finished deployment.
 	got, err := admin.GetDeployment(ctx, dep.ID)
 	if err != nil || got.Status != api.StatusSucceeded || got.ExitCode == nil || *got.ExitCode != 0 || got.StartedAt == nil || got.FinishedAt == nil ||

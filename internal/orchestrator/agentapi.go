@@ -108,12 +108,20 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 			if err != nil {
 				return
 			}
+			// State operations go only to agents whose protocol knows them.
+			var ops []api.StateOperationOffer
+			var taken int
+			if protocol >= api.ProtocolStateOperations {
+				if ops, taken, err = s.store.TakeStateOperations(r.Context(), c.agent); err != nil {
+					return
+				}
+			}
 			directives := append(append([]api.Directive{}, forget...), a.Cancels...)
-			if a.Queued > 0 || len(directives) > 0 || a.MoveKey || last {
+			if a.Queued > 0 || len(directives) > 0 || a.MoveKey || taken > 0 || last {
 				writeJSON(w, http.StatusOK, api.PollResponse{
 					Offers: a.Offers, Directives: directives, MaxConcurrency: a.MaxConcurrency, ServerTime: s.store.TimeNow(),
 					Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
-					KeyFingerprints: keyFingerprintsFor(protocol, a.KeyFingerprints),
+					KeyFingerprints: keyFingerprintsFor(protocol, a.KeyFingerprints), StateOperations: ops,
 				})
 				answered = true
 			}

@@ -232,6 +232,10 @@ var goSchemas = map[string]any{
 	"SavedPlan": api.SavedPlan{}, "PlanRef": api.PlanRef{}, "PlanSummary": api.PlanSummary{}, "PlanCounts": api.PlanCounts{},
 	"ResourceChange": api.ResourceChange{}, "OutputChange": api.OutputChange{},
 	"Source": api.Source{}, "InlineSource": api.InlineSource{}, "GitSource": api.GitSource{},
+	"StateOperationRequest": api.StateOperationRequest{}, "StateOperation": api.StateOperation{}, "StateOperationList": api.List[api.StateOperation]{},
+	"StateOperationError": api.StateOperationError{}, "StateContents": api.StateContents{}, "StateOutputName": api.StateOutputName{},
+	"StateDiff": api.StateDiff{}, "StateRolledBack": api.StateRolledBack{}, "StateOperationOffer": api.StateOperationOffer{},
+	"StateOperationResult": api.StateOperationResult{},
 	"DeploymentInput": api.DeploymentInput{}, "Deployment": api.Deployment{}, "DeploymentList": api.List[api.Deployment]{},
 	"Output": api.Output{}, "Event": api.Event{}, "EventList": api.List[api.Event]{}, "LogChunk": api.LogChunk{},
 	"PollRequest": api.PollRequest{}, "HeldAttempt": api.HeldAttempt{}, "PollResponse": api.PollResponse{},
@@ -249,7 +253,7 @@ var goSchemas = map[string]any{
 // Schemas without properties of a Go struct: maps, enums and the tiny ops bodies.
 var nonStructSchemas = map[string]bool{
 	"Health": true, "Outputs": true, "Variables": true, "StateStorageType": true,
-	"Operation": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true,
+	"Operation": true, "StateOperationKind": true, "StateOperationStatus": true, "DeploymentStatus": true, "EventType": true, "DirectiveType": true, "Step": true, "Reason": true,
 	"OnDrift": true, "PlanAction": true,
 }
 

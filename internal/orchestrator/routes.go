@@ -42,6 +42,9 @@ func (s *Server) routeTable() []route {
 		admin("DELETE "+orgs+"/state-storages/{id}", bodyNone, 0, s.deleteStorage),
 		admin("GET "+orgs+"/state-storages/{id}/states", bodyNone, 0, s.listStates),
 		admin("GET "+orgs+"/state-storages/{id}/states/{key...}", bodyNone, 0, s.getState),
+		admin("POST "+orgs+"/state-storages/{id}/operations", bodyJSON, limitDefault, s.createStateOperation),
+		admin("GET "+orgs+"/state-storages/{id}/operations", bodyNone, 0, s.listStateOperations),
+		admin("GET "+orgs+"/state-operations/{id}", bodyNone, 0, s.getStateOperation),
 
 		creating(admin("POST "+orgs+"/deployments", bodyJSON, limitDeployment, s.createDeployment)),
 		admin("GET "+orgs+"/deployments", bodyNone, 0, s.listDeployments),
@@ -69,6 +72,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /api/v1/agent/deployments/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},
 		{pattern: "POST /api/v1/agent/deployments/{id}/events", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.event},
 		{pattern: "POST /api/v1/agent/states", auth: authAgent, body: bodyJSON, limit: limitStateReport, h: s.reportStates},
+		{pattern: "POST /api/v1/agent/state-operations/{id}/result", auth: authAgent, body: bodyJSON, limit: limitStateReport, h: s.stateOperationResult},
 
 		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
 		{pattern: "POST /api/v1/job/logs", auth: authJob, body: bodyOctet, limit: limitLogAppend, h: s.appendLog},

@@ -107,6 +107,9 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			s.o.LimitChanged(limit)
 		}
 		s.directives(ctx, resp.Directives)
+		if len(resp.StateOperations) > 0 && s.o.StateOperations != nil {
+			s.o.StateOperations.Offered(ctx, resp.StateOperations)
+		}
 		fresh := s.freshDirectives(resp.Directives)
 		taken, repeated := s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
 		if (taken > 0 || repeated) && s.awaitClaims(ctx, taken > 0, s.o.PollGap) {

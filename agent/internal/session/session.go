@@ -99,9 +99,17 @@ type Options struct {
 	// Plans checks the saved plan of an apply before the attempt starts (the state backend's
 	// Server); nil when the agent serves no state backend.
 	Plans PlanChecker
+	// StateOperations, when set, runs the state operations poll answers hand over (the state
+	// backend's statebackend.Operations); nil when the agent serves no state backend.
+	StateOperations StateOperations
 	// PollGap is the least time from a poll to the next when its answer brought nothing new
 	// (default minPollGap).
 	PollGap time.Duration
+}
+
+// StateOperations runs state operations; Offered returns at once.
+type StateOperations interface {
+	Offered(ctx context.Context, ops []api.StateOperationOffer)
 }
 
 // Session runs while this agent leads.

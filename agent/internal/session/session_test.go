@@ -922,3 +922,38 @@ func TestAClaimedAttemptIsNotStartedAgainWhenReoffered(t *testing.T) {
 		t.Errorf("the attempt was started %d times (%v), want once", len(ex.starts), ex.starts)
 	}
 }
+
+// stateOpsOrch answers every poll at once with a state operation.
+type stateOpsOrch struct{ fakeOrch }
+
+func (o *stateOpsOrch) Poll(ctx context.Context, req api.PollRequest) (*api.PollResponse, error) {
+	return &api.PollResponse{MaxConcurrency: 1, Protocol: api.ProtocolStateOperations,
+		StateOperations: []api.StateOperationOffer{{ID: "sop-a", Namespace: "states", StateKey: "k", StateOperationInput: api.StateOperationInput{Kind: api.StateOperationShow}}}}, nil
+}
+
+type offeredOps struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (o *offeredOps) Offered(_ context.Context, ops []api.StateOperationOffer) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, op := range ops {
+		o.ids = append(o.ids, op.ID)
+	}
+}
+
+// The state operations of a poll answer go to Options.StateOperations (the state backend runs
+// them); a session without one ignores them.
+func TestStateOperationsAreHandedOver(t *testing.T) {
+	ops := &offeredOps{}
+	s := New(Options{Client: &stateOpsOrch{}, Executor: newFakeExec(), Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", StateOperations: ops, PollGap: 10 * time.Millisecond})
+	stop := run(t, s)
+	waitFor(t, "the state operation handed over", func() bool { ops.mu.Lock(); defer ops.mu.Unlock(); return len(ops.ids) > 0 && ops.ids[0] == "sop-a" })
+	stop()
+	s = New(Options{Client: &stateOpsOrch{}, Executor: newFakeExec(), Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", PollGap: 10 * time.Millisecond})
+	stop = run(t, s)
+	time.Sleep(50 * time.Millisecond)
+	stop()
+}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
@@ -202,7 +203,7 @@ func (h *Handler) reportedState(ctx context.Context, key string) (api.ReportedSt
 		dep, attempt := parseHolder(g.Writer)
 		out.Versions = append(out.Versions, api.StateVersion{
 			Generation: g.Generation, Serial: g.Serial, Lineage: g.Lineage, Size: g.Size, Resources: g.Resources,
-			DeploymentID: dep, Attempt: attempt, Source: g.Source, WrittenAt: g.UpdatedAt,
+			DeploymentID: dep, Attempt: attempt, Source: truncate(g.Source, maxReportedText), WrittenAt: g.UpdatedAt,
 		})
 	}
 	held, brk, err := h.store.LockRecord(ctx, key)
@@ -213,14 +214,37 @@ func (h *Handler) reportedState(ctx context.Context, key string) (api.ReportedSt
 		out.LastLockBreak = &api.StateLockBreak{Holder: brk.Holder, Pod: brk.Pod, By: brk.By, Reason: brk.Reason, At: brk.At, Live: brk.Live}
 	}
 	if held != nil {
-		dep, attempt := parseHolder(held.Info.Holder)
-		out.Lock = &api.StateLock{
-			DeploymentID: dep, Attempt: attempt, Pod: held.Info.Pod, Holder: held.Info.Holder,
-			Operation:  knownOperation(held.Info.Operation),
-			AcquiredAt: held.AcquireTime, ExpiresAt: held.Expires(),
-		}
+		out.Lock = reportedLock(held)
 	}
 	return out, nil
+}
+
+// reportedLock is what the orchestrator may know of a held lock: its holder, never the CLI's
+// free-text lock info.
+func reportedLock(held *statestore.HeldLock) *api.StateLock {
+	dep, attempt := parseHolder(held.Info.Holder)
+	return &api.StateLock{
+		DeploymentID: dep, Attempt: attempt, Pod: held.Info.Pod, Holder: truncate(held.Info.Holder, maxReportedText),
+		Operation:  knownOperation(held.Info.Operation),
+		AcquiredAt: held.AcquireTime, ExpiresAt: held.Expires(),
+	}
+}
+
+// maxReportedText is the most bytes of a text field of a state report the orchestrator takes
+// (api.StateReport.Validate): a rollback's source holds the operator's reason, which may be
+// longer.
+const maxReportedText = 256
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n-len("…")]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
 }
 
 // parseHolder reads the deployment and attempt out of a holder or writer "job/<id>/<attempt>"

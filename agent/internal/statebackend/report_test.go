@@ -57,15 +57,24 @@ func slicesClone(in [][]byte) [][]byte { return append([][]byte(nil), in...) }
 // client: a kubernetes state storage over the env's namespace and a runner whose key signs.
 func reportingEnv(t *testing.T, sopts statestore.Options) (*env, *wireRecorder, *client.AdminClient, *orchestratortest.Instance) {
 	t.Helper()
+	e, rec, admin, o, _ := reportingEnvVia(t, sopts, func(o *orchestratortest.Instance) string { return o.URL })
+	return e, rec, admin, o
+}
+
+// reportingEnvVia is reportingEnv whose clients reach the orchestrator at the URL front gives
+// (a recording proxy in front of it); it also returns the agent's client.
+func reportingEnvVia(t *testing.T, sopts statestore.Options, front func(*orchestratortest.Instance) string) (*env, *wireRecorder, *client.AdminClient, *orchestratortest.Instance, *client.AgentClient) {
+	t.Helper()
 	o := orchestratortest.Start(t)
-	admin, err := client.NewAdminClient(o.URL, testOrg, o.AdminToken)
+	apiURL := front(o)
+	admin, err := client.NewAdminClient(apiURL, testOrg, o.AdminToken)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pub, priv, _ := keys.Generate()
 	pubPEM, _ := keys.EncodePublicPEM(pub)
 	rec := &wireRecorder{next: http.DefaultTransport}
-	agent, err := client.NewAgentClient(o.URL, agentauth.NewSigner(testOrg, "r1", priv), client.WithHTTPClient(&http.Client{Transport: rec}))
+	agent, err := client.NewAgentClient(apiURL, agentauth.NewSigner(testOrg, "r1", priv), client.WithHTTPClient(&http.Client{Transport: rec}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +89,7 @@ func reportingEnv(t *testing.T, sopts statestore.Options) (*env, *wireRecorder, 
 		Job: api.RunnerJob{Namespace: "outpost-jobs", ServiceAccount: "outpost-job"}}); err != nil {
 		t.Fatal(err)
 	}
-	return e, rec, admin, o
+	return e, rec, admin, o, agent
 }
 
 // waitReported polls the orchestrator until key's newest reported version has serial.
@@ -164,6 +173,13 @@ output "o" {
 			t.Errorf("a request to the orchestrator holds state contents: %s", body)
 		}
 	}
+	checkDataDirLacks(t, o, marker)
+}
+
+// checkDataDirLacks fails the test for every file of the orchestrator's data directory that
+// holds marker.
+func checkDataDirLacks(t *testing.T, o *orchestratortest.Instance, marker string) {
+	t.Helper()
 	if err := filepath.WalkDir(o.DataDir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

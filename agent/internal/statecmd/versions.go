@@ -2,11 +2,8 @@ package statecmd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -18,98 +15,14 @@ import (
 // cluster, and print names only: resource instance addresses and output names, never an
 // attribute or output value, so their output can go into a ticket or a chat.
 
-// stateNames is what show prints of one version.
-type stateNames struct {
-	Generation int64        `json:"generation"`
-	Serial     int64        `json:"serial"`
-	Lineage    string       `json:"lineage,omitempty"`
-	Resources  []string     `json:"resources"`
-	Outputs    []outputName `json:"outputs"`
-	// instances holds each resource instance's JSON, to tell changed ones apart in a diff.
-	instances map[string]string
-	outputs   map[string]string
-}
-
-type outputName struct {
-	Name      string `json:"name"`
-	Sensitive bool   `json:"sensitive,omitempty"`
-}
-
-// stateDoc is the part of a Terraform/OpenTofu state document show and diff read.
-type stateDoc struct {
-	Resources []struct {
-		Module    string            `json:"module"`
-		Mode      string            `json:"mode"`
-		Type      string            `json:"type"`
-		Name      string            `json:"name"`
-		Instances []json.RawMessage `json:"instances"`
-	} `json:"resources"`
-	Outputs map[string]struct {
-		Sensitive bool            `json:"sensitive"`
-		Value     json.RawMessage `json:"value"`
-	} `json:"outputs"`
-}
-
-// readNames reads one version (the current one when gen is 0) and names what it holds.
-func (c *stateCmd) readNames(ctx context.Context, gen int64) (*stateNames, error) {
-	var data []byte
-	var g statestore.Generation
-	var err error
-	if gen > 0 {
-		data, g, err = c.store.ReadGeneration(ctx, c.key, gen)
-	} else {
-		data, g, err = c.store.Read(ctx, c.key)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if g.ClientEncrypted {
-		return nil, fmt.Errorf("state %q generation %d is encrypted by OpenTofu: its contents cannot be read here", c.key, g.Generation)
-	}
-	var doc stateDoc
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("state %q generation %d: %w", c.key, g.Generation, err)
-	}
-	n := &stateNames{Generation: g.Generation, Serial: g.Serial, Lineage: g.Lineage, Resources: []string{}, Outputs: []outputName{},
-		instances: map[string]string{}, outputs: map[string]string{}}
-	for _, r := range doc.Resources {
-		addr := r.Type + "." + r.Name
-		if r.Mode == "data" {
-			addr = "data." + addr
-		}
-		if r.Module != "" {
-			addr = r.Module + "." + addr
-		}
-		for _, raw := range r.Instances {
-			var inst struct {
-				IndexKey json.RawMessage `json:"index_key"`
-			}
-			_ = json.Unmarshal(raw, &inst)
-			a := addr
-			if len(inst.IndexKey) > 0 && string(inst.IndexKey) != "null" {
-				a += "[" + string(inst.IndexKey) + "]"
-			}
-			n.Resources = append(n.Resources, a)
-			n.instances[a] = string(raw)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(doc.Outputs)) {
-		o := doc.Outputs[name]
-		n.Outputs = append(n.Outputs, outputName{Name: name, Sensitive: o.Sensitive})
-		n.outputs[name] = string(o.Value)
-	}
-	slices.Sort(n.Resources)
-	return n, nil
-}
-
 // show prints the resource instances and outputs of a version by name.
 func (c *stateCmd) show(ctx context.Context) error {
-	n, err := c.readNames(ctx, c.opts.generation)
+	n, err := c.store.Contents(ctx, c.key, c.opts.generation)
 	if err != nil {
 		return err
 	}
 	if c.opts.json {
-		return c.printJSON(n)
+		return c.printJSON(n.StateContents)
 	}
 	fmt.Fprintf(c.out, "state %q generation %d (serial %d, lineage %s): %d resource instances, %d outputs\n",
 		c.key, n.Generation, n.Serial, orDash(n.Lineage), len(n.Resources), len(n.Outputs))
@@ -129,27 +42,18 @@ func (c *stateCmd) show(ctx context.Context) error {
 	return nil
 }
 
-// versionDiff is what diff prints: names only.
-type versionDiff struct {
-	From, To                                     int64
-	Added, Removed, Changed                      []string
-	OutputsAdded, OutputsRemoved, OutputsChanged []string
-}
-
 // diff names the resource instances and outputs added, removed and changed from one version to
 // another.
 func (c *stateCmd) diff(ctx context.Context) error {
-	a, err := c.readNames(ctx, c.opts.generation)
+	a, err := c.store.Contents(ctx, c.key, c.opts.generation)
 	if err != nil {
 		return err
 	}
-	b, err := c.readNames(ctx, c.opts.to)
+	b, err := c.store.Contents(ctx, c.key, c.opts.to)
 	if err != nil {
 		return err
 	}
-	d := versionDiff{From: a.Generation, To: b.Generation}
-	d.Added, d.Removed, d.Changed = compare(a.instances, b.instances)
-	d.OutputsAdded, d.OutputsRemoved, d.OutputsChanged = compare(a.outputs, b.outputs)
+	d := statestore.Diff(a, b)
 	if c.opts.json {
 		return c.printJSON(d)
 	}
@@ -167,25 +71,6 @@ func (c *stateCmd) diff(ctx context.Context) error {
 		}
 	}
 	return tw.Flush()
-}
-
-// compare names the keys only in b (added), only in a (removed) and in both with other values.
-func compare(a, b map[string]string) (added, removed, changed []string) {
-	added, removed, changed = []string{}, []string{}, []string{}
-	for _, k := range slices.Sorted(maps.Keys(b)) {
-		switch va, ok := a[k]; {
-		case !ok:
-			added = append(added, k)
-		case va != b[k]:
-			changed = append(changed, k)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(a)) {
-		if _, ok := b[k]; !ok {
-			removed = append(removed, k)
-		}
-	}
-	return added, removed, changed
 }
 
 // rollback writes an old version back as the newest, under the lock, recording who and why.

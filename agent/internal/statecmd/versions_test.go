@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -69,7 +70,7 @@ func TestShowDiffRollbackAndBreak(t *testing.T) {
 			t.Errorf("show lacks %q:\n%s", want, out)
 		}
 	}
-	var d versionDiff
+	var d api.StateDiff
 	if err := json.Unmarshal([]byte(run(exitOK, "diff", key, "1", "2", "--json")), &d); err != nil {
 		t.Fatal(err)
 	}

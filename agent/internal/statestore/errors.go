@@ -45,6 +45,9 @@ var (
 	// ErrEncryption: the state is encrypted with a key this Store does not have (or it is
 	// encrypted and the Store has no key at all).
 	ErrEncryption = errors.New("state encryption key unavailable")
+	// ErrClientEncrypted: the state is an OpenTofu client-side encryption envelope, so its
+	// contents (and its serial) cannot be read in the cluster.
+	ErrClientEncrypted = errors.New("state is encrypted by OpenTofu")
 	// ErrKeyCollision: two different keys hash to the same object name. With 160 bits of hash
 	// this is not expected to happen; it is checked so that it could never go unnoticed.
 	ErrKeyCollision = errors.New("state key hash collision")

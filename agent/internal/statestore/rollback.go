@@ -36,7 +36,7 @@ func (s *Store) Rollback(ctx context.Context, key string, gen int64, o RollbackO
 		return Generation{}, err
 	}
 	if cur[0].ClientEncrypted {
-		return Generation{}, fmt.Errorf("state %q is encrypted by OpenTofu (no serial in clear); roll it back with `restore`", key)
+		return Generation{}, fmt.Errorf("state %q: %w (no serial in clear); roll it back with `outpost-agent state restore`", key, ErrClientEncrypted)
 	}
 	body, err := withSerial(old, cur[0].Serial+1)
 	if err != nil {

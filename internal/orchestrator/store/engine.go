@@ -51,6 +51,11 @@ const (
 	// changes deletes it, so the kind holds only the drifted ones.
 	KindDrift
 	KindPlan // api.SavedPlan of a plan deployment with save_plan; id the deployment's
+	// KindStateOperation is an api.StateOperation, id "sop-…".
+	KindStateOperation
+	// KindStateOperationQueue lists the state operations of one state storage that have not
+	// ended; id = the storage id.
+	KindStateOperationQueue
 )
 
 // PurgeStageKind names a part of ended deployments that retention deletes.

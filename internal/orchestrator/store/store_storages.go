@@ -66,6 +66,9 @@ func (s *Store) DeleteStorage(ctx context.Context, org, id string) error {
 			sort.Strings(users)
 			return conflict("state storage %q is used by runner(s) %s; point them at another state storage or delete them first", id, strings.Join(users, ", "))
 		}
+		if err := deleteStateOperationsTx(tx, org, id); err != nil {
+			return err
+		}
 		if err := deleteStatesTx(tx, org, id); err != nil {
 			return err
 		}

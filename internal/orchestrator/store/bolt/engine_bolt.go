@@ -25,32 +25,36 @@ const DBFile = "orchestrator.db"
 // Bucket names. Keys are "org/id" (ids are DNS-1123 labels, so '/' never occurs inside one);
 // ordered indexes append big-endian numbers so that bbolt's byte order is the wanted order.
 var (
-	BucketMeta        = []byte("meta")             // "schema" → version ("secret" of older versions: LegacySecret)
-	BucketOrgs        = []byte("orgs")             // org → orgRecord
-	BucketRunners     = []byte("runners")          // org/runner → api.Runner (status fields persisted, Connected computed)
-	BucketStorages    = []byte("storages")         // org/storage → api.StateStorage
-	BucketDeployments = []byte("deployments")      // org/deployment → store.DeploymentRecord (without source)
-	BucketSources     = []byte("sources")          // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
-	bDeploymentSeq    = []byte("deployment_seq")   // org/ + seq → deployment id (list order)
-	bQueue            = []byte("queue")            // org/runner/ + seq → deployment id (queued deployments, oldest first)
-	bLeased           = []byte("leased")           // org/runner/deployment → "" (deployments holding a job lease)
-	BucketEvents      = []byte("events")           // org/deployment/ + attempt + seq → api.Event
-	BucketLogs        = []byte("logs")             // org/deployment/ + stored offset → bytes of one append
-	BucketOutputs     = []byte("outputs")          // org/deployment → api.Outputs
-	BucketStates      = []byte("states")           // org/storage/state key → api.State
-	BucketSchedules   = []byte("schedules")        // org/schedule → api.Schedule
-	BucketDrifts      = []byte("drifts")           // org/storage/state key → api.Drift (drifted ones only)
-	BucketPlans       = []byte("plans")            // org/deployment → api.SavedPlan
-	BucketReplay      = []byte("replay")           // token id → expiry (unix nanos)
-	bReplayEx         = []byte("replay_ex")        // expiry + token id → "" (purge order)
-	bStats            = []byte("stats")            // status → number of deployments in it
-	BucketOrgTokens   = []byte("org_tokens")       // org/token id → store.OrgTokenRecord
-	BucketSessions    = []byte("console_sessions") // "/" + session hash → store.SessionRecord
-	bOrgTokenHashes   = []byte("org_token_hashes") // SHA-256 of a token → org/token id
+	BucketMeta        = []byte("meta")           // "schema" → version ("secret" of older versions: LegacySecret)
+	BucketOrgs        = []byte("orgs")           // org → orgRecord
+	BucketRunners     = []byte("runners")        // org/runner → api.Runner (status fields persisted, Connected computed)
+	BucketStorages    = []byte("storages")       // org/storage → api.StateStorage
+	BucketDeployments = []byte("deployments")    // org/deployment → store.DeploymentRecord (without source)
+	BucketSources     = []byte("sources")        // org/deployment → api.Source (kept apart: it can be 16 MiB and records change often)
+	bDeploymentSeq    = []byte("deployment_seq") // org/ + seq → deployment id (list order)
+	bQueue            = []byte("queue")          // org/runner/ + seq → deployment id (queued deployments, oldest first)
+	bLeased           = []byte("leased")         // org/runner/deployment → "" (deployments holding a job lease)
+	BucketEvents      = []byte("events")         // org/deployment/ + attempt + seq → api.Event
+	BucketLogs        = []byte("logs")           // org/deployment/ + stored offset → bytes of one append
+	BucketOutputs     = []byte("outputs")        // org/deployment → api.Outputs
+	BucketStates      = []byte("states")         // org/storage/state key → api.State
+	// BucketStateOperations: org/operation id → api.StateOperation; BucketStateOperationQueues:
+	// org/storage id → the ids of its operations that have not ended.
+	BucketStateOperations      = []byte("state_operations")
+	BucketStateOperationQueues = []byte("state_operation_queues")
+	BucketSchedules            = []byte("schedules")        // org/schedule → api.Schedule
+	BucketDrifts               = []byte("drifts")           // org/storage/state key → api.Drift (drifted ones only)
+	BucketPlans                = []byte("plans")            // org/deployment → api.SavedPlan
+	BucketReplay               = []byte("replay")           // token id → expiry (unix nanos)
+	bReplayEx                  = []byte("replay_ex")        // expiry + token id → "" (purge order)
+	bStats                     = []byte("stats")            // status → number of deployments in it
+	BucketOrgTokens            = []byte("org_tokens")       // org/token id → store.OrgTokenRecord
+	BucketSessions             = []byte("console_sessions") // "/" + session hash → store.SessionRecord
+	bOrgTokenHashes            = []byte("org_token_hashes") // SHA-256 of a token → org/token id
 
 	allBuckets = [][]byte{BucketMeta, BucketOrgs, BucketRunners, BucketStorages, BucketDeployments, BucketSources, bDeploymentSeq, bQueue, bLeased,
 		BucketEvents, BucketLogs, BucketOutputs, BucketReplay, bReplayEx, bStats, BucketOrgTokens, bOrgTokenHashes, BucketSessions, BucketStates, BucketSchedules, BucketDrifts, BucketPlans,
-		bPurgeSources, bPurgeLogs, bPurgeDeployments}
+		BucketStateOperations, BucketStateOperationQueues, bPurgeSources, bPurgeLogs, bPurgeDeployments}
 )
 
 // schemaVersion is the layout of the database. Version 1 (a development layout before the
@@ -213,7 +217,8 @@ func (t Tx) HasOrg(org string) (bool, error) {
 var docBuckets = map[store.DocKind][]byte{
 	store.KindRunner: BucketRunners, store.KindStorage: BucketStorages, store.KindOrgToken: BucketOrgTokens, store.KindSource: BucketSources, store.KindOutputs: BucketOutputs,
 	store.KindSession: BucketSessions, store.KindState: BucketStates, store.KindSchedule: BucketSchedules, store.KindDrift: BucketDrifts,
-	store.KindPlan: BucketPlans,
+	store.KindPlan:           BucketPlans,
+	store.KindStateOperation: BucketStateOperations, store.KindStateOperationQueue: BucketStateOperationQueues,
 }
 
 // GetDoc implements store.Tx.

@@ -21,7 +21,7 @@ import (
 
 // CopyCounts is what CopyStore copied.
 type CopyCounts struct {
-	Orgs, Runners, StateStorages, OrgTokens, Deployments, Sources, Outputs, Events, LogChunks, ReplayIDs, States, Schedules, Drifts, Plans int
+	Orgs, Runners, StateStorages, OrgTokens, Deployments, Sources, Outputs, Events, LogChunks, ReplayIDs, States, Schedules, Drifts, Plans, StateOperations, StateOperationQueues int
 }
 
 // CopyStore copies the bbolt database of a data directory into an empty PostgreSQL database, in
@@ -139,6 +139,8 @@ func copyAll(b *bbolt.Tx, tx *postgres.Tx, secret []byte, n *CopyCounts, progres
 		step("schedules", &n.Schedules, bolt.BucketSchedules, doc(store.KindSchedule)),
 		step("drift marks", &n.Drifts, bolt.BucketDrifts, doc(store.KindDrift)),
 		step("saved plans", &n.Plans, bolt.BucketPlans, doc(store.KindPlan)),
+		step("state operations", &n.StateOperations, bolt.BucketStateOperations, doc(store.KindStateOperation)),
+		step("state operation queues", &n.StateOperationQueues, bolt.BucketStateOperationQueues, doc(store.KindStateOperationQueue)),
 		step("events", &n.Events, bolt.BucketEvents, func(k, v []byte) error {
 			org, dep, rest, err := splitChildKey(k, 12)
 			if err != nil {

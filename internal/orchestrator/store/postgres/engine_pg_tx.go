@@ -24,7 +24,8 @@ var docTables = map[store.DocKind]string{
 	store.KindSession:  "console_sessions",
 	store.KindState:    "states",
 	store.KindSchedule: "schedules", store.KindDrift: "drifts",
-	store.KindPlan: "plans",
+	store.KindPlan:           "plans",
+	store.KindStateOperation: "state_operations", store.KindStateOperationQueue: "state_operation_queues",
 }
 
 // Writable implements store.Tx.
