@@ -118,6 +118,9 @@ type Placement struct {
 	StateStorage   StateStorage `json:"state_storage"`
 	TimeoutSeconds int          `json:"timeout_seconds"`
 	Job            RunnerJob    `json:"job"`
+	// Traceparent is the W3C traceparent of the deployment's enqueue span, when the orchestrator
+	// traces: the agent's spans of the attempt nest under it. Empty otherwise.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // KubernetesStateNamespace is the namespace of the placement's kubernetes state storage, or ""

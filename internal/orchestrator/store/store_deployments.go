@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // DeploymentRecord is a deployment as stored: the public view plus the job lease bookkeeping the
@@ -26,6 +27,9 @@ type DeploymentRecord struct {
 	// LogCommitted is the log offset of the current grant as the writer counts it: bytes
 	// dropped beyond the cap are counted, so the writer never has to know about the cap.
 	LogCommitted int64 `json:"log_committed"`
+	// Traceparent is the W3C traceparent of the enqueue span, handed to the agent with every
+	// claim (api.Placement.Traceparent); empty when the enqueue was not traced.
+	Traceparent string `json:"traceparent,omitempty"`
 
 	// What the record looked like when loaded, so saveDeployment can keep indexes and counters
 	// right.
@@ -128,6 +132,10 @@ func (s *Store) CreateDeployment(ctx context.Context, org string, in api.Deploym
 			StateKey: in.StateKey, TimeoutSeconds: timeout, Status: api.StatusQueued, Attempt: 1,
 			CreatedAt: now,
 		}}
+		// The enqueue's span, when traced, is the parent of everything the deployment does.
+		if tp := tracing.Traceparent(ctx); tp != "" {
+			rec.Traceparent, rec.D.TraceID = tp, tracing.TraceID(tp)
+		}
 		if err := tx.EnsureOrg(org, now); err != nil {
 			return err
 		}
