@@ -56,45 +56,9 @@ func TestProcessExecutorTrace(t *testing.T) {
 		t.Errorf("the deployment's trace id is %q after it ran, %q at the enqueue", got.TraceID, d.TraceID)
 	}
 	_ = tp.Shutdown(t.Context()) // exports the enqueue's span now
-	spans := col.WaitTrace(t, d.TraceID, traceWant(tracing.SpanStartProcess, api.OperationApply), 30*time.Second)
+	spans := col.WaitTrace(t, d.TraceID, tracingtest.DeploymentTrace(tracing.SpanStartProcess, string(api.OperationApply)), 30*time.Second)
 	t.Logf("trace %s, %d spans:\n%s", d.TraceID, len(spans), tracingtest.Tree(spans))
-	checkCLIRuns(t, spans, 3)
-}
-
-// checkCLIRuns checks that OpenTofu's root spans are exactly the CLI runs of the job runner's
-// phases (init, the operation, output): no process the job runner starts joins the trace
-// elsewhere.
-func checkCLIRuns(t *testing.T, spans []tracingtest.Span, want int) {
-	t.Helper()
-	n := 0
-	for _, s := range spans {
-		if s.Name == "tofu" {
-			n++
-		}
-	}
-	if n != want {
-		t.Errorf("%d OpenTofu runs in the trace, want %d (init, the operation, output):\n%s", n, want, tracingtest.Tree(spans))
-	}
-}
-
-// traceWant is one deployment's trace: the orchestrator's enqueue at the root, the agent's claim
-// and its start of the attempt (start, the executor's span), the job runner's run and phases,
-// and OpenTofu's own spans under the phases that ran it.
-func traceWant(start string, op api.Operation) []tracingtest.Want {
-	const orch, agent, job, tofu = "outpost-orchestrator", "outpost-agent", "outpost-job", "OpenTofu CLI"
-	return []tracingtest.Want{
-		{Name: tracing.SpanEnqueue, Service: orch},
-		{Name: tracing.SpanClaim, Service: agent, Parent: tracing.SpanEnqueue},
-		{Name: start, Service: agent, Parent: tracing.SpanClaim},
-		{Name: tracing.SpanJob, Service: job, Parent: start},
-		{Name: tracing.SpanFetchSpec, Service: job, Parent: tracing.SpanJob},
-		{Name: tracing.SpanFetchSource, Service: job, Parent: tracing.SpanJob},
-		{Name: tracing.SpanInit, Service: job, Parent: tracing.SpanJob},
-		{Name: string(op), Service: job, Parent: tracing.SpanJob},
-		{Name: tracing.SpanOutputs, Service: job, Parent: tracing.SpanJob},
-		{Name: "tofu", Service: tofu, Parent: tracing.SpanInit},
-		{Name: "tofu", Service: tofu, Parent: string(op)},
-		{Name: "tofu", Service: tofu, Parent: tracing.SpanOutputs},
-		{Name: "Apply phase", Service: tofu, Parent: "tofu"},
+	if err := tracingtest.CLIRuns(spans, "tofu", 3); err != nil {
+		t.Error(err)
 	}
 }

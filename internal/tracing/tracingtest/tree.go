@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // Want is one span a trace must hold: its name, the service that sent it, and the name of its
@@ -89,4 +91,51 @@ func (c *Collector) WaitTrace(t testing.TB, traceID string, want []Want, timeout
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// The services of one deployment's trace, as the resource's service.name names them.
+const (
+	ServiceOrchestrator = "outpost-orchestrator"
+	ServiceAgent        = "outpost-agent"
+	ServiceJob          = "outpost-job"
+	// ServiceOpenTofu is OpenTofu's own service name (seen from 1.10.6).
+	ServiceOpenTofu = "OpenTofu CLI"
+)
+
+// DeploymentTrace is the tree of one deployment of operation op (apply or destroy) run with
+// OpenTofu: the orchestrator's enqueue at the root, the agent's claim and its start of the
+// attempt (start: the executor's span, tracing.SpanCreateJob or SpanStartProcess), the job
+// runner's run and phases, and OpenTofu's own spans under the phases that ran it.
+func DeploymentTrace(start, op string) []Want {
+	return []Want{
+		{Name: tracing.SpanEnqueue, Service: ServiceOrchestrator},
+		{Name: tracing.SpanClaim, Service: ServiceAgent, Parent: tracing.SpanEnqueue},
+		{Name: start, Service: ServiceAgent, Parent: tracing.SpanClaim},
+		{Name: tracing.SpanJob, Service: ServiceJob, Parent: start},
+		{Name: tracing.SpanFetchSpec, Service: ServiceJob, Parent: tracing.SpanJob},
+		{Name: tracing.SpanFetchSource, Service: ServiceJob, Parent: tracing.SpanJob},
+		{Name: tracing.SpanInit, Service: ServiceJob, Parent: tracing.SpanJob},
+		{Name: op, Service: ServiceJob, Parent: tracing.SpanJob},
+		{Name: tracing.SpanOutputs, Service: ServiceJob, Parent: tracing.SpanJob},
+		{Name: "tofu", Service: ServiceOpenTofu, Parent: tracing.SpanInit},
+		{Name: "tofu", Service: ServiceOpenTofu, Parent: op},
+		{Name: "tofu", Service: ServiceOpenTofu, Parent: tracing.SpanOutputs},
+		{Name: "Apply phase", Service: ServiceOpenTofu, Parent: "tofu"},
+	}
+}
+
+// CLIRuns checks that the CLI's root spans (named root) are exactly want, the CLI runs of the
+// job runner's phases (init, the operation, output): no other process the job runner starts
+// joins the trace.
+func CLIRuns(spans []Span, root string, want int) error {
+	n := 0
+	for _, s := range spans {
+		if s.Name == root {
+			n++
+		}
+	}
+	if n != want {
+		return fmt.Errorf("%d %s runs in the trace, want %d (init, the operation, output):\n%s", n, root, want, Tree(spans))
+	}
+	return nil
 }
