@@ -271,7 +271,7 @@ func (j *attemptRun) run() int {
 	}
 	stateURL := j.cfg.StateURL
 	if spec.StateStorage.Type == api.StateStorageKubernetes && stateURL != "" {
-		proxy, err := startStateProxy(netCtx, stateURL, cmp.Or(j.cfg.StateCA, j.caPEM), j.out)
+		proxy, err := startStateProxy(netCtx, stateURL, cmp.Or(j.cfg.StateCA, j.caPEM), j.out, j.trace.stateWrites)
 		if err != nil {
 			return j.fail("start the state proxy: %v", err)
 		}

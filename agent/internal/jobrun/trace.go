@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -24,6 +26,9 @@ type jobTrace struct {
 	tracer   trace.Tracer
 	ctx      context.Context // holds the run's span
 	span     trace.Span
+	// current holds the span of the phase running now (the run's between phases): the parent
+	// of the state writes the CLI makes through the state proxy.
+	current atomic.Pointer[context.Context]
 }
 
 // takeTraceparent takes TRACEPARENT out of the job runner's environment, which every process it
@@ -56,6 +61,7 @@ func startJobTrace(ctx context.Context, getenv func(string) string, log io.Write
 	}
 	t := &jobTrace{settings: s, provider: p, tracer: p.Tracer("github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobrun")}
 	t.ctx, t.span = t.tracer.Start(tracing.WithTraceparent(context.Background(), getenv(tracing.EnvTraceparent)), tracing.SpanJob)
+	t.current.Store(&t.ctx)
 	return t
 }
 
@@ -69,7 +75,9 @@ func (t *jobTrace) describe(spec *api.JobSpec) {
 // outcome (a nil error and exit code 0 is success).
 func (t *jobTrace) phase(name string) (context.Context, func(code int, err error)) {
 	ctx, span := t.tracer.Start(t.ctx, name)
+	t.current.Store(&ctx)
 	return ctx, func(code int, err error) {
+		t.current.Store(&t.ctx)
 		switch {
 		case err != nil:
 			span.SetStatus(codes.Error, err.Error())
@@ -82,6 +90,41 @@ func (t *jobTrace) phase(name string) (context.Context, func(code int, err error
 		span.End()
 	}
 }
+
+// stateWrites wraps the state proxy's handler: each state write (the http backend's POST) is a
+// span under the phase that made it, with the answer's status. Reads and lock calls are not
+// timed: a run makes many, and the CLI's own spans cover them.
+func (t *jobTrace) stateWrites(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			next.ServeHTTP(w, r)
+			return
+		}
+		_, span := t.tracer.Start(*t.current.Load(), tracing.SpanStateWrite, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.Int64("http.request.body.size", r.ContentLength)))
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		span.SetAttributes(attribute.Int("http.response.status_code", sw.status))
+		if sw.status >= http.StatusBadRequest {
+			span.SetStatus(codes.Error, http.StatusText(sw.status))
+		}
+		span.End()
+	})
+}
+
+// statusWriter notes the status of an answer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // cliEnv are the tracing variables of a CLI run in the phase of ctx: its spans nest under the
 // phase. With tracing off, TRACEPARENT is blanked, so the CLI never joins the trace of the

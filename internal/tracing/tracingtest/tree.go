@@ -117,6 +117,7 @@ func DeploymentTrace(start, op string) []Want {
 		{Name: tracing.SpanInit, Service: ServiceJob, Parent: tracing.SpanJob},
 		{Name: op, Service: ServiceJob, Parent: tracing.SpanJob},
 		{Name: tracing.SpanOutputs, Service: ServiceJob, Parent: tracing.SpanJob},
+		{Name: tracing.SpanStateWrite, Service: ServiceJob, Parent: op},
 		{Name: "tofu", Service: ServiceOpenTofu, Parent: tracing.SpanInit},
 		{Name: "tofu", Service: ServiceOpenTofu, Parent: op},
 		{Name: "tofu", Service: ServiceOpenTofu, Parent: tracing.SpanOutputs},
