@@ -78,3 +78,20 @@ func TestTraceparentRoundTrip(t *testing.T) {
 		t.Fatalf("ChildEnv = %v", env)
 	}
 }
+
+// TestOffCostsOneContext: an untraced step (the no-op tracer, attributes built only for a
+// recording span, as Outpost's spans do) costs one context value and no export.
+func TestOffCostsOneContext(t *testing.T) {
+	tracer := Off().Tracer("t")
+	ctx := context.Background()
+	allocs := testing.AllocsPerRun(1000, func() {
+		_, span := tracer.Start(ctx, SpanEnqueue)
+		if span.IsRecording() {
+			t.Fatal("the no-op span records")
+		}
+		span.End()
+	})
+	if allocs > 1 {
+		t.Fatalf("%.0f allocations per untraced span, want at most 1 (the context holding it)", allocs)
+	}
+}

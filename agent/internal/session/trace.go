@@ -19,8 +19,10 @@ import (
 // traces at all.
 func (s *Session) claimSpan(ctx context.Context, c *api.Claim, from time.Time) (context.Context, trace.Span) {
 	tracer := s.o.TracerProvider.Tracer("github.com/outpost-dev/terraform-provider-outpost/agent/internal/session")
-	return tracer.Start(tracing.WithTraceparent(ctx, c.Placement.Traceparent), tracing.SpanClaim,
-		trace.WithTimestamp(from), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-			attribute.String(tracing.AttrDeployment, c.DeploymentID), attribute.Int(tracing.AttrAttempt, c.Attempt),
-			attribute.String(tracing.AttrOperation, string(c.Placement.Operation))))
+	ctx, span := tracer.Start(tracing.WithTraceparent(ctx, c.Placement.Traceparent), tracing.SpanClaim, trace.WithTimestamp(from))
+	if span.IsRecording() { // untraced, nothing is built for the no-op span
+		span.SetAttributes(attribute.String(tracing.AttrDeployment, c.DeploymentID), attribute.Int(tracing.AttrAttempt, c.Attempt),
+			attribute.String(tracing.AttrOperation, string(c.Placement.Operation)))
+	}
+	return ctx, span
 }

@@ -25,9 +25,12 @@ type Tracing struct {
 // createSpan starts the span of one Job's creation, under the claim's span in ctx.
 func (e *Executor) createSpan(ctx context.Context, c *api.Claim) (context.Context, trace.Span) {
 	tracer := tracing.OrOff(e.o.Tracing.Provider).Tracer("github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes")
-	return tracer.Start(ctx, tracing.SpanCreateJob, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String(tracing.AttrDeployment, c.DeploymentID), attribute.Int(tracing.AttrAttempt, c.Attempt),
-		attribute.String(tracing.AttrJob, JobName(c.DeploymentID, c.Attempt))))
+	ctx, span := tracer.Start(ctx, tracing.SpanCreateJob)
+	if span.IsRecording() { // untraced, nothing is built for the no-op span
+		span.SetAttributes(attribute.String(tracing.AttrDeployment, c.DeploymentID), attribute.Int(tracing.AttrAttempt, c.Attempt),
+			attribute.String(tracing.AttrJob, JobName(c.DeploymentID, c.Attempt)))
+	}
+	return ctx, span
 }
 
 // addTraceEnv sets main's tracing variables (NAME=value pairs, tracing.ChildEnv): the job
