@@ -140,7 +140,14 @@ func run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		_ = g.Wait()
 		return err
 	}
-	p, err := assemble(cfg, log, kube, limiter, readiness, m, ring, stls)
+	traces, stopTracing, err := startTracing(ctx, cfg, log)
+	if err != nil {
+		cancel()
+		_ = g.Wait()
+		return err
+	}
+	defer stopTracing()
+	p, err := assemble(cfg, log, kube, limiter, readiness, m, ring, stls, traces)
 	if err != nil {
 		cancel()
 		_ = g.Wait()
@@ -218,7 +225,7 @@ type parts struct {
 }
 
 // assemble builds the parts that need the runner's key; nothing runs yet.
-func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, ring *keyring.Ring, stls *stateTLS) (*parts, error) {
+func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, limiter *kubeclient.Limiter, readiness *health.State, m *metrics.Metrics, ring *keyring.Ring, stls *stateTLS, traces kubeexec.Tracing) (*parts, error) {
 	signer := agentauth.NewSigner(cfg.OrgID, cfg.RunnerID, ring.Keys()...)
 	httpClient, _, err := client.NewHTTPClient(cfg.CABundleFile, orchestratorTimeout)
 	if err != nil {
@@ -232,7 +239,7 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 	if err != nil {
 		return nil, err
 	}
-	exec, err := newExecutor(cfg, kube, log, ring.Current(), stls.caPEM())
+	exec, err := newExecutor(cfg, kube, log, ring.Current(), stls.caPEM(), traces)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +273,7 @@ func assemble(cfg *config.Config, log *slog.Logger, kube kubeclient.Interface, l
 		Client: orch, Executor: exec, Tokens: tokens, Metrics: m, Health: readiness, Connection: recorder, Logger: log,
 		Instance: cfg.Instance(), Version: config.Version, MaxConcurrency: cfg.MaxConcurrency,
 		PollWait: cfg.PollWait.Duration, CancelGrace: cfg.CancelGrace.Duration, FinalTimeout: cfg.ShutdownTimeout.Duration, NoStateBackend: noStateBackend, Plans: plans,
-		StateOperations: ops,
+		StateOperations: ops, TracerProvider: traces.Provider,
 		LimitChanged: func(n int) {
 			limiter.SizeFor(n)
 			log.Info("Kubernetes client burst sized for the runner's max_concurrency", "max_concurrency", n, "burst", limiter.Burst(), "qps", limiter.QPS())
@@ -330,15 +337,17 @@ func newStateServer(cfg *config.Config, kube kubeclient.Interface, tokens *jobto
 
 // newExecutor builds the executor from its section of the configuration, adding the runtime
 // parts and the settings it shares with the rest of the agent.
-func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey, stateCA string) (runnable, error) {
+func newExecutor(cfg *config.Config, kube kubeclient.Interface, log *slog.Logger, key ed25519.PrivateKey, stateCA string, traces kubeexec.Tracing) (runnable, error) {
 	if cfg.Executor == config.ExecutorProcess {
 		o := cfg.Process
 		o.APIURL, o.InsecureAllowHTTP, o.StateURL, o.StateCA, o.CLI, o.CABundle, o.Logger = cfg.APIURL, cfg.InsecureAllowHTTP, cfg.State.URL, stateCA, cfg.CLI, cfg.CABundleFile, log
+		o.Traces, o.TracerProvider = traces.Settings, traces.Provider
 		return process.New(o)
 	}
 	o := cfg.Jobs.Options
 	o.Client, o.Logger, o.OrgID, o.SealKey = kube, log, cfg.OrgID, kubeexec.SealKey(key)
 	o.RunnerID, o.APIURL, o.InsecureAllowHTTP, o.StateURL, o.StateCA, o.CLI, o.CancelGrace = cfg.RunnerID, cfg.APIURL, cfg.InsecureAllowHTTP, cfg.State.URL, stateCA, cfg.CLI, cfg.CancelGrace.Duration
+	o.Tracing = traces
 	return kubeexec.New(o), nil
 }
 

@@ -142,10 +142,14 @@ jobs:
 state: {limits: {maxBodyBytes: 134217728}, tls: {enabled: false}, versions: {keep: 25, maxAge: 720h}}
 kubeClient: {qps: 20.5, burst: 40}
 extraEnv: [{name: AWS_REGION, value: eu-west-1}]
+tracing: {endpoint: "http://otel-collector.observability:4318"}
 `)
 	c := r.agentConfig(t)
 	if err := c.Validate(); err != nil {
 		t.Errorf("the agent refuses the configuration: %v", err)
+	}
+	if c.Tracing.Endpoint != "http://otel-collector.observability:4318" {
+		t.Errorf("tracing.endpoint = %q", c.Tracing.Endpoint)
 	}
 	j := c.Jobs
 	if got := j.Resources.Limits[corev1.ResourceMemory]; !got.Equal(resource.MustParse("3Gi")) || !j.Resources.Requests.Cpu().Equal(resource.MustParse("1")) {

@@ -35,6 +35,10 @@ type options struct {
 	limits                                                                   orchestrator.HTTPLimits
 	retention                                                                store.Retention
 	printVersion                                                             bool
+
+	// traceEndpoint is the OTLP/HTTP collector traces go to (tracing.Resolve); empty leaves it to
+	// the standard OTEL_* variables, and tracing is off when they say nothing either.
+	traceEndpoint string
 }
 
 const serveUsage = `Usage: outpost-orchestrator [flags]
@@ -103,6 +107,7 @@ func parseFlags(args []string, getenv func(string) string, out io.Writer) (*opti
 	retention("source-retention", &o.retention.Sources, store.DefaultSourceRetention, "how long an ended deployment's source and variables are kept (they can hold secrets)")
 	retention("log-retention", &o.retention.Logs, store.DefaultLogRetention, "how long an ended deployment's log and events are kept")
 	retention("deployment-retention", &o.retention.Deployments, store.DefaultDeploymentRetention, "how long an ended deployment itself, with its outputs, is kept")
+	fs.StringVar(&o.traceEndpoint, "trace-endpoint", "", "OpenTelemetry collector to send each deployment's trace to, as an OTLP/HTTP base URL (e.g. http://otel-collector:4318); empty = the standard OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_TRACES_EXPORTER variables, and no tracing when they are unset")
 	fs.BoolVar(&o.printVersion, "version", false, "print the version and exit")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), serveUsage)

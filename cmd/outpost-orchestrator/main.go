@@ -32,6 +32,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -148,6 +149,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 			return fmt.Errorf("%w (check --tls-cert-file and --tls-key-file)", err)
 		}
 	}
+	traces, err := tracing.Resolve(o.traceEndpoint, getenv)
+	if err != nil {
+		return fmt.Errorf("%w (check --trace-endpoint and the OTEL_* variables)", err)
+	}
+	tp, err := tracing.Start(ctx, "outpost-orchestrator", traces)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tp.Shutdown(flushCtx); err != nil {
+			log.Warn("traces not all exported at shutdown", "err", err)
+		}
+	}()
 	eng, err := engines.Open(ctx, engines.Options{DataDir: o.dataDir, DatabaseURL: o.databaseURL, InsecureTLS: o.databaseInsecureTLS, Logger: log})
 	if err != nil {
 		return err
@@ -155,6 +171,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	srv, err := orchestrator.New(orchestrator.Config{
 		Engine: eng, DataDir: o.dataDir, SigningSecretFile: o.signingSecretFile, AdminToken: tok, ExternalURL: o.externalURL, Logger: log,
 		LogCapBytes: logCap, LeaseDuration: o.leaseDuration, Retention: o.retention, Quotas: o.quotas,
+		TracerProvider: tp,
 	})
 	if err != nil {
 		return err
@@ -174,7 +191,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stder
 	}
 	log.Info("orchestrator listening", append(store, "version", version.Version, "address", ln.Addr().String(), "tls", hs.TLSConfig != nil, "external_url", o.externalURL,
 		"max_connections", o.limits.MaxConnections, "quotas", o.quotas.String(), "source_retention", retentionValue{&o.retention.Sources}.String(),
-		"log_retention", retentionValue{&o.retention.Logs}.String(), "deployment_retention", retentionValue{&o.retention.Deployments}.String())...)
+		"log_retention", retentionValue{&o.retention.Logs}.String(), "deployment_retention", retentionValue{&o.retention.Deployments}.String(),
+		"traces_to", traces.String())...)
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

@@ -129,6 +129,9 @@ type Placement struct {
 	// ApplyPlan is the saved plan an apply runs; the agent checks it against the state before it
 	// creates anything.
 	ApplyPlan *PlanRef `json:"apply_plan,omitempty"`
+	// Traceparent is the W3C traceparent of the deployment's enqueue span, when the orchestrator
+	// traces: the agent's spans of the attempt nest under it. Empty otherwise.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // KubernetesStateNamespace is the namespace of the placement's kubernetes state storage, or ""

@@ -156,6 +156,9 @@ type Deployment struct {
 	// LogsPurgedAt is when the orchestrator's retention deleted the log and the events; the log
 	// reads as empty and complete from then on.
 	LogsPurgedAt *time.Time `json:"logs_purged_at,omitempty"`
+	// TraceID is the OpenTelemetry trace id (32 hex digits) of the deployment's trace, when the
+	// orchestrator traces: look the deployment up by it in the tracing backend.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // Output is one Terraform output, as `terraform output -json` prints it.

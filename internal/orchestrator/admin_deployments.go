@@ -5,8 +5,12 @@ import (
 	"net/http"
 	"strings"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // Log read limits.
@@ -17,7 +21,21 @@ const (
 
 func (s *Server) createDeployment(w http.ResponseWriter, r *http.Request, c *call) error {
 	return create(w, r, c, (*api.DeploymentInput).Validate, func(ctx context.Context, in api.DeploymentInput) (*api.Deployment, error) {
+		// The root of the deployment's trace: the store keeps its traceparent with the
+		// deployment, and the claim hands it to the agent.
+		// Untraced (the no-op tracer), the span costs nothing: no attributes are built for it.
+		ctx, span := s.tracer.Start(ctx, tracing.SpanEnqueue)
+		defer span.End()
 		out, err := s.store.CreateDeployment(ctx, c.org, in)
+		if span.IsRecording() {
+			span.SetAttributes(attribute.String(tracing.AttrOrg, c.org), attribute.String(tracing.AttrRunner, in.RunnerID),
+				attribute.String(tracing.AttrOperation, string(in.Operation)))
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			} else {
+				span.SetAttributes(attribute.String(tracing.AttrDeployment, out.ID))
+			}
+		}
 		if err == nil {
 			s.notify.Wake(c.org + "/" + in.RunnerID)
 		}

@@ -23,9 +23,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
@@ -91,11 +94,15 @@ type Config struct {
 	// AgentProtocols is the range of agent protocol versions served (api.AgentProtocols() when
 	// zero); tests narrow it to stand for another release.
 	AgentProtocols api.ProtocolRange
+	// TracerProvider makes the enqueue's span, the root of each deployment's trace (package
+	// internal/tracing); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Server is a running orchestrator. It is safe for concurrent use.
 type Server struct {
 	cfg      Config
+	tracer   trace.Tracer
 	log      *slog.Logger
 	store    *store.Store
 	metrics  *metrics
@@ -142,6 +149,7 @@ func New(cfg Config) (_ *Server, err error) {
 	if cfg.Version == "" {
 		cfg.Version = version.Version
 	}
+	cfg.TracerProvider = tracing.OrOff(cfg.TracerProvider)
 	if cfg.AgentProtocols == (api.ProtocolRange{}) {
 		cfg.AgentProtocols = api.AgentProtocols()
 	}
@@ -192,6 +200,7 @@ func New(cfg Config) (_ *Server, err error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, store: st, notify: store.NewNotifier(), external: external,
 		admin: sha256.Sum256([]byte(cfg.AdminToken)), closing: make(chan struct{}),
+		tracer: cfg.TracerProvider.Tracer("github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"),
 	}
 	s.notify.Publish = func(runner string) { eng.Wake(context.Background(), runner) }
 	if l, ok := eng.(store.WakeListener); ok {

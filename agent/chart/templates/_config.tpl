@@ -59,6 +59,7 @@ the labels of the agent Service's selector. */}}
   "leaderElection" (dict "enabled" .Values.leaderElection.enabled "leaseName" $fullname)
   "kubeClient" (dict "qps" .Values.kubeClient.qps "burst" (int .Values.kubeClient.burst))
   "healthListen" ":9090"
+  "tracing" (dict "endpoint" .Values.tracing.endpoint)
   "state" $state
   "jobs" $jobs
 }}

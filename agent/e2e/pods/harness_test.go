@@ -88,6 +88,8 @@ type envOptions struct {
 	// several nodes) instead of the package's shared one; the images are copied into its
 	// registry from the shared one's.
 	cluster *testbed.Cluster
+	// orchestrator are options of the env's orchestrator (a tracer provider, say).
+	orchestrator []orchestratortest.Option
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -99,7 +101,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		c = o.cluster
 	}
 	ctx := t.Context()
-	e := &env{t: t, c: c, orch: orchestratortest.StartOn(t, net.JoinHostPort(c.HostIP, "0"))}
+	e := &env{t: t, c: c, orch: orchestratortest.StartOn(t, net.JoinHostPort(c.HostIP, "0"), o.orchestrator...)}
 	var err error
 	// The orchestrator listens on the host's address on the node's network (plain HTTP, as in
 	// tests): the client, the agent and its job runners must each be allowed that by name.

@@ -103,6 +103,16 @@ type Config struct {
 	PollWait metav1.Duration `json:"pollWait"`
 	// ShutdownTimeout bounds the work that must finish after SIGTERM (finished events).
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout"`
+	// Tracing says where the agent, its job runners and their CLI send their spans.
+	Tracing Tracing `json:"tracing"`
+}
+
+// Tracing is the agent's OpenTelemetry tracing (package internal/tracing): off unless an
+// endpoint is set here or in the standard OTEL_* variables.
+type Tracing struct {
+	// Endpoint is the OTLP/HTTP base URL of the collector (http://otel-collector:4318); the
+	// agent's spans go there, and its job pods get it for the job runner's and the CLI's.
+	Endpoint string `json:"endpoint"`
 }
 
 // PrivateKey says where the runner's private key is: its Secret, read and watched through the
@@ -393,6 +403,7 @@ func (c *Config) flagSet(out io.Writer, keys map[string]string) *pflag.FlagSet {
 	b.duration(&c.CancelGrace.Duration, "cancel-grace", "cancelGrace", "time a canceled attempt gets to stop")
 	b.duration(&c.PollWait.Duration, "poll-wait", "pollWait", "long-poll hold time (at most 30s)")
 	b.duration(&c.ShutdownTimeout.Duration, "shutdown-timeout", "shutdownTimeout", "time finished events get after SIGTERM")
+	b.str(&c.Tracing.Endpoint, "trace-endpoint", "tracing.endpoint", "OpenTelemetry collector (OTLP/HTTP base URL, e.g. http://otel-collector:4318) for the agent's, the job runners' and the CLI's spans; empty = the standard OTEL_* variables, no tracing when unset")
 	return fs
 }
 

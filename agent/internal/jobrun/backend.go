@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -160,8 +161,8 @@ func backendEnv(st api.StateStorage, deploymentID, stateToken string) []string {
 // caPEM and only it when there is one (OUTPOST_STATE_CA, else OUTPOST_CA_BUNDLE_FILE's
 // certificates), as the CLI did with TF_HTTP_CLIENT_CA_CERTIFICATE_PEM before the proxy, else
 // the system's roots. Its retries and failures go to log, the job's log.
-func startStateProxy(ctx context.Context, stateURL, caPEM string, log io.Writer) (*stateproxy.Proxy, error) {
-	opts := stateproxy.Options{Upstream: stateURL}
+func startStateProxy(ctx context.Context, stateURL, caPEM string, log io.Writer, wrap func(http.Handler) http.Handler) (*stateproxy.Proxy, error) {
+	opts := stateproxy.Options{Upstream: stateURL, Wrap: wrap}
 	if caPEM != "" && strings.HasPrefix(strings.ToLower(stateURL), "https://") {
 		opts.RootCAs = x509.NewCertPool()
 		if !opts.RootCAs.AppendCertsFromPEM([]byte(caPEM)) {

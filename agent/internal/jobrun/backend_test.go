@@ -178,7 +178,7 @@ func TestStateProxyTrustsTheStateCA(t *testing.T) {
 		"other CA": {string(testCAPEM(t, "other")), stateproxy.StatusCertificateError},
 	} {
 		var log bytes.Buffer
-		p, err := startStateProxy(t.Context(), srv.URL, tc.caPEM, &log)
+		p, err := startStateProxy(t.Context(), srv.URL, tc.caPEM, &log, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestStateProxyTrustsTheStateCA(t *testing.T) {
 			t.Errorf("%s: the log does not say why:\n%s", name, log.String())
 		}
 	}
-	if _, err := startStateProxy(t.Context(), srv.URL, "not a PEM", io.Discard); err == nil || !strings.Contains(err.Error(), jobenv.StateCA) {
+	if _, err := startStateProxy(t.Context(), srv.URL, "not a PEM", io.Discard, nil); err == nil || !strings.Contains(err.Error(), jobenv.StateCA) {
 		t.Errorf("a CA without a certificate: %v", err)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // Exit codes of the job runner itself; see the package documentation.
@@ -69,7 +70,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
-	return run(ctx, args, os.Getenv, sigs, stdout, stderr)
+	return run(ctx, args, takeTraceparent(), sigs, stdout, stderr)
 }
 
 // run is Main with its environment and signals injectable, for tests.
@@ -120,8 +121,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, sigs <-
 		out.add(secretForms(stateToken)...)
 	}
 
-	j := &attemptRun{cfg: cfg, token: token, stateToken: stateToken, caPEM: string(caPEM), client: orch, out: out, st: st}
+	j := &attemptRun{cfg: cfg, token: token, stateToken: stateToken, caPEM: string(caPEM), client: orch, out: out, st: st,
+		trace: startJobTrace(ctx, getenv, out)}
 	code := j.run()
+	traceCtx, cancelTrace := boundedContext(finalFlushTimeout, st)
+	j.trace.end(traceCtx, code)
+	cancelTrace()
 
 	_ = out.Flush()
 	flushCtx, cancel := boundedContext(finalFlushTimeout, st)
@@ -182,6 +187,7 @@ type attemptRun struct {
 	client     *client.JobClient
 	out        *redactor // the log: redacted, to stdout and the orchestrator
 	st         *stopper
+	trace      *jobTrace // the attempt's spans (trace.go)
 }
 
 // fail logs a job runner error, leaves it as the container's termination message, and returns
@@ -204,7 +210,9 @@ func (j *attemptRun) run() int {
 		case <-netCtx.Done():
 		}
 	}()
+	_, endSpec := j.trace.phase(tracing.SpanFetchSpec)
 	spec, err := j.client.Spec(netCtx)
+	endSpec(0, err)
 	if err != nil {
 		if j.st.isInterrupted() {
 			return j.st.exitCode()
@@ -214,6 +222,7 @@ func (j *attemptRun) run() int {
 	if err := validateSpec(spec); err != nil {
 		return j.fail("the job spec cannot be used: %v", err)
 	}
+	j.trace.describe(spec)
 	// TF_LOG=trace would print the backend's Basic credentials in this form.
 	if j.stateToken != "" {
 		j.out.add(secretForms(spec.DeploymentID + ":" + j.stateToken)...)
@@ -250,7 +259,9 @@ func (j *attemptRun) run() int {
 		j.out.add(gitSecrets(spec.Source.Git.URL)...)
 	}
 	gitCtx, gitCancel := context.WithCancel(netCtx)
+	_, endSource := j.trace.phase(tracing.SpanFetchSource)
 	configDir, err := layoutSource(gitCtx, spec.Source, srcDir, toolEnv, j.out)
+	endSource(0, err)
 	gitCancel()
 	if err != nil {
 		if j.st.isInterrupted() {
@@ -260,7 +271,7 @@ func (j *attemptRun) run() int {
 	}
 	stateURL := j.cfg.StateURL
 	if spec.StateStorage.Type == api.StateStorageKubernetes && stateURL != "" {
-		proxy, err := startStateProxy(netCtx, stateURL, cmp.Or(j.cfg.StateCA, j.caPEM), j.out)
+		proxy, err := startStateProxy(netCtx, stateURL, cmp.Or(j.cfg.StateCA, j.caPEM), j.out, j.trace.stateWrites)
 		if err != nil {
 			return j.fail("start the state proxy: %v", err)
 		}
@@ -329,7 +340,9 @@ func (j *attemptRun) run() int {
 		}
 		// A blank line first: the phases are easy to find in a long log.
 		fmt.Fprintf(j.out, "\n==> %s %s\n", cli, strings.Join(args, " "))
-		code, err := runCLI(j.st, cliRun{Path: cliPath, Args: args, Dir: configDir, Env: env, Stdout: j.out, Stderr: j.out, Log: j.out})
+		phaseCtx, endPhase := j.trace.phase(args[0])
+		code, err := runCLI(j.st, cliRun{Path: cliPath, Args: args, Dir: configDir, Env: append(env, j.trace.cliEnv(phaseCtx)...), Stdout: j.out, Stderr: j.out, Log: j.out})
+		endPhase(code, err)
 		if err != nil {
 			return j.fail("%v", err)
 		}
@@ -356,7 +369,10 @@ func (j *attemptRun) run() int {
 		j.dropPlan(spec, stateURL)
 	}
 	if spec.Operation != api.OperationPlan {
-		if code := j.uploadOutputs(cli, cliPath, configDir, env); code != 0 {
+		outputsCtx, endOutputs := j.trace.phase(tracing.SpanOutputs)
+		code := j.uploadOutputs(cli, cliPath, configDir, append(env, j.trace.cliEnv(outputsCtx)...))
+		endOutputs(code, nil)
+		if code != 0 {
 			return code
 		}
 	}

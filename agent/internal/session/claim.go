@@ -14,6 +14,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // awaitClaims is called after an answer that brought offers (took: it claimed some; otherwise
@@ -102,6 +103,7 @@ func (s *Session) claimDone(err error) {
 
 func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	log := s.log.With("deployment_id", o.DeploymentID, "attempt", o.Attempt, "operation", o.Operation)
+	claimedFrom := time.Now()
 	c, err := s.o.Client.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: s.o.Instance})
 	s.claimDone(err)
 	switch {
@@ -123,6 +125,8 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 	// ours, and a created Job is found again by the next leader.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.o.FinalTimeout+30*time.Second)
 	defer cancel()
+	sctx, span := s.claimSpan(sctx, c, claimedFrom)
+	defer func() { tracing.End(span, err) }()
 	if err = s.start(sctx, c, stateToken, log); err == nil {
 		log.Info("attempt started")
 		return

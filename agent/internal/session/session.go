@@ -31,6 +31,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
@@ -39,6 +41,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // Orchestrator is the agent side of the API (client.AgentClient).
@@ -105,6 +108,8 @@ type Options struct {
 	// PollGap is the least time from a poll to the next when its answer brought nothing new
 	// (default minPollGap).
 	PollGap time.Duration
+	// TracerProvider makes the claim spans of traced deployments (trace.go); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // StateOperations runs state operations; Offered returns at once.
@@ -224,6 +229,7 @@ func New(o Options) *Session {
 	if o.PollBackoff.Base == 0 {
 		o.PollBackoff = retry.Backoff{Base: time.Second, Max: 30 * time.Second}
 	}
+	o.TracerProvider = tracing.OrOff(o.TracerProvider)
 	return &Session{o: o, log: o.Logger.With("component", "session"), attempts: map[executor.AttemptKey]*attemptState{}, starting: map[executor.AttemptKey]bool{}, skipped: map[executor.AttemptKey]bool{}, kick: executor.NewNotifier(),
 		claimAnswered: make(chan struct{}, 1)}
 }

@@ -92,6 +92,10 @@ type Options struct {
 	DialTimeout, HandshakeTimeout, KeepAliveIdle, KeepAliveInterval, UserTimeout, IdleTimeout time.Duration
 	ReadHeaderTimeout, WriteHeaderTimeout, RetryFor                                           time.Duration
 
+	// Wrap, when set, wraps the proxy's handler: the job runner times each state write in its
+	// trace with it.
+	Wrap func(http.Handler) http.Handler
+
 	// dialAddr, when set, picks the address each new connection goes to (tests stand in for a
 	// Service's load balancing with it); the dial itself is the proxy's.
 	dialAddr func(addr string) string
@@ -147,7 +151,11 @@ func Start(ctx context.Context, opts Options) (*Proxy, error) {
 	}
 	p.url = "http://" + l.Addr().String()
 	// The CLI is the only client, on loopback; its requests come at once.
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn)}
+	var h http.Handler = p
+	if opts.Wrap != nil {
+		h = opts.Wrap(p)
+	}
+	p.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(opts.Log.Handler(), slog.LevelWarn)}
 	go func() {
 		defer close(p.done)
 		_ = p.srv.Serve(l)

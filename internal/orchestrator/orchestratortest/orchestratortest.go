@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
@@ -72,6 +74,12 @@ func WithQuotas(q store.Quotas) Option {
 // one orchestrator.
 func WithDatabase(url string) Option {
 	return func(s *settings) { s.databaseURL = url }
+}
+
+// WithTracerProvider traces the server's enqueues with tp (the root span of each deployment's
+// trace).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(s *settings) { s.cfg.TracerProvider = tp }
 }
 
 // Instance is a running orchestrator.

@@ -310,7 +310,7 @@ func placementOf(tx Tx, rec *DeploymentRecord) (*api.Placement, error) {
 	}
 	return &api.Placement{
 		Operation: rec.D.Operation, StateKey: rec.D.StateKey, StateStorage: *st,
-		TimeoutSeconds: rec.D.TimeoutSeconds, Job: runner.Job,
+		TimeoutSeconds: rec.D.TimeoutSeconds, Job: runner.Job, Traceparent: rec.Traceparent,
 		SavePlan: rec.D.SavePlan, PlanTTLSeconds: rec.D.PlanTTLSeconds, ApplyPlan: ref,
 	}, nil
 }

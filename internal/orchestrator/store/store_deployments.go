@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // DeploymentRecord is a deployment as stored: the public view plus the job lease bookkeeping the
@@ -26,6 +27,9 @@ type DeploymentRecord struct {
 	// LogCommitted is the log offset of the current grant as the writer counts it: bytes
 	// dropped beyond the cap are counted, so the writer never has to know about the cap.
 	LogCommitted int64 `json:"log_committed"`
+	// Traceparent is the W3C traceparent of the enqueue span, handed to the agent with every
+	// claim (api.Placement.Traceparent); empty when the enqueue was not traced.
+	Traceparent string `json:"traceparent,omitempty"`
 
 	// What the record looked like when loaded, so saveDeployment can keep indexes and counters
 	// right.
@@ -140,7 +144,7 @@ func (s *Store) CreateDeployment(ctx context.Context, org string, in api.Deploym
 		if in.SavePlan {
 			d.PlanTTLSeconds = cmp.Or(in.PlanTTLSeconds, api.DefaultPlanTTLSeconds)
 		}
-		rec, err := s.insertDeployment(tx, org, d, in.Source)
+		rec, err := s.insertDeployment(ctx, tx, org, d, in.Source)
 		if err != nil {
 			return err
 		}
@@ -160,8 +164,9 @@ func (s *Store) CreateDeployment(ctx context.Context, org string, in api.Deploym
 }
 
 // insertDeployment queues d, given its runner, operation, variables, state key and timeout,
-// with src as its source, under a new id.
-func (s *Store) insertDeployment(tx Tx, org string, d api.Deployment, src api.Source) (*DeploymentRecord, error) {
+// with src as its source, under a new id. The enqueue's span in ctx, when traced, is the parent
+// of everything the deployment does.
+func (s *Store) insertDeployment(ctx context.Context, tx Tx, org string, d api.Deployment, src api.Source) (*DeploymentRecord, error) {
 	id, err := newDeploymentID()
 	if err != nil {
 		return nil, err
@@ -172,6 +177,9 @@ func (s *Store) insertDeployment(tx Tx, org string, d api.Deployment, src api.So
 	now := s.TimeNow()
 	d.ID, d.Status, d.Attempt, d.CreatedAt = id, api.StatusQueued, 1, now
 	rec := &DeploymentRecord{Org: org, D: d}
+	if tp := tracing.Traceparent(ctx); tp != "" {
+		rec.Traceparent, rec.D.TraceID = tp, tracing.TraceID(tp)
+	}
 	if err := tx.EnsureOrg(org, now); err != nil {
 		return nil, err
 	}

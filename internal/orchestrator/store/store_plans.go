@@ -198,7 +198,7 @@ func (s *Store) ApplyPlan(ctx context.Context, org, id, by string) (*api.Deploym
 		if err != nil {
 			return err
 		}
-		nrec, err := s.insertDeployment(tx, org, api.Deployment{
+		nrec, err := s.insertDeployment(ctx, tx, org, api.Deployment{
 			RunnerID: runner.ID, Operation: api.OperationApply, Variables: rec.D.Variables, StateKey: rec.D.StateKey,
 			TimeoutSeconds: rec.D.TimeoutSeconds, PlanOf: id,
 		}, src)

@@ -162,7 +162,7 @@ func (s *Store) fireSchedule(ctx context.Context, org, id string) (*FiredSchedul
 			sch.LastMessage = fmt.Sprintf("fired at %s without a check: %v", now.Format(time.RFC3339), quotaErr)
 			return tx.PutDoc(KindSchedule, org, id, sch)
 		}
-		rec, err := s.queueDriftCheck(tx, org, id, &sch)
+		rec, err := s.queueDriftCheck(ctx, tx, org, id, &sch)
 		if _, refused := AsRefusal(err); refused {
 			sch.LastMessage = fmt.Sprintf("fired at %s without a check: %v", now.Format(time.RFC3339), err)
 			return tx.PutDoc(KindSchedule, org, id, sch)
@@ -287,7 +287,7 @@ func (s *Store) DriftedStates(ctx context.Context) (map[string]int, error) {
 
 // queueDriftCheck queues the schedule's plan, marked as its drift check, on its runner. A runner
 // that is gone is a refusal the schedule notes (LastMessage), not an error of the sweep.
-func (s *Store) queueDriftCheck(tx Tx, org, id string, sch *api.Schedule) (*DeploymentRecord, error) {
+func (s *Store) queueDriftCheck(ctx context.Context, tx Tx, org, id string, sch *api.Schedule) (*DeploymentRecord, error) {
 	var runner api.Runner
 	ok, err := tx.GetDoc(KindRunner, org, sch.RunnerID, &runner)
 	if err != nil {
@@ -312,7 +312,7 @@ func (s *Store) queueDriftCheck(tx Tx, org, id string, sch *api.Schedule) (*Depl
 		}
 		d.SavePlan, d.PlanTTLSeconds = true, api.DefaultPlanTTLSeconds
 	}
-	rec, err := s.insertDeployment(tx, org, d, sch.Source)
+	rec, err := s.insertDeployment(ctx, tx, org, d, sch.Source)
 	if err != nil || !d.SavePlan {
 		return rec, err
 	}

@@ -64,6 +64,8 @@ type Options struct {
 	// History is how many finished Jobs are kept after their finished event was acknowledged.
 	History History      `json:"history"`
 	Logger  *slog.Logger `json:"-"`
+	// Tracing is where the spans of Job creations, job runners and their CLI go (trace.go).
+	Tracing Tracing `json:"-"`
 }
 
 // Executor implements executor.Executor on Kubernetes Jobs.

@@ -17,6 +17,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/podtemplate"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // Start implements executor.Executor: the Job first, then its token Secret created with the Job
@@ -24,7 +25,9 @@ import (
 // without one (two API writes per attempt; the pod waits for the Secret's volume, which exists
 // long before the kubelet mounts it). The token Secret's name carries the token's digest, so it
 // cannot be prepared before the claim. Every step tolerates having been done before.
-func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) error {
+func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) (err error) {
+	ctx, span := e.createSpan(ctx, c)
+	defer func() { tracing.End(span, err) }()
 	runnerJob := c.Placement.Job
 	if sa := e.o.ServiceAccount; sa != "" && runnerJob.ServiceAccount != sa {
 		return fmt.Errorf("%w: the runner's job service account is %q but this agent was installed for %q; set the chart value jobs.serviceAccount.name (OUTPOST_JOB_SERVICE_ACCOUNT) to the runner's job.service_account",
@@ -38,6 +41,7 @@ func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) e
 	if err != nil {
 		return err
 	}
+	addTraceEnv(&job.Spec.Template.Spec, tracing.ChildEnv(ctx, e.o.Tracing.Settings))
 	ns := job.Namespace
 	created, err := e.o.Client.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{})
 	switch {

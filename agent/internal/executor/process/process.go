@@ -22,9 +22,13 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobenv"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 )
 
 // Files in an attempt's folder.
@@ -54,6 +58,10 @@ type Options struct {
 	CLI      string       `json:"-"`
 	CABundle string       `json:"-"`
 	Logger   *slog.Logger `json:"-"`
+	// Traces is where the job runners and their CLI send their spans (tracing.ChildEnv).
+	Traces tracing.Settings `json:"-"`
+	// TracerProvider makes the spans of process starts; nil traces nothing.
+	TracerProvider trace.TracerProvider `json:"-"`
 }
 
 // Executor implements executor.Executor with local processes.
@@ -127,7 +135,10 @@ func (e *Executor) Changes() <-chan struct{} { return e.notify.C() }
 
 // Start implements executor.Executor. A folder that already exists is adopted: its process is
 // running or finished, and starting it again would run the attempt twice.
-func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) error {
+func (e *Executor) Start(ctx context.Context, c *api.Claim, stateToken string) (err error) {
+	ctx, span := tracing.OrOff(e.o.TracerProvider).Tracer("github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/process").
+		Start(ctx, tracing.SpanStartProcess, trace.WithAttributes(attribute.String(tracing.AttrDeployment, c.DeploymentID), attribute.Int(tracing.AttrAttempt, c.Attempt)))
+	defer func() { tracing.End(span, err) }()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	dir := e.dir(c.DeploymentID, c.Attempt)
@@ -172,7 +183,9 @@ func (e *Executor) launch(ctx context.Context, dir string, rec claimRecord) erro
 	// Never canceled: the process must outlive the call, and the agent process too.
 	cmd := exec.CommandContext(context.WithoutCancel(ctx), e.o.AgentBinary, WrapperCommand, dir, "--", e.o.AgentBinary, "job")
 	cmd.Dir = dir
-	cmd.Env = e.env(dir, rec)
+	// The job runner's spans nest under the process's start (none when ctx has no span: an
+	// attempt restarted by Run after an agent restart begins a trace of its own).
+	cmd.Env = append(e.env(dir, rec), tracing.ChildEnv(ctx, e.o.Traces)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -195,7 +208,8 @@ func (e *Executor) launch(ctx context.Context, dir string, rec claimRecord) erro
 func (e *Executor) env(dir string, rec claimRecord) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "OUTPOST_") {
+		// The agent's own traceparent, if it has one, is not the attempt's.
+		if !strings.HasPrefix(kv, "OUTPOST_") && !strings.HasPrefix(kv, tracing.EnvTraceparent+"=") {
 			env = append(env, kv)
 		}
 	}
