@@ -116,6 +116,13 @@ func TestEventReasonSkipsTheTerseFailure(t *testing.T) {
 	if w == nil || w.Reason != executor.ReasonImagePull || !strings.Contains(w.Message, image) || !strings.Contains(w.Detail, "no such host") {
 		t.Fatalf("waiting %+v; want image_pull naming the image and the registry's answer", w)
 	}
+	// An event whose reason is the kubelet's code keeps the code in the cluster's words.
+	client = fake.NewClientset(ev("c", "ErrImageNeverPull", `Container image "`+image+`" is not present with pull policy of Never`, 1),
+		ev("d", "Failed", "Error: ErrImageNeverPull", 2))
+	e = New(Options{Client: client, PodOptions: opts, Logger: slog.New(slog.DiscardHandler)})
+	if w := e.eventReason(t.Context(), pod, "jobs", "Pod", "p"); w == nil || !strings.HasPrefix(w.Detail, "ErrImageNeverPull: Container image") {
+		t.Fatalf("waiting %+v; want the detail to keep the kubelet's code", w)
+	}
 	for _, tc := range []struct {
 		reason, msg string
 		terse       bool

@@ -197,7 +197,11 @@ func (e *Executor) eventReason(ctx context.Context, p *corev1.Pod, ns, kind, nam
 			if p != nil {
 				hint = imagePullHint(p, eventImage(ev.Message), ev.Message)
 			}
-			return &executor.Waiting{Reason: executor.ReasonImagePull, Message: detail + "; " + hint, Detail: ev.Message}
+			words := ev.Message
+			if ev.Reason != "Failed" && ev.Reason != "BackOff" {
+				words = detail // the reason is the kubelet's code (ErrImageNeverPull), part of its words
+			}
+			return &executor.Waiting{Reason: executor.ReasonImagePull, Message: detail + "; " + hint, Detail: words}
 		default:
 			return &executor.Waiting{Reason: executor.ReasonStartFailed, Message: detail, Detail: detail}
 		}
