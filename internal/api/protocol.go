@@ -18,9 +18,14 @@ import "fmt"
 //     reason). An orchestrator of version 2 refuses an event with those fields, so the agent's
 //     client leaves them out, folding detail into message, and the session sends no progress
 //     events until an answer chose 3 (ProtocolTimeline).
+//   - 5: several events, of any of the runner's attempts, in one request (EventBatch at
+//     POST /api/v1/agent/events, one transaction for all), so a wave of attempts that end
+//     together is reported in a few requests instead of one each. The agent batches only once
+//     an answer chose 5 (ProtocolEventBatch), and sends the events one by one again if the batch
+//     reaches an orchestrator replica without the route. (4 is another change's.)
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 3
+	AgentProtocol = 5
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
 	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
@@ -29,6 +34,8 @@ const (
 	// ProtocolTimeline is the version that brought the timeline: step, detail and node on
 	// events, and progress events for each step and waiting reason.
 	ProtocolTimeline = 3
+	// ProtocolEventBatch is the version that brought EventBatch.
+	ProtocolEventBatch = 5
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

@@ -47,6 +47,8 @@ const (
 	limitLogAppend  = 1 << 20
 	// limitStateReport holds api.MaxReportedStates states of api.MaxReportedVersions versions.
 	limitStateReport = 8 << 20
+	// limitEventBatch holds api.MaxEventBatch events with the longest message and detail.
+	limitEventBatch = api.MaxEventBatch * (2*maxEventMessageLen + 4<<10)
 )
 
 // route is one registered endpoint: its pattern, who may call it, what body it takes and its

@@ -236,6 +236,8 @@ var goSchemas = map[string]any{
 	"Offer": api.Offer{}, "Directive": api.Directive{}, "ClaimRequest": api.ClaimRequest{}, "Lease": api.Lease{},
 	"Claim": api.Claim{}, "Placement": api.Placement{}, "JobSpec": api.JobSpec{}, "EventRequest": api.EventRequest{},
 	"EventResponse": api.EventResponse{}, "LogAppendResponse": api.LogAppendResponse{},
+	"EventBatch": api.EventBatch{}, "DeploymentEvent": api.DeploymentEvent{}, "EventBatchResponse": api.EventBatchResponse{},
+	"EventResult": api.EventResult{}, "EventRefusal": api.EventRefusal{},
 	"OrgToken": api.OrgToken{}, "OrgTokenInput": api.OrgTokenInput{}, "CreatedOrgToken": api.CreatedOrgToken{},
 	"OrgTokenList": api.List[api.OrgToken]{},
 	"JobPod":       api.JobPod{}, "JobResources": api.JobResources{}, "JobToleration": api.JobToleration{},

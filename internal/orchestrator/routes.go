@@ -58,6 +58,7 @@ func (s *Server) routeTable() []route {
 		{pattern: "POST /api/v1/agent/poll", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.poll},
 		{pattern: "POST /api/v1/agent/deployments/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},
 		{pattern: "POST /api/v1/agent/deployments/{id}/events", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.event},
+		{pattern: "POST /api/v1/agent/events", auth: authAgent, body: bodyJSON, limit: limitEventBatch, h: s.events},
 		{pattern: "POST /api/v1/agent/states", auth: authAgent, body: bodyJSON, limit: limitStateReport, h: s.reportStates},
 
 		{pattern: "GET /api/v1/job/spec", auth: authJob, h: s.jobSpec},
