@@ -90,7 +90,12 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 		_ = json.Unmarshal([]byte(j.Annotations[AnnStartupError]), &f)
 		s.Status, s.Reason, s.Message, s.Detail = api.StatusFailed, f.Reason, f.Message, f.Detail
 		s.FinishedAt = latest(s.FinishedAt, at)
-	case cond == batchv1.JobComplete:
+	case cond == batchv1.JobComplete || (cond == "" && podSucceeded(pods)):
+		// A pod that succeeded completes the Job: one completion, no retries (backoffLimit 0).
+		// The Job controller's Complete condition follows, late by as much as its work queue at
+		// its API rate limit (tens of seconds when a thousand Jobs end together, seen in
+		// BenchmarkAgent), so the attempt is reported finished from the pod. A failed pod is left
+		// to the Job controller: the pod failure policy may ignore it and run another.
 		s.Status = api.StatusSucceeded
 		if s.ExitCode == nil {
 			zero := 0
@@ -126,6 +131,16 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 		s.FinishedAt = j.CreationTimestamp.Time
 	}
 	return s, true
+}
+
+// podSucceeded reports whether one of a Job's pods ended with success.
+func podSucceeded(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded {
+			return true
+		}
+	}
+	return false
 }
 
 // finishedCondition returns the final condition of a Job (Complete or Failed), if any.
