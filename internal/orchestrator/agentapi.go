@@ -175,9 +175,19 @@ func validateClaim(req *api.ClaimRequest) error {
 	return nil
 }
 
+// claim reserves the agent token's id in the claim's own transaction (route replayInTx). A
+// request refused before it (undecodable, invalid) reserves nothing: the same request replayed
+// is refused the same way. One the store failed to run reserves its id on its own, so a
+// captured claim cannot be replayed to succeed later.
 func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {
 	return post(w, r, c, validateClaim, func(ctx context.Context, id string, req api.ClaimRequest) (*api.Claim, error) {
-		return s.store.Claim(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+		out, err := s.store.ClaimOnce(ctx, c.agent, c.replay, id, req, s.cfg.LeaseDuration)
+		if _, refused := store.AsRefusal(err); err != nil && !refused && c.replay != nil {
+			if _, rerr := s.store.ReplayCache().CheckAndStore(context.WithoutCancel(ctx), c.replay.ID, c.replay.Until); rerr != nil {
+				s.log.ErrorContext(ctx, "a failed claim's token id could not be reserved against replay", "request_id", requestID(ctx), "err", rerr)
+			}
+		}
+		return out, err
 	})
 }
 

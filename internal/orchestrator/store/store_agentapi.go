@@ -209,9 +209,26 @@ func lostByPoller(rec *DeploymentRecord, req *api.PollRequest, now time.Time) bo
 // Claim grants the job lease on a queued attempt, or returns the same grant again to the
 // instance that holds it (idempotent retries).
 func (s *Store) Claim(ctx context.Context, id agentauth.Identity, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
+	return s.ClaimOnce(ctx, id, nil, deploymentID, req, leaseFor)
+}
+
+// ClaimOnce is Claim that first reserves the request's agent token id (agentauth.BindBody) in
+// the claim's own transaction, one commit for both: a replayed id is refused (401), and a claim
+// refused for any other reason keeps its id reserved, since the refusal commits what was written
+// before it (see Update). replay nil reserves nothing (the caller did).
+func (s *Store) ClaimOnce(ctx context.Context, id agentauth.Identity, replay *agentauth.Replay, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
 	var out *api.Claim
 	err := s.Update(ctx, func(tx Tx) error {
 		now := s.TimeNow()
+		if replay != nil {
+			seen, err := tx.CheckReplay(replay.ID, s.now(), replay.Until)
+			if err != nil {
+				return err
+			}
+			if seen {
+				return &Refusal{Code: api.CodeUnauthorized, Message: agentauth.ReplayedError().Error(), AuthReason: string(agentauth.ReasonReplayed)}
+			}
+		}
 		runner, err := touchRunner(tx, id, "", now)
 		if err != nil {
 			return err
