@@ -290,10 +290,10 @@ func mainStatus(p *corev1.Pod) *corev1.ContainerStatus {
 
 // podsOf lists a Job's pods from the cache, oldest first.
 func (e *Executor) podsOf(j *batchv1.Job) []*corev1.Pod {
-	pods, _ := e.pods.Pods(j.Namespace).List(labels.SelectorFromSet(labels.Set{"batch.kubernetes.io/job-name": j.Name}))
+	objs, _ := e.informers[1].GetIndexer().ByIndex(podsByJobIndex, j.Namespace+"/"+j.Name)
 	var out []*corev1.Pod
-	for _, p := range pods {
-		if metav1.IsControlledBy(p, j) {
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && metav1.IsControlledBy(p, j) {
 			out = append(out, p)
 		}
 	}

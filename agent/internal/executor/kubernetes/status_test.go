@@ -19,7 +19,7 @@ import (
 // disruptedJob is a sealed apply Job the pod failure policy failed for a disruption of its pod,
 // and its pod (Failed, with the DisruptionTarget condition of the given reason), not yet added
 // to the executor's cache.
-func disruptedJob(t *testing.T, e *Executor, reason string) (*batchv1.Job, *corev1.Pod) {
+func disruptedJob(t testing.TB, e *Executor, reason string) (*batchv1.Job, *corev1.Pod) {
 	t.Helper()
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "outpost-dep-1-1", Namespace: "jobs", UID: types.UID("job-uid"),
 		CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour)),
