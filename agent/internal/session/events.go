@@ -86,7 +86,13 @@ func (s *Session) eventLoop(ctx context.Context) error {
 		bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 		done := make(chan struct{})
 		go func() { b.run(bctx); close(done) }()
-		defer func() { stop(); <-done }()
+		defer func() {
+			s.mu.Lock()
+			s.batcher = nil // a late send (a forget directive's) goes alone
+			s.mu.Unlock()
+			stop()
+			<-done
+		}()
 	}
 	var workers sync.WaitGroup
 	for range maxConcurrentSends {
