@@ -476,20 +476,43 @@ func (v *Verifier) VerifyHeaders(ctx context.Context, r *http.Request, requestUR
 // id, so a request with a tampered body burns nothing: the agent's genuine request with the same
 // token still passes. body is the request body read in full.
 func (p *Verified) Bind(ctx context.Context, body []byte) (Identity, error) {
-	f := p.fields
-	if f.BodyHash != BodyHash(body) {
-		return Identity{}, refuse(ReasonBody, "body does not match the token's hash")
+	id, r, err := p.BindBody(body)
+	if err != nil {
+		return Identity{}, err
 	}
-	// The id is remembered until the token could no longer pass the expiry check.
-	seen, err := p.v.Replay.CheckAndStore(ctx, f.Org+"/"+f.Issuer+"/"+f.ID, f.ExpiresAt.Add(p.v.skew()))
+	seen, err := p.v.Replay.CheckAndStore(ctx, r.ID, r.Until)
 	if err != nil {
 		return Identity{}, &Error{Reason: ReasonInternal, Detail: "replay cache unavailable"}
 	}
 	if seen {
-		return Identity{}, refuse(ReasonReplayed, "token id was already used")
+		return Identity{}, ReplayedError()
 	}
-	return Identity{Org: f.Org, RunnerID: f.Issuer, Fingerprint: p.fingerprint}, nil
+	return id, nil
 }
+
+// Replay is a token id to reserve against replay, and until when: the token can no longer pass
+// the expiry check after that.
+type Replay struct {
+	ID    string
+	Until time.Time
+}
+
+// BindBody is Bind without reserving the token id: the caller reserves the id it returns in the
+// transaction that does the request's work, so the check costs no commit of its own. That
+// transaction must reserve it first and keep it even when it refuses the request (a refused
+// request replayed later might succeed), and the caller must reserve it on its own when the
+// transaction fails.
+func (p *Verified) BindBody(body []byte) (Identity, Replay, error) {
+	f := p.fields
+	if f.BodyHash != BodyHash(body) {
+		return Identity{}, Replay{}, refuse(ReasonBody, "body does not match the token's hash")
+	}
+	return Identity{Org: f.Org, RunnerID: f.Issuer, Fingerprint: p.fingerprint},
+		Replay{ID: f.Org + "/" + f.Issuer + "/" + f.ID, Until: f.ExpiresAt.Add(p.v.skew())}, nil
+}
+
+// ReplayedError is the refusal of a token whose id was already used.
+func ReplayedError() error { return refuse(ReasonReplayed, "token id was already used") }
 
 func (v *Verifier) now() time.Time {
 	if v.Now != nil {

@@ -170,3 +170,51 @@ type EventResponse struct {
 	// CancelRequested tells the agent a cancel is pending.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
 }
+
+// MaxEventBatch is the most events one EventBatch may carry.
+const MaxEventBatch = 100
+
+// EventBatch is several events of the runner's attempts in one request (ProtocolEventBatch).
+// The orchestrator checks and applies each as it would the same event sent alone, in order, in
+// one transaction: an event refused does not stop the others.
+type EventBatch struct {
+	Events []DeploymentEvent `json:"events"`
+}
+
+// DeploymentEvent is one event of an EventBatch: the deployment it is about, and the event as a
+// request of its own would carry it.
+type DeploymentEvent struct {
+	DeploymentID string `json:"deployment_id"`
+	EventRequest
+}
+
+// EventBatchResponse answers an EventBatch with one result per event, in the batch's order.
+type EventBatchResponse struct {
+	Results []EventResult `json:"results"`
+}
+
+// EventResult is the outcome of one event of a batch: Response when it was taken (or was a
+// resend of one stored), Error when it was refused.
+type EventResult struct {
+	Response *EventResponse `json:"response,omitempty"`
+	Error    *EventRefusal  `json:"error,omitempty"`
+}
+
+// EventRefusal is why one event of a batch was refused: the error body, and the HTTP status the
+// same event sent alone would have been answered with.
+type EventRefusal struct {
+	ErrorDetail
+	Status int `json:"status"`
+}
+
+// Err is the refusal as the error the same event sent alone would have returned, nil when the
+// event was taken.
+func (r EventResult) Err() error {
+	if r.Error == nil {
+		if r.Response == nil {
+			return &Error{StatusCode: 500, Code: CodeInternal, Message: "the orchestrator answered an event of the batch with neither a response nor an error"}
+		}
+		return nil
+	}
+	return &Error{StatusCode: r.Error.Status, Code: r.Error.Code, Message: r.Error.Message, Field: r.Error.Field, CommittedOffset: r.Error.CommittedOffset}
+}

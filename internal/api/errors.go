@@ -29,6 +29,10 @@ var (
 	// ErrOrgNotFound: the organisation of an admin request does not exist on the orchestrator
 	// (a mistyped --org). It is an ErrNotFound too.
 	ErrOrgNotFound = errors.New("no such organisation")
+	// ErrEventBatchUnsupported: the orchestrator that answered has no route for an EventBatch
+	// (a replica of a release before ProtocolEventBatch, while replicas are replaced one at a
+	// time); send the events one by one.
+	ErrEventBatchUnsupported = errors.New("the orchestrator takes no event batches")
 )
 
 // Error codes in the JSON error body.

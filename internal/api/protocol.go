@@ -24,9 +24,14 @@ import "fmt"
 //   - 5: a poll's answer may hand the agent state operations (state_operations), and the agent
 //     posts their results (POST /api/v1/agent/state-operations/{id}/result). The orchestrator
 //     offers them only to agents whose poll chose 5 (ProtocolStateOperations).
+//   - 6: several events, of any of the runner's attempts, in one request (EventBatch at
+//     POST /api/v1/agent/events, one transaction for all), so a wave of attempts that end
+//     together is reported in a few requests instead of one each. The agent batches only once
+//     an answer chose 6 (ProtocolEventBatch), and sends the events one by one again if the batch
+//     reaches an orchestrator replica without the route.
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 5
+	AgentProtocol = 6
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
 	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
@@ -40,6 +45,8 @@ const (
 	ProtocolSavedPlans = 4
 	// ProtocolStateOperations is the version that brought state operations to poll answers.
 	ProtocolStateOperations = 5
+	// ProtocolEventBatch is the version that brought EventBatch.
+	ProtocolEventBatch = 6
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

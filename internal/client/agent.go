@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -126,4 +127,32 @@ func (c *AgentClient) Event(ctx context.Context, deploymentID string, req api.Ev
 		resp, err = send()
 	}
 	return resp, err
+}
+
+// Events sends several events of the runner's attempts in one request (api.ProtocolEventBatch;
+// send it only once a poll answer chose that version) and returns one result per event, in
+// order: each event is taken or refused on its own (api.EventResult.Err). An error means none was
+// answered: the whole request failed, and the events, idempotent, may all be sent again.
+func (c *AgentClient) Events(ctx context.Context, events []api.DeploymentEvent) ([]api.EventResult, error) {
+	batch := api.EventBatch{Events: make([]api.DeploymentEvent, len(events))}
+	now := time.Now().UTC()
+	for i, ev := range events {
+		if ev.Time.IsZero() {
+			ev.Time = now
+		}
+		batch.Events[i] = ev
+	}
+	resp, err := roundTrip[api.EventBatchResponse](ctx, c.t, call{method: http.MethodPost, path: "/api/v1/agent/events", retryable: retry.Idempotent}, batch)
+	var apiErr *api.Error
+	if errors.As(err, &apiErr) && (apiErr.StatusCode == http.StatusNotFound || apiErr.StatusCode == http.StatusMethodNotAllowed) {
+		return nil, errors.Join(api.ErrEventBatchUnsupported, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Results) != len(events) {
+		return nil, &api.Error{StatusCode: http.StatusBadGateway, Code: api.CodeInternal,
+			Message: "the orchestrator answered a batch of " + strconv.Itoa(len(events)) + " events with " + strconv.Itoa(len(resp.Results)) + " results; sending them again"}
+	}
+	return resp.Results, nil
 }

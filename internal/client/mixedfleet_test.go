@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -52,14 +53,7 @@ func TestEventsReachAnOlderReplicaDuringAnUpgrade(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	_, key, err := keys.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac, err := client.NewAgentClient(srv.URL, agentauth.NewSigner("acme", "r1", key), client.AllowInsecureHTTP())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ac := plainAgentClient(t, srv.URL)
 	if _, err := ac.Poll(t.Context(), api.PollRequest{AgentVersion: "test", Instance: "i", Held: []api.HeldAttempt{}}); err != nil {
 		t.Fatal(err)
 	}
@@ -73,4 +67,34 @@ func TestEventsReachAnOlderReplicaDuringAnUpgrade(t *testing.T) {
 	if len(accepted) != 1 || accepted[0].Type != api.EventFinished || !strings.Contains(accepted[0].Message, "ErrImagePull: not found") {
 		t.Fatalf("accepted %+v, want the finished event with its detail in the message", accepted)
 	}
+}
+
+// A batch of events that reaches a replica of a release before agent protocol 6 finds no route
+// there: Events says so with ErrEventBatchUnsupported, so the agent sends the events one by one.
+func TestEventBatchReachesAnOlderReplica(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":{"code":"not_found","message":"no route POST ` + r.URL.Path + `"}}`))
+	}))
+	defer srv.Close()
+	ac := plainAgentClient(t, srv.URL)
+	_, err := ac.Events(t.Context(), []api.DeploymentEvent{{DeploymentID: "dep-a", EventRequest: api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventStarted}}}})
+	if !errors.Is(err, api.ErrEventBatchUnsupported) {
+		t.Fatalf("a batch to a replica without the route: %v, want ErrEventBatchUnsupported", err)
+	}
+}
+
+// plainAgentClient is an agent client of a fresh key for a test server on plain HTTP.
+func plainAgentClient(t *testing.T, url string) *client.AgentClient {
+	t.Helper()
+	_, key, err := keys.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := client.NewAgentClient(url, agentauth.NewSigner("acme", "r1", key), client.AllowInsecureHTTP())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ac
 }

@@ -272,6 +272,15 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	if ev, err := agent.Event(ctx, dep.ID, api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}}); err != nil || ev.Status != api.StatusSucceeded {
 		t.Fatalf("duplicate finished event: %+v, %v", ev, err)
 	}
+	// In a batch, the same event is acknowledged again and a stale one refused on its own, with
+	// the error it would have had alone.
+	results, err := agent.Events(ctx, []api.DeploymentEvent{
+		{DeploymentID: dep.ID, EventRequest: api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 2, Type: api.EventFinished, Result: api.StatusSucceeded, ExitCode: &zero}}},
+		{DeploymentID: dep.ID, EventRequest: api.EventRequest{Fencing: claim.Lease.Fencing, Event: api.Event{Attempt: 1, Seq: 7, Type: api.EventProgress}}},
+	})
+	if err != nil || len(results) != 2 || results[0].Err() != nil || results[0].Response.Status != api.StatusSucceeded || !errors.Is(results[1].Err(), api.ErrConflict) {
+		t.Fatalf("event batch: %+v, %v; want the resend acknowledged and the late progress event refused with ErrConflict", results, err)
+	}
 
 	// The agent reports the state the attempt wrote: versions and lock holder, read back per key.
 	written := time.Now().UTC().Truncate(time.Second)

@@ -258,3 +258,44 @@ func TestTamperedAgentBodyBurnsNoTokenID(t *testing.T) {
 		t.Fatalf("the genuine request again: HTTP %d %s, want replayed", r.code, r.body)
 	}
 }
+
+// TestAClaimSpendsItsTokenIDEvenWhenRefused: a claim reserves its agent token's id in its own
+// transaction (one commit, not two), and keeps it reserved when it refuses the claim: a claim
+// refused because the runner was at its max_concurrency, replayed once a slot is free, would
+// otherwise succeed and hand its job token to whoever replayed it. A successful claim replayed is
+// refused too, and counted as a replay.
+func TestAClaimSpendsItsTokenIDEvenWhenRefused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 1)
+	first, second := h.deploy(api.OperationPlan), h.deploy(api.OperationPlan)
+	signed := func(id string) (map[string]string, []byte, string) {
+		path := "/api/v1/agent/deployments/" + id + "/claim"
+		body := jsonBytes(t, api.ClaimRequest{Attempt: 1, Instance: "pod-a"})
+		return map[string]string{"Authorization": a.token(path, body), "Content-Type": "application/json"}, body, path
+	}
+	hdr1, body1, path1 := signed(first.ID)
+	if r := h.raw(http.MethodPost, path1, hdr1, body1); r.code != http.StatusOK {
+		t.Fatalf("claim of the first: HTTP %d %s", r.code, r.body)
+	}
+	before := authFailures(h, string(agentauth.ReasonReplayed))
+	if r := h.raw(http.MethodPost, path1, hdr1, body1); r.code != http.StatusUnauthorized || !strings.Contains(r.err(t).Message, "replayed") {
+		t.Fatalf("the same claim request again: HTTP %d %s, want 401 replayed", r.code, r.body)
+	}
+	if got := authFailures(h, string(agentauth.ReasonReplayed)) - before; got != 1 {
+		t.Fatalf("replayed failures grew by %v, want 1", got)
+	}
+
+	hdr2, body2, path2 := signed(second.ID)
+	if r := h.raw(http.MethodPost, path2, hdr2, body2); r.code != http.StatusConflict {
+		t.Fatalf("claim of the second at max_concurrency: HTTP %d %s, want 409", r.code, r.body)
+	}
+	fencing := h.deployment(first.ID).Attempt // attempt 1, fencing 1: the only claim so far
+	a.mustOK(eventPath(first.ID), api.EventRequest{Fencing: int64(fencing), Event: api.Event{Attempt: 1, Seq: 1, Type: api.EventFinished, Result: api.StatusSucceeded}}, nil)
+	if r := h.raw(http.MethodPost, path2, hdr2, body2); r.code != http.StatusUnauthorized || !strings.Contains(r.err(t).Message, "replayed") {
+		t.Fatalf("the refused claim replayed once a slot is free: HTTP %d %s, want 401 replayed", r.code, r.body)
+	}
+	if d := h.deployment(second.ID); d.Status != api.StatusQueued {
+		t.Fatalf("the second deployment after the replay: %s, want still queued", d.Status)
+	}
+}

@@ -214,3 +214,63 @@ func TestReasonsReachTheMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestEventBatchAnswersEachEvent sends one EventBatch (agent protocol 6) with events that are
+// taken, one that follows another of the same attempt in the batch, a resend, and events refused
+// for three different reasons: each gets the result it would have got alone, in order, and the
+// refused ones do not stop the others.
+func TestEventBatchAnswersEachEvent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := h.setupRunner("acme", "r1", 3)
+	one, two := h.deploy(api.OperationPlan), h.deploy(api.OperationPlan)
+	c1, c2 := a.claim(one.ID, 1, "pod-a"), a.claim(two.ID, 1, "pod-a")
+	ev := func(id string, fencing, seq int64, typ api.EventType, result api.Status) api.DeploymentEvent {
+		return api.DeploymentEvent{DeploymentID: id, EventRequest: api.EventRequest{Fencing: fencing,
+			Event: api.Event{Attempt: 1, Seq: seq, Type: typ, Result: result, Time: h.clock.Now()}}}
+	}
+	batch := api.EventBatch{Events: []api.DeploymentEvent{
+		ev(one.ID, c1.Lease.Fencing, 0, api.EventStarted, ""),
+		ev(one.ID, c1.Lease.Fencing, 1, api.EventFinished, api.StatusSucceeded), // sees the started event before it
+		ev(two.ID, c2.Lease.Fencing+5, 1, api.EventFinished, api.StatusFailed),  // a fencing never granted
+		ev(two.ID, c2.Lease.Fencing, -1, api.EventProgress, ""),                 // fails validation
+		ev(one.ID, c1.Lease.Fencing, 1, api.EventFinished, api.StatusSucceeded), // a resend
+		ev("dep-unknown", 1, 1, api.EventFinished, api.StatusSucceeded),
+		ev(two.ID, c2.Lease.Fencing, 0, api.EventStarted, ""),
+	}}
+	var out api.EventBatchResponse
+	a.mustOK("/api/v1/agent/events", batch, &out)
+	want := []struct {
+		status api.Status
+		code   int
+		field  string
+	}{{api.StatusRunning, 0, ""}, {api.StatusSucceeded, 0, ""}, {"", http.StatusBadRequest, "fencing"}, {"", http.StatusBadRequest, "seq"},
+		{api.StatusSucceeded, 0, ""}, {"", http.StatusNotFound, ""}, {api.StatusRunning, 0, ""}}
+	if len(out.Results) != len(want) {
+		t.Fatalf("%d results for %d events: %+v", len(out.Results), len(want), out.Results)
+	}
+	for i, w := range want {
+		r := out.Results[i]
+		switch {
+		case w.code == 0 && (r.Error != nil || r.Response == nil || r.Response.Status != w.status):
+			t.Errorf("event %d: %+v %+v, want taken with status %s", i, r.Response, r.Error, w.status)
+		case w.code != 0 && (r.Error == nil || r.Error.Status != w.code || r.Error.Field != w.field || r.Response != nil):
+			t.Errorf("event %d: %+v %+v, want refused with HTTP %d on field %q", i, r.Response, r.Error, w.code, w.field)
+		}
+	}
+	if d := h.deployment(one.ID); d.Status != api.StatusSucceeded {
+		t.Errorf("deployment one after its batch: %s, want succeeded", d.Status)
+	}
+	if d := h.deployment(two.ID); d.Status != api.StatusRunning {
+		t.Errorf("deployment two after its batch: %s, want running (only its started event was valid)", d.Status)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		batch api.EventBatch
+	}{{"empty", api.EventBatch{}}, {"too many", api.EventBatch{Events: make([]api.DeploymentEvent, api.MaxEventBatch+1)}}} {
+		if r := a.post("/api/v1/agent/events", tc.batch); r.code != http.StatusBadRequest || r.err(t).Field != "events" {
+			t.Errorf("%s batch: HTTP %d %s, want 400 on events", tc.name, r.code, r.body)
+		}
+	}
+}

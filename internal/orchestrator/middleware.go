@@ -47,6 +47,8 @@ const (
 	limitLogAppend  = 1 << 20
 	// limitStateReport holds api.MaxReportedStates states of api.MaxReportedVersions versions.
 	limitStateReport = 8 << 20
+	// limitEventBatch holds api.MaxEventBatch events with the longest message and detail.
+	limitEventBatch = api.MaxEventBatch * (2*maxEventMessageLen + 4<<10)
 )
 
 // route is one registered endpoint: its pattern, who may call it, what body it takes and its
@@ -62,17 +64,22 @@ type route struct {
 	newOrg bool
 	body   string
 	limit  int64
-	h      func(w http.ResponseWriter, r *http.Request, c *call) error
+	// replayInTx leaves reserving the agent token's id to the handler's own transaction
+	// (agentauth.Verified.BindBody, call.replay): one commit instead of two on the pickup's path.
+	replayInTx bool
+	h          func(w http.ResponseWriter, r *http.Request, c *call) error
 }
 
 // call is what the middleware established before the handler runs.
 type call struct {
 	// body is the request body, read in full within the route's limit.
 	body  []byte
-	org   string                // admin routes
-	admin principal             // admin routes
-	agent agentauth.Identity    // agent routes
-	job   store.JobTokenPayload // job API routes
+	org   string             // admin routes
+	admin principal          // admin routes
+	agent agentauth.Identity // agent routes
+	// replay is the agent token's id still to be reserved, on routes with replayInTx.
+	replay *agentauth.Replay
+	job    store.JobTokenPayload // job API routes
 }
 
 type infoKey struct{}
@@ -305,7 +312,15 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, rt route, c *ca
 		return err
 	}
 	if agentToken != nil {
-		id, err := agentToken.Bind(r.Context(), c.body)
+		var id agentauth.Identity
+		var err error
+		if rt.replayInTx {
+			var rp agentauth.Replay
+			id, rp, err = agentToken.BindBody(c.body)
+			c.replay = &rp
+		} else {
+			id, err = agentToken.Bind(r.Context(), c.body)
+		}
 		if err != nil {
 			return agentRefusal(err)
 		}

@@ -69,8 +69,9 @@ func (s *Server) routeTable() []route {
 		bootstrap("DELETE "+orgs+"/tokens/{id}", bodyNone, 0, s.revokeOrgToken),
 
 		{pattern: "POST /api/v1/agent/poll", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.poll},
-		{pattern: "POST /api/v1/agent/deployments/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim},
+		{pattern: "POST /api/v1/agent/deployments/{id}/claim", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.claim, replayInTx: true},
 		{pattern: "POST /api/v1/agent/deployments/{id}/events", auth: authAgent, body: bodyJSON, limit: limitDefault, h: s.event},
+		{pattern: "POST /api/v1/agent/events", auth: authAgent, body: bodyJSON, limit: limitEventBatch, h: s.events},
 		{pattern: "POST /api/v1/agent/states", auth: authAgent, body: bodyJSON, limit: limitStateReport, h: s.reportStates},
 		{pattern: "POST /api/v1/agent/state-operations/{id}/result", auth: authAgent, body: bodyJSON, limit: limitStateReport, h: s.stateOperationResult},
 

@@ -12,13 +12,16 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
-// maxConcurrentSends is the number of event workers: a backlog (orchestrator back after an
-// outage) drains in parallel without opening hundreds of connections. Cleanups have workers of
+// maxConcurrentSends is the number of event workers: a backlog (a wave of attempts that end
+// together, the orchestrator back after an outage) drains in parallel. Their events go in
+// batches (eventBatcher) once the orchestrator speaks api.ProtocolEventBatch, up to this many in
+// one request, on batchesInFlight connections; one by one to an older orchestrator, on as many
+// connections as workers. Cleanups have workers of
 // their own (maxConcurrentCleanups), so an attempt's cleanup, whose Kubernetes requests give way
 // to starts at the client's rate limit, never holds up the finished events of others, which free
 // the runner's slots.
 const (
-	maxConcurrentSends    = 16
+	maxConcurrentSends    = 64
 	maxConcurrentCleanups = 16
 )
 
@@ -71,9 +74,26 @@ func phaseOf(st executor.AttemptStatus, att *attemptState) phase {
 // its own timeout.
 func (s *Session) eventLoop(ctx context.Context) error {
 	q := newEventQueues(s.o.EventBackoff)
+	var b *eventBatcher
+	if to, ok := s.o.Client.(EventBatcher); ok {
+		b = newEventBatcher(to, s.o.Client.Event, s.o.FinalTimeout)
+	}
 	s.mu.Lock()
-	s.queues = q
+	s.queues, s.batcher = q, b
 	s.mu.Unlock()
+	if b != nil {
+		// The batcher outlives the workers: it stops once they have finished what they began.
+		bctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { b.run(bctx); close(done) }()
+		defer func() {
+			s.mu.Lock()
+			s.batcher = nil // a late send (a forget directive's) goes alone
+			s.mu.Unlock()
+			stop()
+			<-done
+		}()
+	}
 	var workers sync.WaitGroup
 	for range maxConcurrentSends {
 		workers.Go(func() { s.work(ctx, q.sends, s.processSend) })
@@ -247,7 +267,7 @@ func (s *Session) send(ctx context.Context, att *attemptState, st executor.Attem
 		if ev.Time.IsZero() {
 			ev.Time = time.Now().UTC()
 		}
-		_, err = s.o.Client.Event(ctx, st.DeploymentID, ev)
+		_, err = s.postEvent(ctx, st.DeploymentID, ev)
 		switch {
 		case err == nil:
 			s.mu.Lock()
@@ -317,7 +337,7 @@ func (s *Session) deliver(ctx context.Context, deploymentID string, event []byte
 	if err := json.Unmarshal(event, &ev); err != nil {
 		return &api.Error{StatusCode: 400, Code: api.CodeInvalid, Message: "undecodable saved event: " + err.Error()}
 	}
-	_, err := s.o.Client.Event(ctx, deploymentID, ev)
+	_, err := s.postEvent(ctx, deploymentID, ev)
 	return err
 }
 

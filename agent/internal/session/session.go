@@ -137,6 +137,9 @@ type Session struct {
 	limit int
 	// queues are the term's event work queues (nil before the event loop starts).
 	queues *eventQueues
+	// batcher gathers the event workers' events into batches (nil when the client cannot
+	// batch); see postEvent.
+	batcher *eventBatcher
 	// kick wakes the event loop early.
 	kick *executor.Notifier
 	// cutPoll ends the long poll in flight (nil when none is), and pollFree is the capacity it

@@ -741,17 +741,7 @@ func TestFinishedEventsDoNotWaitForCleanups(t *testing.T) {
 	orch := &fakeOrch{}
 	s := New(Options{Client: orch, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0"})
 	stop := run(t, s)
-	waitFor(t, fmt.Sprintf("the finished events of all %d attempts, their cleanups stuck", n), func() bool {
-		orch.mu.Lock()
-		defer orch.mu.Unlock()
-		finished := 0
-		for _, evs := range orch.events {
-			if slices.ContainsFunc(evs, func(e api.EventRequest) bool { return e.Type == api.EventFinished }) {
-				finished++
-			}
-		}
-		return finished == n
-	})
+	waitFor(t, fmt.Sprintf("the finished events of all %d attempts, their cleanups stuck", n), func() bool { return finishedEvents(orch) == n })
 	close(ex.cleanupGate)
 	stop()
 }

@@ -55,7 +55,7 @@ func progressEvents(st executor.AttemptStatus, att *attemptState, now time.Time)
 // error stops the sends for a retry.
 func (s *Session) sendProgress(ctx context.Context, att *attemptState, st executor.AttemptStatus, progress []api.EventRequest, log *slog.Logger) error {
 	for _, ev := range progress {
-		_, err := s.o.Client.Event(ctx, st.DeploymentID, ev)
+		_, err := s.postEvent(ctx, st.DeploymentID, ev)
 		if err != nil && retry.Eventually(err) {
 			return err
 		}

@@ -90,6 +90,10 @@ type LeaseRef struct {
 type Tx interface {
 	Writable() bool
 
+	// CheckReplay is Engine.CheckReplay inside this transaction: the token id is remembered
+	// only if the transaction commits.
+	CheckReplay(id string, now, until time.Time) (seen bool, err error)
+
 	GetDoc(k DocKind, org, id string, v any) (ok bool, err error)
 	HasDoc(k DocKind, org, id string) (bool, error)
 	PutDoc(k DocKind, org, id string, v any) error

@@ -215,9 +215,26 @@ func lostByPoller(rec *DeploymentRecord, req *api.PollRequest, now time.Time) bo
 // Claim grants the job lease on a queued attempt, or returns the same grant again to the
 // instance that holds it (idempotent retries).
 func (s *Store) Claim(ctx context.Context, id agentauth.Identity, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
+	return s.ClaimOnce(ctx, id, nil, deploymentID, req, leaseFor)
+}
+
+// ClaimOnce is Claim that first reserves the request's agent token id (agentauth.BindBody) in
+// the claim's own transaction, one commit for both: a replayed id is refused (401), and a claim
+// refused for any other reason keeps its id reserved, since the refusal commits what was written
+// before it (see Update). replay nil reserves nothing (the caller did).
+func (s *Store) ClaimOnce(ctx context.Context, id agentauth.Identity, replay *agentauth.Replay, deploymentID string, req api.ClaimRequest, leaseFor time.Duration) (*api.Claim, error) {
 	var out *api.Claim
 	err := s.Update(ctx, func(tx Tx) error {
 		now := s.TimeNow()
+		if replay != nil {
+			seen, err := tx.CheckReplay(replay.ID, s.now(), replay.Until)
+			if err != nil {
+				return err
+			}
+			if seen {
+				return &Refusal{Code: api.CodeUnauthorized, Message: agentauth.ReplayedError().Error(), AuthReason: string(agentauth.ReasonReplayed)}
+			}
+		}
 		runner, err := touchRunner(tx, id, "", now)
 		if err != nil {
 			return err
@@ -331,95 +348,136 @@ func (s *Store) RecordEvent(ctx context.Context, id agentauth.Identity, deployme
 	// A batch: when a wave of attempts finishes, their events share commits (and fsyncs) instead
 	// of queueing one commit each. The batch may run this again, so out is set only at the end.
 	err = s.batch(ctx, func(tx Tx) error {
-		counted = ""
-		now := s.TimeNow()
-		if _, err := touchRunner(tx, id, "", now); err != nil {
-			return err
-		}
-		rec, err := loadRunnerDeployment(tx, id, deploymentID)
-		if err != nil {
-			return err
-		}
-		seen, err := tx.HasEvent(id.Org, deploymentID, req.Attempt, req.Seq)
-		if err != nil {
-			return err
-		}
-		if seen {
-			resp = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
-			return nil
-		}
-		if _, err := settleLease(tx, rec, now); err != nil {
-			return err
-		}
-		switch {
-		case req.Attempt != rec.D.Attempt:
-			return staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's job lease was lost", req.Attempt, deploymentID, rec.D.Attempt)
-		case req.Fencing > rec.Fencing:
-			return Invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, deploymentID, rec.Fencing)
-		case req.Fencing < rec.Fencing:
-			return staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, deploymentID)
-		case rec.D.Status.Terminal():
-			return conflict("deployment %q already ended with status %s at %s; events of its attempts are no longer taken",
-				deploymentID, rec.D.Status, rec.D.FinishedAt.Format(time.RFC3339))
-		}
-		n, err := tx.CountEvents(id.Org, deploymentID, req.Attempt, MaxEventsPerAttempt)
-		if err != nil {
-			return err
-		}
-		if req.Type != api.EventFinished && n >= MaxEventsPerAttempt {
-			return conflict("attempt %d of deployment %q already has %d events, the most one attempt may record; only its finished event is still taken",
-				req.Attempt, deploymentID, MaxEventsPerAttempt)
-		}
-		when := req.Time.UTC().Round(0)
-		if req.Time.IsZero() {
-			when = now
-		}
-		ev := req.Event
-		ev.Time = when
-		ev.Step = ev.StepOf()
-		if err := tx.PutEvent(id.Org, deploymentID, req.Attempt, req.Seq, ev); err != nil {
-			return err
-		}
-		if counted, err = countedReason(tx, id.Org, deploymentID, ev); err != nil {
-			return err
-		}
-		// The current attempt of a deployment that has not ended holds the job lease.
-		if rec.Lease != nil {
-			rec.Lease.ExpiresAt = now.Add(leaseFor)
-			switch ev.Step {
-			case api.StepWaiting:
-				if rec.D.Status != api.StatusClaimed {
-					break
-				}
-				rec.D.Reason, rec.D.Message, rec.D.Detail = ev.Reason, ev.Message, ev.Detail
-			case api.StepPodScheduled, api.StepPodInitialized:
-				rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
-			}
-			switch req.Type {
-			case api.EventStarted:
-				if rec.D.Status == api.StatusClaimed {
-					rec.D.Status = api.StatusRunning
-					rec.D.StartedAt = &now
-					rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
-				}
-			case api.EventFinished:
-				rec.D.ExitCode = req.ExitCode
-				if err := finishDeployment(tx, rec, req.Result, req.Reason, req.Message, now); err != nil {
-					return err
-				}
-				rec.D.Detail = req.Detail
-			}
-			if err := tx.SaveDeployment(rec); err != nil {
-				return err
-			}
-		}
-		resp = api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}
-		return nil
+		var err error
+		resp, counted, err = s.recordEvent(tx, id, deploymentID, req, leaseFor, s.TimeNow())
+		return err
 	})
 	if err != nil {
 		return nil, "", err
 	}
 	return &resp, counted, nil
+}
+
+// EventOutcome is what RecordEvents made of one event: Response and Counted as RecordEvent
+// returns them, or Refused, the refusal RecordEvent would have returned.
+type EventOutcome struct {
+	Response api.EventResponse
+	Counted  api.Reason
+	Refused  error
+}
+
+// RecordEvents is RecordEvent for several events of the agent's runner in one transaction, so
+// they share one commit: each is checked and applied as RecordEvent would, in order (a later
+// event of the same attempt sees an earlier one), and one refused does not stop the others.
+// What a refused event wrote before its refusal is committed as Update says. An error that is
+// not a refusal (the database) fails them all.
+func (s *Store) RecordEvents(ctx context.Context, id agentauth.Identity, events []api.DeploymentEvent, leaseFor time.Duration) ([]EventOutcome, error) {
+	var out []EventOutcome
+	err := s.batch(ctx, func(tx Tx) error {
+		out = make([]EventOutcome, len(events)) // the batch may run this again
+		now := s.TimeNow()
+		for i, ev := range events {
+			resp, counted, err := s.recordEvent(tx, id, ev.DeploymentID, ev.EventRequest, leaseFor, now)
+			if _, refused := AsRefusal(err); refused {
+				out[i].Refused = err
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			out[i] = EventOutcome{Response: resp, Counted: counted}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// recordEvent is RecordEvent's check and write of one event in tx.
+func (s *Store) recordEvent(tx Tx, id agentauth.Identity, deploymentID string, req api.EventRequest, leaseFor time.Duration, now time.Time) (api.EventResponse, api.Reason, error) {
+	var counted api.Reason
+	if _, err := touchRunner(tx, id, "", now); err != nil {
+		return api.EventResponse{}, "", err
+	}
+	rec, err := loadRunnerDeployment(tx, id, deploymentID)
+	if err != nil {
+		return api.EventResponse{}, "", err
+	}
+	seen, err := tx.HasEvent(id.Org, deploymentID, req.Attempt, req.Seq)
+	if err != nil {
+		return api.EventResponse{}, "", err
+	}
+	if seen {
+		return api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}, "", nil
+	}
+	if _, err := settleLease(tx, rec, now); err != nil {
+		return api.EventResponse{}, "", err
+	}
+	switch {
+	case req.Attempt != rec.D.Attempt:
+		return api.EventResponse{}, "", staleFencing("event for attempt %d, but deployment %q is at attempt %d; this attempt's job lease was lost", req.Attempt, deploymentID, rec.D.Attempt)
+	case req.Fencing > rec.Fencing:
+		return api.EventResponse{}, "", Invalid("fencing", "fencing %d was never granted for deployment %q (the latest grant is %d)", req.Fencing, deploymentID, rec.Fencing)
+	case req.Fencing < rec.Fencing:
+		return api.EventResponse{}, "", staleFencing("fencing %d is older than the current fencing %d of deployment %q; another claim superseded this one", req.Fencing, rec.Fencing, deploymentID)
+	case rec.D.Status.Terminal():
+		return api.EventResponse{}, "", conflict("deployment %q already ended with status %s at %s; events of its attempts are no longer taken",
+			deploymentID, rec.D.Status, rec.D.FinishedAt.Format(time.RFC3339))
+	}
+	n, err := tx.CountEvents(id.Org, deploymentID, req.Attempt, MaxEventsPerAttempt)
+	if err != nil {
+		return api.EventResponse{}, "", err
+	}
+	if req.Type != api.EventFinished && n >= MaxEventsPerAttempt {
+		return api.EventResponse{}, "", conflict("attempt %d of deployment %q already has %d events, the most one attempt may record; only its finished event is still taken",
+			req.Attempt, deploymentID, MaxEventsPerAttempt)
+	}
+	when := req.Time.UTC().Round(0)
+	if req.Time.IsZero() {
+		when = now
+	}
+	ev := req.Event
+	ev.Time = when
+	ev.Step = ev.StepOf()
+	if err := tx.PutEvent(id.Org, deploymentID, req.Attempt, req.Seq, ev); err != nil {
+		return api.EventResponse{}, "", err
+	}
+	if counted, err = countedReason(tx, id.Org, deploymentID, ev); err != nil {
+		return api.EventResponse{}, "", err
+	}
+	// The current attempt of a deployment that has not ended holds the job lease.
+	if rec.Lease != nil {
+		rec.Lease.ExpiresAt = now.Add(leaseFor)
+		switch ev.Step {
+		case api.StepWaiting:
+			if rec.D.Status != api.StatusClaimed {
+				break
+			}
+			rec.D.Reason, rec.D.Message, rec.D.Detail = ev.Reason, ev.Message, ev.Detail
+		case api.StepPodScheduled, api.StepPodInitialized:
+			rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
+		}
+		switch req.Type {
+		case api.EventStarted:
+			if rec.D.Status == api.StatusClaimed {
+				rec.D.Status = api.StatusRunning
+				rec.D.StartedAt = &now
+				rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
+			}
+		case api.EventFinished:
+			rec.D.ExitCode = req.ExitCode
+			if err := finishDeployment(tx, rec, req.Result, req.Reason, req.Message, now); err != nil {
+				return api.EventResponse{}, "", err
+			}
+			rec.D.Detail = req.Detail
+		}
+		if err := tx.SaveDeployment(rec); err != nil {
+			return api.EventResponse{}, "", err
+		}
+	}
+	return api.EventResponse{Status: rec.D.Status, CancelRequested: rec.D.CancelRequested}, counted, nil
 }
 
 // countedReason is the reason a newly stored event adds to its runner's reason counts (see

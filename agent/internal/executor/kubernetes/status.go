@@ -91,7 +91,12 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 		_ = json.Unmarshal([]byte(j.Annotations[AnnStartupError]), &f)
 		s.Status, s.Reason, s.Message, s.Detail = api.StatusFailed, f.Reason, f.Message, f.Detail
 		s.FinishedAt = latest(s.FinishedAt, at)
-	case cond == batchv1.JobComplete:
+	case cond == batchv1.JobComplete || (cond == "" && podSucceeded(pods)):
+		// A pod that succeeded completes the Job: one completion, no retries (backoffLimit 0).
+		// The Job controller's Complete condition follows, late by as much as its work queue at
+		// its API rate limit (tens of seconds when a thousand Jobs end together, seen in
+		// BenchmarkAgent), so the attempt is reported finished from the pod. A failed pod is left
+		// to the Job controller: the pod failure policy may ignore it and run another.
 		s.Status = api.StatusSucceeded
 		if s.ExitCode == nil {
 			zero := 0
@@ -127,6 +132,16 @@ func (e *Executor) status(j *batchv1.Job) (executor.AttemptStatus, bool) {
 		s.FinishedAt = j.CreationTimestamp.Time
 	}
 	return s, true
+}
+
+// podSucceeded reports whether one of a Job's pods ended with success.
+func podSucceeded(pods []*corev1.Pod) bool {
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded {
+			return true
+		}
+	}
+	return false
 }
 
 // finishedCondition returns the final condition of a Job (Complete or Failed), if any.
@@ -309,10 +324,10 @@ func mainStatus(p *corev1.Pod) *corev1.ContainerStatus {
 
 // podsOf lists a Job's pods from the cache, oldest first.
 func (e *Executor) podsOf(j *batchv1.Job) []*corev1.Pod {
-	pods, _ := e.pods.Pods(j.Namespace).List(labels.SelectorFromSet(labels.Set{"batch.kubernetes.io/job-name": j.Name}))
+	objs, _ := e.informers[1].GetIndexer().ByIndex(podsByJobIndex, j.Namespace+"/"+j.Name)
 	var out []*corev1.Pod
-	for _, p := range pods {
-		if metav1.IsControlledBy(p, j) {
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok && metav1.IsControlledBy(p, j) {
 			out = append(out, p)
 		}
 	}

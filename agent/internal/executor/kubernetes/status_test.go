@@ -19,7 +19,7 @@ import (
 // disruptedJob is a sealed apply Job the pod failure policy failed for a disruption of its pod,
 // and its pod (Failed, with the DisruptionTarget condition of the given reason), not yet added
 // to the executor's cache.
-func disruptedJob(t *testing.T, e *Executor, reason string) (*batchv1.Job, *corev1.Pod) {
+func disruptedJob(t testing.TB, e *Executor, reason string) (*batchv1.Job, *corev1.Pod) {
 	t.Helper()
 	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "outpost-dep-1-1", Namespace: "jobs", UID: types.UID("job-uid"),
 		CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour)),
@@ -134,5 +134,40 @@ func TestWatchdogTimesTheNewestPod(t *testing.T) {
 	}
 	if f := got.Annotations[AnnStartupError]; f != "" {
 		t.Fatalf("the Job was failed for its start-up (%s) although its pod was created just now", f)
+	}
+}
+
+// TestStatusSucceededFromThePod: an attempt whose pod succeeded is reported succeeded at once,
+// before the Job controller marks the Job Complete (under load that takes it tens of seconds);
+// a pod that failed is not taken for the Job's end, since the pod failure policy may run
+// another.
+func TestStatusSucceededFromThePod(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		phase corev1.PodPhase
+		exit  int32
+		want  api.Status
+	}{{"pod succeeded", corev1.PodSucceeded, 0, api.StatusSucceeded}, {"pod failed", corev1.PodFailed, 1, api.StatusRunning}} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New(Options{Client: fake.NewClientset(), PodOptions: opts, Logger: slog.New(slog.DiscardHandler)})
+			j, p := disruptedJob(t, e, "")
+			j.Status.Conditions = nil // the Job controller has not got to it yet
+			ended := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+			p.Status = corev1.PodStatus{Phase: tc.phase, ContainerStatuses: []corev1.ContainerStatus{{Name: "main",
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: tc.exit, StartedAt: metav1.NewTime(ended.Add(-time.Minute)), FinishedAt: ended}}}}}
+			if err := e.informers[1].GetIndexer().Add(p); err != nil {
+				t.Fatal(err)
+			}
+			s, ok := e.status(j)
+			if !ok {
+				t.Fatal("the agent's sealed Job was not taken for an attempt")
+			}
+			if s.Status != tc.want {
+				t.Fatalf("status %s (%s), want %s", s.Status, s.Message, tc.want)
+			}
+			if tc.want == api.StatusSucceeded && (!s.FinishedAt.Equal(ended.Time) || s.ExitCode == nil || *s.ExitCode != 0) {
+				t.Errorf("finished at %v with exit code %v, want the container's end %v and 0", s.FinishedAt, s.ExitCode, ended.Time)
+			}
+		})
 	}
 }

@@ -327,21 +327,26 @@ func scanPrefixReverse(b *bolt.Bucket, p []byte, fn func(k, v []byte) (bool, err
 func (s *Engine) CheckReplay(_ context.Context, id string, now, until time.Time) (bool, error) {
 	seen := false
 	err := s.DB.Batch(func(tx *bolt.Tx) error {
-		seen = false
-		b := tx.Bucket(BucketReplay)
-		if v := b.Get([]byte(id)); len(v) == 8 {
-			if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v))); !now.After(exp) {
-				seen = true
-				return nil
-			}
-		}
-		exp := u64(uint64(until.UnixNano()))
-		if err := b.Put([]byte(id), exp); err != nil {
-			return err
-		}
-		return tx.Bucket(bReplayEx).Put(append(exp, id...), nil)
+		var err error
+		seen, err = Tx{tx}.CheckReplay(id, now, until)
+		return err
 	})
 	return seen, err
+}
+
+// CheckReplay implements store.Tx.
+func (t Tx) CheckReplay(id string, now, until time.Time) (bool, error) {
+	b := t.tx.Bucket(BucketReplay)
+	if v := b.Get([]byte(id)); len(v) == 8 {
+		if exp := time.Unix(0, int64(binary.BigEndian.Uint64(v))); !now.After(exp) {
+			return true, nil
+		}
+	}
+	exp := u64(uint64(until.UnixNano()))
+	if err := b.Put([]byte(id), exp); err != nil {
+		return false, err
+	}
+	return false, t.tx.Bucket(bReplayEx).Put(append(exp, id...), nil)
 }
 
 // PurgeReplay implements store.Engine.

@@ -273,14 +273,18 @@ func (e *Engine) CheckReplay(ctx context.Context, id string, now, until time.Tim
 	// One statement: insert the id, or take over an expired one; no row back means it is
 	// remembered and still valid.
 	var got string
-	err := e.Pool.QueryRow(ctx, `INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)
-		ON CONFLICT (token_id) DO UPDATE SET expires_ns = excluded.expires_ns WHERE replay.expires_ns < $3
-		RETURNING token_id`, id, until.UnixNano(), now.UnixNano()).Scan(&got)
+	err := e.Pool.QueryRow(ctx, replaySQL, id, until.UnixNano(), now.UnixNano()).Scan(&got)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return true, nil
 	}
 	return false, err
 }
+
+// replaySQL inserts a token id, or takes over an expired one; no row back means it is
+// remembered and still valid.
+const replaySQL = `INSERT INTO replay (token_id, expires_ns) VALUES ($1, $2)
+		ON CONFLICT (token_id) DO UPDATE SET expires_ns = excluded.expires_ns WHERE replay.expires_ns < $3
+		RETURNING token_id`
 
 // PurgeReplay implements store.Engine.
 func (e *Engine) PurgeReplay(ctx context.Context, now time.Time) (int, error) {

@@ -31,6 +31,13 @@ var docTables = map[store.DocKind]string{
 // Writable implements store.Tx.
 func (t *Tx) Writable() bool { return t.write }
 
+// CheckReplay implements store.Tx.
+func (t *Tx) CheckReplay(id string, now, until time.Time) (bool, error) {
+	var got string
+	ok, err := t.One(replaySQL, []any{id, until.UnixNano(), now.UnixNano()}, &got)
+	return !ok && err == nil, err
+}
+
 // Exec implements store.Tx.
 func (t *Tx) Exec(sql string, args ...any) error {
 	_, err := t.tx.Exec(t.ctx, sql, args...)
