@@ -114,6 +114,16 @@ const (
 var Steps = []Step{StepClaimed, StepJobCreated, StepPodScheduled, StepPodInitialized, StepWaiting, StepCLIStarted, StepFinished,
 	StepApproved, StepDiscarded, StepApplyQueued, StepApplyRefused}
 
+// Review reports whether s is one of the steps the orchestrator records when a person acts on a
+// saved plan (approved, discarded, apply_queued, apply_refused); an agent never sends them.
+func (s Step) Review() bool {
+	switch s {
+	case StepApproved, StepDiscarded, StepApplyQueued, StepApplyRefused:
+		return true
+	}
+	return false
+}
+
 // Valid reports whether s is one of Steps.
 func (s Step) Valid() bool { return slices.Contains(Steps, s) }
 

@@ -183,9 +183,19 @@ func validateClaim(req *api.ClaimRequest) error {
 	return nil
 }
 
+// claim reserves the agent token's id in the claim's own transaction (route replayInTx). A
+// request refused before it (undecodable, invalid) reserves nothing: the same request replayed
+// is refused the same way. One the store failed to run reserves its id on its own, so a
+// captured claim cannot be replayed to succeed later.
 func (s *Server) claim(w http.ResponseWriter, r *http.Request, c *call) error {
 	return post(w, r, c, validateClaim, func(ctx context.Context, id string, req api.ClaimRequest) (*api.Claim, error) {
-		return s.store.Claim(ctx, c.agent, id, req, s.cfg.LeaseDuration)
+		out, err := s.store.ClaimOnce(ctx, c.agent, c.replay, id, req, s.cfg.LeaseDuration)
+		if _, refused := store.AsRefusal(err); err != nil && !refused && c.replay != nil {
+			if _, rerr := s.store.ReplayCache().CheckAndStore(context.WithoutCancel(ctx), c.replay.ID, c.replay.Until); rerr != nil {
+				s.log.ErrorContext(ctx, "a failed claim's token id could not be reserved against replay", "request_id", requestID(ctx), "err", rerr)
+			}
+		}
+		return out, err
 	})
 }
 
@@ -211,6 +221,10 @@ func validateEvent(req *api.EventRequest) error {
 		return store.Invalid("step", "%q is not a step; use one of %s", req.Step, stepNames())
 	case req.Step == api.StepClaimed:
 		return store.Invalid("step", "%q is recorded by the orchestrator at the claim; an agent does not send it", req.Step)
+	case req.Step.Review():
+		return store.Invalid("step", "%q is a review step the orchestrator records when a person acts on a saved plan; an agent does not send it", req.Step)
+	case req.By != "":
+		return store.Invalid("by", "is set by the orchestrator on review events only; an agent leaves it out")
 	case req.Step == api.StepWaiting && req.Reason == "":
 		return store.Invalid("reason", "is empty; a waiting event says what the attempt waits for")
 	}
@@ -252,6 +266,73 @@ func (s *Server) event(w http.ResponseWriter, r *http.Request, c *call) error {
 		}
 		return out, err
 	})
+}
+
+// events takes an EventBatch (agent protocol 6): every event is checked as event checks it, the
+// valid ones are applied in one transaction (store.RecordEvents), and each gets its own result,
+// so one refused event does not refuse the batch.
+func (s *Server) events(w http.ResponseWriter, r *http.Request, c *call) error {
+	var req api.EventBatch
+	if err := decodeJSON(c.body, &req); err != nil {
+		return err
+	}
+	switch n := len(req.Events); {
+	case n == 0:
+		return store.Invalid("events", "is empty; send at least one event")
+	case n > api.MaxEventBatch:
+		return store.Invalid("events", "has %d events; at most %d in one batch", n, api.MaxEventBatch)
+	}
+	results := make([]api.EventResult, len(req.Events))
+	valid := make([]api.DeploymentEvent, 0, len(req.Events))
+	at := make([]int, 0, len(req.Events)) // valid[k] is req.Events[at[k]]
+	for i, ev := range req.Events {
+		err := validateEvent(&ev.EventRequest)
+		if err == nil && ev.DeploymentID == "" {
+			err = store.Invalid("deployment_id", "is empty; name the deployment the event is about")
+		}
+		if err != nil {
+			results[i].Error = eventRefusal(err)
+			continue
+		}
+		valid = append(valid, ev)
+		at = append(at, i)
+	}
+	if len(valid) > 0 {
+		outcomes, err := s.store.RecordEvents(r.Context(), c.agent, valid, s.cfg.LeaseDuration)
+		if err != nil {
+			return err
+		}
+		finished := false
+		for k, o := range outcomes {
+			i := at[k]
+			if o.Refused != nil {
+				results[i].Error = eventRefusal(o.Refused)
+				continue
+			}
+			resp := o.Response
+			results[i].Response = &resp
+			if o.Counted != "" {
+				s.metrics.reasons.WithLabelValues(c.agent.Org, c.agent.RunnerID, string(o.Counted)).Inc()
+			}
+			finished = finished || req.Events[i].Type == api.EventFinished
+		}
+		if finished {
+			// Slots are free again: a waiting poll may now hand out offers.
+			s.notify.Wake(c.agent.Org + "/" + c.agent.RunnerID)
+		}
+	}
+	writeJSON(w, http.StatusOK, api.EventBatchResponse{Results: results})
+	return nil
+}
+
+// eventRefusal is a refusal as one result of a batch: its error body and the status the event
+// alone would have been answered with.
+func eventRefusal(err error) *api.EventRefusal {
+	ref, _ := store.AsRefusal(err) // only refusals reach here
+	if ref == nil {
+		ref = store.Refuse(api.CodeInternal, "internal error")
+	}
+	return &api.EventRefusal{Status: statusOf(ref.Code), ErrorDetail: api.ErrorDetail{Code: ref.Code, Message: ref.Message, Field: ref.Field, CommittedOffset: ref.Committed}}
 }
 
 // reportStates takes an agent's report of the states of its runner's kubernetes state storage:

@@ -173,6 +173,9 @@ func TestEventsAreIdempotentAndFenced(t *testing.T) {
 		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: api.SeqClaimed, Type: api.EventProgress}}, "seq"},
 		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventProgress, Step: "pulled"}}, "step"},
 		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventProgress, Step: api.StepWaiting}}, "reason"},
+		// Review steps and who acted are the orchestrator's own: an agent cannot forge an approval.
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventProgress, Step: api.StepApproved}}, "step"},
+		{api.EventRequest{Fencing: 1, Event: api.Event{Attempt: 1, Seq: 9, Type: api.EventProgress, By: "token alice"}}, "by"},
 	}
 	for _, b := range bad {
 		if r := a.event(d.ID, b.req); r.code != http.StatusBadRequest || r.err(t).Field != b.field {
