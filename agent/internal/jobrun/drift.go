@@ -2,10 +2,8 @@ package jobrun
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
-	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/plansummary"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
@@ -27,14 +25,14 @@ func driftCheckArgs(workDir string) []string {
 }
 
 // reportDrift summarises the drift check's plan when it found changes and reports the result.
-// It returns the job runner's exit code: 0 when the report was taken.
-func (j *attemptRun) reportDrift(cli, cliPath, configDir, workDir string, env []string, drifted bool) int {
+// It returns the job runner's exit code (0 when the report was taken) and the summary, if made.
+func (j *attemptRun) reportDrift(cli, cliPath, configDir, workDir string, env []string, drifted bool) (int, *api.PlanSummary) {
 	rep := api.DriftReport{Drifted: drifted}
 	if drifted {
-		summary, err := j.summarisePlan(cli, cliPath, configDir, workDir, env)
+		summary, err := j.summarisePlan(cli, cliPath, configDir, workDir, driftPlanFile(workDir), env)
 		if err != nil {
 			fmt.Fprintf(j.out, "==> error: %v; the drift check's result was not reported\n", err)
-			return ExitOutputsFailed
+			return ExitOutputsFailed, nil
 		}
 		rep.Summary = &summary
 	}
@@ -42,41 +40,13 @@ func (j *attemptRun) reportDrift(cli, cliPath, configDir, workDir string, env []
 	defer cancel()
 	if err := j.client.PutDrift(ctx, rep); err != nil {
 		fmt.Fprintf(j.out, "==> error: report the drift check's result: %v\n", err)
-		return ExitOutputsFailed
+		return ExitOutputsFailed, nil
 	}
 	if !drifted {
 		fmt.Fprintln(j.out, "==> drift check: no changes; the infrastructure matches the configuration and the state")
-		return 0
+		return 0, nil
 	}
 	fmt.Fprintf(j.out, "==> drift check: changes found and reported (%d changed outside %s, %d to change: %d create, %d update, %d replace, %d delete)\n",
 		len(rep.Summary.Drift), cli, len(rep.Summary.ResourceChanges), rep.Summary.Counts.Create, rep.Summary.Counts.Update, rep.Summary.Counts.Replace, rep.Summary.Counts.Delete)
-	return 0
-}
-
-// summarisePlan runs `show -json` of the drift check's plan file into a file of the work
-// directory (it holds values, so never into the log) and summarises it.
-func (j *attemptRun) summarisePlan(cli, cliPath, configDir, workDir string, env []string) (api.PlanSummary, error) {
-	planFile := driftPlanFile(workDir)
-	jsonPath := filepath.Join(workDir, "drift-plan.json")
-	f, err := os.OpenFile(jsonPath, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
-	if err != nil {
-		return api.PlanSummary{}, fmt.Errorf("create %s: %w", jsonPath, err)
-	}
-	defer func() { f.Close(); os.Remove(jsonPath) }()
-	fmt.Fprintf(j.out, "\n==> %s show -json (summarised; the values stay in the cluster)\n", cli)
-	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"show", "-json", "-no-color", planFile}, Dir: configDir, Env: env, Stdout: f, Stderr: j.out, Log: j.out})
-	if err != nil {
-		return api.PlanSummary{}, fmt.Errorf("%s show -json: %w", cli, err)
-	}
-	if code != 0 {
-		return api.PlanSummary{}, fmt.Errorf("%s show -json failed with exit code %d", cli, code)
-	}
-	if _, err := f.Seek(0, 0); err != nil {
-		return api.PlanSummary{}, err
-	}
-	s, err := plansummary.FromPlan(f, planFile)
-	if err != nil {
-		return api.PlanSummary{}, fmt.Errorf("summarise the plan: %w", err)
-	}
-	return s, nil
+	return 0, rep.Summary
 }

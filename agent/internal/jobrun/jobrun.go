@@ -313,20 +313,9 @@ func (j *attemptRun) run() int {
 		return j.fail("%v", err)
 	}
 	env = append(env, providerEnv...)
-	planFile := filepath.Join(workDir, planFileName)
-	op := operationArgs(spec.Operation)
-	switch {
-	case spec.DriftCheck:
-		// With SavePlan (a schedule's on_drift queue_apply) the check's plan is the one kept
-		// for review when it finds drift.
-		op, planFile = driftCheckArgs(workDir), driftPlanFile(workDir)
-	case spec.SavePlan:
-		op = planArgs(planFile, spec.PlanDestroy)
-	case spec.ApplyPlan != "":
-		op = applyPlanArgs(planFile)
-		if err := j.fetchPlan(spec, planFile, stateURL); err != nil {
-			return j.fail("fetch the saved plan of deployment %s from the agent's state backend: %v", spec.ApplyPlan, err)
-		}
+	op, planFile, err := j.operation(spec, workDir, stateURL)
+	if err != nil {
+		return j.fail("%v", err)
 	}
 	if savedPlan {
 		env = append(env, savedPlanEnv(stateURL, spec.StateKey)...)
@@ -354,19 +343,8 @@ func (j *attemptRun) run() int {
 			return code
 		}
 	}
-	if spec.DriftCheck {
-		if code := j.reportDrift(cli, cliPath, configDir, workDir, env, drifted); code != 0 {
-			return code
-		}
-	}
-	if spec.SavePlan && (!spec.DriftCheck || drifted) {
-		if code := j.savePlan(spec, cli, cliPath, configDir, planFile, stateURL, env); code != 0 {
-			return code
-		}
-	}
-	if spec.ApplyPlan != "" {
-		fmt.Fprintf(j.out, "==> applied the saved plan of deployment %s\n", spec.ApplyPlan)
-		j.dropPlan(spec, stateURL)
+	if code := j.afterPlan(spec, cli, cliPath, configDir, workDir, planFile, stateURL, env, drifted); code != 0 {
+		return code
 	}
 	if spec.Operation != api.OperationPlan {
 		outputsCtx, endOutputs := j.trace.phase(tracing.SpanOutputs)

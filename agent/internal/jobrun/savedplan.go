@@ -58,25 +58,64 @@ func planArgs(planFile string, destroy bool) []string {
 	return args
 }
 
+// operation is the CLI's arguments of the attempt's operation and the plan file it writes or
+// applies: a drift check's plan (kept for review when its schedule queues applies), a saved
+// plan, or the apply of one, whose plan file is fetched from the state backend first.
+func (j *attemptRun) operation(spec *api.JobSpec, workDir, stateURL string) (args []string, planFile string, err error) {
+	planFile = filepath.Join(workDir, planFileName)
+	switch {
+	case spec.DriftCheck:
+		return driftCheckArgs(workDir), driftPlanFile(workDir), nil
+	case spec.SavePlan:
+		return planArgs(planFile, spec.PlanDestroy), planFile, nil
+	case spec.ApplyPlan != "":
+		if err := j.fetchPlan(spec, planFile, stateURL); err != nil {
+			return nil, "", fmt.Errorf("fetch the saved plan of deployment %s from the agent's state backend: %w", spec.ApplyPlan, err)
+		}
+		return applyPlanArgs(planFile), planFile, nil
+	}
+	return operationArgs(spec.Operation), planFile, nil
+}
+
+// afterPlan does what follows the operation's phases for plans: a drift check's report, the
+// keeping of a saved plan (a drift check's only when it found drift, summarised once for both),
+// and the deletion of an applied plan's file. It returns the job runner's exit code.
+func (j *attemptRun) afterPlan(spec *api.JobSpec, cli, cliPath, configDir, workDir, planFile, stateURL string, env []string, drifted bool) int {
+	var summary *api.PlanSummary
+	if spec.DriftCheck {
+		code, s := j.reportDrift(cli, cliPath, configDir, workDir, env, drifted)
+		if code != 0 {
+			return code
+		}
+		summary = s
+	}
+	if spec.SavePlan && (!spec.DriftCheck || drifted) {
+		if code := j.savePlan(spec, summary, cli, cliPath, configDir, workDir, planFile, stateURL, env); code != 0 {
+			return code
+		}
+	}
+	if spec.ApplyPlan != "" {
+		fmt.Fprintf(j.out, "==> applied the saved plan of deployment %s\n", spec.ApplyPlan)
+		j.dropPlan(spec, stateURL)
+	}
+	return 0
+}
+
 // applyPlanArgs are the arguments of the apply of a saved plan: no variables (the plan holds
 // them), no -auto-approve (a saved plan is applied without a prompt).
 func applyPlanArgs(planFile string) []string {
 	return []string{"apply", "-input=false", "-no-color", "-lock-timeout=60s", planFile}
 }
 
-// savePlan keeps the plan file with the state backend and uploads its summary. The output of
-// `show -json` holds values (sensitive ones too) and never reaches the log.
-func (j *attemptRun) savePlan(spec *api.JobSpec, cli, cliPath, configDir, planFile, stateBase string, env []string) int {
-	fmt.Fprintf(j.out, "\n==> %s show -json (the summary of the plan: names only, not logged)\n", cli)
-	var show bytes.Buffer
-	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"show", "-json", "-no-color", planFile}, Dir: configDir, Env: env, Stdout: &show, Stderr: j.out, Log: j.out})
-	if err != nil || code != 0 {
-		return j.fail("%s show -json of the plan failed (exit code %d, %v); the plan was not saved", cli, code, err)
-	}
-	sum, err := plansummary.FromPlan(&show, planFile)
-	show.Reset()
-	if err != nil {
-		return j.fail("summarise the plan: %v; the plan was not saved", err)
+// savePlan keeps the plan file with the state backend and uploads its summary, made here unless
+// sum already holds it (a drift check's).
+func (j *attemptRun) savePlan(spec *api.JobSpec, sum *api.PlanSummary, cli, cliPath, configDir, workDir, planFile, stateBase string, env []string) int {
+	if sum == nil {
+		s, err := j.summarisePlan(cli, cliPath, configDir, workDir, planFile, env)
+		if err != nil {
+			return j.fail("%v; the plan was not saved", err)
+		}
+		sum = &s
 	}
 	data, err := os.ReadFile(planFile)
 	if err != nil {
@@ -87,7 +126,7 @@ func (j *attemptRun) savePlan(spec *api.JobSpec, cli, cliPath, configDir, planFi
 	if err := j.planRequest(ctx, http.MethodPut, planURL(stateBase, spec.StateKey), spec.DeploymentID, data, nil); err != nil {
 		return j.fail("keep the plan file with the agent's state backend: %v", err)
 	}
-	if err := j.client.PutPlanSummary(ctx, sum); err != nil {
+	if err := j.client.PutPlanSummary(ctx, *sum); err != nil {
 		return j.fail("upload the plan's summary: %v", err)
 	}
 	c := sum.Counts
@@ -166,4 +205,31 @@ func (j *attemptRun) planTry(ctx context.Context, method, u, deploymentID string
 		_, err = io.Copy(out, resp.Body)
 	}
 	return err
+}
+
+// summarisePlan runs `show -json` of a plan file into a file of the work directory (it holds
+// values, sensitive ones too, so it never reaches the log) and summarises it, names only.
+func (j *attemptRun) summarisePlan(cli, cliPath, configDir, workDir, planFile string, env []string) (api.PlanSummary, error) {
+	jsonPath := filepath.Join(workDir, "plan-show.json")
+	f, err := os.OpenFile(jsonPath, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return api.PlanSummary{}, fmt.Errorf("create %s: %w", jsonPath, err)
+	}
+	defer func() { f.Close(); os.Remove(jsonPath) }()
+	fmt.Fprintf(j.out, "\n==> %s show -json (summarised; the values stay in the cluster)\n", cli)
+	code, err := runCLI(j.st, cliRun{Path: cliPath, Args: []string{"show", "-json", "-no-color", planFile}, Dir: configDir, Env: env, Stdout: f, Stderr: j.out, Log: j.out})
+	if err != nil {
+		return api.PlanSummary{}, fmt.Errorf("%s show -json: %w", cli, err)
+	}
+	if code != 0 {
+		return api.PlanSummary{}, fmt.Errorf("%s show -json failed with exit code %d", cli, code)
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		return api.PlanSummary{}, err
+	}
+	s, err := plansummary.FromPlan(f, planFile)
+	if err != nil {
+		return api.PlanSummary{}, fmt.Errorf("summarise the plan: %w", err)
+	}
+	return s, nil
 }
