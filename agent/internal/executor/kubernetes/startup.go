@@ -39,11 +39,15 @@ func (e *Executor) watchdog(ctx context.Context) {
 		if j.DeletionTimestamp != nil || finished(j) != "" || j.Annotations[AnnCancel] != "" || j.Annotations[AnnStartupError] != "" {
 			continue
 		}
-		hopeless := e.neverStarts(j)
+		pods := e.podsOf(j)
+		if len(pods) == 0 && ending(j, now) {
+			continue
+		}
+		hopeless := neverStartsReason(pods)
 		// The newest pod's start-up is timed: one that replaced a disrupted pod (a plan evicted
 		// by a drain, or given up with its node) has the timeout of its own, however old the Job.
 		since, started := j.CreationTimestamp.Time, false
-		if pods := e.podsOf(j); len(pods) > 0 {
+		if len(pods) > 0 {
 			newest := pods[len(pods)-1]
 			since = newest.CreationTimestamp.Time
 			cs := mainStatus(newest)
@@ -68,10 +72,31 @@ func (e *Executor) watchdog(ctx context.Context) {
 	}
 }
 
-// neverStarts returns the waiting reason of a container of the Job's newest pod that no wait can
-// fix, or "".
-func (e *Executor) neverStarts(j *batchv1.Job) string {
-	pods := e.podsOf(j)
+// ending reports whether a Job without pods in the cache is between its pods or past its end
+// rather than waiting for its first: a pod already ran (the Job counts it), the Job controller
+// has decided the Job's end (FailureTarget, SuccessCriteriaMet) or its activeDeadlineSeconds
+// has passed. At a deadline the controller deletes the pod before it writes the Failed
+// condition; timing the Job's start-up from its creation then took the deadline for a pod that
+// never started (startup_timeout instead of deadline_exceeded, TestReasonsOnRealPods). A
+// replacement pod, once created, is timed on its own.
+func ending(j *batchv1.Job, now time.Time) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobFailureTarget || c.Type == batchv1.JobSuccessCriteriaMet) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	if j.Status.Failed > 0 || j.Status.Succeeded > 0 || (j.Status.Terminating != nil && *j.Status.Terminating > 0) {
+		return true
+	}
+	if d := j.Spec.ActiveDeadlineSeconds; d != nil && j.Status.StartTime != nil {
+		return !now.Before(j.Status.StartTime.Add(time.Duration(*d) * time.Second))
+	}
+	return false
+}
+
+// neverStartsReason returns the waiting reason of a container of the Job's newest pod (pods
+// oldest first) that no wait can fix, or "".
+func neverStartsReason(pods []*corev1.Pod) string {
 	if len(pods) == 0 {
 		return ""
 	}

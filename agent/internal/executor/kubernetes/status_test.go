@@ -137,6 +137,54 @@ func TestWatchdogTimesTheNewestPod(t *testing.T) {
 	}
 }
 
+// TestWatchdogLeavesAJobAtItsEnd: a Job older than the start-up timeout whose pod is gone
+// because the Job is ending is not failed for a slow start. At a deadline the Job controller
+// deletes the pod before it writes the Failed condition; the watchdog took that moment for a pod
+// that was never created, and the deployment ended startup_timeout instead of
+// deadline_exceeded (TestReasonsOnRealPods, once under load). A Job that never had a pod is
+// still failed.
+func TestWatchdogLeavesAJobAtItsEnd(t *testing.T) {
+	longAgo := metav1.NewTime(time.Now().Add(-10 * time.Minute))
+	for _, tc := range []struct {
+		name   string
+		status batchv1.JobStatus
+		spec   func(*batchv1.JobSpec)
+		fail   bool
+	}{
+		{name: "never a pod", fail: true},
+		{name: "past activeDeadlineSeconds", status: batchv1.JobStatus{StartTime: &longAgo},
+			spec: func(s *batchv1.JobSpec) { s.ActiveDeadlineSeconds = new(int64(70)) }},
+		{name: "deadline not reached", status: batchv1.JobStatus{StartTime: &longAgo}, fail: true,
+			spec: func(s *batchv1.JobSpec) { s.ActiveDeadlineSeconds = new(int64(3600)) }},
+		{name: "FailureTarget", status: batchv1.JobStatus{Conditions: []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: batchv1.JobReasonDeadlineExceeded}}}},
+		{name: "a pod failed", status: batchv1.JobStatus{Failed: 1}},
+		{name: "a pod terminating", status: batchv1.JobStatus{Terminating: new(int32(1))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			e := New(Options{Client: client, PodOptions: opts, StartupTimeout: metav1.Duration{Duration: time.Minute}, Logger: slog.New(slog.DiscardHandler)})
+			j, _ := disruptedJob(t, e, "")
+			j.Status = tc.status
+			if tc.spec != nil {
+				tc.spec(&j.Spec)
+			}
+			if _, err := client.BatchV1().Jobs(j.Namespace).Create(t.Context(), j, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			_ = e.informers[0].GetIndexer().Add(j)
+			e.watchdog(t.Context())
+			got, err := client.BatchV1().Jobs(j.Namespace).Get(t.Context(), j.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if failed := got.Annotations[AnnStartupError] != ""; failed != tc.fail {
+				t.Fatalf("failed for its start-up: %v (%s), want %v", failed, got.Annotations[AnnStartupError], tc.fail)
+			}
+		})
+	}
+}
+
 // TestStatusSucceededFromThePod: an attempt whose pod succeeded is reported succeeded at once,
 // before the Job controller marks the Job Complete (under load that takes it tens of seconds);
 // a pod that failed is not taken for the Job's end, since the pod failure policy may run
