@@ -14,6 +14,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/cli"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -115,7 +116,7 @@ func TestCLIDeployFollowOnARealAgent(t *testing.T) {
 	c.must("runner", "create", "-f", write("runner.yaml", "id: web\nstate_storage_id: web-states\njob:\n  namespace: "+e.ns+"\n  service_account: deployer\n"),
 		"--set", "public_keys.0=@"+write("runner.pub", pub))
 
-	stateAddr, healthAddr := freeAddr(t), freeAddr(t)
+	stateAddr, healthAddr := porttest.Addr(t), porttest.Addr(t)
 	e.startAgent("agent-0", "--runner-id", "web", "--executor", "process", "--leader-elect=false", "--work-dir", t.TempDir(),
 		"--agent-binary", agentBinary(t), "--cli", tf, "--state-listen", stateAddr, "--state-url", "http://"+stateAddr, "--health-listen", healthAddr)
 	testbed.WaitFor(t, 30*time.Second, "the agent to connect", func() (bool, string) {

@@ -12,6 +12,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/jobtoken"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -25,7 +26,7 @@ func TestStateCredentialIsNotTheJobToken(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, `{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":"10m"}},"spec":{"containers":[{"name":"main"}]}}`, 5)
 	ctx := t.Context()
-	stateAddr := freeAddr(t)
+	stateAddr := porttest.Addr(t)
 	flags := []string{"--leader-elect=false", "--state-listen", stateAddr, "--state-url", "http://" + stateAddr, "--state-namespace", e.ns}
 	a := e.startAgent("agent-0", flags...)
 	ids := e.deploy(1)

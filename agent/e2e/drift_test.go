@@ -19,6 +19,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/pgtest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -167,7 +168,7 @@ func driftFlow(t *testing.T, cliPath string) {
 		t.Fatal(err)
 	}
 	e.agentEnv = append(e.agentEnv, "TF_CLI_CONFIG_FILE="+tfrc)
-	stateAddr, healthAddr, workDir := freeAddr(t), freeAddr(t), t.TempDir()
+	stateAddr, healthAddr, workDir := porttest.Addr(t), porttest.Addr(t), t.TempDir()
 	e.startAgent("agent-0", "--executor", "process", "--leader-elect=false", "--work-dir", workDir, "--agent-binary", agentBinary(t),
 		"--cli", cliPath, "--state-listen", stateAddr, "--state-url", "http://"+stateAddr, "--health-listen", healthAddr)
 

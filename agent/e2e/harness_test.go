@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -319,18 +318,6 @@ func archive(t testing.TB) []byte {
 		archiveData = orchestratortest.TarGz(t, map[string]string{"main.tf": "output \"hello\" { value = \"world\" }\n"})
 	})
 	return archiveData
-}
-
-// freeAddr returns a loopback address with a port free at the time of the call.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // mustStore is statestore.New for tests: a configuration error panics.

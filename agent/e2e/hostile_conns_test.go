@@ -17,6 +17,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 )
 
 // hostileConns holds n connections to addr open from an address of its own (127.0.0.2, as
@@ -88,7 +89,7 @@ func TestHostileConnectionsDelayNoApply(t *testing.T) {
 		t.Fatalf("terraform CLI not found at %s: %v", tf, err)
 	}
 	e := newEnv(t, "", 2, orchestratortest.WithHTTPLimits(orchestrator.HTTPLimits{MaxConnections: 64}))
-	stateAddr, workDir := freeAddr(t), t.TempDir()
+	stateAddr, workDir := porttest.Addr(t), t.TempDir()
 	e.startAgent("agent-0", "--executor", "process", "--leader-elect=false", "--work-dir", workDir, "--agent-binary", agentBinary(t),
 		"--cli", tf, "--state-listen", stateAddr, "--state-url", "http://"+stateAddr)
 	u, err := url.Parse(e.orch.URL)

@@ -22,6 +22,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -143,7 +144,7 @@ func TestStateUploadsStayWithinTheMemoryLimit(t *testing.T) {
 	e := newEnv(t, `{"metadata":{"annotations":{"testbed.outpost.dev/run-duration":"10m"}},"spec":{"containers":[{"name":"main"}]}}`, 5)
 	e.agentEnv = []string{fmt.Sprintf("GOMEMLIMIT=%d", agentMemoryLimit)}
 	const limit = 24 << 20
-	stateAddr, healthAddr := freeAddr(t), freeAddr(t)
+	stateAddr, healthAddr := porttest.Addr(t), porttest.Addr(t)
 	a := e.startAgent("agent-0", "--leader-elect=false", "--state-listen", stateAddr, "--health-listen", healthAddr,
 		"--state-url", "http://"+stateAddr, "--state-max-body-bytes", strconv.Itoa(limit))
 	ctx := t.Context()

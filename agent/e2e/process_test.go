@@ -18,6 +18,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -43,7 +44,7 @@ func TestProcessExecutorTerraformSurvivesAgentKill(t *testing.T) {
 		t.Fatalf("terraform CLI not found at %s (the machines have Terraform 1.11 there): %v", tf, err)
 	}
 	e := newEnv(t, "", 5)
-	stateAddr, healthAddr, workDir := freeAddr(t), freeAddr(t), t.TempDir()
+	stateAddr, healthAddr, workDir := porttest.Addr(t), porttest.Addr(t), t.TempDir()
 	flags := []string{"--executor", "process", "--leader-elect=false", "--work-dir", workDir, "--agent-binary", agentBinary(t),
 		"--cli", tf, "--state-listen", stateAddr, "--state-url", "http://" + stateAddr, "--health-listen", healthAddr}
 	a := e.startAgent("agent-0", flags...)
@@ -132,7 +133,7 @@ func TestAgentWithoutStateBackendRefusesKubernetesState(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(privPEM), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	stateAddr := freeAddr(t)
+	stateAddr := porttest.Addr(t)
 	var logs clienttest.Buffer
 	cmd := exec.CommandContext(t.Context(), agentBinary(t), "--api-url", orch.URL, "--org-id", testOrg, "--runner-id", "r1",
 		"--private-key-file", keyFile, "--executor", "process", "--leader-elect=false", "--work-dir", t.TempDir(),

@@ -19,6 +19,7 @@ import (
 	kubeexec "github.com/outpost-dev/terraform-provider-outpost/agent/internal/executor/kubernetes"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statestore"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -170,7 +171,7 @@ func TestForgedAndTamperedJobsAreNotTrusted(t *testing.T) {
 	squatted := e.deploy(1)[0]
 	e.forge(squatted, "victim", "opj_squatter-token", "")
 
-	stateAddr := freeAddr(t)
+	stateAddr := porttest.Addr(t)
 	flags := []string{"--leader-elect=false", "--state-listen", stateAddr, "--state-url", "http://" + stateAddr, "--state-namespace", e.ns}
 	a := e.startAgent("agent-0", flags...)
 	// The squatted deployment fails instead of running in the squatter's pod, and the real token

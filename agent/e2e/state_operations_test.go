@@ -10,6 +10,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
 
@@ -25,7 +26,7 @@ func TestStateOperationsOnTheAgentBinary(t *testing.T) {
 		t.Fatalf("terraform CLI not found at %s (the machines have Terraform 1.11 there): %v", tf, err)
 	}
 	e := newEnv(t, "", 2)
-	stateAddr := freeAddr(t)
+	stateAddr := porttest.Addr(t)
 	e.startAgent("agent-0", "--executor", "process", "--leader-elect=false", "--work-dir", t.TempDir(), "--agent-binary", agentBinary(t),
 		"--cli", tf, "--state-listen", stateAddr, "--state-url", "http://"+stateAddr)
 	src := api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": slowConfig})}}

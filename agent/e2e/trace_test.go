@@ -8,6 +8,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing/tracingtest"
 )
@@ -36,7 +37,7 @@ func TestProcessExecutorTrace(t *testing.T) {
 	}
 	defer tp.Shutdown(context.Background()) //nolint:errcheck // the spans are checked below
 	e := newEnv(t, "", 2, orchestratortest.WithTracerProvider(tp))
-	stateAddr, workDir := freeAddr(t), t.TempDir()
+	stateAddr, workDir := porttest.Addr(t), t.TempDir()
 	e.startAgent("agent-0", "--executor", "process", "--leader-elect=false", "--work-dir", workDir, "--agent-binary", agentBinary(t),
 		"--cli", tofu, "--state-listen", stateAddr, "--state-url", "http://"+stateAddr, "--trace-endpoint", col.URL)
 	d, err := e.admin.CreateDeployment(t.Context(), api.DeploymentInput{RunnerID: e.runnerID, Operation: api.OperationApply,

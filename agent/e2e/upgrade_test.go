@@ -14,6 +14,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/release/releasetest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 )
@@ -56,7 +57,7 @@ func agentUpgrade(t *testing.T) faultRow {
 func orchestratorUpgrade(t *testing.T) faultRow {
 	prev := previous(t)
 	n := scale(12, 60)
-	addr, dataDir, token := freeAddr(t), t.TempDir(), "upgrade-admin-token-0123456789abcdef"
+	addr, dataDir, token := porttest.Addr(t), t.TempDir(), "upgrade-admin-token-0123456789abcdef"
 	stop := startOrchestratorBinary(t, prev.Bin("outpost-orchestrator"), addr, dataDir, token)
 	e := newEnvWithOrchestrator(t, "http://"+addr, token, upgradeTemplate, scale(6, 20))
 	c := e.watchCreations()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,18 +22,6 @@ func goBuild(tb testing.TB, dir, pkg, name string) string {
 		tb.Fatalf("go build %s: %v\n%s", pkg, err, out)
 	}
 	return bin
-}
-
-// freeLoopbackAddr returns a loopback address with a port nobody listened on a moment ago.
-func freeLoopbackAddr(tb testing.TB) string {
-	tb.Helper()
-	var lc net.ListenConfig
-	ln, err := lc.Listen(tb.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // logDir is where the processes of a test or benchmark log: the results folder under make bench

@@ -16,6 +16,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/pgtest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 )
 
 // TestReplicaProcessesRunEachDeploymentOnce is the several-replica setup as a user runs it, with
@@ -133,7 +134,7 @@ func newFleet(tb testing.TB, bins binaries, o fleetOptions) *fleet {
 	f := &fleet{tb: tb, opts: o, runs: filepath.Join(dir, "runs"), logs: logs}
 	addrs := make([]string, o.replicas)
 	for i := range addrs {
-		addrs[i] = freeLoopbackAddr(tb)
+		addrs[i] = porttest.Addr(tb)
 	}
 	f.lb = newLoadBalancer(tb, addrs...)
 	// The replicas share what a Deployment's pods would share: the admin token, the URL agents

@@ -20,6 +20,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 )
 
 // Phases of BenchmarkOrchestratorScale: every level of idle agents gets ramped up over scaleRamp,
@@ -423,7 +424,7 @@ func (c *claimTracker) await(took bool) bool {
 func startOrchestrator(b *testing.B, maxConnections int) *orchestratorProcess {
 	dir := b.TempDir()
 	bin := goBuild(b, dir, ".", "outpost-orchestrator")
-	return runOrchestrator(b, logDir(b), "orchestrator-scale", bin, freeLoopbackAddr(b), "bench-admin-token-0123456789abcdef",
+	return runOrchestrator(b, logDir(b), "orchestrator-scale", bin, porttest.Addr(b), "bench-admin-token-0123456789abcdef",
 		"--data-dir", filepath.Join(dir, "data"), "--max-connections", strconv.Itoa(maxConnections),
 		"--max-runners-per-org", strconv.Itoa(maxConnections))
 }

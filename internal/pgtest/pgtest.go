@@ -16,7 +16,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -30,6 +29,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 )
 
 // ErrMissing says that PostgreSQL's server binaries are not installed.
@@ -106,7 +107,7 @@ func start(ctx context.Context, durable bool) (*Server, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	port, err := freePort(ctx)
+	port, err := porttest.Port(ctx)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -156,19 +157,6 @@ func (s *Server) launch(ctx context.Context) error {
 		return fmt.Errorf("%w; server log:\n%s", err, tail)
 	}
 	return nil
-}
-
-func freePort(ctx context.Context) (int, error) {
-	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, fmt.Errorf("unexpected listener address %v", l.Addr())
-	}
-	return addr.Port, nil
 }
 
 func (s *Server) waitReady(ctx context.Context) error {

@@ -6,17 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 )
 
 // process is one child of the test bed (etcd, kube-apiserver, ...). Each runs in its own process
@@ -188,28 +190,19 @@ func indent(s string) string {
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1. A port can be taken by someone else
-// before the component binds it; Start retries with new ports when that happens.
+// freePorts returns n distinct free TCP ports on 127.0.0.1, from below the ephemeral range
+// (porttest). A port can still be taken by someone else before the component binds it; Start
+// retries with new ports when that happens.
 func freePorts(n int) ([]int, error) {
 	ports := make([]int, 0, n)
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
-		}
-	}()
-	for range n {
-		var lc net.ListenConfig
-		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	for len(ports) < n {
+		p, err := porttest.Port(context.Background())
 		if err != nil {
-			return nil, fmt.Errorf("finding a free port on 127.0.0.1: %w", err)
+			return nil, err
 		}
-		listeners = append(listeners, l)
-		addr, ok := l.Addr().(*net.TCPAddr)
-		if !ok {
-			return nil, fmt.Errorf("finding a free port: unexpected address %v", l.Addr())
+		if !slices.Contains(ports, p) {
+			ports = append(ports, p)
 		}
-		ports = append(ports, addr.Port)
 	}
 	return ports, nil
 }

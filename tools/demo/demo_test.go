@@ -3,7 +3,6 @@ package demo
 import (
 	"bytes"
 	"context"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,20 +14,10 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/testbed"
 	"github.com/outpost-dev/terraform-provider-outpost/tools/browsertest"
 )
-
-// freeAddr returns a loopback address nobody listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -69,18 +58,22 @@ func TestDemoEndToEnd(t *testing.T) {
 func newDemoConfig(t *testing.T, cli, executor string, out *bytes.Buffer) Config {
 	return Config{
 		Repo: repoRoot(t), Dir: t.TempDir(), CLI: cli, TofuPath: os.Getenv("OUTPOST_TOFU"), Executor: executor,
-		OrchestratorAddr: freeAddr(t), StateAddr: freeAddr(t), HealthAddr: freeAddr(t),
+		OrchestratorAddr: porttest.Addr(t), StateAddr: porttest.Addr(t), HealthAddr: porttest.Addr(t),
 		Out: out,
 	}
 }
 
-// up runs Up, retrying once with other ports if another test package took one meanwhile.
+// up runs Up, retrying once with other ports if another test package took one meanwhile: before
+// the checks (a prerequisite), or between them and a daemon's bind (the daemon's log says so).
 func up(ctx context.Context, t *testing.T, c *Config, out *bytes.Buffer) error {
 	t.Helper()
 	err := Up(ctx, *c)
-	if IsPrereq(err) && strings.Contains(err.Error(), "in use") {
+	if err != nil && (IsPrereq(err) && strings.Contains(err.Error(), "in use") || strings.Contains(err.Error(), "address already in use")) {
 		t.Logf("retrying with other ports: %v", err)
-		c.OrchestratorAddr, c.StateAddr, c.HealthAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+		if err := Down(ctx, *c); err != nil { // what the first try started listens on the old ports
+			return err
+		}
+		c.OrchestratorAddr, c.StateAddr, c.HealthAddr = porttest.Addr(t), porttest.Addr(t), porttest.Addr(t)
 		out.Reset()
 		err = Up(ctx, *c)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/porttest"
 )
 
 // moduleEnv is what the module tests apply against: the test bed, the reference orchestrator and
@@ -54,7 +55,7 @@ func startModuleEnv(t *testing.T, cli string) *moduleEnv {
 	t.Cleanup(cancel)
 	var out bytes.Buffer
 	c := Config{Repo: repoRoot(t), Dir: t.TempDir(), CLI: cli, TofuPath: os.Getenv("OUTPOST_TOFU"), Org: "acme",
-		OrchestratorAddr: freeAddr(t), StateAddr: freeAddr(t), HealthAddr: freeAddr(t), Out: &out,
+		OrchestratorAddr: porttest.Addr(t), StateAddr: porttest.Addr(t), HealthAddr: porttest.Addr(t), Out: &out,
 		// The module's agent pods need not run: its tests check what is installed and registered.
 		Executor: ExecutorProcess}
 	c.Defaults()
