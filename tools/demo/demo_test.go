@@ -100,7 +100,7 @@ func testDemoOnPods(t *testing.T) {
 	c := newDemoConfig(t, "terraform", ExecutorKubernetes, &out)
 	t.Cleanup(func() { _ = Down(context.Background(), c) })
 	if err := up(ctx, t, &c, &out); err != nil {
-		t.Fatalf("demo up: %v\n--- output ---\n%s", err, out.String())
+		t.Fatalf("demo up: %v\n--- output ---\n%s--- end of output (the error again, for logs that keep only the tail) ---\n%v", err, out.String(), err)
 	}
 	text := out.String()
 	if strings.Contains(text, "falling back to EXECUTOR=process") {
@@ -161,7 +161,7 @@ func testDemoWithProcesses(t *testing.T, cli string) {
 	c := newDemoConfig(t, cli, ExecutorProcess, &out)
 	t.Cleanup(func() { _ = Down(context.Background(), c) })
 	if err := up(ctx, t, &c, &out); err != nil {
-		t.Fatalf("demo up: %v\n--- output ---\n%s", err, out.String())
+		t.Fatalf("demo up: %v\n--- output ---\n%s--- end of output (the error again, for logs that keep only the tail) ---\n%v", err, out.String(), err)
 	}
 	wantOutput(t, out.String(),
 		"No images needed: the agent runs as a local process (EXECUTOR=process)",
@@ -182,7 +182,7 @@ func testDemoWithProcesses(t *testing.T, cli string) {
 	// same state key still shows no changes.
 	out.Reset()
 	if err := Up(ctx, c); err != nil {
-		t.Fatalf("second demo up: %v\n--- output ---\n%s", err, out.String())
+		t.Fatalf("second demo up: %v\n--- output ---\n%s--- end of output (the error again, for logs that keep only the tail) ---\n%v", err, out.String(), err)
 	}
 	wantOutput(t, out.String(), "already running", "Resources: 0 added, 0 changed, 0 destroyed", "no changes")
 
