@@ -76,41 +76,44 @@ func (s *Store) GetPlan(ctx context.Context, org, id string) (*api.SavedPlan, er
 // review (its deployment succeeded with a summary, not expired, applied or discarded). Approving
 // an approved plan again changes nothing.
 func (s *Store) ApprovePlan(ctx context.Context, org, id, by string) (*api.SavedPlan, error) {
-	var out api.SavedPlan
-	err := s.Update(ctx, func(tx Tx) error {
-		rec, p, err := loadPlan(tx, org, id)
-		if err != nil {
-			return err
-		}
-		now := s.TimeNow()
-		v := planView(*p, rec, now)
-		switch v.Status {
-		case api.PlanApproved:
-			out = v
-			return nil
-		case api.PlanPending:
-			return Refuse(api.CodePlanNotReady, "the plan of deployment %q is not ready for review: the deployment is %s%s; approve it once it succeeded",
-				id, rec.D.Status, map[bool]string{true: " and its job runner has not uploaded the summary", false: ""}[p.Summary == nil])
-		case api.PlanExpired, api.PlanApplied, api.PlanDiscarded:
-			return planRefusal(v, id)
-		}
-		p.ApprovedBy, p.ApprovedAt, p.Status = by, &now, api.PlanApproved
-		if err := tx.PutDoc(KindPlan, org, id, p); err != nil {
-			return err
-		}
-		if err := reviewEvent(tx, rec, api.Event{Step: api.StepApproved, By: by, Message: "plan approved", Time: now}); err != nil {
-			return err
-		}
-		out = planView(*p, rec, now)
-		return nil
-	})
-	return &out, err
+	return s.reviewPlan(ctx, org, id, api.StepApproved, by, "plan approved",
+		func(rec *DeploymentRecord, p *api.SavedPlan, now time.Time) (bool, error) {
+			switch v := planView(*p, rec, now); v.Status {
+			case api.PlanApproved:
+				return true, nil
+			case api.PlanPending:
+				return false, Refuse(api.CodePlanNotReady, "the plan of deployment %q is not ready for review: the deployment is %s%s; approve it once it succeeded",
+					id, rec.D.Status, map[bool]string{true: " and its job runner has not uploaded the summary", false: ""}[p.Summary == nil])
+			case api.PlanExpired, api.PlanApplied, api.PlanDiscarded:
+				return false, planRefusal(v, id)
+			}
+			p.ApprovedBy, p.ApprovedAt, p.Status = by, &now, api.PlanApproved
+			return false, nil
+		})
 }
 
 // DiscardPlan records that by discarded the saved plan of deployment id: it is never applied. An
 // applied plan cannot be discarded; discarding a discarded one changes nothing. The plan file
 // in the cluster is deleted by the agent when its time is up.
 func (s *Store) DiscardPlan(ctx context.Context, org, id, by string) (*api.SavedPlan, error) {
+	return s.reviewPlan(ctx, org, id, api.StepDiscarded, by, "plan discarded",
+		func(_ *DeploymentRecord, p *api.SavedPlan, now time.Time) (bool, error) {
+			switch p.Status {
+			case api.PlanDiscarded:
+				return true, nil
+			case api.PlanApplied:
+				return false, planRefusal(*p, id)
+			}
+			p.DiscardedBy, p.DiscardedAt, p.Status = by, &now, api.PlanDiscarded
+			return false, nil
+		})
+}
+
+// reviewPlan is one review of the saved plan of deployment id, in one transaction: decide
+// refuses, says the plan already is where the review would put it (nothing is written), or sets
+// the plan's fields; then the plan and the review's event (step, by, message) are written.
+func (s *Store) reviewPlan(ctx context.Context, org, id string, step api.Step, by, message string,
+	decide func(rec *DeploymentRecord, p *api.SavedPlan, now time.Time) (already bool, err error)) (*api.SavedPlan, error) {
 	var out api.SavedPlan
 	err := s.Update(ctx, func(tx Tx) error {
 		rec, p, err := loadPlan(tx, org, id)
@@ -118,19 +121,17 @@ func (s *Store) DiscardPlan(ctx context.Context, org, id, by string) (*api.Saved
 			return err
 		}
 		now := s.TimeNow()
-		switch p.Status {
-		case api.PlanDiscarded:
-			out = planView(*p, rec, now)
-			return nil
-		case api.PlanApplied:
-			return planRefusal(*p, id)
-		}
-		p.DiscardedBy, p.DiscardedAt, p.Status = by, &now, api.PlanDiscarded
-		if err := tx.PutDoc(KindPlan, org, id, p); err != nil {
+		already, err := decide(rec, p, now)
+		if err != nil {
 			return err
 		}
-		if err := reviewEvent(tx, rec, api.Event{Step: api.StepDiscarded, By: by, Message: "plan discarded", Time: now}); err != nil {
-			return err
+		if !already {
+			if err := tx.PutDoc(KindPlan, org, id, p); err != nil {
+				return err
+			}
+			if err := reviewEvent(tx, rec, api.Event{Step: step, By: by, Message: message, Time: now}); err != nil {
+				return err
+			}
 		}
 		out = planView(*p, rec, now)
 		return nil
