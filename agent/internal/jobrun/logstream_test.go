@@ -262,3 +262,51 @@ func TestLogStreamerDropsBeyondBufferWithMarker(t *testing.T) {
 		t.Fatalf("server log %q (dropped %d), want %q", got, st.Dropped, want)
 	}
 }
+
+// buffered is how many bytes wait for delivery or for the answer to their append.
+func (s *logStreamer) buffered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.buf)
+}
+
+// The first bytes after a quiet spell (the job runner's first line, the CLI's first line of a
+// phase) go out at once rather than at the next tick, a few times per tick; the rest waits for
+// the tick, so a chatty CLI does not turn into a request per line.
+func TestLogStreamerSendsFirstBytesPromptly(t *testing.T) {
+	f := &fakeLogServer{rnd: rand.New(rand.NewPCG(5, 6))}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	c, err := client.NewJobClient(srv.URL, "opj_test", client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No tick during the test: whatever arrives before Close was sent promptly.
+	s := newLogStreamer(c, io.Discard, streamerOptions{FlushEvery: time.Hour, PromptSends: 3})
+	var want []byte
+	for i := range 3 {
+		line := fmt.Appendf(nil, "line %d\n", i)
+		want = append(want, line...)
+		start := time.Now()
+		_, _ = s.Write(line)
+		// Delivered, and the answer taken in (the buffer empty again), so the next write finds
+		// nothing waiting.
+		for !bytes.Equal(f.stored(), want) || s.buffered() > 0 {
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("write %d: the orchestrator holds %q after 5 s, want %q (sent at the next tick, an hour away)", i, f.stored(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("line %d delivered after %s", i, time.Since(start).Round(time.Microsecond))
+	}
+	_, _ = s.Write([]byte("line 3\n"))
+	time.Sleep(200 * time.Millisecond)
+	if got := f.stored(); !bytes.Equal(got, want) {
+		t.Fatalf("a fourth quiet write went out before the tick (%q): the prompt sends are not bounded", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st := s.Close(ctx); st.Delivered != int64(len(want))+7 {
+		t.Fatalf("stats %+v after Close, want every byte delivered", st)
+	}
+}
