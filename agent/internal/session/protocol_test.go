@@ -3,8 +3,10 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,6 +166,79 @@ func TestTimelineFollowsTheNegotiatedProtocol(t *testing.T) {
 			}
 			if strings.Join(steps, " ") != "claimed finished" || last.Detail != "" || last.Message != "did not start: "+scheduler || last.Reason != api.ReasonUnschedulable {
 				t.Fatalf("events %+v, want no progress events and the detail in the message", evs)
+			}
+		})
+	}
+}
+
+// countingClaims counts the claim requests an agent sends.
+type countingClaims struct {
+	*client.AgentClient
+	claims atomic.Int32
+}
+
+func (c *countingClaims) Claim(ctx context.Context, id string, req api.ClaimRequest) (*api.Claim, error) {
+	c.claims.Add(1)
+	return c.AgentClient.Claim(ctx, id, req)
+}
+
+// An agent of this release and a real orchestrator: where both speak agent protocol 7, the poll
+// answer carries the claims and the agent starts their attempts without a claim request; where
+// either speaks at most 6 (an older agent or orchestrator), the answer offers and the agent
+// claims each offer, as before. Either way every attempt starts once, under the grant's fencing
+// number and job token, and no more start than the runner's max_concurrency.
+func TestClaimsFollowTheNegotiatedProtocol(t *testing.T) {
+	older := api.ProtocolRange{Min: 1, Max: api.ProtocolClaimInPoll - 1}
+	for _, c := range []struct {
+		name        string
+		orch, agent api.ProtocolRange
+		inPoll      bool
+	}{
+		{"both speak 7", api.AgentProtocols(), api.AgentProtocols(), true},
+		{"agent of 6", api.AgentProtocols(), older, false},
+		{"orchestrator of 6", older, api.AgentProtocols(), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inst := orchestratortest.Start(t, orchestratortest.WithRelease("2.0.0", c.orch))
+			ctx := t.Context()
+			admin, priv := inst.RegisterRunner(ctx, t)
+			r, err := admin.GetRunner(ctx, "r1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range r.MaxConcurrency + 2 {
+				_, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationPlan,
+					Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: fmt.Sprintf("k%d", i)})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			counted := &countingClaims{AgentClient: ac}
+			ex := newFakeExec()
+			s := New(Options{Client: counted, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0",
+				Protocols: c.agent, PollWait: time.Second})
+			stop := run(t, s)
+			defer stop()
+			waitFor(t, "max_concurrency attempts started", func() bool { l, _ := ex.List(ctx); return len(l) == r.MaxConcurrency })
+			time.Sleep(300 * time.Millisecond) // more polls: nothing beyond max_concurrency may start
+			ex.mu.Lock()
+			defer ex.mu.Unlock()
+			if len(ex.attempts) != r.MaxConcurrency || len(ex.starts) != r.MaxConcurrency {
+				t.Fatalf("%d attempts started by %d starts %v, want max_concurrency %d, each started once", len(ex.attempts), len(ex.starts), ex.starts, r.MaxConcurrency)
+			}
+			for _, started := range ex.starts {
+				id, token, _ := strings.Cut(started, " ")
+				d, err := admin.GetDeployment(ctx, id)
+				if err != nil || d.Status != api.StatusClaimed || !strings.HasPrefix(token, api.JobTokenPrefix) || ex.attempts[id].Fencing < 1 {
+					t.Errorf("started %s with job token %q: %+v, %v", id, token, d, err)
+				}
+			}
+			if n := int(counted.claims.Load()); c.inPoll && n != 0 || !c.inPoll && n != r.MaxConcurrency {
+				t.Errorf("%d claim requests, want %d", n, map[bool]int{true: 0, false: r.MaxConcurrency}[c.inPoll])
 			}
 		})
 	}
