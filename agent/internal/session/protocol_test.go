@@ -1,10 +1,14 @@
 package session
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,6 +22,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
@@ -241,5 +246,78 @@ func TestClaimsFollowTheNegotiatedProtocol(t *testing.T) {
 				t.Errorf("%d claim requests, want %d", n, map[bool]int{true: 0, false: r.MaxConcurrency}[c.inPoll])
 			}
 		})
+	}
+}
+
+// losingTransport loses the first poll answer that carries claims: the orchestrator committed
+// the grants, the agent sees a broken connection.
+type losingTransport struct {
+	lost atomic.Pointer[api.PollResponse]
+}
+
+func (l *losingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.URL.Path, "/agent/poll") || l.lost.Load() != nil {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var answer api.PollResponse
+	if json.Unmarshal(body, &answer) == nil && len(answer.Claims) > 0 && l.lost.CompareAndSwap(nil, &answer) {
+		return nil, errors.New("connection reset by peer (the test lost this poll answer)")
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
+}
+
+// A poll answer that carries a claim (agent protocol 7) and is lost on the wire loses nothing:
+// the orchestrator hands the same grant to the same agent again once store.ReofferAfter has
+// passed, and the attempt starts once, under that grant, and is claimed once.
+func TestALostPollAnswerWithAClaimIsHandedOutAgain(t *testing.T) {
+	inst := orchestratortest.Start(t)
+	ctx := t.Context()
+	admin, priv := inst.RegisterRunner(ctx, t)
+	d, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationApply,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	losing := &losingTransport{}
+	ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithHTTPClient(&http.Client{Transport: losing}),
+		client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := newFakeExec()
+	s := New(Options{Client: ac, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: time.Second,
+		PollBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+	stop := run(t, s)
+	defer stop()
+	deadline := time.Now().Add(store.ReofferAfter + 5*time.Second)
+	for {
+		ex.mu.Lock()
+		n := len(ex.starts)
+		ex.mu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lost := losing.lost.Load()
+	if lost == nil {
+		t.Fatal("no poll answer carried a claim")
+	}
+	time.Sleep(300 * time.Millisecond) // more polls: it must not start twice
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if want := d.ID + " " + lost.Claims[0].JobToken; len(ex.starts) != 1 || ex.starts[0] != want {
+		t.Fatalf("starts %v, want once under the lost grant (%q)", ex.starts, want)
+	}
+	evs, err := admin.ListEvents(ctx, d.ID)
+	if err != nil || len(evs) != 1 || evs[0].Step != api.StepClaimed {
+		t.Fatalf("events %+v (%v), want the one claim", evs, err)
 	}
 }
