@@ -3,6 +3,7 @@ package session
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,10 +53,7 @@ func TestAgentAndOrchestratorRefuseAnIncompatiblePair(t *testing.T) {
 				Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: "k"}); err != nil {
 				t.Fatal(err)
 			}
-			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ac := agentClient(t, inst.URL, priv)
 			var logs clienttest.Buffer
 			ex := newFakeExec()
 			s := New(Options{Client: ac, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
@@ -126,10 +124,7 @@ func TestTimelineFollowsTheNegotiatedProtocol(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ac := agentClient(t, inst.URL, priv)
 			ex := newFakeExec()
 			s := New(Options{Client: ac, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: time.Second,
 				EventBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
@@ -218,10 +213,7 @@ func TestClaimsFollowTheNegotiatedProtocol(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ac := agentClient(t, inst.URL, priv)
 			counted := &countingClaims{AgentClient: ac}
 			ex := newFakeExec()
 			s := New(Options{Client: counted, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0",
@@ -286,11 +278,7 @@ func TestALostPollAnswerWithAClaimIsHandedOutAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	losing := &losingTransport{}
-	ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithHTTPClient(&http.Client{Transport: losing}),
-		client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ac := agentClient(t, inst.URL, priv, client.WithHTTPClient(&http.Client{Transport: losing}))
 	ex := newFakeExec()
 	s := New(Options{Client: ac, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: time.Second,
 		PollBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
@@ -320,4 +308,15 @@ func TestALostPollAnswerWithAClaimIsHandedOutAgain(t *testing.T) {
 	if err != nil || len(evs) != 1 || evs[0].Step != api.StepClaimed {
 		t.Fatalf("events %+v (%v), want the one claim", evs, err)
 	}
+}
+
+// agentClient is an agent client of runner r1 of acme that tries each request once (the session
+// retries), with opts.
+func agentClient(t *testing.T, url string, priv ed25519.PrivateKey, opts ...client.Option) *client.AgentClient {
+	t.Helper()
+	ac, err := client.NewAgentClient(url, agentauth.NewSigner("acme", "r1", priv), append([]client.Option{client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ac
 }
