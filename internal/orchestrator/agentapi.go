@@ -150,12 +150,14 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 // api.ProtocolClaimInPoll on and names its instance (a claim needs one), so it starts them
 // without a claim request: the store claims them by the claim's own rule (store.ClaimOffers),
 // and the offers leave the answer. Only an answer about to be written claims anything: a poll
-// that goes on waiting holds no grant it has not handed out.
+// that goes on waiting holds no grant it has not handed out. Nor does it claim beyond the free
+// slots the poll states: re-offers come on top of them (store.Offers), and an agent would not
+// start a grant it has no slot for, while the claim renewed its job lease on every answer.
 func (s *Server) claimOffers(ctx context.Context, c *call, req *api.PollRequest, protocol int, a *store.PollAnswer) ([]api.Claim, error) {
 	if protocol < api.ProtocolClaimInPoll || req.Instance == "" || len(a.Offers) == 0 {
 		return nil, nil
 	}
-	claims, err := s.store.ClaimOffers(ctx, c.agent, a.Offers, req.Instance, s.cfg.LeaseDuration)
+	claims, err := s.store.ClaimOffers(ctx, c.agent, a.Offers[:min(len(a.Offers), req.CapacityFree)], req.Instance, s.cfg.LeaseDuration)
 	if err != nil {
 		return nil, err
 	}

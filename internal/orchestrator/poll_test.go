@@ -363,6 +363,12 @@ func TestLostClaimIsOfferedAgainToItsInstance(t *testing.T) {
 			if resp := poll("agent-0", holding(c, false)); len(resp.Offers)+len(resp.Claims) != 0 {
 				t.Fatalf("handed out %+v although the instance restates it", resp)
 			}
+			if inPoll {
+				// A poll that states no free slot is handed no grant: the agent could not start it.
+				if resp := a.poll(api.PollRequest{Instance: "agent-0", Protocol: protocol}); len(resp.Claims) != 0 {
+					t.Fatalf("a poll without a free slot was handed %+v", resp.Claims)
+				}
+			}
 			again, ok := grant(poll("agent-0"))
 			if !ok {
 				t.Fatalf("the instance that lost its grant was not handed attempt 1 of %s again", d.ID)
