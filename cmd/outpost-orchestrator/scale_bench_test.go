@@ -337,41 +337,59 @@ func (a *busyAgent) run(ctx context.Context) {
 			continue
 		}
 		taken := 0
-		for _, o := range resp.Offers {
+		// once runs start for a deployment not being started already; claim counts a claim
+		// request in flight.
+		once := func(id string, claim bool, start func()) {
 			startMu.Lock()
-			dup := starting[o.DeploymentID]
-			starting[o.DeploymentID] = true
+			dup := starting[id]
+			starting[id] = true
 			startMu.Unlock()
 			if dup {
-				continue
+				return
 			}
 			taken++
-			claims.begin()
+			if claim {
+				claims.begin()
+			}
 			wg.Go(func() {
-				defer func() { startMu.Lock(); delete(starting, o.DeploymentID); startMu.Unlock() }()
+				defer func() { startMu.Lock(); delete(starting, id); startMu.Unlock() }()
+				start()
+			})
+		}
+		// Claims in the answer (agent protocol 7) start at once, as the agent's session starts them.
+		for _, c := range resp.Claims {
+			once(c.DeploymentID, false, func() { a.started(ctx, &c) })
+		}
+		for _, o := range resp.Offers {
+			once(o.DeploymentID, true, func() {
 				c, err := a.c.Claim(ctx, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: "busy"})
 				claims.done()
 				if err != nil {
 					a.fail(fmt.Errorf("claim %s: %w", o.DeploymentID, err))
 					return
 				}
-				a.mu.Lock()
-				if _, ok := a.claimed[o.DeploymentID]; !ok {
-					a.claimed[o.DeploymentID] = time.Now()
-				}
-				a.mu.Unlock()
-				if _, err := a.c.Event(ctx, o.DeploymentID, api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: o.Attempt, Seq: 2,
-					Type: api.EventFinished, Result: api.StatusSucceeded, Time: time.Now().UTC()}}); err != nil {
-					a.fail(fmt.Errorf("finished event of %s: %w", o.DeploymentID, err))
-				}
+				a.started(ctx, c)
 			})
 		}
-		if len(resp.Offers) > 0 && claims.await(taken > 0) {
+		if len(resp.Offers)+len(resp.Claims) > 0 && claims.await(taken > 0) {
 			continue
 		}
 		if gap := time.Since(began); taken == 0 && gap < 250*time.Millisecond {
 			time.Sleep(250*time.Millisecond - gap)
 		}
+	}
+}
+
+// started notes when the attempt of a grant was claimed and finishes it at once.
+func (a *busyAgent) started(ctx context.Context, c *api.Claim) {
+	a.mu.Lock()
+	if _, ok := a.claimed[c.DeploymentID]; !ok {
+		a.claimed[c.DeploymentID] = time.Now()
+	}
+	a.mu.Unlock()
+	if _, err := a.c.Event(ctx, c.DeploymentID, api.EventRequest{Fencing: c.Lease.Fencing, Event: api.Event{Attempt: c.Attempt, Seq: 2,
+		Type: api.EventFinished, Result: api.StatusSucceeded, Time: time.Now().UTC()}}); err != nil {
+		a.fail(fmt.Errorf("finished event of %s: %w", c.DeploymentID, err))
 	}
 }
 

@@ -37,9 +37,15 @@ type HeldAttempt struct {
 	Started bool `json:"started"`
 }
 
-// PollResponse carries offers and directives.
+// PollResponse carries offers (or, from ProtocolClaimInPoll on, claims) and directives.
 type PollResponse struct {
-	Offers     []Offer     `json:"offers"`
+	Offers []Offer `json:"offers"`
+	// Claims are the attempts the orchestrator claimed for the polling instance (protocol
+	// ProtocolClaimInPoll on, in place of offers): each the grant POST …/claim would answer
+	// with, so the agent starts them at once. One lost with the answer is offered to the same
+	// instance again (ReofferAfter in the orchestrator's store) or waits out its job lease, as a
+	// claim whose answer was lost.
+	Claims     []Claim     `json:"claims,omitempty"`
 	Directives []Directive `json:"directives"`
 	// MaxConcurrency is the runner's current limit, so the agent follows changes without restart.
 	MaxConcurrency int `json:"max_concurrency"`

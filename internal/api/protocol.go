@@ -29,9 +29,13 @@ import "fmt"
 //     together is reported in a few requests instead of one each. The agent batches only once
 //     an answer chose 6 (ProtocolEventBatch), and sends the events one by one again if the batch
 //     reaches an orchestrator replica without the route.
+//   - 7: the claim in the poll answer. The orchestrator claims the attempts it would offer for
+//     the polling instance, by the claim's own rule, and answers with the grants (claims)
+//     instead of offers, so starting an attempt costs no claim request. Agents below 7 get
+//     offers and claim them (POST …/claim) as before (ProtocolClaimInPoll).
 const (
 	// AgentProtocol is the newest agent protocol this build speaks.
-	AgentProtocol = 6
+	AgentProtocol = 7
 	// MinAgentProtocol is the oldest agent protocol this build still speaks.
 	MinAgentProtocol = 1
 	// ProtocolKeyFingerprints is the version that brought key_fingerprints to polls and their
@@ -47,6 +51,8 @@ const (
 	ProtocolStateOperations = 5
 	// ProtocolEventBatch is the version that brought EventBatch.
 	ProtocolEventBatch = 6
+	// ProtocolClaimInPoll is the version that brought PollResponse.Claims.
+	ProtocolClaimInPoll = 7
 )
 
 // ProtocolRange is the range of agent protocol versions one side speaks, both ends included.

@@ -203,7 +203,9 @@ func TestRoundTripEveryEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	poll, err := agent.Poll(ctx, api.PollRequest{AgentVersion: "test-1", Instance: "pod-a", CapacityFree: 2, WaitSeconds: 5})
+	// The offer and the claim request of agents below agent protocol 7 (ProtocolClaimInPoll).
+	offerAndClaim := api.ProtocolRange{Min: 1, Max: api.ProtocolClaimInPoll - 1}
+	poll, err := agent.Poll(ctx, api.PollRequest{AgentVersion: "test-1", Instance: "pod-a", CapacityFree: 2, WaitSeconds: 5, Protocol: offerAndClaim})
 	if err != nil {
 		t.Fatalf("poll: %v", err)
 	}

@@ -118,8 +118,12 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 			}
 			directives := append(append([]api.Directive{}, forget...), a.Cancels...)
 			if a.Queued > 0 || len(directives) > 0 || a.MoveKey || taken > 0 || last {
+				var claims []api.Claim
+				if claims, err = s.claimOffers(r.Context(), c, &req, protocol, &a); err != nil {
+					return
+				}
 				writeJSON(w, http.StatusOK, api.PollResponse{
-					Offers: a.Offers, Directives: directives, MaxConcurrency: a.MaxConcurrency, ServerTime: s.store.TimeNow(),
+					Offers: a.Offers, Claims: claims, Directives: directives, MaxConcurrency: a.MaxConcurrency, ServerTime: s.store.TimeNow(),
 					Protocol: protocol, OrchestratorVersion: s.cfg.Version, OrchestratorProtocol: s.cfg.AgentProtocols,
 					KeyFingerprints: keyFingerprintsFor(protocol, a.KeyFingerprints), StateOperations: ops,
 				})
@@ -140,6 +144,25 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 			return nil
 		}
 	}
+}
+
+// claimOffers turns the answer's offers into claims for an agent whose poll chose
+// api.ProtocolClaimInPoll on and names its instance (a claim needs one), so it starts them
+// without a claim request: the store claims them by the claim's own rule (store.ClaimOffers),
+// and the offers leave the answer. Only an answer about to be written claims anything: a poll
+// that goes on waiting holds no grant it has not handed out. Nor does it claim beyond the free
+// slots the poll states: re-offers come on top of them (store.Offers), and an agent would not
+// start a grant it has no slot for, while the claim renewed its job lease on every answer.
+func (s *Server) claimOffers(ctx context.Context, c *call, req *api.PollRequest, protocol int, a *store.PollAnswer) ([]api.Claim, error) {
+	if protocol < api.ProtocolClaimInPoll || req.Instance == "" || len(a.Offers) == 0 {
+		return nil, nil
+	}
+	claims, err := s.store.ClaimOffers(ctx, c.agent, a.Offers[:min(len(a.Offers), req.CapacityFree)], req.Instance, s.cfg.LeaseDuration)
+	if err != nil {
+		return nil, err
+	}
+	a.Offers = []api.Offer{}
+	return claims, nil
 }
 
 // keyFingerprintsFor is the answer's key_fingerprints in the chosen protocol: none before the

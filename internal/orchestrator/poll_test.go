@@ -311,38 +311,84 @@ func TestDeletingRunnerCancelsQueued(t *testing.T) {
 	}
 }
 
-// An agent killed between a claim and its Job forgets the claim. The same instance, restarted,
-// is offered the attempt again once reofferAfter has passed since the claim (not before, and not
-// another instance, and not when it restates it); its claim returns the same grant.
+// An agent killed between a claim and its Job forgets the claim; so does one whose poll answer
+// carrying the claim (agent protocol 7) was lost on the wire. The same instance, restarted or
+// polling again, is offered the attempt again once reofferAfter has passed since the claim (not
+// before, and not another instance, and not when it restates it); its claim returns the same
+// grant, from the claim request or, from protocol 7 on, in the poll answer itself.
 func TestLostClaimIsOfferedAgainToItsInstance(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	a := h.setupRunner("acme", "r1", 2)
-	d := h.deploy(api.OperationApply)
-	c := a.claim(d.ID, 1, "agent-0")
-	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2}); len(resp.Offers) != 0 {
-		t.Fatalf("offered %v right after the claim; a claim answer may still be on its way", offerIDs(resp.Offers))
-	}
-	h.clock.Advance(store.ReofferAfter)
-	if resp := a.poll(api.PollRequest{Instance: "agent-1", CapacityFree: 2}); len(resp.Offers) != 0 {
-		t.Fatalf("offered %v to another instance, which must wait for the job lease", offerIDs(resp.Offers))
-	}
-	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2, Held: []api.HeldAttempt{holding(c, false)}}); len(resp.Offers) != 0 {
-		t.Fatalf("offered %v although the instance restates it", offerIDs(resp.Offers))
-	}
-	resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2})
-	if !slices.Equal(offerIDs(resp.Offers), []string{d.ID}) || resp.Offers[0].Attempt != 1 {
-		t.Fatalf("restarted instance offered %+v, want attempt 1 of %s again", resp.Offers, d.ID)
-	}
-	again := a.claim(d.ID, 1, "agent-0")
-	if again.JobToken != c.JobToken || again.Lease.Fencing != c.Lease.Fencing {
-		t.Fatalf("the claim of the re-offer is another grant: fencing %d, want %d", again.Lease.Fencing, c.Lease.Fencing)
-	}
-	// Once started, it is not offered again even if the instance stops restating it (the Job
-	// exists; a lost Job is the job lease's business).
-	a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2, Held: []api.HeldAttempt{holding(c, true)}})
-	h.clock.Advance(store.ReofferAfter)
-	if resp := a.poll(api.PollRequest{Instance: "agent-0", CapacityFree: 2}); len(resp.Offers) != 0 {
-		t.Fatalf("a started attempt was offered again: %v", offerIDs(resp.Offers))
+	for _, inPoll := range []bool{false, true} {
+		name := map[bool]string{false: "claim request", true: "claim in the poll answer"}[inPoll]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			a := h.setupRunner("acme", "r1", 2)
+			d := h.deploy(api.OperationApply)
+			protocol := api.ProtocolRange{Min: 1, Max: api.ProtocolClaimInPoll - 1}
+			if inPoll {
+				protocol.Max = api.ProtocolClaimInPoll
+			}
+			poll := func(instance string, held ...api.HeldAttempt) api.PollResponse {
+				return a.poll(api.PollRequest{Instance: instance, CapacityFree: 2, Held: held, Protocol: protocol})
+			}
+			// grant claims what the answer offers, or takes the grant the answer carries.
+			grant := func(resp api.PollResponse) (api.Claim, bool) {
+				if inPoll {
+					if len(resp.Offers) != 0 || len(resp.Claims) != 1 || resp.Claims[0].DeploymentID != d.ID || resp.Claims[0].Attempt != 1 {
+						return api.Claim{}, false
+					}
+					return resp.Claims[0], true
+				}
+				if !slices.Equal(offerIDs(resp.Offers), []string{d.ID}) || resp.Offers[0].Attempt != 1 || len(resp.Claims) != 0 {
+					return api.Claim{}, false
+				}
+				return a.claim(d.ID, 1, "agent-0"), true
+			}
+			first := poll("agent-0")
+			c, ok := grant(first) // for the claim in the poll answer, this answer is the one lost
+			if !ok {
+				t.Fatalf("first poll answered %+v, want %s", first, d.ID)
+			}
+			if got := h.deployment(d.ID); got.Status != api.StatusClaimed {
+				t.Fatalf("deployment after the grant: %s, want claimed", got.Status)
+			}
+			if resp := poll("agent-0"); len(resp.Offers)+len(resp.Claims) != 0 {
+				t.Fatalf("handed out %+v again right after the claim; a claim answer may still be on its way", resp)
+			}
+			h.clock.Advance(store.ReofferAfter)
+			if resp := poll("agent-1"); len(resp.Offers)+len(resp.Claims) != 0 {
+				t.Fatalf("handed %+v to another instance, which must wait for the job lease", resp)
+			}
+			if resp := poll("agent-0", holding(c, false)); len(resp.Offers)+len(resp.Claims) != 0 {
+				t.Fatalf("handed out %+v although the instance restates it", resp)
+			}
+			if inPoll {
+				// A poll that states no free slot is handed no grant: the agent could not start it.
+				if resp := a.poll(api.PollRequest{Instance: "agent-0", Protocol: protocol}); len(resp.Claims) != 0 {
+					t.Fatalf("a poll without a free slot was handed %+v", resp.Claims)
+				}
+			}
+			again, ok := grant(poll("agent-0"))
+			if !ok {
+				t.Fatalf("the instance that lost its grant was not handed attempt 1 of %s again", d.ID)
+			}
+			if again.JobToken != c.JobToken || again.Lease.Fencing != c.Lease.Fencing {
+				t.Fatalf("the claim of the re-offer is another grant: fencing %d, want %d", again.Lease.Fencing, c.Lease.Fencing)
+			}
+			// Once started, it is not offered again even if the instance stops restating it (the
+			// Job exists; a lost Job is the job lease's business).
+			poll("agent-0", holding(c, true))
+			h.clock.Advance(store.ReofferAfter)
+			if resp := poll("agent-0"); len(resp.Offers)+len(resp.Claims) != 0 {
+				t.Fatalf("a started attempt was handed out again: %+v", resp)
+			}
+			// Nobody else ever got it: one grant, one fencing number.
+			var events api.List[api.Event]
+			h.mustAdmin(http.MethodGet, orgPath("acme")+"/deployments/"+d.ID+"/events", nil, http.StatusOK, &events)
+			if len(events.Items) != 1 || events.Items[0].Step != api.StepClaimed {
+				t.Fatalf("events %+v, want the one claimed event", events.Items)
+			}
+		})
 	}
 }

@@ -57,34 +57,44 @@ func (s *Session) offers(ctx context.Context, wg *sync.WaitGroup, offers []api.O
 		if i >= capacity {
 			break
 		}
-		k := executor.AttemptKey{DeploymentID: o.DeploymentID, Attempt: o.Attempt}
-		s.mu.Lock()
-		// An attempt this session claimed is never started again, whatever the offer says. The
-		// orchestrator re-offers an attempt its holder does not restate (a claim whose answer was
-		// lost, an agent restarted), and the executor stops listing a Job once it failed to
-		// start, before the finished event is acknowledged: in that gap a re-offer was claimed
-		// (claims are idempotent for the holder) and the failed attempt started a second time.
-		if s.starting[k] || s.attempts[k] != nil {
-			s.mu.Unlock()
+		if !s.startOnce(wg, executor.AttemptKey{DeploymentID: o.DeploymentID, Attempt: o.Attempt}, true, func() { s.claimAndStart(ctx, o) }) {
 			repeated = true
 			continue
 		}
-		s.starting[k] = true
-		s.claiming++
-		s.mu.Unlock()
 		taken++
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				s.mu.Lock()
-				delete(s.starting, k)
-				s.mu.Unlock()
-			}()
-			s.claimAndStart(ctx, o)
-		}()
 	}
 	return taken, repeated
+}
+
+// startOnce runs start on a goroutine of wg unless this session is starting the attempt or holds
+// it already, and reports whether it did; claiming counts a claim request in flight (see
+// awaitClaims). An attempt this session claimed is never started again, whatever the offer
+// says. The orchestrator re-offers an attempt its holder does not restate (a claim or poll
+// answer that was lost, an agent restarted), and the executor stops listing a Job once it failed
+// to start, before the finished event is acknowledged: in that gap a re-offer was claimed (claims
+// are idempotent for the holder) and the failed attempt started a second time.
+func (s *Session) startOnce(wg *sync.WaitGroup, k executor.AttemptKey, claiming bool, start func()) bool {
+	s.mu.Lock()
+	if s.starting[k] || s.attempts[k] != nil {
+		s.mu.Unlock()
+		return false
+	}
+	s.starting[k] = true
+	if claiming {
+		s.claiming++
+	}
+	s.mu.Unlock()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.starting, k)
+			s.mu.Unlock()
+		}()
+		start()
+	}()
+	return true
 }
 
 // claimDone records that a claim request was answered.
@@ -116,6 +126,39 @@ func (s *Session) claimAndStart(ctx context.Context, o api.Offer) {
 		log.Warn("claim failed; the attempt stays queued for the next poll", "err", err)
 		return
 	}
+	s.startClaimed(ctx, c, claimedFrom, log)
+}
+
+// claimed starts the attempts a poll answer claimed for this agent (agent protocol
+// api.ProtocolClaimInPoll on), concurrently, as offers does after its claim requests: never one
+// this session is starting or holds already, never more than the capacity stated. The grants
+// beyond it (the orchestrator never sends them) are left to heal as lost answers do. It returns
+// how many it started, and whether any was one already being started.
+func (s *Session) claimed(ctx context.Context, wg *sync.WaitGroup, claims []api.Claim, capacity int) (taken int, repeated bool) {
+	arrived := time.Now()
+	for i := range claims {
+		if i >= capacity {
+			break
+		}
+		c := &claims[i]
+		start := func() {
+			log := s.log.With("deployment_id", c.DeploymentID, "attempt", c.Attempt, "operation", c.Placement.Operation)
+			s.startClaimed(ctx, c, arrived, log)
+		}
+		if !s.startOnce(wg, executor.AttemptKey{DeploymentID: c.DeploymentID, Attempt: c.Attempt}, false, start) {
+			repeated = true
+			continue
+		}
+		taken++
+	}
+	return taken, repeated
+}
+
+// startClaimed starts an attempt whose claim was granted, from a claim request or a poll answer
+// (claimedFrom: when the claim was sent, or the answer arrived); one that cannot start is failed
+// with its finished event.
+func (s *Session) startClaimed(ctx context.Context, c *api.Claim, claimedFrom time.Time, log *slog.Logger) {
+	var err error
 	s.o.Metrics.Claims.WithLabelValues("claimed").Inc()
 	stateToken := s.o.Tokens.Put(c.DeploymentID, c.Attempt, grantOf(c))
 	s.mu.Lock()

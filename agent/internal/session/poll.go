@@ -111,7 +111,11 @@ func (s *Session) pollLoop(ctx context.Context) error {
 			s.o.StateOperations.Offered(ctx, resp.StateOperations)
 		}
 		fresh := s.freshDirectives(resp.Directives)
-		taken, repeated := s.offers(ctx, &claims, resp.Offers, req.CapacityFree)
+		// Claims in the answer (agent protocol 7 on) start at once; offers (an orchestrator of 6
+		// or older) need their claim request first.
+		taken, repeated := s.claimed(ctx, &claims, resp.Claims, req.CapacityFree)
+		took, again := s.offers(ctx, &claims, resp.Offers, req.CapacityFree-len(resp.Claims))
+		taken, repeated = taken+took, repeated || again
 		if (taken > 0 || repeated) && s.awaitClaims(ctx, taken > 0, s.o.PollGap) {
 			continue
 		}

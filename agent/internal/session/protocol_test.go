@@ -1,10 +1,17 @@
 package session
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +23,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/client/clienttest"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/orchestratortest"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/retry"
 )
 
@@ -45,10 +53,7 @@ func TestAgentAndOrchestratorRefuseAnIncompatiblePair(t *testing.T) {
 				Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: "k"}); err != nil {
 				t.Fatal(err)
 			}
-			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ac := agentClient(t, inst.URL, priv)
 			var logs clienttest.Buffer
 			ex := newFakeExec()
 			s := New(Options{Client: ac, Executor: ex, Metrics: metrics.New("test"), Health: health.NewState(time.Second, nil),
@@ -119,10 +124,7 @@ func TestTimelineFollowsTheNegotiatedProtocol(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ac, err := client.NewAgentClient(inst.URL, agentauth.NewSigner("acme", "r1", priv), client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1}))
-			if err != nil {
-				t.Fatal(err)
-			}
+			ac := agentClient(t, inst.URL, priv)
 			ex := newFakeExec()
 			s := New(Options{Client: ac, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: time.Second,
 				EventBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 50 * time.Millisecond}})
@@ -167,4 +169,154 @@ func TestTimelineFollowsTheNegotiatedProtocol(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingClaims counts the claim requests an agent sends.
+type countingClaims struct {
+	*client.AgentClient
+	claims atomic.Int32
+}
+
+func (c *countingClaims) Claim(ctx context.Context, id string, req api.ClaimRequest) (*api.Claim, error) {
+	c.claims.Add(1)
+	return c.AgentClient.Claim(ctx, id, req)
+}
+
+// An agent of this release and a real orchestrator: where both speak agent protocol 7, the poll
+// answer carries the claims and the agent starts their attempts without a claim request; where
+// either speaks at most 6 (an older agent or orchestrator), the answer offers and the agent
+// claims each offer, as before. Either way every attempt starts once, under the grant's fencing
+// number and job token, and no more start than the runner's max_concurrency.
+func TestClaimsFollowTheNegotiatedProtocol(t *testing.T) {
+	older := api.ProtocolRange{Min: 1, Max: api.ProtocolClaimInPoll - 1}
+	for _, c := range []struct {
+		name        string
+		orch, agent api.ProtocolRange
+		inPoll      bool
+	}{
+		{"both speak 7", api.AgentProtocols(), api.AgentProtocols(), true},
+		{"agent of 6", api.AgentProtocols(), older, false},
+		{"orchestrator of 6", older, api.AgentProtocols(), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inst := orchestratortest.Start(t, orchestratortest.WithRelease("2.0.0", c.orch))
+			ctx := t.Context()
+			admin, priv := inst.RegisterRunner(ctx, t)
+			r, err := admin.GetRunner(ctx, "r1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range r.MaxConcurrency + 2 {
+				_, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationPlan,
+					Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: fmt.Sprintf("k%d", i)})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			ac := agentClient(t, inst.URL, priv)
+			counted := &countingClaims{AgentClient: ac}
+			ex := newFakeExec()
+			s := New(Options{Client: counted, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0",
+				Protocols: c.agent, PollWait: time.Second})
+			stop := run(t, s)
+			defer stop()
+			waitFor(t, "max_concurrency attempts started", func() bool { l, _ := ex.List(ctx); return len(l) == r.MaxConcurrency })
+			time.Sleep(300 * time.Millisecond) // more polls: nothing beyond max_concurrency may start
+			ex.mu.Lock()
+			defer ex.mu.Unlock()
+			if len(ex.attempts) != r.MaxConcurrency || len(ex.starts) != r.MaxConcurrency {
+				t.Fatalf("%d attempts started by %d starts %v, want max_concurrency %d, each started once", len(ex.attempts), len(ex.starts), ex.starts, r.MaxConcurrency)
+			}
+			for _, started := range ex.starts {
+				id, token, _ := strings.Cut(started, " ")
+				d, err := admin.GetDeployment(ctx, id)
+				if err != nil || d.Status != api.StatusClaimed || !strings.HasPrefix(token, api.JobTokenPrefix) || ex.attempts[id].Fencing < 1 {
+					t.Errorf("started %s with job token %q: %+v, %v", id, token, d, err)
+				}
+			}
+			if n := int(counted.claims.Load()); c.inPoll && n != 0 || !c.inPoll && n != r.MaxConcurrency {
+				t.Errorf("%d claim requests, want %d", n, map[bool]int{true: 0, false: r.MaxConcurrency}[c.inPoll])
+			}
+		})
+	}
+}
+
+// losingTransport loses the first poll answer that carries claims: the orchestrator committed
+// the grants, the agent sees a broken connection.
+type losingTransport struct {
+	lost atomic.Pointer[api.PollResponse]
+}
+
+func (l *losingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.URL.Path, "/agent/poll") || l.lost.Load() != nil {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	var answer api.PollResponse
+	if json.Unmarshal(body, &answer) == nil && len(answer.Claims) > 0 && l.lost.CompareAndSwap(nil, &answer) {
+		return nil, errors.New("connection reset by peer (the test lost this poll answer)")
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
+}
+
+// A poll answer that carries a claim (agent protocol 7) and is lost on the wire loses nothing:
+// the orchestrator hands the same grant to the same agent again once store.ReofferAfter has
+// passed, and the attempt starts once, under that grant, and is claimed once.
+func TestALostPollAnswerWithAClaimIsHandedOutAgain(t *testing.T) {
+	inst := orchestratortest.Start(t)
+	ctx := t.Context()
+	admin, priv := inst.RegisterRunner(ctx, t)
+	d, err := admin.CreateDeployment(ctx, api.DeploymentInput{RunnerID: "r1", Operation: api.OperationApply,
+		Source: api.Source{Inline: &api.InlineSource{ArchiveTarGz: orchestratortest.TarGz(t, map[string]string{"main.tf": ""})}}, StateKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	losing := &losingTransport{}
+	ac := agentClient(t, inst.URL, priv, client.WithHTTPClient(&http.Client{Transport: losing}))
+	ex := newFakeExec()
+	s := New(Options{Client: ac, Executor: ex, Logger: slog.New(slog.DiscardHandler), Instance: "agent-0", Version: "1.0.0", PollWait: time.Second,
+		PollBackoff: retry.Backoff{Base: 20 * time.Millisecond, Max: 100 * time.Millisecond}})
+	stop := run(t, s)
+	defer stop()
+	deadline := time.Now().Add(store.ReofferAfter + 5*time.Second)
+	for {
+		ex.mu.Lock()
+		n := len(ex.starts)
+		ex.mu.Unlock()
+		if n > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	lost := losing.lost.Load()
+	if lost == nil {
+		t.Fatal("no poll answer carried a claim")
+	}
+	time.Sleep(300 * time.Millisecond) // more polls: it must not start twice
+	ex.mu.Lock()
+	defer ex.mu.Unlock()
+	if want := d.ID + " " + lost.Claims[0].JobToken; len(ex.starts) != 1 || ex.starts[0] != want {
+		t.Fatalf("starts %v, want once under the lost grant (%q)", ex.starts, want)
+	}
+	evs, err := admin.ListEvents(ctx, d.ID)
+	if err != nil || len(evs) != 1 || evs[0].Step != api.StepClaimed {
+		t.Fatalf("events %+v (%v), want the one claim", evs, err)
+	}
+}
+
+// agentClient is an agent client of runner r1 of acme that tries each request once (the session
+// retries), with opts.
+func agentClient(t *testing.T, url string, priv ed25519.PrivateKey, opts ...client.Option) *client.AgentClient {
+	t.Helper()
+	ac, err := client.NewAgentClient(url, agentauth.NewSigner("acme", "r1", priv), append([]client.Option{client.WithRetryPolicy(client.RetryPolicy{MaxTries: 1})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ac
 }

@@ -1,5 +1,6 @@
 // Package session is the agent's conversation with the orchestrator: the long poll that restates
-// capacity and held attempts (renewing their job leases), claims of offered attempts, directives
+// capacity and held attempts (renewing their job leases), claims (carried by the poll's answer
+// from agent protocol 7 on, claim requests for the offers of older orchestrators), directives
 // (cancel, forget), and the events (the timeline, started, finished) of the attempts the
 // executor runs. It is
 // level-triggered: every pass rebuilds its picture from the executor's List, so an agent that
@@ -12,9 +13,9 @@
 // event is acknowledged while a poll that stated no free slot is held, the session cuts that
 // poll short and the next one states the slot (attemptEnded); otherwise a busy agent's queue
 // would wait out the long poll. A poll that stated a free slot is left alone: the orchestrator
-// answers it itself. After an answer with offers the next poll goes as soon as their claims are
-// answered (awaitClaims: until then the orchestrator would answer at once with the same offers),
-// after new directives at once; only an answer that brought nothing new waits the gap
+// answers it itself. After an answer with claims (protocol 7) the next poll goes at once; after
+// one with offers as soon as their claims are answered (awaitClaims: until then the orchestrator
+// would answer at once with the same offers), after new directives at once; only an answer that brought nothing new waits the gap
 // (minPollGap, 250 ms) that keeps a repeating server from a busy loop.
 //
 // Events and cleanups are work queues of attempts (events.go): started and finished events have

@@ -884,8 +884,8 @@ func TestARefusedAttemptIsCleanedUpWhenForgotten(t *testing.T) {
 }
 
 // TestAClaimedAttemptIsNotStartedAgainWhenReoffered: the orchestrator re-offers an attempt its
-// holder did not restate in a poll; the session that claimed it does not claim and start it a
-// second time. Found in a fresh-clone make test: an attempt whose pod could not pull its image
+// holder did not restate in a poll (as an offer, or from agent protocol 7 as a claim in the
+// answer); the session that claimed it does not claim and start it a second time. Found in a fresh-clone make test: an attempt whose pod could not pull its image
 // was started again between its finished event and the acknowledgement.
 func TestAClaimedAttemptIsNotStartedAgainWhenReoffered(t *testing.T) {
 	ex := newFakeExec()
@@ -905,6 +905,13 @@ func TestAClaimedAttemptIsNotStartedAgainWhenReoffered(t *testing.T) {
 	wg.Wait()
 	if taken != 0 || !repeated {
 		t.Errorf("the re-offer was taken (%d, repeated %v)", taken, repeated)
+	}
+	// From agent protocol 7 the re-offer comes claimed, in the poll answer: not started either.
+	again, _ := (&fakeOrch{}).Claim(t.Context(), offer.DeploymentID, api.ClaimRequest{Attempt: offer.Attempt})
+	taken, repeated = s.claimed(t.Context(), &wg, []api.Claim{*again}, 3)
+	wg.Wait()
+	if taken != 0 || !repeated {
+		t.Errorf("the claim handed out again was taken (%d, repeated %v)", taken, repeated)
 	}
 	ex.mu.Lock()
 	defer ex.mu.Unlock()

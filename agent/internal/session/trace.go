@@ -12,7 +12,8 @@ import (
 )
 
 // claimSpan starts the span of a claim that succeeded, under the deployment's enqueue span (the
-// placement's traceparent), from when the claim was sent: it lasts until the executor started
+// placement's traceparent), from when the claim was sent (or the poll answer that carried it,
+// agent protocol 7, arrived): it lasts until the executor started
 // the attempt, whose span (the Job's creation) nests under it and is handed to the job runner.
 // The span starts only once the claim is answered because only the answer carries the
 // traceparent; an untraced deployment gets a span of a trace of its own only when the agent

@@ -105,7 +105,10 @@ func (a *Agent) Claim(t testing.TB, deploymentID string) *Run {
 	ctx := context.Background()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		p, err := a.agent.Poll(ctx, api.PollRequest{AgentVersion: "clienttest", Instance: "clienttest", CapacityFree: 10, WaitSeconds: 1})
+		// Agent protocol 6 at most: from 7 on the answer would claim every queued deployment,
+		// and this agent takes one at a time.
+		p, err := a.agent.Poll(ctx, api.PollRequest{AgentVersion: "clienttest", Instance: "clienttest", CapacityFree: 10, WaitSeconds: 1,
+			Protocol: api.ProtocolRange{Min: 1, Max: api.ProtocolClaimInPoll - 1}})
 		if err != nil {
 			t.Fatalf("clienttest: poll: %v", err)
 		}

@@ -41,10 +41,12 @@ func (i *Instance) NewAgent(t testing.TB, org, runner string, key ed25519.Privat
 	return &Agent{t: t, Client: c, Version: version, Instance: "test-agent", url: i.URL}
 }
 
-// Poll polls once without waiting, holding the given attempts, and returns the answer.
+// Poll polls once without waiting, holding the given attempts, and returns the answer. It speaks
+// agent protocol 6 at most: from 7 on the answer would claim every queued deployment, and this
+// agent takes them one at a time (Claim).
 func (a *Agent) Poll(ctx context.Context, held ...*Running) *api.PollResponse {
 	a.t.Helper()
-	req := api.PollRequest{AgentVersion: a.Version, Protocol: api.AgentProtocols(), Instance: a.Instance, CapacityFree: 4}
+	req := api.PollRequest{AgentVersion: a.Version, Protocol: api.ProtocolRange{Min: 1, Max: api.ProtocolClaimInPoll - 1}, Instance: a.Instance, CapacityFree: 4}
 	for _, r := range held {
 		req.Held = append(req.Held, api.HeldAttempt{DeploymentID: r.Claim.DeploymentID, Attempt: r.Claim.Attempt, Fencing: r.Claim.Lease.Fencing})
 	}

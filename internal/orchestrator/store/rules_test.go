@@ -138,3 +138,77 @@ func TestRefusalsCarryAPICodes(t *testing.T) {
 		}
 	})
 }
+
+// TestClaimsInThePollAnswer: ClaimOffers (agent protocol 7) grants what the claim grants, by the
+// claim's own rule, on every engine: a job lease with a fencing number and a job token per
+// attempt, never beyond max_concurrency even for offers that went stale, never an attempt
+// another instance holds, the same grant again to its holder; a grant lost with its answer
+// waits out its job lease and is granted anew as the next attempt with a higher fencing number.
+func TestClaimsInThePollAnswer(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, eng store.Engine) {
+		s, clk := newStore(t, eng)
+		ctx := t.Context()
+		var ds []*api.Deployment
+		for range 5 {
+			ds = append(ds, deploy(t, s, api.OperationPlan))
+		}
+		held := claim(t, s, ds[0]) // by pod-a's claim request: one of the runner's three slots
+		poll := &api.PollRequest{Instance: "pod-a", CapacityFree: 5, Protocol: api.AgentProtocols()}
+		a, err := s.Offers(ctx, runnerOf, poll, api.ProtocolClaimInPoll)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(a.Offers) != 2 {
+			t.Fatalf("offers %+v, want 2 (max_concurrency 3, one held)", a.Offers)
+		}
+		grants, err := s.ClaimOffers(ctx, runnerOf, a.Offers, "pod-a", lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(grants) != 2 || grants[0].DeploymentID != ds[1].ID || grants[1].DeploymentID != ds[2].ID {
+			t.Fatalf("grants %+v, want %s and %s", grants, ds[1].ID, ds[2].ID)
+		}
+		for _, g := range grants {
+			tok, err := s.ParseJobToken(g.JobToken)
+			if err != nil || tok.Deployment != g.DeploymentID || tok.Fencing != g.Lease.Fencing || g.Lease.Fencing < 1 || g.Placement.StateKey != "stacks/r1" {
+				t.Errorf("grant %+v: token %+v, %v", g, tok, err)
+			}
+			if d := status(t, s, g.DeploymentID); d.Status != api.StatusClaimed || d.ClaimedAt == nil {
+				t.Errorf("%s after its grant: %s, want claimed", g.DeploymentID, d.Status)
+			}
+		}
+		// Offers gone stale (the runner is full now): the claim's rule still holds max_concurrency.
+		stale := []api.Offer{{DeploymentID: ds[3].ID, Attempt: 1}, {DeploymentID: ds[4].ID, Attempt: 1}}
+		if more, err := s.ClaimOffers(ctx, runnerOf, stale, "pod-a", lease); err != nil || len(more) != 0 {
+			t.Fatalf("grants beyond max_concurrency: %+v, %v", more, err)
+		}
+		if d := status(t, s, ds[3].ID); d.Status != api.StatusQueued {
+			t.Fatalf("%s after a refused grant: %s, want queued", ds[3].ID, d.Status)
+		}
+		// Fencing: another instance gets nothing the runner's agent holds; the holder gets its
+		// grants again, unchanged.
+		mine := []api.Offer{{DeploymentID: ds[0].ID, Attempt: 1}, {DeploymentID: ds[1].ID, Attempt: 1}}
+		if other, err := s.ClaimOffers(ctx, runnerOf, mine, "pod-b", lease); err != nil || len(other) != 0 {
+			t.Fatalf("another instance was granted %+v, %v", other, err)
+		}
+		again, err := s.ClaimOffers(ctx, runnerOf, mine, "pod-a", lease)
+		if err != nil || len(again) != 2 || again[0].JobToken != held.JobToken || again[0].Lease.Fencing != held.Lease.Fencing ||
+			again[1].JobToken != grants[0].JobToken || again[1].Lease.Fencing != grants[0].Lease.Fencing {
+			t.Fatalf("the holder's grants again: %+v, %v; want the same grants", again, err)
+		}
+		// The answer with grants[1] was lost and pod-a never restates it: its job lease runs out
+		// and the next attempt is granted anew, under a higher fencing number.
+		clk.Advance(lease + time.Second)
+		if _, err := s.ExpireLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if d := status(t, s, ds[2].ID); d.Status != api.StatusQueued || d.Attempt != 2 {
+			t.Fatalf("%s after its job lease ran out: %s attempt %d, want queued attempt 2", ds[2].ID, d.Status, d.Attempt)
+		}
+		next, err := s.ClaimOffers(ctx, runnerOf, []api.Offer{{DeploymentID: ds[2].ID, Attempt: 2}}, "pod-b", lease)
+		if err != nil || len(next) != 1 || next[0].Attempt != 2 || next[0].Lease.Fencing <= grants[1].Lease.Fencing {
+			t.Fatalf("the next attempt's grant: %+v, %v; want attempt 2 above fencing %d", next, err, grants[1].Lease.Fencing)
+		}
+	})
+}

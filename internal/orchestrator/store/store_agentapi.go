@@ -235,70 +235,107 @@ func (s *Store) ClaimOnce(ctx context.Context, id agentauth.Identity, replay *ag
 				return &Refusal{Code: api.CodeUnauthorized, Message: agentauth.ReplayedError().Error(), AuthReason: string(agentauth.ReasonReplayed)}
 			}
 		}
-		runner, err := touchRunner(tx, id, "", now)
-		if err != nil {
-			return err
-		}
-		rec, err := loadRunnerDeployment(tx, id, deploymentID)
-		if err != nil {
-			return err
-		}
-		if _, err := settleLease(tx, rec, now); err != nil {
-			return err
-		}
-		switch st := rec.D.Status; {
-		case st.Terminal():
-			return conflict("deployment %q already ended with status %s", deploymentID, st)
-		case req.Attempt != rec.D.Attempt:
-			return conflict("attempt %d is not the current attempt of deployment %q (it is %d, status %s); claim the attempt the latest poll offers", req.Attempt, deploymentID, rec.D.Attempt, st)
-		case st == api.StatusQueued:
-			leased, err := tx.Leased(id.Org, id.RunnerID)
+		var err error
+		out, err = s.claimTx(tx, id, deploymentID, req, leaseFor, now)
+		return err
+	})
+	return out, err
+}
+
+// ClaimOffers claims the offers of a poll answer for the polling instance, for agents of
+// api.ProtocolClaimInPoll on: the answer carries the grants, so starting an attempt costs the
+// agent no claim request. All in one transaction, each offer by the claim's own rule (claimTx):
+// the same fencing, job lease, job token and max_concurrency check as POST …/claim, and the
+// same idempotence (an attempt the instance already holds, re-offered by lostByPoller, returns
+// its grant again). An offer the rule refuses (taken by another instance meanwhile, the runner
+// at its max_concurrency) is left out of the result; what it wrote before the refusal commits,
+// as for a refused claim. An answer lost on the wire loses nothing: the attempt is claimed and
+// not restated, so it is offered to the instance again after ReofferAfter, or its job lease
+// runs out, exactly like a claim whose answer was lost.
+func (s *Store) ClaimOffers(ctx context.Context, id agentauth.Identity, offers []api.Offer, instance string, leaseFor time.Duration) ([]api.Claim, error) {
+	var out []api.Claim
+	err := s.Update(ctx, func(tx Tx) error {
+		out = make([]api.Claim, 0, len(offers)) // the engine may run this again
+		now := s.TimeNow()
+		for _, o := range offers {
+			c, err := s.claimTx(tx, id, o.DeploymentID, api.ClaimRequest{Attempt: o.Attempt, Instance: instance}, leaseFor, now)
+			if _, refused := AsRefusal(err); refused {
+				continue
+			}
 			if err != nil {
 				return err
 			}
-			held := len(leased)
-			if held >= runner.MaxConcurrency {
-				return conflict("runner %q already holds %d attempt(s), its max_concurrency; finish one first", id.RunnerID, held)
-			}
-			rec.Fencing++
-			rec.Lease = &leaseRecord{Fencing: rec.Fencing, Instance: req.Instance}
-			rec.D.Status = api.StatusClaimed
-			rec.D.ClaimedAt = &now
-			rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
-			rec.LogCommitted = 0
-			// The claim is the attempt's first step; the agent reports the others.
-			claimed := api.Event{Attempt: rec.D.Attempt, Seq: api.SeqClaimed, Type: api.EventProgress, Step: api.StepClaimed, Time: now}
-			if err := tx.PutEvent(id.Org, deploymentID, rec.D.Attempt, api.SeqClaimed, claimed); err != nil {
-				return err
-			}
-			if rec.D.LogSize > 0 {
-				note := fmt.Sprintf("\n[outpost: attempt %d starts here; the lines above are from earlier attempts]\n", rec.D.Attempt)
-				if err := appendCapped(tx, rec, []byte(note), s.logCap); err != nil {
-					return err
-				}
-			}
-		case rec.Lease == nil:
-			return conflict("deployment %q is %s without a job lease; wait for the next poll", deploymentID, st)
-		case rec.Lease.Instance != req.Instance:
-			return conflict("deployment %q attempt %d is held by agent instance %q until %s", deploymentID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
-		}
-		rec.Lease.ExpiresAt = now.Add(leaseFor)
-		if err := tx.SaveDeployment(rec); err != nil {
-			return err
-		}
-		placement, err := placementOf(tx, rec)
-		if err != nil {
-			return err
-		}
-		out = &api.Claim{
-			DeploymentID: deploymentID, Attempt: rec.D.Attempt,
-			Lease:     api.Lease{Fencing: rec.Lease.Fencing, ExpiresAt: rec.Lease.ExpiresAt},
-			JobToken:  MintJobToken(s.secret, JobTokenPayload{Org: id.Org, Deployment: deploymentID, Attempt: rec.D.Attempt, Fencing: rec.Lease.Fencing}),
-			Placement: *placement,
+			out = append(out, *c)
 		}
 		return nil
 	})
 	return out, err
+}
+
+// claimTx is the claim's rule in tx: it grants the job lease on the queued attempt req names, or
+// returns the grant again to the instance that holds it.
+func (s *Store) claimTx(tx Tx, id agentauth.Identity, deploymentID string, req api.ClaimRequest, leaseFor time.Duration, now time.Time) (*api.Claim, error) {
+	runner, err := touchRunner(tx, id, "", now)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := loadRunnerDeployment(tx, id, deploymentID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := settleLease(tx, rec, now); err != nil {
+		return nil, err
+	}
+	switch st := rec.D.Status; {
+	case st.Terminal():
+		return nil, conflict("deployment %q already ended with status %s", deploymentID, st)
+	case req.Attempt != rec.D.Attempt:
+		return nil, conflict("attempt %d is not the current attempt of deployment %q (it is %d, status %s); claim the attempt the latest poll offers", req.Attempt, deploymentID, rec.D.Attempt, st)
+	case st == api.StatusQueued:
+		leased, err := tx.Leased(id.Org, id.RunnerID)
+		if err != nil {
+			return nil, err
+		}
+		held := len(leased)
+		if held >= runner.MaxConcurrency {
+			return nil, conflict("runner %q already holds %d attempt(s), its max_concurrency; finish one first", id.RunnerID, held)
+		}
+		rec.Fencing++
+		rec.Lease = &leaseRecord{Fencing: rec.Fencing, Instance: req.Instance}
+		rec.D.Status = api.StatusClaimed
+		rec.D.ClaimedAt = &now
+		rec.D.Reason, rec.D.Message, rec.D.Detail = "", "", ""
+		rec.LogCommitted = 0
+		// The claim is the attempt's first step; the agent reports the others.
+		claimed := api.Event{Attempt: rec.D.Attempt, Seq: api.SeqClaimed, Type: api.EventProgress, Step: api.StepClaimed, Time: now}
+		if err := tx.PutEvent(id.Org, deploymentID, rec.D.Attempt, api.SeqClaimed, claimed); err != nil {
+			return nil, err
+		}
+		if rec.D.LogSize > 0 {
+			note := fmt.Sprintf("\n[outpost: attempt %d starts here; the lines above are from earlier attempts]\n", rec.D.Attempt)
+			if err := appendCapped(tx, rec, []byte(note), s.logCap); err != nil {
+				return nil, err
+			}
+		}
+	case rec.Lease == nil:
+		return nil, conflict("deployment %q is %s without a job lease; wait for the next poll", deploymentID, st)
+	case rec.Lease.Instance != req.Instance:
+		return nil, conflict("deployment %q attempt %d is held by agent instance %q until %s", deploymentID, rec.D.Attempt, rec.Lease.Instance, rec.Lease.ExpiresAt.Format(time.RFC3339))
+	}
+	rec.Lease.ExpiresAt = now.Add(leaseFor)
+	if err := tx.SaveDeployment(rec); err != nil {
+		return nil, err
+	}
+	placement, err := placementOf(tx, rec)
+	if err != nil {
+		return nil, err
+	}
+	return &api.Claim{
+		DeploymentID: deploymentID, Attempt: rec.D.Attempt,
+		Lease:     api.Lease{Fencing: rec.Lease.Fencing, ExpiresAt: rec.Lease.ExpiresAt},
+		JobToken:  MintJobToken(s.secret, JobTokenPayload{Org: id.Org, Deployment: deploymentID, Attempt: rec.D.Attempt, Fencing: rec.Lease.Fencing}),
+		Placement: *placement,
+	}, nil
 }
 
 // runnerAndStorage loads the runner of a deployment and its state storage as they are now.
