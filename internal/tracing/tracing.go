@@ -8,8 +8,8 @@
 // (TRACEPARENT), and by the job runner to the CLI (TRACEPARENT plus the OTEL_* settings that make
 // OpenTofu export its own spans to the same collector).
 //
-// Only OTLP over HTTP with protobuf is spoken (otlptracehttp): the one protocol OpenTofu, the
-// Go SDK and every collector share without gRPC in the binaries.
+// Only OTLP over HTTP with protobuf is spoken (export.go): the one protocol OpenTofu, the Go SDK
+// and every collector share without gRPC in the binaries (TestNoGRPCInTheBinaries).
 package tracing
 
 import (
@@ -21,7 +21,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -53,6 +53,10 @@ const (
 type Settings struct {
 	// TracesURL is the full URL of the collector's traces endpoint (…/v1/traces); empty is off.
 	TracesURL string
+
+	// client is the exporter's connection as Resolve read it from the environment (headers,
+	// compression, timeout, CA); nil is the defaults.
+	client *httpClient
 }
 
 // String is the traces URL for logs, any password in it masked; "" when off.
@@ -105,7 +109,11 @@ func Resolve(endpoint string, getenv func(string) string) (Settings, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return Settings{}, fmt.Errorf("%w: the traces endpoint %q is not an http:// or https:// URL; give the collector's OTLP/HTTP base URL, e.g. http://otel-collector:4318", ErrSettings, traces)
 	}
-	return Settings{TracesURL: traces}, nil
+	client, err := newHTTPClient(traces, getenv)
+	if err != nil {
+		return Settings{}, err
+	}
+	return Settings{TracesURL: traces, client: client}, nil
 }
 
 // tracesURL is the traces endpoint under an OTLP base URL, as the OTLP specification derives it.
@@ -134,7 +142,14 @@ func Start(ctx context.Context, service string, s Settings) (*Provider, error) {
 	if !s.Enabled() {
 		return Off(), nil
 	}
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(s.TracesURL))
+	client := s.client
+	if client == nil {
+		var err error
+		if client, err = newHTTPClient(s.TracesURL, func(string) string { return "" }); err != nil {
+			return nil, err
+		}
+	}
+	exp, err := otlptrace.New(ctx, client)
 	if err != nil {
 		return nil, fmt.Errorf("tracing: start the OTLP exporter for %s: %w", s.TracesURL, err)
 	}
