@@ -35,6 +35,11 @@ const (
 	// scaleReplicaRamp spreads the idle agents' first polls over one long poll's wait, so they
 	// arrive no faster than they will in the steady state.
 	scaleReplicaRamp = 30 * time.Second
+	// scaleOrgRunners is how many idle runners share one organisation: the default quota
+	// (--max-runners-per-org). Creating a runner counts its organisation's runners, in a
+	// SERIALIZABLE transaction on PostgreSQL, so 30,000 in one organisation could not even be
+	// registered here (8,900 after 6 minutes, two transactions of three rolled back).
+	scaleOrgRunners = 1000
 	// scalePoolConns is the orchestrator's PostgreSQL pool (engine_pg.go: 16 unless the URL
 	// says pool_max_conns) plus the connection its LISTEN for wakes holds outside the pool.
 	scalePoolConns = 16 + 1
@@ -45,6 +50,7 @@ const (
 const (
 	loadEnvURL    = "OUTPOST_SCALE_LOAD_URL"    // the replica its agents poll
 	loadEnvRange  = "OUTPOST_SCALE_LOAD_RANGE"  // idle runners from-to (idle-<from> … idle-<to-1>)
+	loadEnvOrgs   = "OUTPOST_SCALE_LOAD_ORGS"   // how many organisations the idle runners are spread over (idleOrg)
 	loadEnvKey    = "OUTPOST_SCALE_LOAD_KEY"    // the runners' private key file (PEM)
 	loadEnvSource = "OUTPOST_SCALE_LOAD_SOURCE" // the loopback address its connections come from
 	loadEnvStatus = "OUTPOST_SCALE_LOAD_STATUS" // the file it writes its loadStatus into every second
@@ -53,7 +59,8 @@ const (
 // BenchmarkOrchestratorScaleReplicas is BenchmarkOrchestratorScale across replicas: three
 // orchestrator processes on one PostgreSQL (durable: fsync at commit), OUTPOST_BENCH_REPLICA_AGENTS
 // simulated idle agents (30,000 by default) spread evenly over them, each long-polling one replica
-// as a real agent does through a load balancer. The idle agents run in one load process per
+// as a real agent does through a load balancer. The idle agents' runners belong to organisations
+// of scaleOrgRunners each. The idle agents run in one load process per
 // replica (TestScaleLoadProcess), because an unprivileged process here may hold 20,000 open files
 // at most (the hard RLIMIT_NOFILE) and one replica's agents fit one process. Each connection of
 // load process i comes from its own loopback address (127.0.0.<10+i>), so no source runs short of
@@ -87,15 +94,10 @@ func BenchmarkOrchestratorScaleReplicas(b *testing.B) {
 		b.Fatal(err)
 	}
 	reps := make([]*orchestratorProcess, scaleReplicas)
-	admins := make([]*client.AdminClient, scaleReplicas)
 	for i := range reps {
 		reps[i] = runOrchestrator(b, logDir(b), fmt.Sprintf("orchestrator-scale-replica-%d", i+1), bin, porttest.Addr(b), fleetToken,
 			"--database-url", dbURL+"&application_name="+replicaAppName(i), "--signing-secret-file", secret,
-			"--max-connections", strconv.Itoa(per+1024), "--max-runners-per-org", strconv.Itoa(total+1024))
-		var err error
-		if admins[i], err = client.NewAdminClient(reps[i].url, fleetOrg, fleetToken); err != nil {
-			b.Fatal(err)
-		}
+			"--max-connections", strconv.Itoa(per+1024))
 	}
 	db, err := pgx.Connect(ctx, dbURL)
 	if err != nil {
@@ -113,10 +115,29 @@ func BenchmarkOrchestratorScaleReplicas(b *testing.B) {
 	if err := os.WriteFile(keyFile, []byte(privPEM), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := admins[0].CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes,
-		Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
-		b.Fatal(err)
+	orgs := (total + scaleOrgRunners - 1) / scaleOrgRunners
+	orgAdmins := map[string][]*client.AdminClient{}
+	for k := range orgs + 1 {
+		org := fleetOrg // the busy runners'
+		if k < orgs {
+			org = idleOrg(k)
+		}
+		for i, o := range reps {
+			c, err := client.NewAdminClient(o.url, org, fleetToken)
+			if err != nil {
+				b.Fatal(err)
+			}
+			orgAdmins[org] = append(orgAdmins[org], c)
+			if i > 0 {
+				continue
+			}
+			if _, err := c.CreateStateStorage(ctx, api.StateStorageInput{ID: "k8s", Type: api.StateStorageKubernetes,
+				Kubernetes: &api.KubernetesStateSpec{Namespace: "states"}}); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
+	admins := orgAdmins[fleetOrg] // one per replica, straight to it
 	register := func(admin *client.AdminClient, id string, maxConcurrency int) {
 		if _, err := admin.CreateRunner(ctx, api.RunnerInput{ID: id, PublicKeys: []string{pubPEM}, StateStorageID: "k8s", MaxConcurrency: maxConcurrency,
 			Job: api.RunnerJob{Namespace: "jobs", ServiceAccount: "deployer"}}); err != nil {
@@ -134,9 +155,9 @@ func BenchmarkOrchestratorScaleReplicas(b *testing.B) {
 		busies[i] = newBusyAgent(c)
 	}
 	regStart := time.Now()
-	parallel(total, 16, func(i int) { register(admins[i%scaleReplicas], fmt.Sprintf("idle-%d", i), 1) })
+	parallel(total, 16, func(i int) { register(orgAdmins[idleOrg(i%orgs)][i%scaleReplicas], fmt.Sprintf("idle-%d", i), 1) })
 	regTook := time.Since(regStart)
-	benchtest.Progress("orchestrator replicas: registered %d idle runners through %d replicas in %s", total, scaleReplicas, regTook.Round(time.Second))
+	benchtest.Progress("orchestrator replicas: registered %d idle runners in %d organisations through %d replicas in %s", total, orgs, scaleReplicas, regTook.Round(time.Second))
 
 	load, stop := context.WithCancel(ctx)
 	defer stop()
@@ -153,7 +174,7 @@ func BenchmarkOrchestratorScaleReplicas(b *testing.B) {
 	loads := make([]*loadProcess, scaleReplicas)
 	rampStart := time.Now()
 	for i := range loads {
-		loads[i] = startLoadProcess(b, dir, i, reps[i].url, i*per, (i+1)*per, keyFile)
+		loads[i] = startLoadProcess(b, dir, i, reps[i].url, i*per, (i+1)*per, orgs, keyFile)
 	}
 	for _, l := range loads {
 		l.awaitStarted(b, scaleReplicaRamp+time.Minute)
@@ -196,8 +217,8 @@ func BenchmarkOrchestratorScaleReplicas(b *testing.B) {
 			Note: fmt.Sprintf("pg_stat_database commits+rollbacks per second above the busy runners alone (%.0f/s → %.0f/s), over the idle polls answered", float64(alone.xacts)/alone.seconds, float64(full.xacts)/full.seconds)})
 	}
 	if err := benchtest.Write(benchtest.Results{Benchmark: "orchestrator-scale-replicas", Started: began, Seconds: time.Since(began).Seconds(), Figures: figures,
-		Warmup: fmt.Sprintf("%d idle runners registered (%s); busy runners alone: %s settling, %s measured; idle agents ramped over %s, %s settling, %s measured; %d deployments/s per busy runner throughout",
-			total, regTook.Round(time.Second), scaleSettle, scaleWindow, scaleReplicaRamp, scaleSettle, scaleWindow, scaleJobRate)}); err != nil {
+		Warmup: fmt.Sprintf("%d idle runners in %d organisations registered (%s); busy runners alone: %s settling, %s measured; idle agents ramped over %s, %s settling, %s measured; %d deployments/s per busy runner throughout",
+			total, orgs, regTook.Round(time.Second), scaleSettle, scaleWindow, scaleReplicaRamp, scaleSettle, scaleWindow, scaleJobRate)}); err != nil {
 		b.Fatal(err)
 	}
 	if benchtest.Dir() == "" { // make bench prints one table of every benchmark at the end
@@ -208,6 +229,11 @@ func BenchmarkOrchestratorScaleReplicas(b *testing.B) {
 func replicaAppName(i int) string { return fmt.Sprintf("outpost-replica-%d", i+1) }
 
 func busyRunner(i int) string { return fmt.Sprintf("busy-%d", i+1) }
+
+// idleOrg is organisation k of the idle runners; runner idle-<i> belongs to idleOrg(i % orgs),
+// so runners registered one after the other go to different organisations and their quota
+// counts do not conflict.
+func idleOrg(k int) string { return fmt.Sprintf("idle-org-%d", k) }
 
 // replicaWindow is what one measured window saw of one replica.
 type replicaWindow struct {
@@ -380,10 +406,10 @@ type loadProcess struct {
 
 // startLoadProcess starts the idle agents of runners idle-<from> … idle-<to-1> against url in a
 // process of their own: this test binary running TestScaleLoadProcess.
-func startLoadProcess(b *testing.B, dir string, i int, url string, from, to int, keyFile string) *loadProcess {
+func startLoadProcess(b *testing.B, dir string, i int, url string, from, to, orgs int, keyFile string) *loadProcess {
 	file := filepath.Join(dir, fmt.Sprintf("load-%d.json", i+1))
 	p := startProcess(b, logDir(b), fmt.Sprintf("scale-load-%d", i+1), os.Args[0], []string{
-		loadEnvURL + "=" + url, loadEnvRange + "=" + fmt.Sprintf("%d-%d", from, to), loadEnvKey + "=" + keyFile,
+		loadEnvURL + "=" + url, loadEnvRange + "=" + fmt.Sprintf("%d-%d", from, to), loadEnvOrgs + "=" + strconv.Itoa(orgs), loadEnvKey + "=" + keyFile,
 		loadEnvSource + "=" + fmt.Sprintf("127.0.0.%d", 10+i), loadEnvStatus + "=" + file,
 	}, "-test.run=^TestScaleLoadProcess$", "-test.count=1", "-test.timeout=0")
 	return &loadProcess{process: p, file: file, count: to - from}
@@ -434,6 +460,10 @@ func TestScaleLoadProcess(t *testing.T) {
 	if _, err := fmt.Sscanf(os.Getenv(loadEnvRange), "%d-%d", &from, &to); err != nil || to <= from {
 		t.Fatalf("%s=%q: want FROM-TO", loadEnvRange, os.Getenv(loadEnvRange))
 	}
+	orgs, err := strconv.Atoi(os.Getenv(loadEnvOrgs))
+	if err != nil || orgs < 1 {
+		t.Fatalf("%s=%q: want a number of organisations", loadEnvOrgs, os.Getenv(loadEnvOrgs))
+	}
 	pem, err := os.ReadFile(os.Getenv(loadEnvKey))
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +486,7 @@ func TestScaleLoadProcess(t *testing.T) {
 	loops.Go(func() {
 		every := scaleReplicaRamp / time.Duration(n)
 		for i := from; i < to && ctx.Err() == nil; i++ {
-			c, err := client.NewAgentClient(url, agentauth.NewSigner(fleetOrg, fmt.Sprintf("idle-%d", i), priv), client.WithHTTPClient(hc))
+			c, err := client.NewAgentClient(url, agentauth.NewSigner(idleOrg(i%orgs), fmt.Sprintf("idle-%d", i), priv), client.WithHTTPClient(hc))
 			if err != nil {
 				t.Error(err)
 				return
