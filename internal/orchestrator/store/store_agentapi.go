@@ -139,6 +139,10 @@ type PollAnswer struct {
 	// once, it moves over (and the retiring key retires), or its next poll is refused and it says
 	// so, instead of either waiting out the long poll.
 	MoveKey bool
+	// Leased counts the runner's attempts under a job lease. Time alone, with no wake, turns
+	// such an attempt into a re-offer (ReofferAfter), so a poll must look again before it
+	// answers at the end of its wait; with none leased, its first look still holds then.
+	Leased int
 }
 
 // Offers returns what a poll may hand out now: attempts leased to the polling instance that it
@@ -165,6 +169,7 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 		if err != nil {
 			return err
 		}
+		a.Leased = len(leased)
 		// Saved plans are offered only to an agent that knows them (see needsSavedPlans).
 		savedPlans := protocol >= api.ProtocolSavedPlans
 		for _, d := range leased {
