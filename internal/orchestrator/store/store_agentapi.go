@@ -26,9 +26,9 @@ const (
 // skipped when nothing visible would change, so a busy agent does not rewrite the record on
 // every request.
 func touchRunner(tx Tx, id agentauth.Identity, agentVersion string, now time.Time) (*api.Runner, error) {
-	r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+	r, err := agentRunnerTx(tx, id)
 	if err != nil {
-		return nil, runnerGone(id)
+		return nil, err
 	}
 	st := &r.Status
 	changed := st.LastSeenAt == nil || now.Sub(*st.LastSeenAt) >= time.Second || st.KeyFingerprint != id.Fingerprint
@@ -45,6 +45,19 @@ func touchRunner(tx Tx, id agentauth.Identity, agentVersion string, now time.Tim
 	st.LastSeenAt = &now
 	st.KeyFingerprint = id.Fingerprint
 	return r, tx.PutDoc(KindRunner, id.Org, id.RunnerID, r)
+}
+
+// agentRunnerTx reads the runner an agent signs for: a runner that is not there is runnerGone,
+// any other error is the database's and stays one. Turned into a refusal, a failed read (a
+// serialization failure under load) was answered as a deleted runner (401), or, in a write,
+// committed a transaction PostgreSQL had aborted ("commit unexpectedly resulted in rollback",
+// HTTP 500) instead of running it again.
+func agentRunnerTx(tx Tx, id agentauth.Identity) (*api.Runner, error) {
+	r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+	if _, refused := AsRefusal(err); refused {
+		return nil, runnerGone(id)
+	}
+	return r, err
 }
 
 func runnerGone(id agentauth.Identity) *Refusal {
@@ -155,9 +168,9 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 	a.Offers, a.Cancels = []api.Offer{}, []api.Directive{}
 	now := s.TimeNow()
 	err = s.view(ctx, func(tx Tx) error {
-		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+		r, err := agentRunnerTx(tx, id)
 		if err != nil {
-			return runnerGone(id)
+			return err
 		}
 		a = PollAnswer{MaxConcurrency: r.MaxConcurrency, Offers: []api.Offer{}, Cancels: []api.Directive{}, KeyFingerprints: currentFingerprints(r)}
 		if !slices.Contains(a.KeyFingerprints, id.Fingerprint) {

@@ -186,9 +186,9 @@ func (s *Store) TakeStateOperations(ctx context.Context, id agentauth.Identity) 
 	var pending bool
 	var ns string
 	if err := s.view(ctx, func(tx Tx) error {
-		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+		r, err := agentRunnerTx(tx, id)
 		if err != nil {
-			return runnerGone(id)
+			return err
 		}
 		var st api.StateStorage
 		ok, err := tx.GetDoc(KindStorage, id.Org, r.StateStorageID, &st)
@@ -205,9 +205,9 @@ func (s *Store) TakeStateOperations(ctx context.Context, id agentauth.Identity) 
 	}
 	err = s.Update(ctx, func(tx Tx) error {
 		offers, taken = nil, 0
-		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+		r, err := agentRunnerTx(tx, id)
 		if err != nil {
-			return runnerGone(id)
+			return err
 		}
 		var q stateOperationQueue
 		if _, err := tx.GetDoc(KindStateOperationQueue, id.Org, r.StateStorageID, &q); err != nil {
