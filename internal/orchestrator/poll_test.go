@@ -383,6 +383,11 @@ func TestIdlePollWaitsWithoutLookingAgain(t *testing.T) {
 	if waited != now {
 		t.Fatalf("an idle poll that waited 1 s read the store %d times, one that did not wait %d times; want the same", waited, now)
 	}
+	// Two reads: the runner's keys for the signature, and one look (offers, cancels and state
+	// operations in one transaction).
+	if now != 2 {
+		t.Fatalf("an idle poll read the store in %d transactions, want 2 (the keys, one look)", now)
+	}
 }
 
 // TestReofferDueDuringAWaitComesAtItsEnd: a poll from the instance that lost a claim's answer,

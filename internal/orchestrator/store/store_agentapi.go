@@ -156,6 +156,10 @@ type PollAnswer struct {
 	// such an attempt into a re-offer (ReofferAfter), so a poll must look again before it
 	// answers at the end of its wait; with none leased, its first look still holds then.
 	Leased int
+	// StateOperationsPending: state operations wait for the runner's state storage (only looked
+	// at when the poll's protocol has them), so the poll takes them (TakeStateOperations); an
+	// idle poll's look at the store stays one transaction.
+	StateOperationsPending bool
 }
 
 // Offers returns what a poll may hand out now: attempts leased to the polling instance that it
@@ -177,6 +181,11 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			holdsCurrent := slices.ContainsFunc(req.KeyFingerprints, func(f string) bool { return slices.Contains(a.KeyFingerprints, f) })
 			retiring := slices.ContainsFunc(r.RetiringKeys, func(k api.RetiringKey) bool { return k.Fingerprint == id.Fingerprint && now.Before(k.Until) })
 			a.MoveKey = holdsCurrent || !retiring
+		}
+		if protocol >= api.ProtocolStateOperations {
+			if a.StateOperationsPending, _, err = stateOperationsPending(tx, id.Org, r); err != nil {
+				return err
+			}
 		}
 		leased, err := tx.Leased(id.Org, id.RunnerID)
 		if err != nil {
