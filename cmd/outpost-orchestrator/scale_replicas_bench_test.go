@@ -32,8 +32,8 @@ const (
 	// scaleReplicas is how many orchestrator replicas BenchmarkOrchestratorScaleReplicas runs.
 	scaleReplicas = 3
 	// scaleReplicaAgents is its default number of idle agents, all replicas together: what
-	// make bench affords on 2 cores (about 2.5 minutes, 33 s of them registering the runners;
-	// 30,000 take 5 and more). OUTPOST_BENCH_REPLICA_AGENTS=30000 runs issue 30's figure.
+	// make bench affords on 2 cores (140 s, 33 s of them registering the runners; 30,000 took
+	// 314 s). OUTPOST_BENCH_REPLICA_AGENTS=30000 runs issue 30's figure.
 	scaleReplicaAgents = 9000
 	// scaleReplicaRamp spreads the idle agents' first polls over one long poll's wait, so they
 	// arrive no faster than they will in the steady state.
@@ -61,11 +61,11 @@ const (
 
 // BenchmarkOrchestratorScaleReplicas is BenchmarkOrchestratorScale across replicas: three
 // orchestrator processes on one PostgreSQL (durable: fsync at commit), OUTPOST_BENCH_REPLICA_AGENTS
-// simulated idle agents (9,000 by default, 30,000 for issue 30's goal) spread evenly over them, each long-polling one replica
-// as a real agent does through a load balancer. The idle agents' runners belong to organisations
-// of scaleOrgRunners each. The idle agents run in one load process per
-// replica (TestScaleLoadProcess), because an unprivileged process here may hold 20,000 open files
-// at most (the hard RLIMIT_NOFILE) and one replica's agents fit one process. Each connection of
+// simulated idle agents (9,000 by default, 30,000 for issue 30's goal) spread evenly over them,
+// each long-polling one replica as a real agent does through a load balancer, their runners in
+// organisations of scaleOrgRunners. The idle agents run in one load process per replica
+// (TestScaleLoadProcess), because an unprivileged process here may hold 20,000 open files at
+// most (the hard RLIMIT_NOFILE) and one replica's agents fit one process. Each connection of
 // load process i comes from its own loopback address (127.0.0.<10+i>), so no source runs short of
 // ephemeral ports.
 //
