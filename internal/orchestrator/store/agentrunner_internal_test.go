@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outpost-dev/terraform-provider-outpost/internal/agentauth"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/api"
 )
 
 // readFailingTx is a transaction whose reads fail as PostgreSQL's do under load (or find
@@ -31,5 +32,22 @@ func TestAgentRunnerReadErrorStaysAnError(t *testing.T) {
 	_, err = touchRunner(readFailingTx{}, id, "v1", time.Now())
 	if r, refused := AsRefusal(err); !refused || r.AuthReason != AuthReasonRunnerGone {
 		t.Fatalf("a runner that is not there gave %v, want runnerGone", err)
+	}
+}
+
+// TestPlacementReadErrorStaysAnError: the same for the runner and state storage a claim's
+// placement reads: in a claim under load, a refusal there committed an aborted transaction.
+func TestPlacementReadErrorStaysAnError(t *testing.T) {
+	dbErr := errors.New("ERROR: could not serialize access due to read/write dependencies among transactions (SQLSTATE 40001)")
+	rec := &DeploymentRecord{Org: "acme"}
+	rec.D.ID, rec.D.RunnerID = "d1", "r1"
+	_, _, err := runnerAndStorage(readFailingTx{err: dbErr}, rec)
+	if _, refused := AsRefusal(err); refused || !errors.Is(err, dbErr) {
+		t.Fatalf("a failed read of the claim's runner gave %v, want the database's error", err)
+	}
+	if _, _, err := runnerAndStorage(readFailingTx{}, rec); err == nil {
+		t.Fatal("a runner that is not there gave no error")
+	} else if r, refused := AsRefusal(err); !refused || r.Code != api.CodeNotFound {
+		t.Fatalf("a runner that is not there gave %v, want not found", err)
 	}
 }

@@ -330,13 +330,19 @@ func (s *Store) ClaimOnce(ctx context.Context, id agentauth.Identity, replay *ag
 
 // runnerAndStorage loads the runner of a deployment and its state storage as they are now.
 func runnerAndStorage(tx Tx, rec *DeploymentRecord) (*api.Runner, *api.StateStorage, error) {
+	// Only a record that is not there is a refusal; a failed read stays an error (see
+	// agentRunnerTx: in a claim, a refusal commits).
 	runner, err := getRunnerTx(tx, rec.Org, rec.D.RunnerID)
-	if err != nil {
+	if _, refused := AsRefusal(err); refused {
 		return nil, nil, NotFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
+	} else if err != nil {
+		return nil, nil, err
 	}
 	st, err := getStorageTx(tx, rec.Org, runner.StateStorageID)
-	if err != nil {
+	if _, refused := AsRefusal(err); refused {
 		return nil, nil, NotFound("state storage %q of runner %q no longer exists", runner.StateStorageID, runner.ID)
+	} else if err != nil {
+		return nil, nil, err
 	}
 	return runner, st, nil
 }
