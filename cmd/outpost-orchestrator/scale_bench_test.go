@@ -226,7 +226,18 @@ loop:
 	}
 	polled, failed := polls.ok.Load()-p0, polls.failed.Load()-f0
 	wg.Wait()
-	// Every deployment of the window is claimed within seconds; wait for them.
+	pickups := awaitPickups(b, enqueued, busy)
+	polls.mu.Lock()
+	firstErr := polls.first
+	polls.mu.Unlock()
+	return window{polls: polled, failed: failed, firstErr: firstErr, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchtest.CPUShare(from, to),
+		adminP99:  benchtest.Ms(benchtest.Percentile(adminLat, 99)),
+		pickupP50: benchtest.Ms(benchtest.Percentile(pickups, 50)), pickupP99: benchtest.Ms(benchtest.Percentile(pickups, 99))}
+}
+
+// awaitPickups waits until the busy agent has claimed every deployment enqueued (each is claimed
+// within seconds of the window; 30 s at most) and returns each one's enqueue → claim granted.
+func awaitPickups(b *testing.B, enqueued map[string]time.Time, busy *busyAgent) []time.Duration {
 	deadline := time.Now().Add(30 * time.Second)
 	var pickups []time.Duration
 	for {
@@ -240,19 +251,13 @@ loop:
 			}
 		}
 		if missing == 0 {
-			break
+			return pickups
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("%d deployments of the busy runner not claimed 30 s after the window; the busy agent's first errors: %v", missing, busy.errors())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	polls.mu.Lock()
-	firstErr := polls.first
-	polls.mu.Unlock()
-	return window{polls: polled, failed: failed, firstErr: firstErr, seconds: to.At.Sub(from.At).Seconds(), rss: to.RSS, cpu: benchtest.CPUShare(from, to),
-		adminP99:  benchtest.Ms(benchtest.Percentile(adminLat, 99)),
-		pickupP50: benchtest.Ms(benchtest.Percentile(pickups, 50)), pickupP99: benchtest.Ms(benchtest.Percentile(pickups, 99))}
 }
 
 // pollCounts counts the idle agents' polls, and the failed ones with the first failure.

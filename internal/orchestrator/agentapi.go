@@ -99,22 +99,38 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	last := wait <= 0
+	var (
+		a     store.PollAnswer
+		ops   []api.StateOperationOffer
+		taken int
+		// fresh says a and ops are from a look no wake has outdated since. A poll whose wait
+		// ends without a wake answers with them instead of looking again, unless the runner
+		// holds leased attempts (time alone makes re-offers of them): everything else that
+		// could change the answer wakes the runner (queue, cancel, lease settled, runner
+		// updated), and a retiring key's end, which only time brings, is answered at once by
+		// the next poll's first look. With state operations looked at in Offers' transaction,
+		// an idle poll is four store transactions instead of seven: the runner's keys for the
+		// signature, the token id's replay check, the renewal with the runner's last sighting,
+		// and one look at its start (BenchmarkOrchestratorScaleReplicas).
+		fresh bool
+	)
 	for {
 		woken := s.notify.Watch(runnerKey)
 		answered := false
 		onFreshStack(func() {
-			var a store.PollAnswer
-			a, err = s.store.Offers(r.Context(), c.agent, &req, protocol)
-			if err != nil {
-				return
-			}
-			// State operations go only to agents whose protocol knows them.
-			var ops []api.StateOperationOffer
-			var taken int
-			if protocol >= api.ProtocolStateOperations {
-				if ops, taken, err = s.store.TakeStateOperations(r.Context(), c.agent); err != nil {
+			if !fresh {
+				if a, err = s.store.Offers(r.Context(), c.agent, &req, protocol); err != nil {
 					return
 				}
+				// State operations go only to agents whose protocol knows them (Offers looks
+				// only then).
+				ops, taken = nil, 0
+				if a.StateOperationsPending {
+					if ops, taken, err = s.store.TakeStateOperations(r.Context(), c.agent); err != nil {
+						return
+					}
+				}
+				fresh = true
 			}
 			directives := append(append([]api.Directive{}, forget...), a.Cancels...)
 			if a.Queued > 0 || len(directives) > 0 || a.MoveKey || taken > 0 || last {
@@ -135,8 +151,15 @@ func (s *Server) poll(w http.ResponseWriter, r *http.Request, c *call) error {
 		}
 		select {
 		case <-woken:
+			fresh = false
 		case <-timer.C:
 			last = true
+			select {
+			case <-woken: // it came with the timer: look again
+				fresh = false
+			default:
+				fresh = fresh && a.Leased == 0
+			}
 		case <-s.closing:
 			last = true
 		case <-r.Context().Done():

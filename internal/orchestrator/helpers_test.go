@@ -44,6 +44,9 @@ type harness struct {
 type testConfig struct {
 	Config
 	DatabaseURL string
+	// WrapEngine, when set, stands between the server and the engine it opens (to count what
+	// the server asks of the store).
+	WrapEngine func(store.Engine) store.Engine
 }
 
 func newHarness(t testing.TB, adjust ...func(*testConfig)) *harness {
@@ -70,6 +73,9 @@ func (h *harness) open() {
 	eng, err := engines.Open(h.t.Context(), engines.Options{DataDir: h.cfg.DataDir, DatabaseURL: h.cfg.DatabaseURL, Logger: h.cfg.Logger})
 	if err != nil {
 		h.t.Fatal(err)
+	}
+	if h.cfg.WrapEngine != nil {
+		eng = h.cfg.WrapEngine(eng)
 	}
 	cfg := h.cfg.Config
 	cfg.Engine = eng

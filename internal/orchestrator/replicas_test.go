@@ -48,7 +48,7 @@ func TestLongPollWokenByAnotherReplica(t *testing.T) {
 	a := rs[0].setupRunner("acme", "r1", 1)
 	onB := rs[1].agentFor("acme", "r1", a.key)
 	done := onB.goPost(pollPath, api.PollRequest{CapacityFree: 1, WaitSeconds: 20})
-	waitPolling(t, rs[1], "acme/r1", done)
+	waitPolling(t, rs[1], done)
 	d := rs[0].deploy(api.OperationPlan)
 	res := <-done
 	if res.err != nil || res.code != http.StatusOK {

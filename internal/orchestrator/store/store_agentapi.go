@@ -26,9 +26,9 @@ const (
 // skipped when nothing visible would change, so a busy agent does not rewrite the record on
 // every request.
 func touchRunner(tx Tx, id agentauth.Identity, agentVersion string, now time.Time) (*api.Runner, error) {
-	r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+	r, err := agentRunnerTx(tx, id)
 	if err != nil {
-		return nil, runnerGone(id)
+		return nil, err
 	}
 	st := &r.Status
 	changed := st.LastSeenAt == nil || now.Sub(*st.LastSeenAt) >= time.Second || st.KeyFingerprint != id.Fingerprint
@@ -45,6 +45,19 @@ func touchRunner(tx Tx, id agentauth.Identity, agentVersion string, now time.Tim
 	st.LastSeenAt = &now
 	st.KeyFingerprint = id.Fingerprint
 	return r, tx.PutDoc(KindRunner, id.Org, id.RunnerID, r)
+}
+
+// agentRunnerTx reads the runner an agent signs for: a runner that is not there is runnerGone,
+// any other error is the database's and stays one. Turned into a refusal, a failed read (a
+// serialization failure under load) was answered as a deleted runner (401), or, in a write,
+// committed a transaction PostgreSQL had aborted ("commit unexpectedly resulted in rollback",
+// HTTP 500) instead of running it again.
+func agentRunnerTx(tx Tx, id agentauth.Identity) (*api.Runner, error) {
+	r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+	if _, refused := AsRefusal(err); refused {
+		return nil, runnerGone(id)
+	}
+	return r, err
 }
 
 func runnerGone(id agentauth.Identity) *Refusal {
@@ -139,6 +152,14 @@ type PollAnswer struct {
 	// once, it moves over (and the retiring key retires), or its next poll is refused and it says
 	// so, instead of either waiting out the long poll.
 	MoveKey bool
+	// Leased counts the runner's attempts under a job lease. Time alone, with no wake, turns
+	// such an attempt into a re-offer (ReofferAfter), so a poll must look again before it
+	// answers at the end of its wait; with none leased, its first look still holds then.
+	Leased int
+	// StateOperationsPending: state operations wait for the runner's state storage (only looked
+	// at when the poll's protocol has them), so the poll takes them (TakeStateOperations); an
+	// idle poll's look at the store stays one transaction.
+	StateOperationsPending bool
 }
 
 // Offers returns what a poll may hand out now: attempts leased to the polling instance that it
@@ -151,9 +172,9 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 	a.Offers, a.Cancels = []api.Offer{}, []api.Directive{}
 	now := s.TimeNow()
 	err = s.view(ctx, func(tx Tx) error {
-		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+		r, err := agentRunnerTx(tx, id)
 		if err != nil {
-			return runnerGone(id)
+			return err
 		}
 		a = PollAnswer{MaxConcurrency: r.MaxConcurrency, Offers: []api.Offer{}, Cancels: []api.Directive{}, KeyFingerprints: currentFingerprints(r)}
 		if !slices.Contains(a.KeyFingerprints, id.Fingerprint) {
@@ -161,10 +182,16 @@ func (s *Store) Offers(ctx context.Context, id agentauth.Identity, req *api.Poll
 			retiring := slices.ContainsFunc(r.RetiringKeys, func(k api.RetiringKey) bool { return k.Fingerprint == id.Fingerprint && now.Before(k.Until) })
 			a.MoveKey = holdsCurrent || !retiring
 		}
+		if protocol >= api.ProtocolStateOperations {
+			if a.StateOperationsPending, _, err = stateOperationsPending(tx, id.Org, r); err != nil {
+				return err
+			}
+		}
 		leased, err := tx.Leased(id.Org, id.RunnerID)
 		if err != nil {
 			return err
 		}
+		a.Leased = len(leased)
 		// Saved plans are offered only to an agent that knows them (see needsSavedPlans).
 		savedPlans := protocol >= api.ProtocolSavedPlans
 		for _, d := range leased {
@@ -340,13 +367,19 @@ func (s *Store) claimTx(tx Tx, id agentauth.Identity, deploymentID string, req a
 
 // runnerAndStorage loads the runner of a deployment and its state storage as they are now.
 func runnerAndStorage(tx Tx, rec *DeploymentRecord) (*api.Runner, *api.StateStorage, error) {
+	// Only a record that is not there is a refusal; a failed read stays an error (see
+	// agentRunnerTx: in a claim, a refusal commits).
 	runner, err := getRunnerTx(tx, rec.Org, rec.D.RunnerID)
-	if err != nil {
+	if _, refused := AsRefusal(err); refused {
 		return nil, nil, NotFound("runner %q of deployment %q no longer exists", rec.D.RunnerID, rec.D.ID)
+	} else if err != nil {
+		return nil, nil, err
 	}
 	st, err := getStorageTx(tx, rec.Org, runner.StateStorageID)
-	if err != nil {
+	if _, refused := AsRefusal(err); refused {
 		return nil, nil, NotFound("state storage %q of runner %q no longer exists", runner.StateStorageID, runner.ID)
+	} else if err != nil {
+		return nil, nil, err
 	}
 	return runner, st, nil
 }

@@ -177,6 +177,19 @@ func (s *Store) ListStateOperations(ctx context.Context, org, storage, key strin
 	return out, err
 }
 
+// stateOperationsPending reports whether state operations wait in the queue of runner r's state
+// storage, and the namespace of that storage; a storage no agent serves has none.
+func stateOperationsPending(tx Tx, org string, r *api.Runner) (pending bool, ns string, err error) {
+	var st api.StateStorage
+	ok, err := tx.GetDoc(KindStorage, org, r.StateStorageID, &st)
+	if err != nil || !ok || st.Type != api.StateStorageKubernetes || st.Kubernetes == nil {
+		return false, "", err // none, or no state storage an agent serves: nothing for it here
+	}
+	var q stateOperationQueue
+	_, err = tx.GetDoc(KindStateOperationQueue, org, st.ID, &q)
+	return len(q.IDs) > 0, st.Kubernetes.Namespace, err
+}
+
 // TakeStateOperations returns the state operations the polling agent is to run: the queued ones
 // of its runner's kubernetes state storage, now marked running for its runner, and those it
 // took before without posting a result yet (the answer that carried them may have been lost;
@@ -186,28 +199,20 @@ func (s *Store) TakeStateOperations(ctx context.Context, id agentauth.Identity) 
 	var pending bool
 	var ns string
 	if err := s.view(ctx, func(tx Tx) error {
-		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+		r, err := agentRunnerTx(tx, id)
 		if err != nil {
-			return runnerGone(id)
+			return err
 		}
-		var st api.StateStorage
-		ok, err := tx.GetDoc(KindStorage, id.Org, r.StateStorageID, &st)
-		if err != nil || !ok || st.Type != api.StateStorageKubernetes || st.Kubernetes == nil {
-			return err // none, or no state storage an agent serves: nothing for it here
-		}
-		ns = st.Kubernetes.Namespace
-		var q stateOperationQueue
-		_, err = tx.GetDoc(KindStateOperationQueue, id.Org, st.ID, &q)
-		pending = len(q.IDs) > 0
+		pending, ns, err = stateOperationsPending(tx, id.Org, r)
 		return err
 	}); err != nil || !pending {
 		return nil, 0, err
 	}
 	err = s.Update(ctx, func(tx Tx) error {
 		offers, taken = nil, 0
-		r, err := getRunnerTx(tx, id.Org, id.RunnerID)
+		r, err := agentRunnerTx(tx, id)
 		if err != nil {
-			return runnerGone(id)
+			return err
 		}
 		var q stateOperationQueue
 		if _, err := tx.GetDoc(KindStateOperationQueue, id.Org, r.StateStorageID, &q); err != nil {

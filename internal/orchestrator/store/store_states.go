@@ -27,8 +27,10 @@ func (s *Store) RecordStates(ctx context.Context, id agentauth.Identity, rep api
 			return err
 		}
 		st, err := getStorageTx(tx, id.Org, r.StateStorageID)
-		if err != nil {
+		if _, refused := AsRefusal(err); refused {
 			return conflict("runner %q has no state storage to report states of (%s)", id.RunnerID, err)
+		} else if err != nil {
+			return err // a failed read is no refusal: refused, the transaction would commit
 		}
 		if st.Type != api.StateStorageKubernetes || st.Kubernetes == nil || st.Kubernetes.Namespace != rep.Namespace {
 			return conflict("runner %q's state storage %q does not keep states in namespace %q of its cluster; an agent reports only the states of its runner's kubernetes state storage",
