@@ -56,12 +56,16 @@ func requireStorage(tx Tx, org, id string) error {
 
 // CreateRunner registers a runner of org, refusing one beyond the runners quota or over a state storage that does not exist.
 func (s *Store) CreateRunner(ctx context.Context, org string, in api.RunnerInput) (*api.Runner, error) {
+	overQuota, err := s.objectQuota(ctx, KindRunner, org, "runner", "--max-runners-per-org", s.quotas.Runners)
+	if err != nil {
+		return nil, err
+	}
 	return createOrgObject(ctx, s, KindRunner, org, in.ID, "runner", func(tx Tx, now time.Time) (api.Runner, error) {
 		if err := requireStorage(tx, org, in.StateStorageID); err != nil {
 			return api.Runner{}, err
 		}
-		if err := checkObjectQuota(tx, KindRunner, org, "runner", "--max-runners-per-org", s.quotas.Runners); err != nil {
-			return api.Runner{}, err
+		if overQuota != nil {
+			return api.Runner{}, overQuota
 		}
 		r := api.Runner{CreatedAt: now, UpdatedAt: now}
 		return r, applyRunnerInput(&r, in)

@@ -27,9 +27,13 @@ type FiredSchedule struct {
 
 // CreateSchedule stores a schedule of org, refusing one beyond the schedules quota.
 func (s *Store) CreateSchedule(ctx context.Context, org string, in api.ScheduleInput) (*api.Schedule, error) {
+	overQuota, err := s.objectQuota(ctx, KindSchedule, org, "schedule", "--max-schedules-per-org", s.quotas.Schedules)
+	if err != nil {
+		return nil, err
+	}
 	return createOrgObject(ctx, s, KindSchedule, org, in.ID, "schedule", func(tx Tx, now time.Time) (api.Schedule, error) {
-		if err := checkObjectQuota(tx, KindSchedule, org, "schedule", "--max-schedules-per-org", s.quotas.Schedules); err != nil {
-			return api.Schedule{}, err
+		if overQuota != nil {
+			return api.Schedule{}, overQuota
 		}
 		sch := api.Schedule{CreatedAt: now}
 		return sch, applyScheduleInput(tx, org, &sch, in, now)

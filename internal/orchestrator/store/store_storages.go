@@ -12,9 +12,13 @@ import (
 
 // CreateStorage registers a state storage of org, refusing one beyond the state storages quota.
 func (s *Store) CreateStorage(ctx context.Context, org string, in api.StateStorageInput) (*api.StateStorage, error) {
+	overQuota, err := s.objectQuota(ctx, KindStorage, org, "state storage", "--max-state-storages-per-org", s.quotas.StateStorages)
+	if err != nil {
+		return nil, err
+	}
 	return createOrgObject(ctx, s, KindStorage, org, in.ID, "state storage", func(tx Tx, now time.Time) (api.StateStorage, error) {
-		if err := checkObjectQuota(tx, KindStorage, org, "state storage", "--max-state-storages-per-org", s.quotas.StateStorages); err != nil {
-			return api.StateStorage{}, err
+		if overQuota != nil {
+			return api.StateStorage{}, overQuota
 		}
 		return api.StateStorage{StateStorageInput: in, CreatedAt: now, UpdatedAt: now}, nil
 	})
