@@ -27,6 +27,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/leader"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/connguard"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/gctarget"
 )
 
 // keyRetryInterval is how often the key file is read again, and the longest wait before the key
@@ -58,6 +59,7 @@ func runAgent(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outpost-agent: %v\n", err)
 		return exitConfigError
 	}
+	gctarget.Apply(os.Getenv)
 	log := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
 	if err := cfg.Validate(); err != nil {
 		log.Error("invalid configuration; fix it and restart", "err", err)

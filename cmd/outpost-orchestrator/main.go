@@ -23,35 +23,21 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/outpost-dev/terraform-provider-outpost/internal/gctarget"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/orchestrator/store/engines"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/tracing"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/version"
 )
 
-// gcPercent is the garbage collector's target when GOGC is not set. Most of the orchestrator's
-// heap is what idle agents' parked long polls hold: long-lived, and garbage comes slowly (two
-// polls a minute per agent). Collecting when the heap has grown by half rather than doubled
-// (Go's default, 100) keeps a quarter of that memory for little CPU; BENCHMARKS.md has both
-// measured side by side at 10,000 idle agents.
-const gcPercent = 50
-
-// setGCPercent applies gcPercent unless GOGC says otherwise.
-func setGCPercent(getenv func(string) string) {
-	if getenv("GOGC") == "" {
-		debug.SetGCPercent(gcPercent)
-	}
-}
-
 func main() {
-	setGCPercent(os.Getenv)
+	gctarget.Apply(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {

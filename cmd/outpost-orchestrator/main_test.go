@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -206,20 +205,6 @@ func TestSigningSecretFileFlag(t *testing.T) {
 	_, _ = parseFlags([]string{"--help"}, noEnv, help)
 	if !strings.Contains(help.String(), "OUTPOST_ORCHESTRATOR_SIGNING_SECRET_FILE") {
 		t.Fatal("--help does not show the signing secret's variable")
-	}
-}
-
-// The collector's target is 50 unless GOGC is set, which wins.
-func TestGCPercent(t *testing.T) {
-	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
-	setGCPercent(func(string) string { return "" })
-	if got := debug.SetGCPercent(100); got != gcPercent {
-		t.Errorf("GC percent %d without GOGC, want %d", got, gcPercent)
-	}
-	setGCPercent(func(k string) string { return map[string]string{"GOGC": "200"}[k] })
-	if got := debug.SetGCPercent(100); got != 100 {
-		t.Errorf("GC percent %d with GOGC set, want it left alone (100)", got)
 	}
 }
 
