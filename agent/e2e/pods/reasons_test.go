@@ -152,7 +152,14 @@ func (e *env) checkReason(id string, reason api.Reason, detail ...string) {
 	if d.Reason != reason || (len(detail) > 0 && !strings.Contains(d.Detail, detail[0])) {
 		e.t.Errorf("%s: deployment reason %q, detail %q; want %s with %q", id, d.Reason, d.Detail, reason, detail)
 	}
-	if n := e.reasonCount(reason); n != 1 {
+	// The handler counts the reason once the store has committed the event, so the deployment
+	// can show it a moment before the metric does: wait for the count, then check it is one.
+	var n float64
+	testbed.WaitFor(e.t, 10*time.Second, "outpost_orchestrator_deployment_reasons_total of "+string(reason), func() (bool, string) {
+		n = e.reasonCount(reason)
+		return n >= 1, fmt.Sprint(n)
+	})
+	if n != 1 {
 		e.t.Errorf("outpost_orchestrator_deployment_reasons_total of %s: %v, want 1", reason, n)
 	}
 }
