@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/keyring"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/metrics"
 	"github.com/outpost-dev/terraform-provider-outpost/agent/internal/statecmd"
+	"github.com/outpost-dev/terraform-provider-outpost/internal/gctarget"
 	"github.com/outpost-dev/terraform-provider-outpost/internal/keys"
 )
 
@@ -63,6 +65,21 @@ func TestLogFormat(t *testing.T) {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--log-format %s: stderr lacks %s:\n%s", format, want, stderr.String())
 		}
+	}
+}
+
+// The agent sets the garbage collector's target (gctarget.Percent) as it starts, before its
+// configuration is checked, unless GOGC is set (gctarget's own test).
+func TestAgentSetsGCTarget(t *testing.T) {
+	t.Setenv("GOGC", "")
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	var stdout, stderr bytes.Buffer
+	if code := dispatch([]string{"--executor", "docker"}, &stdout, &stderr); code != exitConfigError {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", code, exitConfigError, stderr.String())
+	}
+	if got := debug.SetGCPercent(100); got != gctarget.Percent {
+		t.Errorf("GC percent %d after the agent started, want %d", got, gctarget.Percent)
 	}
 }
 
